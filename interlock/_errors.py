@@ -1,0 +1,139 @@
+"""Errors raised by interlock.
+
+Every error derives from one root, so a caller can catch the library as a whole::
+
+    InterlockError
+    ├── ConfigError (ValueError)             bad timing or switch settings
+    ├── StoreError                           the journal cannot be used
+    │   └── SchemaVersionError               the store was written by another schema
+    ├── ClaimError
+    │   ├── ClaimHeldError                   another live owner holds the action
+    │   └── ClaimLostError                   this worker's claim expired or was taken
+    ├── LeaseError (LookupError)             no such approval, or a bad operation on one
+    ├── ActionError (LookupError)            no such action in the journal
+    └── PaymentsError                        the payments provider answered badly
+        ├── PaymentsUnsettledError           no answer, or one that settles nothing
+        └── PaymentsRejectedError            a definite "no": it was not and will not be done
+
+Each message says what happened and what to do about it; none carries a secret.
+"""
+
+from __future__ import annotations
+
+
+class InterlockError(Exception):
+    """Root of every error the library raises."""
+
+
+class ConfigError(InterlockError, ValueError):
+    """A setting is invalid; the message names the setting, the value and the rule."""
+
+
+class StoreError(InterlockError):
+    """The journal store cannot be opened or written."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path = path
+        self.problem = problem
+        super().__init__(f"interlock store {path}: {problem}")
+
+
+class SchemaVersionError(StoreError):
+    """The store carries a schema version this library does not read."""
+
+    def __init__(self, path: str, found: int, expected: int) -> None:
+        self.found = found
+        self.expected = expected
+        super().__init__(
+            path,
+            f"schema version {found}, this library reads version {expected}; "
+            "use a new store file or the interlock version that wrote it",
+        )
+
+
+class ClaimError(InterlockError):
+    """Base for claim conflicts on one action."""
+
+    def __init__(self, action_id: str, message: str) -> None:
+        self.action_id = action_id
+        super().__init__(f"action {action_id}: {message}")
+
+
+class ClaimHeldError(ClaimError):
+    """Another owner holds a live claim on the action."""
+
+    def __init__(self, action_id: str, owner: str, expires_in_s: float) -> None:
+        self.owner = owner
+        self.expires_in_s = expires_in_s
+        super().__init__(
+            action_id,
+            f"claimed by {owner} for {expires_in_s:.1f} s more; "
+            "wait for the claim to expire (gate.recover() waits by itself)",
+        )
+
+
+class ClaimLostError(ClaimError):
+    """This worker no longer holds the claim; it must not write an outcome."""
+
+    def __init__(self, action_id: str) -> None:
+        super().__init__(
+            action_id,
+            "this worker's claim expired or was taken over; it sends and records "
+            "nothing more, and the new owner's recovery settles the action",
+        )
+
+
+class LeaseError(InterlockError, LookupError):
+    """An approval (lease) is missing or cannot be changed as asked."""
+
+    def __init__(self, lease_id: str, message: str) -> None:
+        self.lease_id = lease_id
+        super().__init__(f"lease {lease_id}: {message}")
+
+
+class ActionError(InterlockError, LookupError):
+    """The journal has no such action, or it cannot be used as asked."""
+
+    def __init__(self, action_id: str, message: str) -> None:
+        self.action_id = action_id
+        super().__init__(f"action {action_id}: {message}")
+
+
+class PaymentsError(InterlockError):
+    """The payments provider did not do what was asked."""
+
+
+class PaymentsUnsettledError(PaymentsError):
+    """No answer came, or one that settles nothing (timeout, reset, 5xx, 409, 429).
+
+    The request may or may not have taken effect; only a later lookup can tell.
+    """
+
+    def __init__(self, operation: str, detail: str, http_status: int | None = None) -> None:
+        self.operation = operation
+        self.detail = detail
+        self.http_status = http_status
+        status = f" (HTTP {http_status})" if http_status is not None else ""
+        super().__init__(
+            f"{operation}: no settled answer{status}: {detail}; "
+            "it may or may not have happened: look it up before sending again"
+        )
+
+
+class PaymentsRejectedError(PaymentsError):
+    """A definite refusal: the provider says it did not and will not do it."""
+
+    def __init__(
+        self,
+        operation: str,
+        code: str,
+        message: str,
+        http_status: int | None = None,
+        param: str | None = None,
+    ) -> None:
+        self.operation = operation
+        self.code = code
+        self.provider_message = message
+        self.http_status = http_status
+        self.param = param
+        super().__init__(f"{operation} refused ({code}): {message}")

@@ -1,0 +1,1 @@
+"""interlock-demo: one real refund case, a SIGKILLed worker, and what ends up in Stripe."""

@@ -1,0 +1,45 @@
+"""Shared fixtures: a loopback Stripe emulator, an isolated INTERLOCK_HOME, clean env."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from interlock import StripePayments, make_stripe_client
+from interlock_demo.payments import StripeEmulator
+
+# NO_COLOR changes Textual's rendering and would break snapshot comparisons.
+os.environ.pop("NO_COLOR", None)
+
+TEST_KEY = "sk_test_interlockTestsOnly0000"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Every test gets its own INTERLOCK_HOME and sees no keys or switches from outside."""
+    for name in (
+        "STRIPE_SECRET_KEY",
+        "ANTHROPIC_API_KEY",
+        "INTERLOCK_EMULATE_24H",
+        "INTERLOCK_NO_LOOKUP",
+        "INTERLOCK_CRASH",
+        "INTERLOCK_RECEIPT_KEY",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("INTERLOCK_HOME", str(tmp_path / "interlock-home"))
+
+
+@pytest.fixture
+def emulator() -> Iterator[StripeEmulator]:
+    """A loopback Stripe emulator on a free port."""
+    with StripeEmulator() as emu:
+        yield emu
+
+
+@pytest.fixture
+def stripe_payments(emulator: StripeEmulator) -> StripePayments:
+    """`StripePayments` over the real SDK, pointed at the emulator, 2 s deadline."""
+    return StripePayments(make_stripe_client(TEST_KEY, timeout_s=2.0, base_url=emulator.url))
