@@ -1,13 +1,17 @@
 """Interlock: make an AI agent's irreversible action safe to send, resend and recover.
 
-See `Gate` for the send path, `verify` for checking the receipts afterwards.
+An agent decided a refund. Between the decision and the send the worker can die, people
+can act, and a retry can come hours later. `Gate` journals the intent, claims the action,
+re-checks the approval and the state the decision was based on, finds its own earlier
+send instead of sending twice, and writes a receipt of what it checked; `verify` checks
+the receipts against each other and against Stripe.
 """
 
+from interlock._claims import Claim, Owner
+from interlock._config import Switches, Timing
+from interlock._effects import ACTION_METADATA_KEY, Effect, Found, Observation, StripeRefund
 from interlock._errors import (
     ActionError,
-    ClaimError,
-    ClaimHeldError,
-    ClaimLostError,
     ConfigError,
     InterlockError,
     LeaseError,
@@ -17,27 +21,62 @@ from interlock._errors import (
     SchemaVersionError,
     StoreError,
 )
+from interlock._gate import REASON_WORLD_CHANGED, Gate, Outcome, new_action_id
+from interlock._journal import (
+    ActionState,
+    Intent,
+    JournalRecord,
+    MemoryStore,
+    Settlement,
+    SQLiteStore,
+    Store,
+)
+from interlock._leases import Lease
 from interlock._payments import Payment, Payments, Refund, refunds_fingerprint
+from interlock._receipts import Check, Receipt
 from interlock._stripe import DeadlineHTTPClient, StripePayments, make_stripe_client
+from interlock._verify import VerifyResult, verify
 
 __all__ = [
+    "ACTION_METADATA_KEY",
+    "REASON_WORLD_CHANGED",
     "ActionError",
-    "ClaimError",
-    "ClaimHeldError",
-    "ClaimLostError",
+    "ActionState",
+    "Check",
+    "Claim",
     "ConfigError",
     "DeadlineHTTPClient",
+    "Effect",
+    "Found",
+    "Gate",
+    "Intent",
     "InterlockError",
+    "JournalRecord",
+    "Lease",
     "LeaseError",
-    "make_stripe_client",
+    "MemoryStore",
+    "Observation",
+    "Outcome",
+    "Owner",
     "Payment",
     "Payments",
     "PaymentsError",
     "PaymentsRejectedError",
     "PaymentsUnsettledError",
+    "Receipt",
     "Refund",
-    "refunds_fingerprint",
+    "SQLiteStore",
     "SchemaVersionError",
+    "Settlement",
+    "Store",
     "StoreError",
     "StripePayments",
+    "StripeRefund",
+    "Switches",
+    "Timing",
+    "VerifyResult",
+    "make_stripe_client",
+    "new_action_id",
+    "refunds_fingerprint",
+    "verify",
 ]

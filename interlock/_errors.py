@@ -6,9 +6,6 @@ Every error derives from one root, so a caller can catch the library as a whole:
     ├── ConfigError (ValueError)             bad timing or switch settings
     ├── StoreError                           the journal cannot be used
     │   └── SchemaVersionError               the store was written by another schema
-    ├── ClaimError
-    │   ├── ClaimHeldError                   another live owner holds the action
-    │   └── ClaimLostError                   this worker's claim expired or was taken
     ├── LeaseError (LookupError)             no such approval, or a bad operation on one
     ├── ActionError (LookupError)            no such action in the journal
     └── PaymentsError                        the payments provider answered badly
@@ -48,38 +45,6 @@ class SchemaVersionError(StoreError):
             path,
             f"schema version {found}, this library reads version {expected}; "
             "use a new store file or the interlock version that wrote it",
-        )
-
-
-class ClaimError(InterlockError):
-    """Base for claim conflicts on one action."""
-
-    def __init__(self, action_id: str, message: str) -> None:
-        self.action_id = action_id
-        super().__init__(f"action {action_id}: {message}")
-
-
-class ClaimHeldError(ClaimError):
-    """Another owner holds a live claim on the action."""
-
-    def __init__(self, action_id: str, owner: str, expires_in_s: float) -> None:
-        self.owner = owner
-        self.expires_in_s = expires_in_s
-        super().__init__(
-            action_id,
-            f"claimed by {owner} for {expires_in_s:.1f} s more; "
-            "wait for the claim to expire (gate.recover() waits by itself)",
-        )
-
-
-class ClaimLostError(ClaimError):
-    """This worker no longer holds the claim; it must not write an outcome."""
-
-    def __init__(self, action_id: str) -> None:
-        super().__init__(
-            action_id,
-            "this worker's claim expired or was taken over; it sends and records "
-            "nothing more, and the new owner's recovery settles the action",
         )
 
 

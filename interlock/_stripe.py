@@ -43,7 +43,7 @@ class DeadlineHTTPClient(stripe.HTTPClient):
         self.timeout_s = timeout_s
         self._ssl = ssl.create_default_context(cafile=stripe.ca_bundle_path)
 
-    def request(
+    def request(  # type: ignore[override]
         self,
         method: str,
         url: str,
@@ -89,7 +89,7 @@ class DeadlineHTTPClient(stripe.HTTPClient):
             return b"".join(chunks), resp.status, answer_headers
         except (OSError, http.client.HTTPException) as e:
             kind = "timed out" if isinstance(e, (TimeoutError, socket.timeout)) else "failed"
-            raise stripe.APIConnectionError(
+            raise stripe.APIConnectionError(  # type: ignore[no-untyped-call]
                 f"request to Stripe {kind}: {type(e).__name__}: {e}", should_retry=False
             ) from e
         finally:
@@ -195,7 +195,8 @@ class StripePayments:
             "metadata": dict(metadata or {}),
         }
         intent = _call(
-            "create payment", lambda: self._client.v1.payment_intents.create(params=params)
+            "create payment",
+            lambda: self._client.v1.payment_intents.create(params=params),  # type: ignore[arg-type]
         )
         return payment_from_stripe(intent.to_dict(), [])
 

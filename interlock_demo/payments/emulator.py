@@ -55,7 +55,8 @@ def decode_form(body: str) -> dict[str, Any]:
                 node[part] = value
             else:
                 node = node.setdefault(part, {})
-    return _lists(root)
+    decoded: dict[str, Any] = _lists(root)
+    return decoded
 
 
 def _lists(node: Any) -> Any:
@@ -154,13 +155,13 @@ class _Handler(BaseHTTPRequestHandler):
                 model.clear_faults()
                 self._send(200, {"cleared": True})
             elif method == "GET" and len(parts) == 2 and parts[0] == "faults":
-                fault = model.fault(parts[1])
-                if fault is None:
+                found = model.fault(parts[1])
+                if found is None:
                     self._send(404, {"error": f"no fault {parts[1]}"})
                     return
                 wait = float(dict(parse_qsl(query)).get("wait", "0"))
-                fault.committed.wait(min(max(wait, 0.0), 60.0))
-                self._send(200, fault.describe())
+                found.committed.wait(min(max(wait, 0.0), 60.0))
+                self._send(200, found.describe())
             elif method == "POST" and len(parts) == 3 and parts[::2] == ["refunds", "status"]:
                 self._send(200, model.set_refund_status(parts[1], str(data["status"])))
             else:

@@ -11,8 +11,9 @@ still running is a 409; keys are pruned 24 hours after first use, by the model's
 which tests can advance. Validation errors are not saved, as at Stripe.
 
 Faults for crash tests apply to the next refund requests: hold the answer after the
-refund is committed, answer 500 with or without committing, or drop the connection after
-committing. A fault's `committed` event tells the caller when the refund is in.
+refund is committed (or, with `commit=False`, hold before committing: a slow request whose
+key stays in progress), answer 500 with or without committing, or drop the connection
+after committing. A fault's `committed` event tells the caller when the refund is in.
 """
 
 from __future__ import annotations
@@ -253,9 +254,14 @@ class PaymentsModel:
         self, handler: Callable[[JSONObj], JSONObj], params: JSONObj, fault: Fault | None
     ) -> tuple[int, JSONObj, bool, bool]:
         """Run a handler under a fault; returns (status, body, saved, drop)."""
-        if fault is not None and fault.kind == "error_500" and not fault.commit:
-            # A 500 before the endpoint began executing: nothing is committed or saved.
-            return 500, _server_error().envelope(), False, False
+        kind = fault.kind if fault is not None else None
+        if fault is not None and not fault.commit:
+            if kind == "error_500":
+                # A 500 before the endpoint began executing: nothing committed or saved.
+                return 500, _server_error().envelope(), False, False
+            if kind == "hold":
+                # A slow request: it holds before committing, its key in progress meanwhile.
+                time.sleep(fault.hold_ms / 1000)
         try:
             body = handler(params)
         except StripeModelError as e:
@@ -263,13 +269,14 @@ class PaymentsModel:
         if fault is None:
             return 200, body, True, False
         fault.committed.set()
-        if fault.kind == "hold":
+        if kind == "hold" and fault.commit:
             time.sleep(fault.hold_ms / 1000)
-            return 200, body, True, False
-        if fault.kind == "drop":
+        if kind == "drop":
             return 200, body, True, True
-        # A 500 after the refund was committed: Stripe saves and replays the 500.
-        return 500, _server_error().envelope(), True, False
+        if kind == "error_500":
+            # A 500 after the refund was committed: Stripe saves and replays the 500.
+            return 500, _server_error().envelope(), True, False
+        return 200, body, True, False
 
     def get_payment_intent(self, intent_id: str) -> Reply:
         """GET /v1/payment_intents/{id}."""
@@ -343,7 +350,9 @@ class PaymentsModel:
         amount = _positive_int(p, "amount")
         currency = p.get("currency")
         if not isinstance(currency, str) or not currency:
-            raise StripeModelError(400, "Missing required param: currency.", code="parameter_missing", param="currency")
+            raise StripeModelError(
+                400, "Missing required param: currency.", code="parameter_missing", param="currency"
+            )
         if amount < 50:
             raise StripeModelError(
                 400,
@@ -412,10 +421,14 @@ class PaymentsModel:
         amount = _positive_int(p, "amount") if "amount" in p else None
         metadata = _metadata(p)
         reason = p.get("reason")
-        if reason is not None and reason not in ("duplicate", "fraudulent", "requested_by_customer"):
+        if reason is not None and reason not in (
+            "duplicate",
+            "fraudulent",
+            "requested_by_customer",
+        ):
             raise StripeModelError(
                 400,
-                f"Invalid reason: must be one of duplicate, fraudulent, or requested_by_customer",
+                "Invalid reason: must be one of duplicate, fraudulent, or requested_by_customer",
                 param="reason",
             )
         with self._lock:
@@ -510,7 +523,9 @@ def _metadata(p: JSONObj) -> dict[str, str]:
     if raw == "":
         return {}
     if not isinstance(raw, dict):
-        raise StripeModelError(400, "Invalid object", code="parameter_invalid_object", param="metadata")
+        raise StripeModelError(
+            400, "Invalid object", code="parameter_invalid_object", param="metadata"
+        )
     return {str(k): str(v) for k, v in raw.items() if v != ""}
 
 

@@ -1,0 +1,118 @@
+"""Who holds an action: owner identities and claims.
+
+A claim says one worker may act on an action until `expires_at` (wall-clock seconds, so
+that processes on one machine agree). Taking one is a compare-and-set in the store; a live
+claim is never taken, with one exception that cannot put a send in flight twice: an owner
+that never journaled `sending` and whose process is provably gone (same host, its pid
+dead or reused) may be replaced at once.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import psutil
+
+# Process start times from psutil are floats rounded by the kernel's clock tick.
+_START_TIME_TOLERANCE_S = 0.05
+
+
+@dataclass(frozen=True)
+class Owner:
+    """A worker's identity: its id, pid, process start time and host."""
+
+    worker_id: str
+    pid: int
+    started_at: float
+    host: str
+
+    @classmethod
+    def current(cls, worker_id: str | None = None) -> Owner:
+        """The identity of this process."""
+        pid = os.getpid()
+        return cls(
+            worker_id=worker_id or f"worker-{uuid.uuid4().hex[:12]}",
+            pid=pid,
+            started_at=psutil.Process(pid).create_time(),
+            host=socket.gethostname(),
+        )
+
+    def label(self) -> str:
+        """Short text for messages: worker id and pid."""
+        return f"{self.worker_id} (pid {self.pid})"
+
+    def is_gone(self) -> bool:
+        """True only when this owner's process provably no longer runs.
+
+        Only a process on this host can be checked; elsewhere the answer is False.
+        """
+        if self.host != socket.gethostname():
+            return False
+        try:
+            started = psutil.Process(self.pid).create_time()
+        except psutil.NoSuchProcess:
+            return True
+        except psutil.Error:
+            return False
+        return bool(abs(started - self.started_at) > _START_TIME_TOLERANCE_S)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The owner as JSON-ready data."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Owner:
+        """An owner from `to_dict` data."""
+        return cls(
+            worker_id=str(data["worker_id"]),
+            pid=int(data["pid"]),
+            started_at=float(data["started_at"]),
+            host=str(data["host"]),
+        )
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claim on one action: who, since when, until when, and whether a send began."""
+
+    owner: Owner
+    claimed_at: float
+    expires_at: float
+    sending: bool = False
+
+    def live(self, now: float) -> bool:
+        """Whether the claim has not expired at `now`."""
+        return now < self.expires_at
+
+    def left(self, now: float) -> float:
+        """Seconds of claim left at `now` (negative once expired)."""
+        return self.expires_at - now
+
+    def replaceable_by(self, owner: Owner, now: float) -> bool:
+        """Whether `owner` may take this claim at `now`."""
+        if owner == self.owner or not self.live(now):
+            return True
+        return not self.sending and self.owner.is_gone()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The claim as JSON-ready data."""
+        return {
+            "owner": self.owner.to_dict(),
+            "claimed_at": self.claimed_at,
+            "expires_at": self.expires_at,
+            "sending": self.sending,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Claim:
+        """A claim from `to_dict` data."""
+        return cls(
+            owner=Owner.from_dict(data["owner"]),
+            claimed_at=float(data["claimed_at"]),
+            expires_at=float(data["expires_at"]),
+            sending=bool(data.get("sending", False)),
+        )

@@ -1,0 +1,129 @@
+"""Timing and emulated switches, read from the environment and checked.
+
+The gate must never take over a send that may still be in flight, so the Stripe timeout
+has to end at least `SAFETY_MARGIN_S` inside the claim: a claim outlives every request
+its owner may have started, plus the time Stripe may take past the client's deadline.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from interlock._errors import ConfigError
+
+SAFETY_MARGIN_S = 5.0
+# Renewing the claim right before a send adds this much for the local steps between the
+# renewal and the call, so the claim still has the full send window when the call starts.
+SEND_PREP_S = 1.0
+DEFAULT_CLAIM_TTL_S = 40.0
+DEFAULT_STRIPE_TIMEOUT_S = 30.0
+
+ENV_CLAIM_TTL = "INTERLOCK_CLAIM_TTL"
+ENV_STRIPE_TIMEOUT = "INTERLOCK_STRIPE_TIMEOUT"
+ENV_EMULATE_24H = "INTERLOCK_EMULATE_24H"
+ENV_NO_LOOKUP = "INTERLOCK_NO_LOOKUP"
+EMULATED_SWITCHES = (ENV_EMULATE_24H, ENV_NO_LOOKUP)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How long a claim lasts and how long one Stripe request may take, in seconds."""
+
+    claim_ttl_s: float = DEFAULT_CLAIM_TTL_S
+    stripe_timeout_s: float = DEFAULT_STRIPE_TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        for name, value in (
+            ("claim TTL", self.claim_ttl_s),
+            ("Stripe timeout", self.stripe_timeout_s),
+        ):
+            if not math.isfinite(value) or value <= 0:
+                raise ConfigError(f"the {name} must be a positive number of seconds, got {value}")
+        if self.claim_ttl_s - self.stripe_timeout_s < SAFETY_MARGIN_S:
+            raise ConfigError(
+                f"claim TTL {self.claim_ttl_s:g} s with Stripe timeout "
+                f"{self.stripe_timeout_s:g} s is refused: the timeout must end at least "
+                f"{SAFETY_MARGIN_S:g} s inside the claim (TTL - timeout >= {SAFETY_MARGIN_S:g}), "
+                "so that no worker takes over a send that may still be in flight. Raise "
+                f"{ENV_CLAIM_TTL} or lower {ENV_STRIPE_TIMEOUT}."
+            )
+
+    @property
+    def send_window_s(self) -> float:
+        """The claim time a worker must have left before it may start a send."""
+        return self.stripe_timeout_s + SAFETY_MARGIN_S
+
+    @property
+    def renewal_s(self) -> float:
+        """How far ahead the renewal before a send moves the claim's expiry."""
+        return max(self.claim_ttl_s, self.send_window_s + SEND_PREP_S)
+
+    @classmethod
+    def from_env(
+        cls,
+        env: Mapping[str, str] | None = None,
+        *,
+        claim_ttl_s: float = DEFAULT_CLAIM_TTL_S,
+        stripe_timeout_s: float = DEFAULT_STRIPE_TIMEOUT_S,
+    ) -> Timing:
+        """Timing from `INTERLOCK_CLAIM_TTL` and `INTERLOCK_STRIPE_TIMEOUT`, else the defaults."""
+        env = os.environ if env is None else env
+        return cls(
+            claim_ttl_s=_seconds(env, ENV_CLAIM_TTL, claim_ttl_s),
+            stripe_timeout_s=_seconds(env, ENV_STRIPE_TIMEOUT, stripe_timeout_s),
+        )
+
+
+@dataclass(frozen=True)
+class Switches:
+    """Emulated conditions, for showing what the gate guards against.
+
+    `emulate_24h`: a retry behaves as if Stripe had pruned the idempotency key (the retry
+    uses a key Stripe has not seen). `no_lookup`: the gate skips the lookup of its own
+    earlier send. Every run that uses one must say so.
+    """
+
+    emulate_24h: bool = False
+    no_lookup: bool = False
+
+    @property
+    def names(self) -> list[str]:
+        """The switches that are on, as their environment names."""
+        return [
+            name
+            for name, on in ((ENV_EMULATE_24H, self.emulate_24h), (ENV_NO_LOOKUP, self.no_lookup))
+            if on
+        ]
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Switches:
+        """Switches from `INTERLOCK_EMULATE_24H` and `INTERLOCK_NO_LOOKUP` (1/true/yes)."""
+        env = os.environ if env is None else env
+        return cls(
+            emulate_24h=_flag(env, ENV_EMULATE_24H),
+            no_lookup=_flag(env, ENV_NO_LOOKUP),
+        )
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ConfigError(
+            f"{name}={raw!r} is not a number of seconds; set it to a number such as {default:g}"
+        ) from None
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    raw = env.get(name, "").strip().lower()
+    if raw in ("", "0", "false", "no", "off"):
+        return False
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    raise ConfigError(f"{name}={raw!r} is not a switch value; use 1 or 0")

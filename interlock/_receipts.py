@@ -1,0 +1,151 @@
+"""Receipts: a hash-chained record of what the gate checked and what it decided.
+
+Each receipt's body is canonical JSON (sorted keys, no spaces) holding every field,
+including its sequence number and the previous receipt's hash; the hash is SHA-256 of
+that text, so an edited, reordered or dropped-from-the-middle receipt breaks the chain.
+With `INTERLOCK_RECEIPT_KEY` set the hash is also signed with HMAC-SHA256; without it the
+receipt says `"signed": false`. A receipt is the gate's record, not proof: Stripe's refund
+list is the evidence, and a truncated tail is only caught if the head is kept elsewhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+RECEIPT_VERSION = 1
+GENESIS_HASH = "0" * 64
+ENV_RECEIPT_KEY = "INTERLOCK_RECEIPT_KEY"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check the gate made: what it expected, what it saw, whether it passed."""
+
+    name: str
+    expected: Any
+    observed: Any
+    passed: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """The check as JSON-ready data."""
+        return {
+            "name": self.name,
+            "expected": self.expected,
+            "observed": self.observed,
+            "passed": self.passed,
+        }
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """A stored receipt: its canonical body text, hash and optional signature."""
+
+    seq: int
+    action_id: str
+    body_text: str
+    prev_hash: str
+    hash: str
+    signature: str | None
+
+    @property
+    def body(self) -> dict[str, Any]:
+        """The parsed body."""
+        data: dict[str, Any] = json.loads(self.body_text)
+        return data
+
+    @property
+    def outcome(self) -> str:
+        """`sent`, `adopted`, `refused` or `failed`."""
+        return str(self.body["outcome"])
+
+    @property
+    def checks(self) -> list[dict[str, Any]]:
+        """Each check as recorded."""
+        return list(self.body["checks"])
+
+    @property
+    def signed(self) -> bool:
+        """Whether the receipt was signed with a receipt key."""
+        return bool(self.body.get("signed"))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The receipt as JSON-ready data (body parsed)."""
+        return {
+            "seq": self.seq,
+            "hash": self.hash,
+            "prev_hash": self.prev_hash,
+            "signature": self.signature,
+            **self.body,
+        }
+
+
+def canonical_json(data: Any) -> str:
+    """JSON with sorted keys and no spaces: one text for one value."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def receipt_key(env: Mapping[str, str] | None = None) -> bytes | None:
+    """The HMAC key from `INTERLOCK_RECEIPT_KEY`, or None for unsigned receipts."""
+    env = os.environ if env is None else env
+    raw = env.get(ENV_RECEIPT_KEY, "")
+    return raw.encode() if raw else None
+
+
+def sign(key: bytes, digest: str) -> str:
+    """HMAC-SHA256 of a receipt hash."""
+    return hmac.new(key, digest.encode(), hashlib.sha256).hexdigest()
+
+
+def seal(
+    seq: int, prev_hash: str, fields: Mapping[str, Any], key: bytes | None
+) -> tuple[str, str, str | None]:
+    """Body text, hash and signature for the receipt at `seq` following `prev_hash`."""
+    body = dict(fields)
+    body.update(
+        {"v": RECEIPT_VERSION, "seq": seq, "prev_hash": prev_hash, "signed": key is not None}
+    )
+    text = canonical_json(body)
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    return text, digest, (sign(key, digest) if key is not None else None)
+
+
+def chain_problems(receipts: list[Receipt], key: bytes | None) -> list[str]:
+    """Every break in the chain: hashes, order, gaps and signatures."""
+    problems: list[str] = []
+    prev = GENESIS_HASH
+    for expected_seq, r in enumerate(receipts, start=1):
+        where = f"receipt {r.seq} ({r.action_id})"
+        digest = hashlib.sha256(r.body_text.encode()).hexdigest()
+        if digest != r.hash:
+            problems.append(f"{where}: its body does not match its hash (edited)")
+        try:
+            body = r.body
+        except ValueError:
+            problems.append(f"{where}: its body is not JSON")
+            prev = r.hash
+            continue
+        if r.seq != expected_seq or body.get("seq") != r.seq:
+            problems.append(f"{where}: out of order or a gap: expected receipt {expected_seq} here")
+        if body.get("prev_hash") != prev or r.prev_hash != prev:
+            problems.append(
+                f"{where}: does not follow the receipt before it (reordered or dropped)"
+            )
+        if body.get("action_id") != r.action_id:
+            problems.append(f"{where}: its action column does not match its body")
+        if body.get("signed"):
+            if key is None:
+                problems.append(
+                    f"{where}: signed, but no {ENV_RECEIPT_KEY} was given to check the signature"
+                )
+            elif r.signature is None or not hmac.compare_digest(sign(key, r.hash), r.signature):
+                problems.append(f"{where}: bad signature")
+        elif r.signature is not None:
+            problems.append(f"{where}: says unsigned but carries a signature")
+        prev = r.hash
+    return problems

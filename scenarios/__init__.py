@@ -1,0 +1,1 @@
+"""The demo's scenarios and the truth table, as data."""

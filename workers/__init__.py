@@ -1,0 +1,1 @@
+"""Worker processes: one entry module per worker kind."""
