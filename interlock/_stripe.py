@@ -62,15 +62,17 @@ class DeadlineHTTPClient(stripe.HTTPClient):
 
         parts = urlsplit(url)
         path = parts.path + (f"?{parts.query}" if parts.query else "")
-        conn: http.client.HTTPConnection
-        if parts.scheme == "https":
-            conn = http.client.HTTPSConnection(
-                parts.hostname or "", parts.port, timeout=left(), context=self._ssl
-            )
-        else:
-            conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=left())
         body = post_data.encode() if isinstance(post_data, str) else post_data
+        conn: http.client.HTTPConnection | None = None
         try:
+            # Inside the try: the deadline may already be spent here, and that must come
+            # out as an APIConnectionError like every other timeout, not a bare TimeoutError.
+            if parts.scheme == "https":
+                conn = http.client.HTTPSConnection(
+                    parts.hostname or "", parts.port, timeout=left(), context=self._ssl
+                )
+            else:
+                conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=left())
             conn.connect()
             assert conn.sock is not None
             conn.sock.settimeout(left())
@@ -93,7 +95,8 @@ class DeadlineHTTPClient(stripe.HTTPClient):
                 f"request to Stripe {kind}: {type(e).__name__}: {e}", should_retry=False
             ) from e
         finally:
-            conn.close()
+            if conn is not None:
+                conn.close()
 
     def request_stream(
         self,

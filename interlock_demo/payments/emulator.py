@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -144,10 +145,13 @@ class _Handler(BaseHTTPRequestHandler):
                 now = model.advance(float(data["seconds"]))
                 self._send(200, {"now": now})
             elif method == "POST" and parts == ["faults"]:
+                commit = data.get("commit", True)
+                if not isinstance(commit, bool):
+                    raise TypeError(f"commit must be true or false, not {commit!r}")
                 fault = model.add_fault(
                     str(data["kind"]),
                     hold_ms=int(data.get("hold_ms", 0)),
-                    commit=bool(data.get("commit", True)),
+                    commit=commit,
                     count=int(data.get("count", 1)),
                 )
                 self._send(200, fault.describe())
@@ -192,6 +196,16 @@ class EmulatorHTTPServer(ThreadingHTTPServer):
     def __init__(self, port: int, model: PaymentsModel) -> None:
         self.model = model
         super().__init__(("127.0.0.1", port), _Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away (its deadline passed, or it was killed) is normal here.
+
+        The default prints a traceback to stderr, which would land on the demo's screen;
+        anything else is still reported.
+        """
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
 
 class StripeEmulator:

@@ -19,6 +19,7 @@ after committing. A fault's `committed` event tells the caller when the refund i
 from __future__ import annotations
 
 import itertools
+import math
 import secrets
 import threading
 import time
@@ -146,8 +147,8 @@ class PaymentsModel:
 
     def advance(self, seconds: float) -> float:
         """Move the model's clock forward (for idempotency-key expiry); returns now()."""
-        if seconds < 0:
-            raise ValueError("the clock only moves forward")
+        if not math.isfinite(seconds) or seconds < 0:
+            raise ValueError("the clock only moves forward, by a finite number of seconds")
         with self._lock:
             self._offset += seconds
             return self.now()
