@@ -575,6 +575,7 @@ class SQLiteStore(_RuleStore):
     def __init__(self, path: str | Path, *, busy_timeout_s: float = 30.0) -> None:
         self.path = Path(path)
         self.commits = 0
+        self._lock = threading.RLock()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._conn = sqlite3.connect(
@@ -583,18 +584,36 @@ class SQLiteStore(_RuleStore):
                 isolation_level=None,
                 check_same_thread=False,
             )
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA synchronous=FULL")
-            self._lock = threading.RLock()
-            self._conn.executescript(_SCHEMA)
-        except sqlite3.DatabaseError as e:
+        except (sqlite3.DatabaseError, OSError) as e:
             raise StoreError(
                 str(self.path), f"cannot open: {e}; check the path and permissions"
             ) from e
-        self._check_schema()
+        try:
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=FULL")
+            self._check_schema()
+        except BaseException as e:
+            self._conn.close()
+            if isinstance(e, sqlite3.DatabaseError):
+                raise StoreError(
+                    str(self.path), f"cannot open: {e}; check the path and permissions"
+                ) from e
+            raise
 
     def _check_schema(self) -> None:
+        # Read the version before creating anything: a store of another version is
+        # refused as it is, not altered first.
         with self._lock:
+            has_meta = self._conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'"
+            ).fetchone()
+            if has_meta is not None:
+                r = self._conn.execute(
+                    "SELECT value FROM meta WHERE key='schema_version'"
+                ).fetchone()
+                if r is not None and int(r[0]) != SCHEMA_VERSION:
+                    raise SchemaVersionError(str(self.path), int(r[0]), SCHEMA_VERSION)
+            self._conn.executescript(_SCHEMA)
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 r = self._conn.execute(
