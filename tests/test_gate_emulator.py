@@ -1,0 +1,265 @@
+"""The gate's ambiguous answers, through the real `stripe` SDK against the loopback emulator.
+
+Each test arms one emulator fault on the refund create, runs `Gate.submit` with the
+smallest useful timing (claim TTL 6 s, Stripe deadline 1 s), and checks what matters:
+exactly one refund at the emulator, an outcome that tells the truth about it, never
+`failed` for an answer that settled nothing, and `verify()` agreeing with Stripe.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from interlock import (
+    ACTION_METADATA_KEY,
+    Gate,
+    Intent,
+    Lease,
+    Outcome,
+    PaymentsUnsettledError,
+    Refund,
+    SQLiteStore,
+    StripePayments,
+    StripeRefund,
+    Switches,
+    Timing,
+    make_stripe_client,
+    new_action_id,
+    refunds_fingerprint,
+    verify,
+)
+from interlock_demo.payments import StripeEmulator
+from tests.conftest import TEST_KEY
+
+AMOUNT = 2000
+DEADLINE_S = 1.0
+WAIT_S = 15.0
+
+
+@dataclass
+class Rig:
+    """One payment, one approval, a gate over the emulator, and the events it emitted."""
+
+    emulator: StripeEmulator
+    payments: StripePayments
+    store: SQLiteStore
+    gate: Gate
+    payment_intent: str
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+    def intent(self) -> Intent:
+        """A fresh decision to refund AMOUNT, made on the payment's refunds as they are."""
+        refunds = self.payments.list_refunds(self.payment_intent)
+        return Intent(
+            action_id=new_action_id(),
+            kind="refund",
+            target=self.payment_intent,
+            amount=AMOUNT,
+            lease_id=f"lease-{self.payment_intent}",
+            fingerprint=refunds_fingerprint(refunds),
+        )
+
+    def refunds(self) -> list[Refund]:
+        """The payment's refunds as the emulator holds them."""
+        return self.payments.list_refunds(self.payment_intent)
+
+    def creates(self) -> int:
+        """Refund-create requests the emulator received."""
+        return self.emulator.model.requests.count(("POST", "refunds"))
+
+    def unsettled_statuses(self) -> list[int | None]:
+        """The HTTP status of every create answer that settled nothing (None: no answer)."""
+        return [d["http_status"] for kind, d in self.events if kind == "answer-unsettled"]
+
+
+def _handler_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if "process_request_thread" in t.name}
+
+
+@pytest.fixture
+def rig(emulator: StripeEmulator, tmp_path: Path) -> Iterator[Rig]:
+    """A gate with Timing(6, 1) over the real SDK (1 s deadline) and a SQLite store."""
+    before = _handler_threads()
+    payments = StripePayments(
+        make_stripe_client(TEST_KEY, timeout_s=DEADLINE_S, base_url=emulator.url)
+    )
+    payment = payments.create_payment(5000)
+    store = SQLiteStore(tmp_path / "journal.sqlite3")
+    now = time.time()
+    store.grant_lease(
+        Lease(
+            id=f"lease-{payment.id}",
+            kind="refund",
+            target=payment.id,
+            cap=AMOUNT,
+            expires_at=now + 3600,
+            granted_by="test",
+            granted_at=now,
+        )
+    )
+    events: list[tuple[str, dict[str, Any]]] = []
+    gate = Gate(
+        store,
+        StripeRefund(payments),
+        timing=Timing(claim_ttl_s=6, stripe_timeout_s=DEADLINE_S),
+        switches=Switches(),
+        on_event=lambda kind, data: events.append((kind, dict(data))),
+    )
+    yield Rig(emulator, payments, store, gate, payment.id, events)
+    store.close()
+    # A held request answers into a closed socket after the test; let it finish here.
+    deadline = time.monotonic() + WAIT_S
+    for t in _handler_threads() - before:
+        t.join(max(0.0, deadline - time.monotonic()))
+        assert not t.is_alive(), "an emulator request thread did not finish"
+
+
+def _assert_one_truthful_refund(rig: Rig, outcome: Outcome) -> Refund:
+    """Exactly one refund exists, it names the action, and the outcome records it."""
+    refunds = rig.refunds()
+    assert len(refunds) == 1, refunds
+    refund = refunds[0]
+    assert refund.amount == AMOUNT
+    assert refund.metadata[ACTION_METADATA_KEY] == outcome.action_id
+    assert outcome.status in ("sent", "adopted")
+    assert outcome.external_id == refund.id
+    state = rig.store.action(outcome.action_id)
+    assert state is not None and state.settlement is not None
+    assert state.settlement.status == outcome.status
+    assert state.settlement.external_id == refund.id
+    assert [r.outcome for r in rig.store.receipts()] == [outcome.status]
+    result = verify(rig.store, rig.payments)
+    assert result.ok, result.problems
+    return refund
+
+
+def test_timeout_after_the_refund_landed_adopts_it(rig: Rig) -> None:
+    """A create that commits but answers after the deadline is found by the lookup and adopted."""
+    fault = rig.emulator.model.add_fault("hold", hold_ms=1500, commit=True)
+
+    outcome = rig.gate.submit(rig.intent())
+
+    assert fault.committed.is_set()
+    assert rig.unsettled_statuses() == [None], "the first answer should be a client timeout"
+    assert outcome.status == "adopted"
+    assert rig.creates() == 1, "nothing may be sent again once the lookup found the refund"
+    _assert_one_truthful_refund(rig, outcome)
+    assert outcome.receipt is not None
+    answers = outcome.receipt.body["unsettled_answers"]
+    assert [(a["step"], a["idempotency_key"]) for a in answers] == [("send", outcome.action_id)]
+
+
+def test_409_while_the_first_request_runs_is_not_a_failure(rig: Rig) -> None:
+    """A 409 `idempotency_key_in_use` on the retry settles nothing: one refund, never `failed`."""
+    # The first request holds before committing, longer than the deadline: its key stays
+    # in progress, so the gate's retries under the same key get 409.
+    fault = rig.emulator.model.add_fault("hold", hold_ms=3000, commit=False)
+    intent = rig.intent()
+
+    first = rig.gate.submit(intent)
+
+    # One timeout, then 409 on each retry: the gate leaves the action to recovery.
+    assert rig.unsettled_statuses() == [None, 409, 409], rig.events
+    assert first.status == "pending", first
+    state = rig.store.action(intent.action_id)
+    assert state is not None and state.settlement is None
+    assert fault.committed.wait(WAIT_S), "the held refund never committed"
+    (outcome,) = rig.gate.recover()
+    assert outcome.status == "adopted"
+    _assert_one_truthful_refund(rig, outcome)
+    assert outcome.action_id == intent.action_id
+    assert all(kind != "answer" for kind, _ in rig.events), "no answer may be taken as definite"
+    assert rig.creates() == 3
+
+
+def test_500_after_commit_is_replayed_so_the_lookup_adopts(rig: Rig) -> None:
+    """A 500 saved under the key after the refund committed is settled by the lookup."""
+    fault = rig.emulator.model.add_fault("error_500", commit=True)
+    intent = rig.intent()
+
+    outcome = rig.gate.submit(intent)
+
+    assert fault.committed.is_set()
+    assert rig.unsettled_statuses() == [500]
+    assert outcome.status == "adopted"
+    assert rig.creates() == 1
+    _assert_one_truthful_refund(rig, outcome)
+    # The key now replays the 500: resending could never have settled this action.
+    with pytest.raises(PaymentsUnsettledError) as replay:
+        rig.payments.create_refund(
+            intent.target,
+            intent.amount,
+            idempotency_key=intent.action_id,
+            metadata={ACTION_METADATA_KEY: intent.action_id},
+        )
+    assert replay.value.http_status == 500
+
+
+def test_500_without_commit_is_retried_under_the_same_key(rig: Rig) -> None:
+    """A 500 before anything committed is retried under the same key, which sends."""
+    fault = rig.emulator.model.add_fault("error_500", commit=False)
+
+    outcome = rig.gate.submit(rig.intent())
+
+    assert not fault.committed.is_set()
+    assert rig.unsettled_statuses() == [500]
+    assert outcome.status == "sent"
+    assert rig.creates() == 2
+    _assert_one_truthful_refund(rig, outcome)
+    assert outcome.receipt is not None
+    body = outcome.receipt.body
+    assert body["idempotency_key"] == outcome.action_id
+    assert [a["idempotency_key"] for a in body["unsettled_answers"]] == [outcome.action_id]
+
+
+def test_dropped_connection_after_commit_adopts_the_refund(rig: Rig) -> None:
+    """A connection dropped after the refund committed is settled by the lookup: one refund."""
+    fault = rig.emulator.model.add_fault("drop")
+
+    outcome = rig.gate.submit(rig.intent())
+
+    assert fault.committed.is_set()
+    assert rig.unsettled_statuses() == [None]
+    assert outcome.status == "adopted"
+    assert rig.creates() == 1
+    _assert_one_truthful_refund(rig, outcome)
+
+
+def test_each_action_is_one_refund_across_faults(rig: Rig) -> None:
+    """Several actions on one payment, each behind a different fault, make one refund each."""
+    rig.store.grant_lease(
+        Lease(
+            id=f"lease-{rig.payment_intent}-more",
+            kind="refund",
+            target=rig.payment_intent,
+            cap=AMOUNT,
+            expires_at=time.time() + 3600,
+            granted_by="test",
+            granted_at=time.time(),
+        )
+    )
+    rig.emulator.model.add_fault("drop")
+    first = rig.gate.submit(rig.intent())
+    rig.emulator.model.add_fault("error_500", commit=False)
+    second_intent = replace(
+        rig.intent(),
+        lease_id=f"lease-{rig.payment_intent}-more",
+        metadata={"case": uuid.uuid4().hex},
+    )
+    second = rig.gate.submit(second_intent)
+
+    assert (first.status, second.status) == ("adopted", "sent")
+    by_action = {r.metadata[ACTION_METADATA_KEY]: r for r in rig.refunds()}
+    assert set(by_action) == {first.action_id, second.action_id}
+    assert by_action[second.action_id].metadata["case"] == second_intent.metadata["case"]
+    result = verify(rig.store, rig.payments)
+    assert result.ok, result.problems
+    assert result.chain_length == 2
