@@ -197,6 +197,10 @@ class Store(Protocol):
         """Action ids with an intent and no outcome, oldest first."""
         ...
 
+    def actions(self, metadata: Mapping[str, str] | None = None) -> list[str]:
+        """Action ids, oldest first, whose intent metadata has all these key/value pairs."""
+        ...
+
     def receipts(self) -> list[Receipt]:
         """Every receipt, in chain order."""
         ...
@@ -663,6 +667,18 @@ class SQLiteStore(_RuleStore):
             ).fetchall()
         return [str(r[0]) for r in rows]
 
+    def actions(self, metadata: Mapping[str, str] | None = None) -> list[str]:
+        """Action ids, oldest first, whose intent metadata has all these key/value pairs."""
+        where, args = "", []
+        for key, value in (metadata or {}).items():
+            where += " AND json_extract(intent, ?) = ?"
+            args += [f'$.metadata."{key}"', value]
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT action_id FROM actions WHERE 1=1{where} ORDER BY created_at, rowid", args
+            ).fetchall()
+        return [str(r[0]) for r in rows]
+
     def receipts(self) -> list[Receipt]:
         """Every receipt, in chain order."""
         with self._lock:
@@ -761,6 +777,17 @@ class MemoryStore(_RuleStore):
         """Action ids with an intent and no outcome, oldest first."""
         with self._lock:
             rows = [r for r in self._actions.values() if r.settlement is None]
+        return [r.intent.action_id for r in sorted(rows, key=lambda r: r.intent.created_at)]
+
+    def actions(self, metadata: Mapping[str, str] | None = None) -> list[str]:
+        """Action ids, oldest first, whose intent metadata has all these key/value pairs."""
+        wanted = dict(metadata or {})
+        with self._lock:
+            rows = [
+                r
+                for r in self._actions.values()
+                if all(r.intent.metadata.get(k) == v for k, v in wanted.items())
+            ]
         return [r.intent.action_id for r in sorted(rows, key=lambda r: r.intent.created_at)]
 
     def receipts(self) -> list[Receipt]:

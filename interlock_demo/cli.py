@@ -1,0 +1,137 @@
+"""The `interlock-demo` command.
+
+    interlock-demo [--live|--offline|--mock] [--checked] [--http [PORT]]   the app
+    interlock-demo --headless --json --scenario ID|all [...]               for CI
+    interlock-demo stripe-emulator [--port 12111]                           the emulator
+
+Exit codes: 0 as predicted, 1 a deviation, 2 bad usage or configuration, 3 a run could
+not finish.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from interlock_demo.keys import KeyRefusedError
+from interlock_demo.settings import UsageError, resolve
+
+EXIT_USAGE = 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="interlock-demo",
+        description="One real refund case, a SIGKILLed worker, and what ends up in Stripe.",
+    )
+    modes = p.add_mutually_exclusive_group()
+    modes.add_argument(
+        "--live",
+        action="store_const",
+        const="live",
+        dest="mode",
+        help="Stripe test mode and the real model (needs both keys)",
+    )
+    modes.add_argument(
+        "--offline",
+        action="store_const",
+        const="offline",
+        dest="mode",
+        help="rehearsal: loopback Stripe emulator and a scripted model",
+    )
+    modes.add_argument(
+        "--mock",
+        action="store_const",
+        const="mock",
+        dest="mode",
+        help="simulated in-process: no Stripe, no processes",
+    )
+    p.add_argument("--engine", default="standalone", choices=["standalone", "temporal"])
+    p.add_argument("--checked", action="store_true", help="add the hand-written check column")
+    p.add_argument("--headless", action="store_true", help="run without the app")
+    p.add_argument("--json", action="store_true", help="headless: print the run as JSON")
+    p.add_argument("--scenario", help="headless: hand-refund, revoked, after-answer or all")
+    p.add_argument(
+        "--emulate-24h",
+        action="store_true",
+        help="emulate a retry after Stripe pruned the idempotency key",
+    )
+    p.add_argument("--no-lookup", action="store_true", help="emulate a gate without the lookup")
+    p.add_argument(
+        "--stripe-base", metavar="URL", help="offline: use an emulator already listening at URL"
+    )
+    p.add_argument(
+        "--http",
+        nargs="?",
+        const=8787,
+        type=int,
+        metavar="PORT",
+        help="serve the run as JSON on 127.0.0.1 (default port 8787)",
+    )
+    sub = p.add_subparsers(dest="command")
+    emu = sub.add_parser("stripe-emulator", help="run the loopback Stripe emulator alone")
+    emu.add_argument("--port", type=int, default=12111)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command; returns the exit code."""
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:
+        return EXIT_USAGE if e.code else 0
+    if args.command == "stripe-emulator":
+        return _emulator(args.port)
+    try:
+        config = resolve(
+            mode=args.mode,
+            engine=args.engine,
+            emulate_24h=args.emulate_24h,
+            no_lookup=args.no_lookup,
+            stripe_base=args.stripe_base,
+        )
+        if args.engine == "temporal":
+            raise UsageError(
+                "the Temporal engine is not part of this build yet; use --engine standalone"
+            )
+    except (UsageError, KeyRefusedError) as e:
+        print(f"interlock-demo: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.headless:
+        from interlock_demo.headless import run_headless
+        from scenarios import SCENARIOS
+
+        if args.scenario is None or (args.scenario != "all" and args.scenario not in SCENARIOS):
+            print(
+                "interlock-demo: --headless needs --scenario with one of "
+                f"{', '.join(SCENARIOS)} or all",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
+        return run_headless(config, args.scenario, checked=args.checked, as_json=args.json)
+    from interlock_demo.app import run_app
+
+    return run_app(config, checked=args.checked, http_port=args.http)
+
+
+def _emulator(port: int) -> int:
+    from interlock_demo.payments import StripeEmulator
+
+    try:
+        emu = StripeEmulator(port)
+    except OSError as e:
+        print(f"interlock-demo: cannot listen on 127.0.0.1:{port}: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"Stripe emulator on {emu.url} (test keys only; Ctrl-C stops it)", file=sys.stderr)
+    try:
+        emu.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        emu.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

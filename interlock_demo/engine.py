@@ -1,0 +1,565 @@
+"""The standalone demo engine: one refund case per column, a kill, an outage, a restart.
+
+For each column, at the same time: create a $100 payment and a $20 approval, start the
+worker with the scenario's crash point, see it die (exit -9), do the outage action (a
+refund by hand, or a revocation), restart the worker, wait for its outcome, and fill the
+result card by re-reading the payment's refunds from Stripe (and, for interlock, the
+receipt and `verify()`).
+
+Parts by mode: live and offline run real worker processes (`workers.standalone`) against
+Stripe test mode or the loopback emulator; mock runs the same worker code in-process on
+the in-memory payments model, with the crash simulated and waits shown, not waited.
+The engine imports no Textual; views subscribe to the `Run`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from interlock import (
+    Lease,
+    MemoryStore,
+    Owner,
+    Payments,
+    SQLiteStore,
+    Store,
+    StripePayments,
+    make_stripe_client,
+    verify,
+)
+from interlock_demo.payments import InProcessPayments, PaymentsModel, StripeEmulator
+from interlock_demo.run import Column, Listener, Run, WorkerInfo
+from interlock_demo.settings import EMULATOR_KEY, DemoConfig, worker_env
+from interlock_demo.supervisor import SIGKILL_EXIT, Supervisor, WorkerProcess, WorkerState
+from scenarios import (
+    COLUMNS,
+    LEASE_CAP,
+    PAYMENT_AMOUNT,
+    REFUND_AMOUNT,
+    SWITCH_NO_LOOKUP,
+    Scenario,
+    expectation,
+    scenario,
+)
+from workers.agent import ScriptedModel
+from workers.columns import Case, MemoryBox, SimulatedCrash, WorkerContext, run_worker
+
+TITLES = {"standard": "Standard agent", "interlock": "Interlock", "checked": "Hand-written check"}
+SUPPORT_REQUEST = (
+    "Hi, I was charged $100 but one item never arrived. Could you refund $20 for it? Thanks!"
+)
+LEASE_TTL_S = 3600.0
+# How long a worker may take beyond the claim wait before the run counts as stuck.
+WORKER_GRACE_S = 90.0
+
+
+class BusyError(RuntimeError):
+    """A run is already going; one run at a time."""
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """What to run: a scenario, with or without the checked column, in which mode."""
+
+    scenario: str
+    checked: bool = False
+    mode: str | None = None
+
+
+class _ColumnFailed(Exception):
+    """A column could not finish; the message says why."""
+
+
+class Engine:
+    """Runs scenarios, one at a time, and keeps the runs of this process in memory."""
+
+    def __init__(self, config: DemoConfig) -> None:
+        self.config = config
+        self.runs: dict[str, Run] = {}
+        self.current: Run | None = None
+        self._lock = threading.Lock()
+        self._supervisor: Supervisor | None = None
+        self._emulator: StripeEmulator | None = None
+        self._closed = False
+
+    # -- starting and stopping -----------------------------------------------------------
+
+    def start(self, request: RunRequest, *, listeners: tuple[Listener, ...] = ()) -> Run:
+        """Register a run and start it in the background; `BusyError` if one is going.
+
+        `listeners` are subscribed before the run starts, so they see every change.
+        """
+        config = self.config
+        if request.mode is not None and request.mode != config.mode:
+            config = config.with_mode(request.mode)
+        sc = scenario(request.scenario)
+        with self._lock:
+            if self._closed:
+                raise BusyError("the engine is shutting down")
+            if self.current is not None and not self.current.finished:
+                raise BusyError(f"run {self.current.run_id} is still going; one run at a time")
+            names = [c for c in COLUMNS if c != "checked" or request.checked]
+            run = Run(
+                mode=config.mode,
+                engine="standalone",
+                scenario=sc.id,
+                title=sc.title,
+                emulated=config.switches.names,
+                settings=self._settings(config, request.checked),
+                columns=[Column(name=n, title=TITLES[n]) for n in names],
+            )
+            if config.fallback_reason:
+                run.notes.append(config.fallback_reason)
+            for listener in listeners:
+                run.subscribe(listener)
+            self.runs[run.run_id] = run
+            self.current = run
+        threading.Thread(
+            target=self._execute, args=(run, sc, config), name=f"run-{run.run_id}", daemon=True
+        ).start()
+        return run
+
+    def run(self, request: RunRequest, timeout: float | None = None) -> Run:
+        """Start a run and wait for it to end."""
+        run = self.start(request)
+        run.wait(timeout)
+        return run
+
+    def stop(self) -> None:
+        """Kill every worker of the current run."""
+        supervisor = self._supervisor
+        if supervisor is not None:
+            supervisor.stop()
+
+    def close(self) -> None:
+        """Stop workers and the emulator this engine started; no new runs after this."""
+        with self._lock:
+            self._closed = True
+        self.stop()
+        if self._emulator is not None:
+            self._emulator.stop()
+            self._emulator = None
+
+    def _settings(self, config: DemoConfig, checked: bool) -> dict[str, Any]:
+        settings: dict[str, Any] = {
+            "claim_ttl_s": config.timing.claim_ttl_s,
+            "stripe_timeout_s": config.timing.stripe_timeout_s,
+            "model": config.model_label,
+            "stripe": config.stripe_label,
+            "checked": checked,
+        }
+        if config.mode == "offline":
+            settings["stripe_base"] = config.stripe_base or self._emulator_url()
+        return settings
+
+    def _emulator_url(self) -> str:
+        if self._emulator is None:
+            self._emulator = StripeEmulator().start()
+        return self._emulator.url
+
+    # -- one run -------------------------------------------------------------------------
+
+    def _execute(self, run: Run, sc: Scenario, config: DemoConfig) -> None:
+        try:
+            if config.mode == "mock":
+                self._execute_mock(run, sc, config)
+            else:
+                self._execute_processes(run, sc, config)
+        except Exception as e:  # an infrastructure error: report it in the run, exit 3
+            run.finish(error=f"{type(e).__name__}: {e}")
+            return
+        errors = [f"{c.name}: {c.error}" for c in run.columns if c.error]
+        run.finish(error="; ".join(errors) or None)
+
+    def _execute_processes(self, run: Run, sc: Scenario, config: DemoConfig) -> None:
+        base = None
+        if config.mode == "offline":
+            base = str(run.settings["stripe_base"])
+            key = EMULATOR_KEY
+        else:
+            assert config.stripe_key is not None
+            key = config.stripe_key.value
+        client = make_stripe_client(key, timeout_s=config.timing.stripe_timeout_s, base_url=base)
+        payments = StripePayments(client)
+        store = SQLiteStore(config.paths.store)
+        supervisor = Supervisor()
+        self._supervisor = supervisor
+        env = worker_env(config, base)
+        try:
+            self._columns(
+                run,
+                lambda col: _ProcessColumn(run, col, sc, config, payments, store, supervisor, env),
+            )
+        finally:
+            supervisor.stop()
+            store.close()
+
+    def _execute_mock(self, run: Run, sc: Scenario, config: DemoConfig) -> None:
+        payments = InProcessPayments(PaymentsModel())
+        store = MemoryStore()
+        self._columns(run, lambda col: _MockColumn(run, col, sc, config, payments, store))
+
+    def _columns(self, run: Run, make: Callable[[Column], _ColumnRunner]) -> None:
+        threads = []
+        for col in run.columns:
+            runner = make(col)
+            t = threading.Thread(target=runner.run, name=f"{run.run_id}-{col.name}", daemon=True)
+            threads.append(t)
+            t.start()
+        for t in threads:
+            t.join()
+
+
+class _ColumnRunner:
+    """The steps of one column; subclasses say how a worker is started."""
+
+    def __init__(
+        self,
+        run: Run,
+        col: Column,
+        sc: Scenario,
+        config: DemoConfig,
+        payments: Payments,
+        store: Store,
+    ) -> None:
+        self.run_ = run
+        self.col = col
+        self.sc = sc
+        self.config = config
+        self.payments = payments
+        self.store = store
+        self.case: Case | None = None
+
+    def run(self) -> None:
+        try:
+            self._steps()
+        except Exception as e:
+            msg = f"{type(e).__name__}: {e}"
+            self.run_.update(self.col.name, lambda: self._fail(msg))
+
+    def _fail(self, msg: str) -> None:
+        self.col.error = msg
+        self.col.state = "error"
+        self.col.as_predicted = False
+
+    def event(self, kind: str, text: str, pid: int | None = None) -> None:
+        self.run_.add_event(self.col.name, kind, text, pid)
+
+    def _steps(self) -> None:
+        run, col, sc = self.run_, self.col, self.sc
+        exp = expectation(sc.id, col.name, run.emulated)
+        case_id = f"{run.run_id}-{col.name}"
+
+        def setup_card() -> None:
+            col.case_id = case_id
+            col.state = "starting"
+            col.wanted = {
+                "text": sc.wanted_text,
+                "agent_refunds": sc.wanted_agent_refunds,
+                "hand_refunds": sc.wanted_hand_refunds,
+                "refunded_total": sc.wanted_total,
+            }
+            col.expected = {
+                "agent_refunds": exp.agent_refunds,
+                "hand_refunds": exp.hand_refunds,
+                "refunded_total": exp.total,
+                "outcome": exp.outcome,
+                "note": exp.note,
+            }
+
+        run.update(col.name, setup_card)
+        payment = self.payments.create_payment(
+            PAYMENT_AMOUNT, metadata={"case": case_id, "demo_run": run.run_id}
+        )
+        now = time.time()
+        lease = self.store.grant_lease(
+            Lease(
+                id=f"lease_{case_id}",
+                kind="refund",
+                target=payment.id,
+                cap=LEASE_CAP,
+                expires_at=now + LEASE_TTL_S,
+                granted_by="support",
+                granted_at=now,
+            )
+        )
+        self.case = Case(case_id, col.name, payment.id, lease.id, REFUND_AMOUNT, SUPPORT_REQUEST)
+
+        def set_case() -> None:
+            col.payment_intent = payment.id
+            col.lease_id = lease.id
+
+        run.update(col.name, set_case)
+        self.event("setup", f"new $100.00 payment {payment.id}; approval for refunds up to $20.00")
+
+        first = self.launch(sc.crash_point)
+        if first != SIGKILL_EXIT:
+            raise _ColumnFailed(
+                f"the first worker was to die by SIGKILL at {sc.crash_point} but exited {first}"
+            )
+        run.set_state(col.name, "killed")
+        self._outage()
+        run.set_state(col.name, "restarting")
+        second = self.launch(None)
+        if second != 0:
+            raise _ColumnFailed(f"the restarted worker exited {second}; see its events")
+        self._card()
+
+    def _outage(self) -> None:
+        assert self.case is not None
+        outage = self.sc.outage
+        if outage == "hand-refund":
+            refund = self.payments.create_refund(self.case.payment_intent, REFUND_AMOUNT)
+            self.event(
+                "outage", f"support refunds $20.00 by hand ({refund.id}), no key, no metadata"
+            )
+        elif outage == "revoke":
+            self.store.revoke_lease(self.case.lease_id, "support", time.time())
+            self.event("outage", "support revokes the approval")
+        else:
+            self.event("outage", "nobody does anything during the outage")
+
+    def launch(self, crash_point: str | None) -> int | None:
+        """Run one worker to its end; returns its exit code."""
+        raise NotImplementedError
+
+    def on_worker_event(self, ev: dict[str, Any], pid: int | None) -> None:
+        """Record a worker's event; note outcomes and claim waits."""
+        kind = str(ev.get("kind", "output"))
+        col = self.col
+        run = self.run_
+        if kind == "outcome":
+            outcome = {k: ev.get(k) for k in ("status", "reason", "refund_id", "action_id")}
+
+            def set_outcome() -> None:
+                col.outcome = outcome
+                if outcome.get("action_id"):
+                    col.action_ids.append(str(outcome["action_id"]))
+
+            run.update(col.name, set_outcome)
+        elif kind == "gate-claim-wait":
+            seconds = float(ev.get("seconds", 0.0))
+            start = run.now()
+
+            def set_wait() -> None:
+                col.state = "waiting"
+                col.claim_wait = {"from": start, "until": start + seconds, "seconds": seconds}
+
+            run.update(col.name, set_wait)
+        elif kind in ("gate-claim", "gate-sending") and col.state == "waiting":
+            run.set_state(col.name, "running")
+        run.add_event(col.name, kind, str(ev.get("text", "")), pid)
+
+    def _card(self) -> None:
+        run, col, sc = self.run_, self.col, self.sc
+        assert self.case is not None
+        refunds = self.payments.list_refunds(self.case.payment_intent)
+        rows: list[dict[str, Any]] = [
+            {
+                "id": r.id,
+                "amount": r.amount,
+                "status": r.status,
+                "metadata": dict(r.metadata),
+                "by": "agent" if r.metadata.get("case") == self.case.case_id else "hand",
+            }
+            for r in refunds
+        ]
+        counting = [row for row, r in zip(rows, refunds, strict=True) if r.counts]
+        agent = sum(1 for r in counting if r["by"] == "agent")
+        hand = sum(1 for r in counting if r["by"] == "hand")
+        total = sum(r["amount"] for r in counting)
+        exp = expectation(sc.id, col.name, run.emulated)
+        outcome = col.outcome or {}
+        deviations = []
+        if (agent, hand) != (exp.agent_refunds, exp.hand_refunds):
+            deviations.append(
+                f"Stripe has {agent} agent and {hand} hand refunds; the truth table says "
+                f"{exp.agent_refunds} and {exp.hand_refunds}"
+            )
+        if outcome.get("status") != exp.outcome:
+            deviations.append(
+                f"the column reported {outcome.get('status')!r}; "
+                f"the truth table says {exp.outcome!r}"
+            )
+        if exp.reason_contains and exp.reason_contains not in str(outcome.get("reason") or ""):
+            deviations.append(f"the reason does not say {exp.reason_contains!r}")
+        receipt = verified = None
+        if col.name == "interlock":
+            actions = self.store.actions(self.case.metadata)
+            for aid in actions:
+                state = self.store.action(aid)
+                if state is not None and state.receipt is not None:
+                    receipt = state.receipt.to_dict()
+            result = verify(self.store, self.payments, actions=actions).to_dict()
+            verified = result
+            want_ok = SWITCH_NO_LOOKUP not in run.emulated
+            if result["ok"] != want_ok:
+                deviations.append(f"verify() ok is {result['ok']}; expected {want_ok}")
+
+        def fill() -> None:
+            col.stripe = {"refunds": rows, "refunded_total": total}
+            col.ok = agent == sc.wanted_agent_refunds and hand == sc.wanted_hand_refunds
+            col.as_predicted = not deviations
+            col.deviations = deviations
+            col.receipt = receipt
+            col.verify = verified
+            col.claim_wait = None
+            col.state = "done"
+
+        run.update(col.name, fill)
+
+
+class _ProcessColumn(_ColumnRunner):
+    """A column whose workers are real processes, killed with a real SIGKILL."""
+
+    def __init__(
+        self,
+        run: Run,
+        col: Column,
+        sc: Scenario,
+        config: DemoConfig,
+        payments: Payments,
+        store: Store,
+        supervisor: Supervisor,
+        env: dict[str, str],
+    ) -> None:
+        super().__init__(run, col, sc, config, payments, store)
+        self.supervisor = supervisor
+        self.env = env
+
+    def launch(self, crash_point: str | None) -> int | None:
+        assert self.case is not None
+        paths = self.config.paths
+        case_file = paths.cases / f"{self.case.case_id}.json"
+        case_file.parent.mkdir(parents=True, exist_ok=True)
+        case_file.write_text(json.dumps(self.case.to_dict()))
+        env = dict(self.env)
+        if crash_point is not None:
+            env["INTERLOCK_CRASH"] = crash_point
+        info = WorkerInfo(pid=None, crash_point=crash_point, started_at=self.run_.now())
+        run, col = self.run_, self.col
+
+        def on_state(worker: WorkerProcess, state: WorkerState) -> None:
+            if state is WorkerState.RUNNING:
+
+                def started() -> None:
+                    info.pid = worker.pid
+                    col.workers.append(info)
+                    col.state = "running"
+
+                run.update(col.name, started)
+            elif state in (WorkerState.KILLED, WorkerState.EXITED):
+
+                def ended() -> None:
+                    info.exit_code = worker.exit_code
+                    info.ended_at = run.now()
+
+                run.update(col.name, ended)
+
+        worker = WorkerProcess(
+            [sys.executable, "-m", "workers.standalone", str(case_file)],
+            env,
+            on_event=lambda ev: self.on_worker_event(ev, ev.get("pid") or worker.pid),
+            on_state=on_state,
+            log_path=paths.logs / f"{self.case.case_id}.log",
+        )
+        self.supervisor.spawn(worker)
+        limit = self.config.timing.renewal_s + self.config.timing.claim_ttl_s + WORKER_GRACE_S
+        code = worker.wait(limit)
+        if code is None:
+            worker.kill()
+            raise _ColumnFailed(f"worker {worker.pid} did not finish within {limit:g} s")
+        if self.supervisor.stopped:
+            raise _ColumnFailed("the run was stopped")
+        return code
+
+
+class _MockClock:
+    """A column's clock in mock mode: sleeping moves it forward at once."""
+
+    def __init__(self) -> None:
+        self._t = time.time()
+        self._lock = threading.Lock()
+
+    def now(self) -> float:
+        with self._lock:
+            return self._t
+
+    def sleep(self, seconds: float) -> None:
+        with self._lock:
+            self._t += max(0.0, seconds)
+
+
+class _MockColumn(_ColumnRunner):
+    """A column whose workers run in-process: the crash is simulated, waits are not waited."""
+
+    def __init__(
+        self,
+        run: Run,
+        col: Column,
+        sc: Scenario,
+        config: DemoConfig,
+        payments: Payments,
+        store: Store,
+    ) -> None:
+        super().__init__(run, col, sc, config, payments, store)
+        self.box = MemoryBox()
+        self.clock = _MockClock()
+        self.n = 0
+
+    def launch(self, crash_point: str | None) -> int | None:
+        assert self.case is not None
+        self.n += 1
+        info = WorkerInfo(
+            pid=None, crash_point=crash_point, started_at=self.run_.now(), simulated=True
+        )
+        run, col = self.run_, self.col
+
+        def started() -> None:
+            col.workers.append(info)
+            col.state = "running"
+
+        run.update(col.name, started)
+
+        def crash(at: str) -> None:
+            if at == crash_point:
+                self.on_worker_event({"kind": "crash", "text": f"simulated SIGKILL at {at}"}, None)
+                raise SimulatedCrash(at)
+
+        ctx = WorkerContext(
+            case=self.case,
+            payments=self.payments,
+            store=self.store,
+            box=self.box,
+            emit=lambda kind, text, **data: self.on_worker_event(
+                {"kind": kind, "text": text, **data}, None
+            ),
+            crash=crash,
+            model=lambda: ScriptedModel(REFUND_AMOUNT),
+            timing=self.config.timing,
+            switches=self.config.switches,
+            owner=Owner(f"mock-{col.name}-{self.n}", 0, 0.0, "mock"),
+            clock=self.clock.now,
+            sleep=self.clock.sleep,
+        )
+        self.on_worker_event(
+            {"kind": "start", "text": f"{col.name} worker started (simulated)"}, None
+        )
+        try:
+            run_worker(ctx)
+            code = 0
+        except SimulatedCrash:
+            code = SIGKILL_EXIT
+
+        def ended() -> None:
+            info.exit_code = code
+            info.ended_at = run.now()
+
+        run.update(col.name, ended)
+        return code

@@ -1,0 +1,108 @@
+"""`interlock-demo --headless`: run scenarios without a screen, for CI and rehearsals.
+
+stdout carries exactly one JSON document (a run, or a list of runs for `all`) and nothing
+else; progress goes to stderr. Exit codes: 0 every column ended as the truth table says,
+1 a deviation, 3 a run could not finish (its `error` says why). Usage errors (2) are
+decided before anything runs, by the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+from types import FrameType
+from typing import Any, TextIO
+
+from interlock_demo.engine import Engine, RunRequest
+from interlock_demo.run import Run
+from interlock_demo.settings import DemoConfig
+from scenarios import SCENARIOS
+
+EXIT_OK = 0
+EXIT_DEVIATION = 1
+EXIT_UNFINISHED = 3
+
+
+class _Progress:
+    """Prints each new event of a run to stderr as it happens."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.seen: dict[str, int] = {}
+        self.lock = threading.Lock()
+
+    def __call__(self, run: Run, column: str | None) -> None:
+        if column is None:
+            return
+        col = run.column(column)
+        with self.lock:
+            start = self.seen.get(column, 0)
+            new = col.events[start:]
+            self.seen[column] = start + len(new)
+            for e in new:
+                pid = f" pid {e.pid}" if e.pid else ""
+                mock = "MOCK. " if run.mode == "mock" else ""
+                self.out.write(f"{mock}[{e.t:6.2f}s] {column:<9}{pid}: {e.text}\n")
+            self.out.flush()
+
+
+def run_headless(
+    config: DemoConfig, scenario_id: str, *, checked: bool, as_json: bool, out: TextIO = sys.stdout
+) -> int:
+    """Run one scenario or `all`; print the result; return the exit code."""
+    ids = list(SCENARIOS) if scenario_id == "all" else [scenario_id]
+    engine = Engine(config)
+    runs: list[Run] = []
+    interrupted = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        interrupted.set()
+        engine.stop()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for sid in ids:
+            if interrupted.is_set():
+                break
+            if config.mode == "mock":
+                sys.stderr.write("MOCK. simulated run: in-memory payments, no processes\n")
+            run = engine.start(RunRequest(sid, checked=checked), listeners=(_Progress(sys.stderr),))
+            runs.append(run)
+            while not run.wait(0.2):
+                pass
+            sys.stderr.write(_summary(run))
+    finally:
+        engine.close()
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    docs: list[dict[str, Any]] = [r.to_json() for r in runs]
+    if interrupted.is_set():
+        for doc in docs:
+            if doc["status"] != "finished" or doc["error"]:
+                doc["error"] = doc["error"] or "interrupted"
+    if as_json:
+        out.write(json.dumps(docs if scenario_id == "all" else docs[0], indent=2) + "\n")
+    out.flush()
+    if interrupted.is_set() or any(d["error"] for d in docs):
+        return EXIT_UNFINISHED
+    if not all(r.all_as_predicted for r in runs):
+        return EXIT_DEVIATION
+    return EXIT_OK
+
+
+def _summary(run: Run) -> str:
+    mock = "MOCK. " if run.mode == "mock" else ""
+    lines = [f"{mock}{run.scenario} ({run.mode}, {run.elapsed_s:.1f} s): {run.status}"]
+    if run.error:
+        lines.append(f"{mock}  error: {run.error}")
+    for c in run.columns:
+        total = (c.stripe or {}).get("refunded_total")
+        money = f"${total / 100:.2f} refunded" if total is not None else "no result"
+        verdict = "as predicted" if c.as_predicted else "DEVIATION"
+        status = (c.outcome or {}).get("status")
+        lines.append(f"{mock}  {c.name:<9} {money}, reported {status}: {verdict}")
+        for d in c.deviations:
+            lines.append(f"{mock}    - {d}")
+    return "\n".join(lines) + "\n"

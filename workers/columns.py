@@ -1,0 +1,391 @@
+"""What each column's worker does with one refund case, start or restart.
+
+- standard: the common agent pattern. Save the decision (fsync) before the send, derive
+  the Idempotency-Key from the case, and on restart read the file and retry. Nothing is
+  re-checked.
+- checked: the same, plus a hand-written re-check before the retry: re-read the payment's
+  refunds and the approval, and stop if either changed.
+- interlock: the refund behind `interlock.Gate`, and `gate.recover()` on restart.
+
+The same code runs in a real worker process (`workers.standalone`, which SIGKILLs itself
+at the crash point) and in-process for mock runs (which raise `SimulatedCrash`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from interlock import (
+    Gate,
+    Intent,
+    Outcome,
+    Owner,
+    Payments,
+    PaymentsRejectedError,
+    Store,
+    StripeRefund,
+    Switches,
+    Timing,
+    new_action_id,
+    refunds_fingerprint,
+)
+from workers.agent import Decision, Model, decide
+
+# Where a worker can die, in the order a refund passes them. `in-flight` is not here: the
+# supervisor kills the worker while the emulator holds Stripe's answer.
+CRASH_POINTS = (
+    "after-decision",
+    "after-journal",
+    "after-sending",
+    "before-send",
+    "after-answer",
+    "after-outcome",
+)
+
+# Gate events that are crash points for the interlock worker.
+_GATE_CRASH_POINTS = {
+    "journaled": "after-journal",
+    "sending": "after-sending",
+    "before-send": "before-send",
+    "after-answer": "after-answer",
+    "settled": "after-outcome",
+}
+
+Emit = Callable[..., None]
+
+
+class SimulatedCrash(BaseException):
+    """Raised at the crash point of an in-process (mock) worker: the process 'dies' here."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One support case for one column: its payment, its approval and the request."""
+
+    case_id: str
+    column: str
+    payment_intent: str
+    lease_id: str
+    amount: int
+    request: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """The case as JSON-ready data."""
+        return {
+            "case_id": self.case_id,
+            "column": self.column,
+            "payment_intent": self.payment_intent,
+            "lease_id": self.lease_id,
+            "amount": self.amount,
+            "request": self.request,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Case:
+        """A case from `to_dict` data."""
+        return cls(
+            case_id=str(data["case_id"]),
+            column=str(data["column"]),
+            payment_intent=str(data["payment_intent"]),
+            lease_id=str(data["lease_id"]),
+            amount=int(data["amount"]),
+            request=str(data["request"]),
+        )
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        """What the agent's refunds carry in their metadata."""
+        return {"case": self.case_id, "column": self.column}
+
+
+class DecisionBox(Protocol):
+    """Where the standard and checked workers keep their decision across a crash."""
+
+    def load(self) -> dict[str, Any] | None:
+        """The saved record, or None."""
+        ...
+
+    def save(self, record: dict[str, Any]) -> None:
+        """Save durably before returning."""
+        ...
+
+
+class DecisionFile:
+    """A decision saved as JSON: written to a temp file, fsynced, renamed, dir fsynced."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def load(self) -> dict[str, Any] | None:
+        """The saved record; None if there is none."""
+        try:
+            data: dict[str, Any] = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return None
+        return data
+
+    def save(self, record: dict[str, Any]) -> None:
+        """Replace the file atomically and durably."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(record, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        dir_fd = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+@dataclass
+class MemoryBox:
+    """A decision box in memory, for mock runs (the 'file' survives the simulated crash)."""
+
+    record: dict[str, Any] | None = None
+
+    def load(self) -> dict[str, Any] | None:
+        """The saved record, or None."""
+        return None if self.record is None else json.loads(json.dumps(self.record))
+
+    def save(self, record: dict[str, Any]) -> None:
+        """Keep a copy."""
+        self.record = json.loads(json.dumps(record))
+
+
+@dataclass
+class WorkerContext:
+    """Everything one worker run needs; built by the process entry or by mock mode."""
+
+    case: Case
+    payments: Payments
+    store: Store
+    box: DecisionBox
+    emit: Emit
+    crash: Callable[[str], None]
+    model: Callable[[], Model]
+    timing: Timing
+    switches: Switches
+    owner: Owner
+    clock: Callable[[], float]
+    sleep: Callable[[float], None]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def run_worker(ctx: WorkerContext) -> dict[str, Any]:
+    """Run the column's worker once; returns the outcome it reports."""
+    if ctx.case.column == "interlock":
+        outcome = _interlock(ctx)
+    else:
+        outcome = _plain(ctx, checked=ctx.case.column == "checked")
+    ctx.emit("outcome", _outcome_text(outcome), **outcome)
+    return outcome
+
+
+def _decide(ctx: WorkerContext) -> Decision:
+    ctx.emit("ask-model", "asking the model about the support request")
+    decision = decide(ctx.model(), ctx.payments, ctx.case.payment_intent, ctx.case.request)
+    seen = decision.payment_seen
+    ctx.emit(
+        "tool-call",
+        f"get_payment: ${seen['amount'] / 100:.2f}, ${seen['amount_refunded'] / 100:.2f} "
+        f"refunded ({len(seen['refunds'])} refunds)",
+    )
+    if decision.refund:
+        ctx.emit(
+            "decision",
+            f"model calls issue_refund(${(decision.amount or 0) / 100:.2f})",
+            amount=decision.amount,
+            model=decision.model,
+        )
+    else:
+        ctx.emit("decision", f"model decided no refund: {decision.text}", model=decision.model)
+    ctx.crash("after-decision")
+    return decision
+
+
+def _plain(ctx: WorkerContext, *, checked: bool) -> dict[str, Any]:
+    case = ctx.case
+    saved = ctx.box.load()
+    if saved is not None and saved.get("done"):
+        done = saved["done"]
+        ctx.emit("resume", "the saved record says the refund was made; nothing to do")
+        return {"status": "sent", "reason": None, "refund_id": done.get("refund_id")}
+    if saved is None:
+        decision = _decide(ctx)
+        if not decision.refund:
+            return {"status": "no-refund", "reason": decision.text, "refund_id": None}
+        saved = {"decision": decision.to_dict(), "key": f"refund-{case.case_id}"}
+        ctx.box.save(saved)
+        ctx.emit("decision-saved", "saved the decision to a local file (fsync)")
+        ctx.crash("after-journal")
+        retry = False
+    else:
+        decision = Decision.from_dict(saved["decision"])
+        ctx.emit("resume", "read the saved decision; retrying the refund")
+        retry = True
+        if checked:
+            stop = _recheck(ctx, decision)
+            if stop is not None:
+                return {"status": "stopped", "reason": stop, "refund_id": None}
+    key = str(saved["key"])
+    if retry and ctx.switches.emulate_24h:
+        # Emulated: Stripe pruned the key after 24 h, so the retry's key is one it has not seen.
+        key += "-after-24h"
+    ctx.crash("after-sending")
+    ctx.crash("before-send")
+    amount = int(decision.amount or 0)
+    ctx.emit("send", f"POST /v1/refunds ${amount / 100:.2f} (Idempotency-Key {key})", key=key)
+    try:
+        refund = ctx.payments.create_refund(
+            case.payment_intent, amount, idempotency_key=key, metadata=case.metadata
+        )
+    except PaymentsRejectedError as e:
+        ctx.emit("answer", f"Stripe refused: {e.code}: {e.provider_message}")
+        return {"status": "failed", "reason": f"{e.code}: {e.provider_message}", "refund_id": None}
+    ctx.emit(
+        "answer",
+        f"Stripe answered: refund {refund.id} ${refund.amount / 100:.2f}",
+        refund_id=refund.id,
+    )
+    ctx.crash("after-answer")
+    saved["done"] = {"refund_id": refund.id}
+    ctx.box.save(saved)
+    ctx.crash("after-outcome")
+    return {"status": "sent", "reason": None, "refund_id": refund.id}
+
+
+def _recheck(ctx: WorkerContext, decision: Decision) -> str | None:
+    """The hand-written check: stop if the refunds or the approval changed."""
+    payment = ctx.payments.get_payment(ctx.case.payment_intent)
+    lease = ctx.store.lease(ctx.case.lease_id)
+    if refunds_fingerprint(payment.refunds) != decision.fingerprint:
+        reason = "the payment's refunds changed since the decision"
+    elif lease is None or lease.revoked or lease.expires_at <= ctx.clock():
+        reason = "the approval was revoked or expired"
+    else:
+        ctx.emit("recheck", "re-read the refunds and the approval: unchanged")
+        return None
+    ctx.emit("recheck", f"re-read the refunds and the approval: {reason}; stopping")
+    return reason
+
+
+def _interlock(ctx: WorkerContext) -> dict[str, Any]:
+    case = ctx.case
+    gate = Gate(
+        ctx.store,
+        StripeRefund(ctx.payments),
+        timing=ctx.timing,
+        switches=ctx.switches,
+        owner=ctx.owner,
+        on_event=lambda kind, data: _gate_event(ctx, kind, data),
+        clock=ctx.clock,
+        sleep=ctx.sleep,
+    )
+    mine = ctx.store.actions(case.metadata)
+    pending = [aid for aid in mine if aid in set(ctx.store.pending())]
+    if pending:
+        ctx.emit("recover", f"gate.recover(): {len(pending)} journaled action without an outcome")
+        outcomes = [gate.recover_action(aid) for aid in pending]
+        outcome = outcomes[-1]
+    elif mine:
+        state = ctx.store.action(mine[-1])
+        assert state is not None
+        ctx.emit("resume", "the journal already has this case's outcome")
+        outcome = Outcome.from_state(state)
+    else:
+        decision = _decide(ctx)
+        if not decision.refund:
+            return {"status": "no-refund", "reason": decision.text, "refund_id": None}
+        intent = Intent(
+            action_id=new_action_id(),
+            kind="refund",
+            target=case.payment_intent,
+            amount=int(decision.amount or 0),
+            lease_id=case.lease_id,
+            fingerprint=decision.fingerprint,
+            metadata=case.metadata,
+            context={"model": decision.model, "tool_call": dict(decision.tool_call)},
+        )
+        outcome = gate.submit(intent)
+    return {
+        "status": outcome.status,
+        "reason": outcome.reason,
+        "refund_id": outcome.external_id,
+        "action_id": outcome.action_id,
+    }
+
+
+def _gate_event(ctx: WorkerContext, kind: str, data: Mapping[str, Any]) -> None:
+    text = _gate_text(kind, data)
+    if text is not None:
+        ctx.emit(f"gate-{kind}", text, **{k: v for k, v in data.items() if _plain_value(v)})
+    point = _GATE_CRASH_POINTS.get(kind)
+    if point is not None:
+        ctx.crash(point)
+
+
+def _plain_value(v: Any) -> bool:
+    return v is None or isinstance(v, (str, int, float, bool))
+
+
+def _gate_text(kind: str, d: Mapping[str, Any]) -> str | None:
+    short = str(d.get("action_id", ""))[:12]
+    if kind == "journaled":
+        return f"journaled intent {short}… and took the claim"
+    if kind == "claim":
+        return f"took the claim on {short}… (attempt {d.get('attempt')})"
+    if kind == "claim-wait":
+        return f"waiting for the claim of {d.get('owner')}: {float(d.get('seconds', 0)):.1f} s left"
+    if kind == "check":
+        name = d.get("name")
+        if name == "lookup":
+            found = d.get("found")
+            return (
+                f"lookup: found its own refund {found}"
+                if found
+                else "lookup: no refund names this action"
+            )
+        if name == "world_unchanged":
+            return (
+                "world check: refunds unchanged since the decision"
+                if d.get("passed")
+                else "world check: the payment's refunds CHANGED since the decision"
+            )
+        if name == "approval":
+            return "approval: ok" if d.get("passed") else f"approval: {d.get('problem')}"
+    if kind == "sending":
+        return "journaled `sending`; claim renewed"
+    if kind == "before-send":
+        return f"POST /v1/refunds ${int(d.get('amount', 0)) / 100:.2f} (Idempotency-Key {short}…)"
+    if kind == "after-answer":
+        return f"Stripe answered: refund {d.get('external_id')}"
+    if kind == "answer":
+        return f"Stripe refused: {d.get('code')}: {d.get('message')}"
+    if kind in ("answer-unsettled", "read-unsettled"):
+        return f"no settled answer from Stripe ({d.get('error')}); will look it up"
+    if kind == "settled":
+        return f"receipt written: {d.get('status')}"
+    if kind == "left-to-recovery":
+        return f"left to recovery: {d.get('reason')}"
+    return None
+
+
+def _outcome_text(outcome: Mapping[str, Any]) -> str:
+    status = outcome["status"]
+    reason = outcome.get("reason")
+    refund = outcome.get("refund_id")
+    text = f"outcome: {status}"
+    if refund:
+        text += f" ({refund})"
+    if reason:
+        text += f": {reason}"
+    return text

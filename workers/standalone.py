@@ -1,0 +1,145 @@
+"""The standalone worker process: one column's worker for one case.
+
+    python -m workers.standalone CASE_FILE
+
+It prints one JSON event per line on stdout, flushed at once (events carry its pid and a
+monotonic timestamp), and with `INTERLOCK_CRASH=<point>` it SIGKILLs itself at that
+point after flushing. It exits by itself when its supervisor goes away (stdin reaches EOF
+or its parent changes), so even a SIGKILLed supervisor leaves no worker behind.
+
+Environment: `INTERLOCK_HOME`, `INTERLOCK_STORE` (the journal), `INTERLOCK_CRASH`,
+`INTERLOCK_AGENT` (`scripted` or `anthropic`), `INTERLOCK_STRIPE_BASE` (offline: the
+emulator's address), `STRIPE_SECRET_KEY`, `ANTHROPIC_API_KEY` (only when a real model is
+asked), and the timing and emulated switches that `interlock` reads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from interlock import (
+    InterlockError,
+    Owner,
+    SQLiteStore,
+    StripePayments,
+    Switches,
+    Timing,
+    make_stripe_client,
+)
+from workers.agent import AgentError, AnthropicModel, Model, ScriptedModel
+from workers.columns import CRASH_POINTS, Case, DecisionFile, WorkerContext, run_worker
+
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_ORPHANED = 75
+_PARENT_POLL_S = 0.5
+
+
+def emit(kind: str, text: str, **data: Any) -> None:
+    """Write one event line and flush it, so it reaches the supervisor before any kill."""
+    line = {"t": time.monotonic(), "pid": os.getpid(), "kind": kind, "text": text, **data}
+    sys.stdout.write(json.dumps(line) + "\n")
+    sys.stdout.flush()
+
+
+def _watch_supervisor() -> None:
+    """Exit when the supervisor is gone: stdin reaches EOF, or the parent changes."""
+    parent = os.getppid()
+
+    def stdin_eof() -> None:
+        # os.read holds no interpreter-level lock, so this thread cannot block shutdown.
+        try:
+            while os.read(0, 4096):
+                pass
+        except OSError:
+            pass
+        os._exit(EXIT_ORPHANED)
+
+    def parent_gone() -> None:
+        while os.getppid() == parent:
+            time.sleep(_PARENT_POLL_S)
+        os._exit(EXIT_ORPHANED)
+
+    threading.Thread(target=stdin_eof, name="stdin-eof", daemon=True).start()
+    threading.Thread(target=parent_gone, name="parent-watch", daemon=True).start()
+
+
+def _crash_hook(point: str | None) -> Any:
+    def crash(at: str) -> None:
+        if at == point:
+            emit("crash", f"SIGKILL at {at}", crash_point=at)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return crash
+
+
+def _model_factory(case: Case) -> Any:
+    def make() -> Model:
+        if os.environ.get("INTERLOCK_AGENT", "scripted") == "anthropic":
+            key = os.environ.get("ANTHROPIC_API_KEY", "")
+            if not key:
+                raise AgentError("ANTHROPIC_API_KEY is not set; the live agent needs it")
+            return AnthropicModel(key)
+        return ScriptedModel(case.amount)
+
+    return make
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one worker; returns its exit code."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m workers.standalone CASE_FILE", file=sys.stderr)
+        return EXIT_USAGE
+    _watch_supervisor()
+    crash_at = os.environ.get("INTERLOCK_CRASH") or None
+    if crash_at is not None and crash_at not in CRASH_POINTS:
+        print(
+            f"INTERLOCK_CRASH={crash_at!r} is not one of {', '.join(CRASH_POINTS)}", file=sys.stderr
+        )
+        return EXIT_USAGE
+    try:
+        case = Case.from_dict(json.loads(Path(args[0]).read_text()))
+        timing = Timing.from_env()
+        switches = Switches.from_env()
+        key = os.environ.get("STRIPE_SECRET_KEY", "")
+        client = make_stripe_client(
+            key, timeout_s=timing.stripe_timeout_s, base_url=os.environ.get("INTERLOCK_STRIPE_BASE")
+        )
+        home = Path(os.environ.get("INTERLOCK_HOME", ".interlock"))
+        store = SQLiteStore(os.environ.get("INTERLOCK_STORE") or home / "interlock.sqlite3")
+        ctx = WorkerContext(
+            case=case,
+            payments=StripePayments(client),
+            store=store,
+            box=DecisionFile(home / "decisions" / f"{case.case_id}-{case.column}.json"),
+            emit=emit,
+            crash=_crash_hook(crash_at),
+            model=_model_factory(case),
+            timing=timing,
+            switches=switches,
+            owner=Owner.current(f"{case.column}-{os.getpid()}"),
+            clock=time.time,
+            sleep=time.sleep,
+        )
+        emit(
+            "start",
+            f"{case.column} worker started" + (f" (crash point: {crash_at})" if crash_at else ""),
+            crash_point=crash_at,
+        )
+        run_worker(ctx)
+    except (InterlockError, AgentError, OSError, ValueError, KeyError) as e:
+        emit("error", f"{type(e).__name__}: {e}")
+        return EXIT_ERROR
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
