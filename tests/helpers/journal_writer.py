@@ -4,9 +4,10 @@
 
 For each new action: `begin` (intent and claim), `mark_sending` (sending, reservation,
 renewal) and `settle` (outcome, receipt, lease spend), exactly as the gate does but with
-no payments in between, so the process is always in or near a write. After each settle
-it prints `committed ACTION_ID` and flushes: the test kills it with SIGKILL after some
-number of those lines and checks that the store kept every one of them whole.
+no payments in between, so the process is always in or near a write. After each commit
+it prints `begun`, `sending` or `committed` and the action id, and flushes: the test
+kills it with SIGKILL right after one of those lines (so in the next write) and checks
+that the store kept everything reported, whole.
 """
 
 from __future__ import annotations
@@ -38,10 +39,12 @@ def main(store_path: str, lease_id: str, target: str) -> int:
         )
         aid = intent.action_id
         store.begin(intent, owner, time.time(), TTL_S)
+        print(f"begun {aid}", flush=True)
         sending = store.mark_sending(aid, owner, time.time(), TTL_S)
         if sending.status != "ok":
             print(f"error {aid} {sending.status} {sending.reason}", flush=True)
             return 1
+        print(f"sending {aid}", flush=True)
         if n % 5 == 0:
             verdict = Settlement("failed", "amount too large", code="amount_too_large")
         else:
