@@ -1,0 +1,575 @@
+"""Receipts and `verify()`: the hash chain, signatures, Stripe's cross-check and the command.
+
+Receipts come from real gate runs over the in-memory payments model, or are recorded
+straight into a store where a test needs an outcome the world does not back. Tampering
+is done on the stored rows (or on copies of the receipts), never through the library.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+
+from interlock import (
+    ACTION_METADATA_KEY,
+    Gate,
+    Intent,
+    Lease,
+    MemoryStore,
+    Owner,
+    Receipt,
+    Settlement,
+    SQLiteStore,
+    Store,
+    StripeRefund,
+    Switches,
+    Timing,
+    new_action_id,
+    refunds_fingerprint,
+    verify,
+)
+from interlock._receipts import GENESIS_HASH, canonical_json, seal, sign
+from interlock_demo.payments import InProcessPayments
+
+ROOT = Path(__file__).resolve().parent.parent
+OWNER = Owner("test-worker", os.getpid(), 0.0, "test-host")
+KEY = b"receipt-key-for-tests"
+
+# Every field a receipt body carries; each is inside the hashed text.
+RECEIPT_FIELDS = {
+    "action_id",
+    "kind",
+    "target",
+    "amount",
+    "lease_id",
+    "decision_fingerprint",
+    "outcome",
+    "reason",
+    "code",
+    "external_id",
+    "checks",
+    "owner",
+    "attempt",
+    "at",
+    "context",
+    "unsettled_answers",
+    "emulated",
+    "idempotency_key",
+    "v",
+    "seq",
+    "prev_hash",
+    "signed",
+}
+
+
+@dataclass
+class World:
+    """In-memory payments, a store and a gate over them."""
+
+    payments: InProcessPayments
+    store: Store
+    gate: Gate
+
+    def decide(self, amount: int = 2000, payment_intent: str | None = None) -> Intent:
+        """A payment (new unless given), an approval for `amount`, and a decision on it."""
+        if payment_intent is None:
+            payment_intent = self.payments.create_payment(5000).id
+        lease_id = f"lease-{uuid.uuid4().hex[:8]}"
+        now = time.time()
+        self.store.grant_lease(
+            Lease(lease_id, "refund", payment_intent, amount, now + 3600, "test", now)
+        )
+        return Intent(
+            action_id=new_action_id(),
+            kind="refund",
+            target=payment_intent,
+            amount=amount,
+            lease_id=lease_id,
+            fingerprint=refunds_fingerprint(self.payments.list_refunds(payment_intent)),
+        )
+
+    def record(self, intent: Intent, settlement: Settlement) -> Receipt:
+        """Journal `intent` and record `settlement` for it without sending anything."""
+        now = time.time()
+        assert self.store.begin(intent, OWNER, now, 60.0).status == "taken"
+        receipt = self.store.settle(
+            intent.action_id, OWNER, now, settlement, [], {}, self.gate._key
+        )
+        assert receipt is not None
+        return receipt
+
+
+def _world(store: Store, signing_key: bytes | None = None) -> World:
+    payments = InProcessPayments()
+    gate = Gate(
+        store,
+        StripeRefund(payments),
+        timing=Timing(claim_ttl_s=6, stripe_timeout_s=1),
+        switches=Switches(),
+        signing_key=signing_key,
+    )
+    return World(payments, store, gate)
+
+
+@pytest.fixture
+def world() -> World:
+    """A world over a MemoryStore with unsigned receipts."""
+    return _world(MemoryStore())
+
+
+class Chain:
+    """Just enough of a store for `verify()` without payments: a list of receipts."""
+
+    def __init__(self, receipts: list[Receipt]) -> None:
+        self._receipts = receipts
+
+    def receipts(self) -> list[Receipt]:
+        """The receipts as given."""
+        return list(self._receipts)
+
+
+def _problems(receipts: list[Receipt], key: bytes | None = None) -> list[str]:
+    return verify(Chain(receipts), signing_key=key).problems  # type: ignore[arg-type]
+
+
+def _three_sends(world: World) -> list[Receipt]:
+    for _ in range(3):
+        assert world.gate.submit(world.decide()).status == "sent"
+    return world.store.receipts()
+
+
+def _edit_body(receipt: Receipt, field: str, value: object) -> Receipt:
+    body = receipt.body
+    body[field] = value
+    return replace(receipt, body_text=canonical_json(body))
+
+
+def _rehash(receipt: Receipt) -> Receipt:
+    return replace(receipt, hash=hashlib.sha256(receipt.body_text.encode()).hexdigest())
+
+
+# -- the chain ---------------------------------------------------------------------------
+
+
+def test_each_receipt_is_hashed_canonical_json_linked_to_the_one_before(world: World) -> None:
+    """Receipts are canonical JSON, hashed with SHA-256, each naming the previous hash."""
+    receipts = _three_sends(world)
+
+    prev = GENESIS_HASH
+    for seq, r in enumerate(receipts, start=1):
+        body = json.loads(r.body_text)
+        assert r.body_text == canonical_json(body)
+        assert r.hash == hashlib.sha256(r.body_text.encode()).hexdigest()
+        assert (r.seq, body["seq"]) == (seq, seq)
+        assert r.prev_hash == body["prev_hash"] == prev
+        assert body["action_id"] == r.action_id
+        assert (body["signed"], r.signature) == (False, None)
+        prev = r.hash
+    result = verify(world.store)
+    assert (result.ok, result.chain_length, result.signed) == (True, 3, False)
+
+
+def test_canonical_body_covers_every_field(world: World) -> None:
+    """Every field of a receipt is in its hashed body: changing any one breaks the chain."""
+    receipts = _three_sends(world)
+    first, second = receipts[0], receipts[1]
+    assert set(first.body) == RECEIPT_FIELDS
+    assert set(first.checks[0]) == {"name", "expected", "observed", "passed"}
+    assert [c["name"] for c in first.checks] == ["lookup", "world_unchanged", "approval", "claim"]
+
+    for field in sorted(RECEIPT_FIELDS):
+        edited = _edit_body(first, field, {"edited": field})
+        problems = _problems([edited, *receipts[1:]])
+        assert any("does not match its hash" in p for p in problems), field
+        # Even with its hash recomputed, the next receipt no longer follows it.
+        problems = _problems([_rehash(edited), *receipts[1:]])
+        assert any(p.startswith(f"receipt 2 ({second.action_id})") for p in problems), field
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "expected"),
+    [
+        ("seq", 7, "out of order or a gap"),
+        ("action_id", "act_someone_else", "action column does not match its body"),
+        ("prev_hash", "f" * 64, "does not follow the receipt before it"),
+        ("hash", "e" * 64, "does not match its hash"),
+        ("signature", "ab" * 32, "says unsigned but carries a signature"),
+    ],
+)
+def test_each_stored_column_is_checked_against_the_body(
+    world: World, column: str, value: object, expected: str
+) -> None:
+    """A stored column that disagrees with the hashed body is reported."""
+    receipts = _three_sends(world)
+    edited = replace(receipts[1], **{column: value})
+
+    problems = _problems([receipts[0], edited, receipts[2]])
+
+    assert any(expected in p for p in problems), problems
+
+
+def test_reordered_receipts_are_reported(world: World) -> None:
+    """Two receipts swapped in the chain are reported as out of order."""
+    a, b, c = _three_sends(world)
+
+    problems = _problems([a, c, b])
+
+    assert any("receipt 3" in p and "out of order" in p for p in problems), problems
+    assert any("does not follow" in p for p in problems), problems
+
+
+def test_a_receipt_dropped_from_the_middle_is_a_gap(world: World) -> None:
+    """A receipt removed from the middle leaves a gap that is reported."""
+    a, _, c = _three_sends(world)
+
+    problems = _problems([a, c])
+
+    assert problems == [
+        f"receipt 3 ({c.action_id}): out of order or a gap: expected receipt 2 here",
+        f"receipt 3 ({c.action_id}): does not follow the receipt before it (reordered or dropped)",
+    ]
+
+
+def test_a_truncated_tail_still_verifies(world: World) -> None:
+    """The stated limit: dropped newest receipts go unseen unless the head is kept elsewhere."""
+    receipts = _three_sends(world)
+
+    assert _problems(receipts[:2]) == []
+
+
+def test_reordering_rows_on_disk_is_reported(tmp_path: Path) -> None:
+    """Swapping two stored receipts' bodies in the SQLite file is caught when reopened."""
+    path = tmp_path / "journal.sqlite3"
+    world = _world(SQLiteStore(path))
+    _three_sends(world)
+    world.store.close()
+    conn = sqlite3.connect(path)
+    with conn:
+        rows = conn.execute("SELECT seq, body, hash FROM receipts WHERE seq IN (1, 2)").fetchall()
+        for (seq, _, _), (_, body, digest) in zip(rows, reversed(rows), strict=True):
+            conn.execute("UPDATE receipts SET body=?, hash=? WHERE seq=?", (body, digest, seq))
+    conn.close()
+
+    store = SQLiteStore(path)
+    result = verify(store)
+    store.close()
+
+    assert not result.ok
+    assert any("out of order" in p for p in result.problems), result.problems
+
+
+# -- signatures --------------------------------------------------------------------------
+
+
+def test_signed_receipts_verify_with_the_key_only() -> None:
+    """Receipts signed with a key verify with it, and are reported with another key or none."""
+    world = _world(MemoryStore(), signing_key=KEY)
+    receipts = _three_sends(world)
+    assert all(r.signed and r.signature == sign(KEY, r.hash) for r in receipts)
+
+    good = verify(world.store, signing_key=KEY)
+    assert (good.ok, good.signed) == (True, True)
+    wrong = verify(world.store, signing_key=b"another key")
+    assert [p.split(": ", 1)[1] for p in wrong.problems] == ["bad signature"] * 3
+    keyless = verify(world.store)
+    assert len(keyless.problems) == 3
+    assert all("signed, but no INTERLOCK_RECEIPT_KEY" in p for p in keyless.problems)
+
+
+def test_receipt_key_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With INTERLOCK_RECEIPT_KEY set, the gate signs and verify() checks with it by default."""
+    monkeypatch.setenv("INTERLOCK_RECEIPT_KEY", KEY.decode())
+    world = _world(MemoryStore())
+    receipts = _three_sends(world)
+
+    assert all(r.signature == sign(KEY, r.hash) for r in receipts)
+    result = verify(world.store)
+    assert (result.ok, result.signed) == (True, True)
+    monkeypatch.setenv("INTERLOCK_RECEIPT_KEY", "not the key")
+    assert not verify(world.store).ok
+
+
+def test_rehashing_an_edited_signed_chain_without_the_key_is_caught() -> None:
+    """An edit re-chained with fresh hashes still fails: the signatures need the key."""
+    world = _world(MemoryStore(), signing_key=KEY)
+    receipts = _three_sends(world)
+    forged: list[Receipt] = []
+    prev = GENESIS_HASH
+    for r in receipts:
+        body = r.body
+        if r.seq == 1:
+            body["amount"] = 999_999
+        fields = {k: v for k, v in body.items() if k not in ("v", "seq", "prev_hash", "signed")}
+        text, digest, _ = seal(r.seq, prev, fields, KEY)
+        forged.append(replace(r, body_text=text, prev_hash=prev, hash=digest))
+        prev = digest
+
+    problems = _problems(forged, KEY)
+
+    assert problems == [f"receipt {r.seq} ({r.action_id}): bad signature" for r in forged]
+
+
+def test_a_chain_resealed_unsigned_is_not_reported_as_signed() -> None:
+    """An edit re-chained without signatures from there on can only pass as unsigned."""
+    world = _world(MemoryStore(), signing_key=KEY)
+    receipts = _three_sends(world)
+    resealed: list[Receipt] = [receipts[0]]
+    prev = receipts[0].hash
+    for r in receipts[1:]:
+        body = r.body
+        body["amount"] = 999_999
+        fields = {k: v for k, v in body.items() if k not in ("v", "seq", "prev_hash", "signed")}
+        text, digest, _ = seal(r.seq, prev, fields, None)
+        resealed.append(replace(r, body_text=text, prev_hash=prev, hash=digest, signature=None))
+        prev = digest
+
+    result = verify(Chain(resealed), signing_key=KEY)  # type: ignore[arg-type]
+
+    assert result.signed is False
+    assert verify(world.store, signing_key=KEY).signed is True
+
+
+# -- Stripe against the receipts ---------------------------------------------------------
+
+
+def test_receipts_backed_by_stripe_verify(world: World) -> None:
+    """A sent and an adopted refund, both at Stripe as their receipts say: no problems."""
+    sent = world.gate.submit(world.decide())
+    intent = world.decide()
+    world.payments.create_refund(
+        intent.target,
+        intent.amount,
+        idempotency_key=intent.action_id,
+        metadata={ACTION_METADATA_KEY: intent.action_id},
+    )
+    adopted = world.gate.submit(intent)
+    assert (sent.status, adopted.status) == ("sent", "adopted")
+
+    result = verify(world.store, world.payments)
+
+    assert result.ok, result.problems
+    assert (result.chain_length, result.checked_refunds) == (2, 2)
+
+
+def test_a_sent_receipt_whose_refund_is_missing_at_stripe(world: World) -> None:
+    """A `sent` receipt naming a refund Stripe does not have is reported."""
+    intent = world.decide()
+    world.record(intent, Settlement("sent", None, "re_never_made", intent.amount))
+
+    result = verify(world.store, world.payments)
+
+    assert result.problems == [
+        f"receipt 1 ({intent.action_id}, sent): names refund re_never_made, "
+        "which Stripe does not have"
+    ]
+
+
+def test_a_refund_at_stripe_for_an_action_whose_receipt_refused(world: World) -> None:
+    """A refund naming an action whose receipt says `refused` is a send the receipts hide."""
+    intent = world.decide()
+    refund = world.payments.create_refund(
+        intent.target, intent.amount, metadata={ACTION_METADATA_KEY: intent.action_id}
+    )
+    world.record(intent, Settlement("refused", "the payment's refunds changed"))
+
+    result = verify(world.store, world.payments)
+
+    assert len(result.problems) == 1
+    problem = result.problems[0]
+    assert problem.startswith(f"refund {refund.id} ({intent.amount}) at Stripe names action")
+    assert "records refused (the payment's refunds changed)" in problem
+    assert problem.endswith("a send the receipts do not show")
+
+
+def test_a_receipt_naming_someone_elses_refund(world: World) -> None:
+    """A receipt naming a refund that is not this action's (amount, metadata) is reported."""
+    intent = world.decide()
+    hand = world.payments.create_refund(intent.target, 500)
+    world.record(intent, Settlement("adopted", None, hand.id, hand.amount))
+
+    problems = verify(world.store, world.payments).problems
+
+    assert len(problems) == 2, problems
+    assert f"Stripe's refund {hand.id} is 500, the receipt says {intent.amount}" in problems[0]
+    assert "does not name this action in its metadata" in problems[1]
+
+
+def test_a_sent_refund_that_later_failed_is_reported(world: World) -> None:
+    """A refund Stripe later marked failed no longer backs its `sent` receipt."""
+    outcome = world.gate.submit(world.decide())
+    assert outcome.external_id is not None
+    world.payments.model.set_refund_status(outcome.external_id, "failed")
+
+    problems = verify(world.store, world.payments).problems
+
+    assert problems == [
+        f"receipt 1 ({outcome.action_id}, sent): Stripe's refund {outcome.external_id} is failed"
+    ]
+
+
+def test_cross_check_is_scoped_to_the_given_actions(world: World) -> None:
+    """`actions=` limits the Stripe cross-check to those actions; the chain is always checked."""
+    good = world.gate.submit(world.decide())
+    bad = world.decide()
+    world.record(bad, Settlement("sent", None, "re_never_made", bad.amount))
+
+    assert len(verify(world.store, world.payments).problems) == 1
+    scoped = verify(world.store, world.payments, actions=[good.action_id])
+    assert scoped.ok and scoped.chain_length == 2 and scoped.checked_refunds == 1
+    only_bad = verify(world.store, world.payments, actions=[bad.action_id])
+    assert len(only_bad.problems) == 1 and "re_never_made" in only_bad.problems[0]
+    unknown = verify(world.store, world.payments, actions=["act_unknown"])
+    assert unknown.problems == ["action act_unknown: not in the store"]
+
+
+def test_a_refund_for_an_action_without_receipt_is_reported_in_scope(world: World) -> None:
+    """A refund naming a journaled action that has no receipt yet is reported when in scope."""
+    intent = world.decide()
+    assert world.store.begin(intent, OWNER, time.time(), 60.0).status == "taken"
+    refund = world.payments.create_refund(
+        intent.target, intent.amount, metadata={ACTION_METADATA_KEY: intent.action_id}
+    )
+
+    problems = verify(world.store, world.payments, actions=[intent.action_id]).problems
+
+    assert problems == [
+        f"refund {refund.id} ({intent.amount}) at Stripe names action {intent.action_id}, "
+        "which has no receipt: a send the receipts do not show"
+    ]
+
+
+def test_unreadable_payment_is_a_problem_not_a_crash(world: World) -> None:
+    """A payment Stripe cannot read is reported as a problem of the check."""
+    intent = replace(world.decide(), target="pi_unknown")
+    world.record(intent, Settlement("refused", "could not read the payment"))
+
+    problems = verify(world.store, world.payments).problems
+
+    assert len(problems) == 1 and problems[0].startswith("could not read the refunds of pi_unknown")
+
+
+# -- python -m interlock verify ----------------------------------------------------------
+
+
+def _cli(
+    *args: str, home: Path | None = None, key: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "INTERLOCK_RECEIPT_KEY"}
+    if home is not None:
+        env["INTERLOCK_HOME"] = str(home)
+    if key is not None:
+        env["INTERLOCK_RECEIPT_KEY"] = key
+    return subprocess.run(
+        [sys.executable, "-m", "interlock", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=60,
+    )
+
+
+def _store_with_receipts(path: Path, signing_key: bytes | None = None) -> list[Receipt]:
+    world = _world(SQLiteStore(path), signing_key=signing_key)
+    receipts = _three_sends(world)
+    world.store.close()
+    return receipts
+
+
+def test_cli_exits_0_on_an_intact_chain(tmp_path: Path) -> None:
+    """`python -m interlock verify STORE` exits 0 and says the chain holds."""
+    path = tmp_path / "journal.sqlite3"
+    _store_with_receipts(path)
+
+    done = _cli("verify", str(path))
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"{path}: chain of 3 receipts (unsigned) holds\n"
+
+
+def test_cli_exits_1_on_a_tampered_chain_and_prints_the_problem(tmp_path: Path) -> None:
+    """An edited receipt makes the command exit 1 and print what is wrong."""
+    path = tmp_path / "journal.sqlite3"
+    receipts = _store_with_receipts(path)
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute(
+            "UPDATE receipts SET body=replace(body, '\"amount\":2000', '\"amount\":200000')"
+            " WHERE seq=2"
+        )
+    conn.close()
+
+    done = _cli("verify", str(path))
+
+    assert done.returncode == 1
+    assert done.stdout.splitlines() == [
+        f"{path}: chain of 3 receipts (unsigned) is BROKEN",
+        f"  - receipt 2 ({receipts[1].action_id}): its body does not match its hash (edited)",
+    ]
+
+
+def test_cli_json_and_signatures(tmp_path: Path) -> None:
+    """`--json` prints the result; a signed chain verifies with the key from the environment."""
+    path = tmp_path / "journal.sqlite3"
+    _store_with_receipts(path, signing_key=KEY)
+
+    signed = _cli("verify", "--json", str(path), key=KEY.decode())
+    keyless = _cli("verify", "--json", str(path))
+
+    assert signed.returncode == 0, signed.stderr
+    assert json.loads(signed.stdout) == {
+        "ok": True,
+        "chain_length": 3,
+        "signed": True,
+        "problems": [],
+        "checked_refunds": 0,
+    }
+    assert keyless.returncode == 1
+    assert len(json.loads(keyless.stdout)["problems"]) == 3
+
+
+def test_cli_default_store_is_under_interlock_home(tmp_path: Path) -> None:
+    """Without a path the command checks `interlock.sqlite3` under INTERLOCK_HOME."""
+    home = tmp_path / "home"
+    _store_with_receipts(home / "interlock.sqlite3")
+
+    done = _cli("verify", home=home)
+    empty = _cli("verify", home=tmp_path / "elsewhere")
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"{home / 'interlock.sqlite3'}: chain of 3 receipts")
+    assert empty.returncode == 2
+    assert str(tmp_path / "elsewhere" / "interlock.sqlite3") in empty.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param(["verify", "missing.sqlite3"], id="missing-store"),
+        pytest.param(["verify", "not-a-store"], id="not-a-store"),
+        pytest.param([], id="no-command"),
+        pytest.param(["check"], id="unknown-command"),
+        pytest.param(["verify", "--strict", "x"], id="unknown-option"),
+    ],
+)
+def test_cli_exits_2_on_bad_usage(tmp_path: Path, args: list[str]) -> None:
+    """A missing or unusable store path, or bad usage, exits 2 with a message on stderr."""
+    (tmp_path / "not-a-store").write_bytes(b"plain text, not SQLite\n" * 100)
+    args = [str(tmp_path / a) if a in ("missing.sqlite3", "not-a-store") else a for a in args]
+
+    done = _cli(*args)
+
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.strip()
+    assert not (tmp_path / "missing.sqlite3").exists(), "verify must not create a store"
