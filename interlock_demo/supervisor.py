@@ -107,6 +107,7 @@ class WorkerProcess:
                 event = {"kind": "output", "text": line[:200]}
             if isinstance(event, dict):
                 self.on_event(event)
+        stream.close()
         self.exit_code = self._popen.wait()
         if self._popen.stdin is not None:
             self._popen.stdin.close()
