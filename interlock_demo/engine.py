@@ -18,11 +18,12 @@ import json
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from interlock import (
+    Gate,
     Lease,
     MemoryStore,
     Owner,
@@ -30,6 +31,7 @@ from interlock import (
     SQLiteStore,
     Store,
     StripePayments,
+    StripeRefund,
     make_stripe_client,
     verify,
 )
@@ -48,7 +50,14 @@ from scenarios import (
     scenario,
 )
 from workers.agent import ScriptedModel
-from workers.columns import Case, MemoryBox, SimulatedCrash, WorkerContext, run_worker
+from workers.columns import (
+    Case,
+    MemoryBox,
+    SimulatedCrash,
+    WorkerContext,
+    gate_event_text,
+    run_worker,
+)
 
 TITLES = {"standard": "Standard agent", "interlock": "Interlock", "checked": "Hand-written check"}
 SUPPORT_REQUEST = (
@@ -79,14 +88,18 @@ class _ColumnFailed(Exception):
 class Engine:
     """Runs scenarios, one at a time, and keeps the runs of this process in memory."""
 
-    def __init__(self, config: DemoConfig) -> None:
+    def __init__(self, config: DemoConfig, *, mock_pace_s: float = 0.0) -> None:
+        """`mock_pace_s` spaces out a mock run's events so an audience can follow them."""
         self.config = config
+        self.mock_pace_s = mock_pace_s
         self.runs: dict[str, Run] = {}
         self.current: Run | None = None
         self._lock = threading.Lock()
         self._supervisor: Supervisor | None = None
         self._emulator: StripeEmulator | None = None
         self._closed = False
+        # Mock runs keep their in-memory payments and journal for a later re-approval.
+        self._mock_parts: dict[str, tuple[Payments, Store]] = {}
 
     # -- starting and stopping -----------------------------------------------------------
 
@@ -146,6 +159,82 @@ class Engine:
             self._emulator.stop()
             self._emulator = None
 
+    def reapprove(self, run: Run) -> None:
+        """After interlock refused: a person grants a new approval and the gate sends under it.
+
+        The new action takes the payment as it is now as its decision context (the person
+        decided on that), names the refused action in its receipt, and the column's card is
+        re-read from Stripe. What is wanted in Stripe now includes the re-approved refund.
+        """
+        col = run.column("interlock")
+        refused = (col.outcome or {}).get("action_id")
+        if not run.finished or (col.outcome or {}).get("status") != "refused" or not refused:
+            raise BusyError("re-approval follows a finished run in which interlock refused")
+        config = self.config if run.mode == self.config.mode else self.config.with_mode(run.mode)
+        owned: SQLiteStore | None = None
+        if run.mode == "mock":
+            payments, store = self._mock_parts[run.run_id]
+        else:
+            base = run.settings.get("stripe_base")
+            key = EMULATOR_KEY if run.mode == "offline" else config.stripe_key.value  # type: ignore[union-attr]
+            payments = StripePayments(
+                make_stripe_client(key, timeout_s=config.timing.stripe_timeout_s, base_url=base)
+            )
+            owned = store = SQLiteStore(config.paths.store)
+        try:
+            now = time.time()
+            lease = store.grant_lease(
+                Lease(
+                    id=f"lease_{col.case_id}-reapproved-{len(col.action_ids)}",
+                    kind="refund",
+                    target=str(col.payment_intent),
+                    cap=LEASE_CAP,
+                    expires_at=now + LEASE_TTL_S,
+                    granted_by="support (re-approved)",
+                    granted_at=now,
+                )
+            )
+            run.add_event("interlock", "reapprove", "a person approves the $20 refund again", None)
+            gate = Gate(
+                store,
+                StripeRefund(payments),
+                timing=config.timing,
+                switches=config.switches,
+                owner=Owner.current("reapprove"),
+                on_event=lambda kind, data: _reapprove_event(run, kind, data),
+            )
+            outcome = gate.reapprove(str(refused), lease.id, approved_by="support")
+            runner = _ColumnRunner(run, col, scenario(run.scenario), config, payments, store)
+            runner.case = Case(
+                str(col.case_id),
+                "interlock",
+                str(col.payment_intent),
+                lease.id,
+                REFUND_AMOUNT,
+                SUPPORT_REQUEST,
+            )
+
+            def record() -> None:
+                col.outcome = {
+                    "status": outcome.status,
+                    "reason": outcome.reason,
+                    "refund_id": outcome.external_id,
+                    "action_id": outcome.action_id,
+                    "reapproves": refused,
+                }
+                col.action_ids.append(outcome.action_id)
+                col.wanted = {
+                    **col.wanted,
+                    "text": f"{col.wanted.get('text')}, then the re-approved $20",
+                    "agent_refunds": int(col.wanted.get("agent_refunds", 0)) + 1,
+                }
+
+            run.update("interlock", record)
+            runner.reapproved_card()
+        finally:
+            if owned is not None:
+                owned.close()
+
     def _settings(self, config: DemoConfig, checked: bool) -> dict[str, Any]:
         settings: dict[str, Any] = {
             "claim_ttl_s": config.timing.claim_ttl_s,
@@ -203,7 +292,10 @@ class Engine:
     def _execute_mock(self, run: Run, sc: Scenario, config: DemoConfig) -> None:
         payments = InProcessPayments(PaymentsModel())
         store = MemoryStore()
-        self._columns(run, lambda col: _MockColumn(run, col, sc, config, payments, store))
+        self._mock_parts = {run.run_id: (payments, store)}
+        self._columns(
+            run, lambda col: _MockColumn(run, col, sc, config, payments, store, self.mock_pace_s)
+        )
 
     def _columns(self, run: Run, make: Callable[[Column], _ColumnRunner]) -> None:
         threads = []
@@ -356,7 +448,11 @@ class _ColumnRunner:
             run.set_state(col.name, "running")
         run.add_event(col.name, kind, str(ev.get("text", "")), pid)
 
-    def _card(self) -> None:
+    def reapproved_card(self) -> None:
+        """Re-read the card after a re-approval; the truth table no longer applies to it."""
+        self._card(reapproved=True)
+
+    def _card(self, *, reapproved: bool = False) -> None:
         run, col, sc = self.run_, self.col, self.sc
         assert self.case is not None
         refunds = self.payments.list_refunds(self.case.payment_intent)
@@ -371,23 +467,29 @@ class _ColumnRunner:
             for r in refunds
         ]
         counting = [row for row, r in zip(rows, refunds, strict=True) if r.counts]
+        wanted_agent = int(col.wanted.get("agent_refunds", sc.wanted_agent_refunds))
+        wanted_hand = int(col.wanted.get("hand_refunds", sc.wanted_hand_refunds))
         agent = sum(1 for r in counting if r["by"] == "agent")
         hand = sum(1 for r in counting if r["by"] == "hand")
         total = sum(r["amount"] for r in counting)
         exp = expectation(sc.id, col.name, run.emulated)
         outcome = col.outcome or {}
         deviations = []
-        if (agent, hand) != (exp.agent_refunds, exp.hand_refunds):
+        if not reapproved and (agent, hand) != (exp.agent_refunds, exp.hand_refunds):
             deviations.append(
                 f"Stripe has {agent} agent and {hand} hand refunds; the truth table says "
                 f"{exp.agent_refunds} and {exp.hand_refunds}"
             )
-        if outcome.get("status") != exp.outcome:
+        if not reapproved and outcome.get("status") != exp.outcome:
             deviations.append(
                 f"the column reported {outcome.get('status')!r}; "
                 f"the truth table says {exp.outcome!r}"
             )
-        if exp.reason_contains and exp.reason_contains not in str(outcome.get("reason") or ""):
+        if (
+            not reapproved
+            and exp.reason_contains
+            and exp.reason_contains not in str(outcome.get("reason") or "")
+        ):
             deviations.append(f"the reason does not say {exp.reason_contains!r}")
         receipt = verified = None
         if col.name == "interlock":
@@ -404,8 +506,9 @@ class _ColumnRunner:
 
         def fill() -> None:
             col.stripe = {"refunds": rows, "refunded_total": total}
-            col.ok = agent == sc.wanted_agent_refunds and hand == sc.wanted_hand_refunds
-            col.as_predicted = not deviations
+            col.ok = agent == wanted_agent and hand == wanted_hand
+            if not reapproved:
+                col.as_predicted = not deviations
             col.deviations = deviations
             col.receipt = receipt
             col.verify = verified
@@ -507,11 +610,19 @@ class _MockColumn(_ColumnRunner):
         config: DemoConfig,
         payments: Payments,
         store: Store,
+        pace_s: float,
     ) -> None:
         super().__init__(run, col, sc, config, payments, store)
+        self.pace_s = pace_s
         self.box = MemoryBox()
         self.clock = _MockClock()
         self.n = 0
+
+    def on_worker_event(self, ev: dict[str, Any], pid: int | None) -> None:
+        """Record the event, then pause for the audience (presentation pacing only)."""
+        super().on_worker_event(ev, pid)
+        if self.pace_s > 0:
+            time.sleep(self.pace_s)
 
     def launch(self, crash_point: str | None) -> int | None:
         assert self.case is not None
@@ -563,3 +674,9 @@ class _MockColumn(_ColumnRunner):
 
         run.update(col.name, ended)
         return code
+
+
+def _reapprove_event(run: Run, kind: str, data: Mapping[str, Any]) -> None:
+    text = gate_event_text(kind, data)
+    if text is not None:
+        run.add_event("interlock", f"gate-{kind}", text, None)

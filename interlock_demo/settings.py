@@ -156,7 +156,7 @@ def resolve(
     if mode is None:
         if missing:
             mode = "offline"
-            fallback = "offline rehearsal: no " + " and no ".join(missing) + " found"
+            fallback = "live mode needs " + " and ".join(missing) + ", not found"
         else:
             mode = "live"
     if mode == "live" and missing:

@@ -325,7 +325,7 @@ def _interlock(ctx: WorkerContext) -> dict[str, Any]:
 
 
 def _gate_event(ctx: WorkerContext, kind: str, data: Mapping[str, Any]) -> None:
-    text = _gate_text(kind, data)
+    text = gate_event_text(kind, data)
     if text is not None:
         ctx.emit(f"gate-{kind}", text, **{k: v for k, v in data.items() if _plain_value(v)})
     point = _GATE_CRASH_POINTS.get(kind)
@@ -337,7 +337,8 @@ def _plain_value(v: Any) -> bool:
     return v is None or isinstance(v, (str, int, float, bool))
 
 
-def _gate_text(kind: str, d: Mapping[str, Any]) -> str | None:
+def gate_event_text(kind: str, d: Mapping[str, Any]) -> str | None:
+    """A gate event in words for a column's event list, or None for events not shown."""
     short = str(d.get("action_id", ""))[:12]
     if kind == "journaled":
         return f"journaled intent {short}… and took the claim"

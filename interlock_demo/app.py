@@ -1,0 +1,407 @@
+"""The terminal app a presenter drives at a talk: single keys, one run on screen at a time.
+
+The app is a view: the engine runs the workers and the app subscribes to the run. Updates
+arrive as `RunUpdated` messages from the engine's threads; an update from any run but the
+one on screen is dropped, so a late update can never repaint over a new run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any, ClassVar
+
+from textual import work
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding, BindingType
+from textual.containers import Container
+from textual.screen import Screen
+from textual.widgets import Footer
+
+from interlock import Switches
+from interlock_demo.engine import TITLES, BusyError, Engine, RunRequest
+from interlock_demo.messages import RunUpdated
+from interlock_demo.run import Run
+from interlock_demo.settings import DemoConfig, UsageError
+from interlock_demo.widgets import ColumnPane, ModeBanner, RunHeader
+from scenarios import COLUMNS, SCENARIOS
+
+APP_TITLE = "Interlock demo"
+# A mock run's events are spaced out so the room can follow; it still ends in a few seconds.
+MOCK_PACE_S = 0.08
+
+
+class DemoApp(App[int]):
+    """One refund case, side by side: standard | interlock | checked."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = APP_TITLE
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding(
+            "1",
+            "pick('hand-refund')",
+            "Hand refund",
+            id="scenario-hand-refund",
+            tooltip="Scenario 1: crash before the send; support refunds $20 by hand",
+        ),
+        Binding(
+            "2",
+            "pick('revoked')",
+            "Revoked",
+            id="scenario-revoked",
+            tooltip="Scenario 2: crash before the send; support revokes the approval",
+        ),
+        Binding(
+            "3",
+            "pick('after-answer')",
+            "After answer",
+            id="scenario-after-answer",
+            tooltip="Scenario 3 (control): crash right after Stripe answered",
+        ),
+        Binding(
+            "enter",
+            "run",
+            "Run",
+            id="run",
+            priority=True,
+            tooltip="Run the chosen scenario in every column at once",
+        ),
+        Binding(
+            "m",
+            "toggle_mock",
+            "Mock",
+            id="toggle-mock",
+            tooltip="Toggle mock mode: simulated in-process, no Stripe, no processes",
+        ),
+        Binding(
+            "c",
+            "toggle_checked",
+            "Checked",
+            id="toggle-checked",
+            tooltip="Show or hide the third column: a hand-written re-check",
+        ),
+        Binding(
+            "t",
+            "switch_engine",
+            "Engine",
+            id="switch-engine",
+            tooltip="Switch between the standalone and the Temporal engine",
+        ),
+        Binding(
+            "a",
+            "reapprove",
+            "Re-approve",
+            id="reapprove",
+            tooltip="After Interlock refused: a person approves the refund again",
+        ),
+        Binding(
+            "s",
+            "screenshot",
+            "Screenshot",
+            id="screenshot",
+            tooltip="Save an SVG screenshot under INTERLOCK_HOME",
+        ),
+        Binding(
+            "q",
+            "quit_now",
+            "Quit",
+            id="quit",
+            priority=True,
+            tooltip="Quit at once and stop every worker",
+        ),
+    ]
+
+    def __init__(
+        self, config: DemoConfig, *, checked: bool = False, engine: Engine | None = None
+    ) -> None:
+        super().__init__()
+        self.config = config
+        self.engine = engine if engine is not None else Engine(config, mock_pace_s=MOCK_PACE_S)
+        self.scenario = "hand-refund"
+        self.checked = checked
+        self.run_on_screen: Run | None = None
+        self.http_url: str | None = None
+
+    # -- layout ----------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield ModeBanner(id="banner")
+        yield RunHeader(id="header")
+        with Container(id="columns"):
+            for name in COLUMNS:
+                yield ColumnPane(name, TITLES[name])
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self._apply_config()
+        self.set_interval(0.1, self._tick)
+
+    def on_resize(self) -> None:
+        self.query_one("#columns").set_class(self.size.width < 120, "-narrow")
+
+    def _apply_config(self) -> None:
+        """Redraw everything that depends on the mode, the switches and the selection."""
+        mock = self.config.mode == "mock"
+        self.query_one(ModeBanner).show(self.config)
+        for pane in self.query(ColumnPane):
+            pane.display = pane.column_name != "checked" or self.checked
+            if self.run_on_screen is None:
+                pane.reset(mock=mock)
+        self.screen.set_class(mock, "-mock")
+        self.screen.set_class(self.config.mode == "offline", "-offline")
+        self._set_title()
+        self._render_run()
+        self.refresh_bindings()
+
+    def _set_title(self) -> None:
+        mode = self.run_on_screen.mode if self.run_on_screen else self.config.mode
+        title = f"{APP_TITLE}: {SCENARIOS[self.scenario].title}"
+        self.title = f"MOCK: {title}" if mode == "mock" else title
+        driver = self._driver
+        if driver is not None and not self.is_headless:
+            driver.write(f"\x1b]0;{self.title}\x07")
+
+    # -- run updates -----------------------------------------------------------------------
+
+    def on_run_updated(self, message: RunUpdated) -> None:
+        if self.run_on_screen is None or message.run_id != self.run_on_screen.run_id:
+            return  # a late update from an older run: never repaint the new one with it
+        self._render_run()
+        if self.run_on_screen.finished:
+            self.refresh_bindings()
+
+    def _render_run(self) -> None:
+        run = self.run_on_screen
+        snapshot = run.to_json() if run is not None else None
+        mode = snapshot["mode"] if snapshot else self.config.mode
+        self.query_one(RunHeader).show(
+            scenario=snapshot["scenario"] if snapshot else self.scenario,
+            mode=mode,
+            engine=self.config.engine,
+            checked=self.checked,
+            run=snapshot,
+        )
+        if snapshot is None:
+            return
+        for col in snapshot["columns"]:
+            self.query_one(f"#col-{col['name']}", ColumnPane).show(snapshot, col)
+
+    def _tick(self) -> None:
+        run = self.run_on_screen
+        if run is None or run.finished:
+            return
+        snapshot = run.to_json()
+        self.query_one(RunHeader).show(
+            scenario=snapshot["scenario"],
+            mode=snapshot["mode"],
+            engine=self.config.engine,
+            checked=self.checked,
+            run=snapshot,
+        )
+        now = run.now()
+        for col in snapshot["columns"]:
+            if col["state"] == "waiting":
+                self.query_one(f"#col-{col['name']}", ColumnPane).tick(now, col)
+
+    # -- actions ---------------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "switch_engine":
+            return None  # the Temporal engine is not part of this build: shown, disabled
+        if action == "reapprove":
+            return self._refused_interlock() is not None
+        return True
+
+    def _run_is_going(self) -> bool:
+        return self.run_on_screen is not None and not self.run_on_screen.finished
+
+    def _refused_interlock(self) -> str | None:
+        run = self.run_on_screen
+        if run is None or not run.finished:
+            return None
+        col = next((c for c in run.columns if c.name == "interlock"), None)
+        if col is None or not col.outcome or col.outcome.get("status") != "refused":
+            return None
+        return col.outcome.get("action_id")
+
+    def _refuse_while_running(self, what: str) -> bool:
+        if self._run_is_going():
+            self.notify(f"A run is going: {what} after it finishes.", severity="warning")
+            return True
+        return False
+
+    def action_pick(self, scenario_id: str) -> None:
+        """Choose the scenario for the next run."""
+        if self._refuse_while_running("choose a scenario"):
+            return
+        self.scenario = scenario_id
+        self.run_on_screen = None
+        self._apply_config()
+
+    def action_run(self) -> None:
+        """Start the chosen scenario; a second start while one runs is refused."""
+        try:
+            self.start_run(RunRequest(self.scenario, checked=self.checked))
+        except BusyError as e:
+            self.notify(f"Not started: {e}.", severity="warning")
+        except UsageError as e:
+            self.notify(str(e), severity="error")
+
+    def start_run(self, request: RunRequest) -> Run:
+        """Start a run and put it on screen (keys and the HTTP endpoint both come here)."""
+
+        def listener(run: Run, column: str | None) -> None:
+            self.post_message(RunUpdated(run.run_id))
+
+        run = self.engine.start(request, listeners=(listener,))
+        self.call_later(self._show_new_run, run, request)
+        return run
+
+    def _show_new_run(self, run: Run, request: RunRequest) -> None:
+        self.scenario = run.scenario
+        self.checked = request.checked
+        if run.mode != self.config.mode:
+            self.config = self.config.with_mode(run.mode)
+        self.run_on_screen = run
+        for pane in self.query(ColumnPane):
+            pane.reset(mock=run.mode == "mock")
+        self._apply_config()
+
+    def action_toggle_mock(self) -> None:
+        """Switch between mock and the mode the app started in."""
+        if self._refuse_while_running("switch mock"):
+            return
+        target = "offline" if self.config.mode == "mock" else "mock"
+        if self.config.mode == "mock" and not self.engine_default_is_offline():
+            target = "live"
+        self._set_mode(target)
+
+    def engine_default_is_offline(self) -> bool:
+        """Whether leaving mock goes to offline (no keys for live)."""
+        return bool(self.config.missing)
+
+    def _set_mode(self, mode: str) -> None:
+        try:
+            self.config = self.config.with_mode(mode)
+        except UsageError as e:
+            self.notify(str(e), severity="error")
+            return
+        self.engine.config = self.config
+        self.run_on_screen = None
+        self._apply_config()
+        self.notify(f"Mode: {mode}.")
+
+    def action_toggle_checked(self) -> None:
+        """Show or hide the hand-written check column."""
+        if self._refuse_while_running("toggle the checked column"):
+            return
+        self.checked = not self.checked
+        self.run_on_screen = None
+        self._apply_config()
+
+    def action_switch_engine(self) -> None:
+        """Switch engines (disabled until the Temporal engine exists)."""
+        self.notify("The Temporal engine is not part of this build.", severity="warning")
+
+    def set_switch(self, name: str) -> None:
+        """Toggle an emulated switch (offline and mock only)."""
+        if self._refuse_while_running("change switches"):
+            return
+        if self.config.mode == "live":
+            self.notify("Emulated switches are for offline and mock runs.", severity="error")
+            return
+        s = self.config.switches
+        switches = (
+            Switches(emulate_24h=not s.emulate_24h, no_lookup=s.no_lookup)
+            if name == "emulate-24h"
+            else Switches(emulate_24h=s.emulate_24h, no_lookup=not s.no_lookup)
+        )
+        self.config = DemoConfig(**{**self.config.__dict__, "switches": switches})
+        self.engine.config = self.config
+        self.run_on_screen = None
+        self._apply_config()
+
+    def action_reapprove(self) -> None:
+        """A person approves the refused refund again; interlock sends under the new lease."""
+        run = self.run_on_screen
+        if run is None or self._refused_interlock() is None:
+            self.notify("Re-approve follows a refusal by Interlock.", severity="warning")
+            return
+        self._reapprove(run)
+
+    @work(thread=True, exclusive=True, group="reapprove", description="re-approve")
+    def _reapprove(self, run: Run) -> None:
+        try:
+            self.engine.reapprove(run)
+        except Exception as e:  # shown to the presenter, never swallowed
+            self.call_from_thread(self.notify, f"Re-approve failed: {e}", severity="error")
+
+    def action_save_screenshot(self) -> None:
+        """Save an SVG screenshot under INTERLOCK_HOME and say where."""
+        folder = self.config.paths.screenshots
+        folder.mkdir(parents=True, exist_ok=True)
+        name = f"{self.scenario}-{datetime.now().strftime('%Y%m%d-%H%M%S')}.svg"
+        path = self.save_screenshot(name, str(folder))
+        self.notify(f"Screenshot saved: {path}")
+
+    def action_quit_now(self) -> None:
+        """Quit at once; every worker is stopped."""
+        self.engine.close()
+        self.exit(0)
+
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        for sid, sc in SCENARIOS.items():
+            yield SystemCommand(f"scenario: {sid}", sc.story, lambda sid=sid: self.action_pick(sid))
+        yield SystemCommand("run: start", "Run the chosen scenario", self.action_run)
+        yield SystemCommand(
+            "mode: mock", "Simulated in-process run", lambda: self._set_mode("mock")
+        )
+        yield SystemCommand(
+            "mode: offline",
+            "Local Stripe emulator, scripted model",
+            lambda: self._set_mode("offline"),
+        )
+        yield SystemCommand(
+            "mode: live", "Stripe test mode and the real model", lambda: self._set_mode("live")
+        )
+        yield SystemCommand(
+            "switch: emulate 24h",
+            "Retry as if Stripe pruned the key (offline/mock)",
+            lambda: self.set_switch("emulate-24h"),
+        )
+        yield SystemCommand(
+            "switch: no lookup",
+            "The gate skips its lookup (offline/mock)",
+            lambda: self.set_switch("no-lookup"),
+        )
+        yield SystemCommand(
+            "view: checked column", "Show or hide the third column", self.action_toggle_checked
+        )
+        yield SystemCommand(
+            "screenshot: save", "SVG under INTERLOCK_HOME", self.action_save_screenshot
+        )
+
+
+def make_app(config: DemoConfig, *, checked: bool = False) -> DemoApp:
+    """The app factory used by the CLI, the Pilot tests and the snapshot tests."""
+    return DemoApp(config, checked=checked)
+
+
+def run_app(config: DemoConfig, *, checked: bool = False, http_port: int | None = None) -> int:
+    """Open the app; returns the exit code."""
+    app = make_app(config, checked=checked)
+    api = None
+    if http_port is not None:
+        from interlock_demo.http_api import RunApi
+
+        api = RunApi(app.engine, port=http_port, start_run=app.start_run)
+        api.start()
+        app.http_url = api.url
+    try:
+        code = app.run()
+    finally:
+        app.engine.close()
+        if api is not None:
+            api.stop()
+    return int(code or 0)

@@ -1,0 +1,44 @@
+"""The mode label at the top: a striped MOCK banner, the offline label, or live settings."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from interlock_demo.settings import DemoConfig
+
+_STRIPES = "▞▚" * 6
+
+
+class ModeBanner(Static):
+    """Says, before anything else, what kind of run the screen shows."""
+
+    def show(self, config: DemoConfig) -> None:
+        """Render the label for this configuration."""
+        self.set_class(config.mode == "mock", "-mock")
+        self.set_class(config.mode == "offline", "-offline")
+        self.set_class(config.mode == "live", "-live")
+        switches = ", ".join(config.switches.names)
+        emulated = f"   EMULATED: {switches}" if switches else ""
+        if config.mode == "mock":
+            text = Text(
+                f"{_STRIPES} MOCK {_STRIPES}  simulated: in-memory payments, scripted model, "
+                f"no processes, nothing sent to Stripe{emulated}  {_STRIPES} MOCK {_STRIPES}",
+                style="bold",
+            )
+        elif config.mode == "offline":
+            why = f"  ({config.fallback_reason})" if config.fallback_reason else ""
+            text = Text(
+                "OFFLINE REHEARSAL: local Stripe emulator on 127.0.0.1, scripted model, "
+                f"real worker processes{emulated}{why}",
+                style="bold",
+            )
+        else:
+            key = config.stripe_key.source if config.stripe_key else "missing"
+            text = Text(
+                f"LIVE · Stripe test mode (key from {key}) · model {config.model_label} · "
+                f"claim {config.timing.claim_ttl_s:g} s · Stripe timeout "
+                f"{config.timing.stripe_timeout_s:g} s",
+                style="bold",
+            )
+        self.update(text)
