@@ -1,0 +1,37 @@
+"""The linters run as part of the one test command: ruff over the tree, mypy (strict on interlock)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = [pytest.mark.lint, pytest.mark.timeout(300)]
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+
+
+def test_ruff_check_is_clean() -> None:
+    """ruff finds no lint problems anywhere in the repository."""
+    result = _run("ruff", "check", ".")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_ruff_format_is_clean() -> None:
+    """Every Python file is formatted as ruff format would write it."""
+    result = _run("ruff", "format", "--check", ".")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_mypy_is_clean() -> None:
+    """mypy passes on the packages, strict on the interlock library."""
+    result = _run("mypy", "--no-error-summary")
+    assert result.returncode == 0, result.stdout + result.stderr
