@@ -1,0 +1,329 @@
+"""The optional loopback HTTP endpoint (`--http [PORT]`): the run as JSON (DESIGN §6).
+
+    GET  /api/run         the current or last run, the bare run@1 document (404 before any)
+    GET  /api/runs/{id}   that run (404 when this process has no such run)
+    POST /api/runs        {"scenario": ..., "mode": "mock"|"offline"|"live", "checked": bool}
+                          starts a run: 202 {"run_id", "url"}, the run registered before
+                          the answer; "mode" defaults to the configured one, "checked" to
+                          false
+
+There is no auth. What keeps another web page in the presenter's browser out: the server
+binds 127.0.0.1 only; every request must be addressed to `127.0.0.1:<port>` or
+`localhost:<port>` in its Host header (else 403, against DNS rebinding); a POST must say
+`Content-Type: application/json` (else 415: a browser sends a CORS preflight first, and
+no CORS header is ever granted) and, when it carries an Origin, come from the endpoint's
+own origin (else 403). These checks come in that order, then the body (400), then one
+run at a time (409). Every answer is JSON with `Cache-Control: no-store`; none contains
+a key (run documents and settings carry labels, never keys; errors name what is missing).
+The exception: a request aiohttp's parser refuses before any of this runs (malformed, or
+HTTP/1.1 without a Host header, which RFC 9112 answers with 400) gets aiohttp's plain 400.
+
+The server is aiohttp on its own asyncio loop in a background thread, so the Textual app
+and the headless path are not tied to its loop. It imports no Textual.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import json
+import logging
+import threading
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from aiohttp import web
+
+from interlock_demo.engine import BusyError, Engine, RunRequest
+from interlock_demo.run import Run
+from interlock_demo.settings import MODES, UsageError
+from scenarios import SCENARIOS
+
+HOST = "127.0.0.1"
+DEFAULT_PORT = 8787
+# A run request is a few dozen bytes; anything near this is not one.
+MAX_BODY = 64 * 1024
+# How long stop() lets a request that is being answered finish.
+SHUTDOWN_TIMEOUT_S = 5.0
+BODY_HELP = (
+    'send {"scenario": '
+    + "|".join(f'"{s}"' for s in SCENARIOS)
+    + ', "mode": '
+    + "|".join(f'"{m}"' for m in MODES)
+    + ', "checked": true|false} ("mode" and "checked" may be left out)'
+)
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class PortInUseError(OSError):
+    """The endpoint's port is taken by another program; the message says what to do."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        super().__init__(
+            errno.EADDRINUSE,
+            f"cannot serve the HTTP endpoint on {HOST}:{port}: the port is in use; "
+            "pick another with --http PORT",
+        )
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+class _Refused(Exception):
+    """A request the endpoint answers with an error: the status and what to do instead."""
+
+    def __init__(self, status: int, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = {"error": message, **extra}
+
+
+def _answer(
+    status: int, body: Mapping[str, Any], headers: Mapping[str, str] | None = None
+) -> web.Response:
+    return web.json_response(
+        body, status=status, headers={"Cache-Control": "no-store", **(headers or {})}
+    )
+
+
+class RunApi:
+    """Serves the engine's runs on loopback; `start()` it, read `url`, `stop()` it.
+
+    `start_run` starts a run for a POST (default `engine.start`); the Textual app passes
+    its own so that a run started over HTTP is shown like one started by keys. It is
+    called on the endpoint's thread and must return once the run is registered.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        port: int = DEFAULT_PORT,
+        start_run: Callable[[RunRequest], Run] | None = None,
+    ) -> None:
+        self.engine = engine
+        self._start_run = start_run if start_run is not None else engine.start
+        self._requested_port = port
+        self._port: int | None = None
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        """The port it listens on (the requested one before `start()`)."""
+        return self._port if self._port is not None else self._requested_port
+
+    @property
+    def url(self) -> str:
+        """Its base address, e.g. `http://127.0.0.1:8787`."""
+        return f"http://{HOST}:{self.port}"
+
+    def start(self) -> RunApi:
+        """Listen on 127.0.0.1 in a background thread; return once listening.
+
+        Raises `PortInUseError` when the port is taken.
+        """
+        if self._thread is not None:
+            raise RuntimeError("the HTTP endpoint is already started")
+        self._ready.clear()
+        self._error = None
+        self._thread = threading.Thread(
+            target=lambda: asyncio.run(self._serve()), name="http-api", daemon=True
+        )
+        self._thread.start()
+        self._ready.wait()
+        if self._error is not None:
+            self._thread.join()
+            self._thread = None
+            raise self._error
+        return self
+
+    def stop(self) -> None:
+        """Stop listening, let requests being answered finish, and join the thread."""
+        thread, loop, stopping = self._thread, self._loop, self._stopping
+        if thread is None:
+            return
+        if loop is not None and stopping is not None:
+            loop.call_soon_threadsafe(stopping.set)
+        thread.join()
+        self._thread = None
+        self._loop = None
+        self._stopping = None
+
+    async def _serve(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stopping = asyncio.Event()
+        runner = web.AppRunner(self._app(), access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
+        try:
+            await runner.setup()
+            site = web.TCPSite(runner, HOST, self._requested_port)
+            try:
+                await site.start()
+            except OSError as e:
+                if e.errno != errno.EADDRINUSE:
+                    raise
+                raise PortInUseError(self._requested_port) from None
+        except Exception as e:  # start() raises it in the caller's thread
+            self._error = e
+            await runner.cleanup()
+            self._ready.set()
+            return
+        self._port = int(runner.addresses[0][1])
+        self._ready.set()
+        try:
+            await self._stopping.wait()
+        finally:
+            await runner.cleanup()
+
+    # -- the application -----------------------------------------------------------------
+
+    def _app(self) -> web.Application:
+        @web.middleware
+        async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+            try:
+                self._check_host(request)
+                return await handler(request)
+            except _Refused as e:
+                return _answer(e.status, e.body)
+            except web.HTTPException as e:  # aiohttp's own: no route, wrong method, too big
+                allow = {"Allow": e.headers["Allow"]} if "Allow" in e.headers else None
+                return _answer(e.status, {"error": self._http_error(e, request)}, allow)
+            except Exception as e:
+                log.exception("the HTTP endpoint failed on %s %s", request.method, request.path)
+                # The type only: an exception's text is not checked for keys.
+                return _answer(500, {"error": f"internal error ({type(e).__name__})"})
+
+        app = web.Application(middlewares=[guard], client_max_size=MAX_BODY)
+        app.router.add_get("/api/run", self._get_current)
+        app.router.add_get("/api/runs/{run_id}", self._get_run)
+        app.router.add_post("/api/runs", self._post_run)
+        return app
+
+    def _origins(self) -> tuple[str, ...]:
+        return (f"http://127.0.0.1:{self.port}", f"http://localhost:{self.port}")
+
+    def _check_host(self, request: web.Request) -> None:
+        hosts = request.headers.getall("Host", [])
+        allowed = (f"127.0.0.1:{self.port}", f"localhost:{self.port}")
+        if len(hosts) == 1 and hosts[0].lower() in allowed:
+            return
+        if len(hosts) == 1:
+            got = f"Host {hosts[0][:100]!r}"
+        else:
+            got = f"{len(hosts)} Host headers" if hosts else "no Host header"
+        raise _Refused(
+            403,
+            f"this endpoint answers only requests addressed to {' or '.join(allowed)} "
+            f"(got {got}); other names are refused against DNS rebinding",
+        )
+
+    def _http_error(self, e: web.HTTPException, request: web.Request) -> str:
+        if e.status == 404:
+            return (
+                f"no such endpoint: {request.path[:100]}; the endpoints are GET /api/run, "
+                "GET /api/runs/{id} and POST /api/runs"
+            )
+        if e.status == 405:
+            allowed = e.headers.get("Allow", "")
+            return f"{request.method} is not allowed on {request.path}; allowed: {allowed}"
+        if e.status == 413:
+            return f"the body is too large (at most {MAX_BODY} bytes); {BODY_HELP}"
+        return e.reason
+
+    # -- handlers ------------------------------------------------------------------------
+
+    async def _get_current(self, request: web.Request) -> web.Response:
+        run = self.engine.current
+        if run is None:
+            raise _Refused(404, "no run yet; start one in the app or with POST /api/runs")
+        return _answer(200, run.to_json())
+
+    async def _get_run(self, request: web.Request) -> web.Response:
+        run_id = request.match_info["run_id"]
+        run = self.engine.runs.get(run_id)
+        if run is None:
+            raise _Refused(
+                404,
+                f"no run {run_id[:100]!r} in this process; runs live in memory until it "
+                "exits (GET /api/run shows the current or last one)",
+            )
+        return _answer(200, run.to_json())
+
+    async def _post_run(self, request: web.Request) -> web.Response:
+        if request.content_type != "application/json":
+            raise _Refused(
+                415,
+                "POST /api/runs takes only Content-Type: application/json (got "
+                f"{request.headers.get('Content-Type', 'none')[:100]!r}); {BODY_HELP}",
+            )
+        origin = request.headers.get("Origin")
+        if origin is not None and origin not in self._origins():
+            raise _Refused(
+                403,
+                f"POST /api/runs is taken only from this endpoint's own origin "
+                f"({' or '.join(self._origins())}); got Origin {origin[:100]!r}",
+            )
+        run_request = self._parse(await self._body_text(request))
+        try:
+            run = self._start_run(run_request)
+        except UsageError as e:  # e.g. live without keys; the message names no key
+            raise _Refused(400, str(e)) from None
+        except BusyError as e:
+            current = self.engine.current
+            raise _Refused(
+                409, str(e), run_id=None if current is None else current.run_id
+            ) from None
+        url = f"/api/runs/{run.run_id}"
+        return _answer(202, {"run_id": run.run_id, "url": url}, {"Location": url})
+
+    async def _body_text(self, request: web.Request) -> str:
+        try:
+            return await request.text()
+        except (UnicodeDecodeError, LookupError):
+            raise _Refused(
+                400, f"the body is not text in its charset ({request.charset}); {BODY_HELP}"
+            ) from None
+
+    def _parse(self, text: str) -> RunRequest:
+        try:
+            body = json.loads(text)
+        except ValueError as e:
+            raise _Refused(400, f"the body is not JSON ({e}); {BODY_HELP}") from None
+        if not isinstance(body, dict):
+            raise _Refused(400, f"the body must be a JSON object; {BODY_HELP}")
+        unknown = sorted(set(body) - {"scenario", "mode", "checked"})
+        if unknown:
+            raise _Refused(400, f"unknown field(s) {', '.join(unknown)}; {BODY_HELP}")
+        scenario = body.get("scenario")
+        if not isinstance(scenario, str) or scenario not in SCENARIOS:
+            raise _Refused(
+                400,
+                f"scenario must be one of {', '.join(SCENARIOS)} (got {_shown(scenario)}); "
+                f"{BODY_HELP}",
+            )
+        mode = body.get("mode")
+        if "mode" in body and (not isinstance(mode, str) or mode not in MODES):
+            raise _Refused(
+                400, f"mode must be one of {', '.join(MODES)} (got {_shown(mode)}); {BODY_HELP}"
+            )
+        checked = body.get("checked", False)
+        if not isinstance(checked, bool):
+            raise _Refused(
+                400, f"checked must be true or false (got {_shown(checked)}); {BODY_HELP}"
+            )
+        return RunRequest(scenario=scenario, checked=checked, mode=mode)
+
+
+def _shown(value: Any) -> str:
+    """A value from the body, short, as JSON."""
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -1,0 +1,529 @@
+"""The loopback HTTP endpoint (DESIGN §6): its answers, its checks and their order.
+
+Requests go through the stdlib `http.client` so that each test sets the Host and Origin
+headers itself. The engine runs in mock mode (in-process, well under a second); a test
+that needs a run to stay running holds it with a listener that waits on an event.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from interlock_demo import settings
+from interlock_demo.engine import Engine, RunRequest
+from interlock_demo.http_api import PortInUseError, RunApi
+from interlock_demo.run import Run
+
+WAIT_S = 30.0
+HTTP_TIMEOUT_S = 10.0
+STRIPE_KEY = "sk_test_madeUpForHttpTests4242424242"
+ANTHROPIC_KEY = "sk-ant-api03-madeUpForHttpTests-0000000000"
+GOOD_BODY = {"scenario": "hand-refund", "mode": "mock", "checked": True}
+
+
+@dataclass
+class Answer:
+    """One HTTP answer as received."""
+
+    status: int
+    headers: http.client.HTTPMessage
+    raw: bytes
+
+    def json(self) -> Any:
+        """The body, after checking that it says it is JSON."""
+        assert self.headers.get_content_type() == "application/json"
+        return json.loads(self.raw)
+
+    @property
+    def error(self) -> str:
+        """The error message of an error answer."""
+        return str(self.json()["error"])
+
+
+class Client:
+    """Talks to one endpoint, addressed as 127.0.0.1:<port> unless told otherwise."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.answers: list[Answer] = []
+
+    def send(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: bytes = b"",
+        headers: dict[str, str] | None = None,
+        host: str | None = "",
+    ) -> Answer:
+        """Send one request; `host=None` sends no Host header, "" the endpoint's own."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=HTTP_TIMEOUT_S)
+        try:
+            conn.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
+            if host is not None:
+                conn.putheader("Host", host or f"127.0.0.1:{self.port}")
+            for name, value in (headers or {}).items():
+                conn.putheader(name, value)
+            if body or method == "POST":
+                conn.putheader("Content-Length", str(len(body)))
+            conn.endheaders(body or None)
+            response = conn.getresponse()
+            answer = Answer(response.status, response.headers, response.read())
+        finally:
+            conn.close()
+        self.answers.append(answer)
+        return answer
+
+    def get(self, path: str, **kwargs: Any) -> Answer:
+        """GET `path`."""
+        return self.send("GET", path, **kwargs)
+
+    def post(
+        self,
+        body: Any = GOOD_BODY,
+        *,
+        content_type: str | None = "application/json",
+        headers: dict[str, str] | None = None,
+        host: str | None = "",
+    ) -> Answer:
+        """POST a run request; a dict or list body is sent as JSON, bytes as they are."""
+        raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+        all_headers = dict(headers or {})
+        if content_type is not None:
+            all_headers["Content-Type"] = content_type
+        return self.send("POST", "/api/runs", body=raw, headers=all_headers, host=host)
+
+
+class HeldRuns:
+    """A `start_run` that starts engine runs whose columns wait at their first change."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.release = threading.Event()
+        self.started: list[Run] = []
+
+    def __call__(self, request: RunRequest) -> Run:
+        run = self.engine.start(request, listeners=(self._hold,))
+        self.started.append(run)
+        return run
+
+    def _hold(self, run: Run, column: str | None) -> None:
+        self.release.wait(WAIT_S)
+
+    def finish(self) -> None:
+        """Let the held runs go and wait for them to end."""
+        self.release.set()
+        for run in self.started:
+            assert run.wait(WAIT_S)
+
+
+def mock_config(tmp_path: Path, **keys: str) -> settings.DemoConfig:
+    """A mock-mode configuration that sees only `keys` (and no `stripe` CLI)."""
+    return settings.resolve(
+        mode="mock", env={"INTERLOCK_HOME": str(tmp_path / "home"), "PATH": "", **keys}
+    )
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Iterator[Engine]:
+    """A mock-mode engine that found no keys."""
+    eng = Engine(mock_config(tmp_path))
+    yield eng
+    eng.close()
+
+
+@pytest.fixture
+def api(engine: Engine) -> Iterator[RunApi]:
+    """The endpoint over `engine` on a free port, starting runs with `engine.start`."""
+    server = RunApi(engine, port=0).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def client(api: RunApi) -> Client:
+    """A client of `api`."""
+    return Client(api.port)
+
+
+@pytest.fixture
+def held(engine: Engine) -> Iterator[HeldRuns]:
+    """A `start_run` whose runs stay running until the test is over."""
+    runs = HeldRuns(engine)
+    yield runs
+    runs.finish()
+
+
+@pytest.fixture
+def held_client(engine: Engine, held: HeldRuns) -> Iterator[Client]:
+    """A client of an endpoint whose POSTs start held runs."""
+    server = RunApi(engine, port=0, start_run=held).start()
+    yield Client(server.port)
+    server.stop()
+
+
+def started(answer: Answer, engine: Engine) -> Run:
+    """The run a 202 answer started, after checking the answer."""
+    assert answer.status == 202, answer.raw
+    body = answer.json()
+    assert body == {"run_id": body["run_id"], "url": f"/api/runs/{body['run_id']}"}
+    return engine.runs[body["run_id"]]
+
+
+# -- serving runs ------------------------------------------------------------------------
+
+
+def test_get_run_before_any_run_is_404(client: Client) -> None:
+    """Before any run, GET /api/run answers 404 with a JSON error."""
+    answer = client.get("/api/run")
+    assert answer.status == 404
+    assert "no run yet" in answer.error
+
+
+def test_served_run_equals_run_to_json(client: Client, engine: Engine) -> None:
+    """A finished run is served at /api/run and /api/runs/{id} exactly as Run.to_json()."""
+    run = started(client.post(), engine)
+    assert run.wait(WAIT_S)
+    assert run.status == "finished"
+    assert client.get("/api/run").json() == run.to_json()
+    assert client.get(f"/api/runs/{run.run_id}").json() == run.to_json()
+
+
+def test_unknown_run_id_is_404(client: Client, engine: Engine) -> None:
+    """GET of a run id this process does not have answers 404, also after another run."""
+    assert client.get("/api/runs/run_000000000000").status == 404
+    run = started(client.post(), engine)
+    assert run.wait(WAIT_S)
+    answer = client.get("/api/runs/run_000000000000")
+    assert answer.status == 404
+    assert "no run 'run_000000000000'" in answer.error
+
+
+def test_post_answers_202_at_once_with_the_run_registered(
+    held_client: Client, engine: Engine, held: HeldRuns
+) -> None:
+    """POST answers 202 while the run is still going, and the run is already served."""
+    answer = held_client.post()
+    run = started(answer, engine)
+    assert held.started == [run]
+    assert answer.headers["Location"] == f"/api/runs/{run.run_id}"
+    assert not run.finished
+    by_id = held_client.get(f"/api/runs/{run.run_id}").json()
+    assert (by_id["run_id"], by_id["status"]) == (run.run_id, "running")
+    assert held_client.get("/api/run").json()["run_id"] == run.run_id
+
+
+def test_post_passes_the_request_to_start_run(
+    held_client: Client, engine: Engine, held: HeldRuns
+) -> None:
+    """The body's scenario, mode and checked reach the run; left out, mode and checked default."""
+    run = started(held_client.post({"scenario": "revoked"}), engine)
+    assert (run.scenario, run.mode, [c.name for c in run.columns]) == (
+        "revoked",
+        "mock",
+        ["standard", "interlock"],
+    )
+    held.release.set()
+    assert run.wait(WAIT_S)
+    run = started(held_client.post({"scenario": "after-answer", "checked": True}), engine)
+    assert [c.name for c in run.columns] == ["standard", "interlock", "checked"]
+
+
+def test_second_start_while_one_runs_is_409(
+    held_client: Client, engine: Engine, held: HeldRuns
+) -> None:
+    """A POST while a run is going answers 409 with the running run's id and starts nothing."""
+    first = started(held_client.post(), engine)
+    answer = held_client.post({"scenario": "revoked", "mode": "mock"})
+    assert answer.status == 409
+    assert answer.json()["run_id"] == first.run_id
+    assert first.run_id in answer.error
+    assert list(engine.runs) == [first.run_id]
+
+
+# -- Host ----------------------------------------------------------------------------------
+
+FOREIGN_HOSTS = [
+    "evil.example:{port}",
+    "localhost.evil.example:{port}",  # DNS rebinding: a name of the attacker's
+    "127.0.0.1.nip.io:{port}",  # DNS rebinding: a name that resolves to loopback
+    "127.0.0.1",
+    "localhost",
+    "127.0.0.1:{other}",
+    "localhost:{other}",
+    "0.0.0.0:{port}",
+    "[::1]:{port}",
+    "127.0.0.1:{port}.evil.example",
+]
+
+
+@pytest.mark.parametrize("host", FOREIGN_HOSTS)
+def test_foreign_host_is_403(client: Client, engine: Engine, host: str) -> None:
+    """A request not addressed to 127.0.0.1:<port> or localhost:<port> gets 403, even a POST."""
+    host = host.format(port=client.port, other=client.port + 1)
+    get = client.get("/api/run", host=host)
+    assert get.status == 403
+    assert "DNS rebinding" in get.error
+    assert repr(host) in get.error
+    post = client.post(host=host)
+    assert post.status == 403
+    assert "DNS rebinding" in post.error
+    assert engine.runs == {}
+
+
+def test_missing_host_is_refused(client: Client, engine: Engine) -> None:
+    """Without a Host header: HTTP/1.0 gets our 403; HTTP/1.1, aiohttp's 400; nothing starts."""
+    with socket.create_connection(("127.0.0.1", client.port), timeout=HTTP_TIMEOUT_S) as sock:
+        sock.sendall(b"GET /api/run HTTP/1.0\r\n\r\n")
+        response = http.client.HTTPResponse(sock)
+        try:
+            response.begin()
+            old = Answer(response.status, response.headers, response.read())
+        finally:
+            response.close()
+    assert old.status == 403
+    assert "got no Host header" in old.error
+    for answer in (client.get("/api/run", host=None), client.post(host=None)):
+        assert answer.status == 400
+        assert b"Host" in answer.raw
+    assert engine.runs == {}
+
+
+def test_both_loopback_names_are_answered(client: Client, engine: Engine) -> None:
+    """Requests addressed to localhost:<port> or 127.0.0.1:<port> are answered."""
+    run = started(client.post(host=f"localhost:{client.port}"), engine)
+    assert run.wait(WAIT_S)
+    for host in (f"localhost:{client.port}", f"127.0.0.1:{client.port}"):
+        assert client.get("/api/run", host=host).json()["run_id"] == run.run_id
+
+
+# -- Content-Type, Origin, body, and their order -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    [None, "text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"],
+)
+def test_post_without_json_content_type_is_415(
+    client: Client, engine: Engine, content_type: str | None
+) -> None:
+    """A POST that does not say Content-Type: application/json gets 415 and starts nothing."""
+    answer = client.post(content_type=content_type)
+    assert answer.status == 415
+    assert "application/json" in answer.error
+    assert engine.runs == {}
+
+
+def test_json_content_type_with_charset_is_accepted(client: Client, engine: Engine) -> None:
+    """`application/json; charset=utf-8` is JSON."""
+    run = started(client.post(content_type="application/json; charset=utf-8"), engine)
+    assert run.wait(WAIT_S)
+
+
+@pytest.mark.parametrize(
+    "origin",
+    [
+        "http://evil.example",
+        "null",
+        "http://127.0.0.1:{other}",
+        "https://127.0.0.1:{port}",
+        "http://127.0.0.1",
+        "http://localhost.evil.example:{port}",
+    ],
+)
+def test_cross_origin_post_is_403(client: Client, engine: Engine, origin: str) -> None:
+    """A POST with an Origin other than the endpoint's own gets 403 and starts nothing."""
+    origin = origin.format(port=client.port, other=client.port + 1)
+    answer = client.post(headers={"Origin": origin})
+    assert answer.status == 403
+    assert "own origin" in answer.error
+    assert engine.runs == {}
+
+
+@pytest.mark.parametrize("origin", ["http://127.0.0.1:{port}", "http://localhost:{port}"])
+def test_own_origin_post_is_accepted(client: Client, engine: Engine, origin: str) -> None:
+    """A POST from the endpoint's own origin starts a run."""
+    answer = client.post(headers={"Origin": origin.format(port=client.port)})
+    assert started(answer, engine).wait(WAIT_S)
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        (b"scenario=hand-refund", "not JSON"),
+        (b"", "not JSON"),
+        (["hand-refund"], "JSON object"),
+        ({"mode": "mock"}, "scenario must be one of hand-refund, revoked, after-answer"),
+        ({"scenario": "all"}, "scenario must be one of"),
+        ({"scenario": ["hand-refund"]}, "scenario must be one of"),
+        ({"scenario": "revoked", "mode": "turbo"}, "mode must be one of live, offline, mock"),
+        ({"scenario": "revoked", "mode": None}, "mode must be one of"),
+        ({"scenario": "revoked", "checked": "yes"}, "checked must be true or false"),
+        ({"scenario": "revoked", "checked": 1}, "checked must be true or false"),
+        ({"scenario": "revoked", "check": True}, "unknown field(s) check"),
+    ],
+)
+def test_bad_body_is_400_saying_what_is_valid(
+    client: Client, engine: Engine, body: Any, says: str
+) -> None:
+    """A body that is not a valid run request gets 400 naming what is valid, and starts nothing."""
+    answer = client.post(body)
+    assert answer.status == 400
+    assert says in answer.error
+    assert '"scenario": "hand-refund"|"revoked"|"after-answer"' in answer.error
+    assert engine.runs == {}
+
+
+def test_checks_come_in_order(client: Client, engine: Engine) -> None:
+    """Host is checked before Content-Type, Content-Type before Origin, Origin before the body."""
+    evil = {"Origin": "http://evil.example"}
+    port = client.port
+    answer = client.post(b"nope", content_type="text/plain", headers=evil, host="evil.example")
+    assert (answer.status, "DNS rebinding" in answer.error) == (403, True)
+    answer = client.post(b"nope", content_type="text/plain", headers=evil)
+    assert answer.status == 415
+    answer = client.post(b"nope", headers=evil)
+    assert (answer.status, "own origin" in answer.error) == (403, True)
+    answer = client.post(b"nope", headers={"Origin": f"http://127.0.0.1:{port}"})
+    assert answer.status == 400
+    assert engine.runs == {}
+
+
+def test_checks_come_before_409(held_client: Client, engine: Engine) -> None:
+    """While a run is going, each earlier check still gives its own answer, not 409."""
+    started(held_client.post(), engine)
+    assert held_client.post(host="evil.example:1").status == 403
+    assert held_client.post(content_type="text/plain").status == 415
+    assert held_client.post(headers={"Origin": "http://evil.example"}).status == 403
+    assert held_client.post({"scenario": "nope"}).status == 400
+    assert held_client.post({"scenario": "revoked", "mode": "live"}).status == 400
+    assert held_client.post().status == 409
+
+
+def test_live_without_keys_is_400_naming_what_is_missing(tmp_path: Path) -> None:
+    """A mode the configuration refuses gets 400 with its message, which shows no key."""
+    eng = Engine(mock_config(tmp_path, STRIPE_SECRET_KEY=STRIPE_KEY))
+    server = RunApi(eng, port=0).start()
+    try:
+        answer = Client(server.port).post({"scenario": "revoked", "mode": "live"})
+    finally:
+        server.stop()
+        eng.close()
+    assert answer.status == 400
+    assert "live mode needs ANTHROPIC_API_KEY" in answer.error
+    assert STRIPE_KEY not in answer.raw.decode()
+    assert eng.runs == {}
+
+
+# -- every answer ----------------------------------------------------------------------------
+
+
+def test_no_key_in_any_answer(tmp_path: Path) -> None:
+    """With both keys set, no answer (bodies or headers) contains either key."""
+    eng = Engine(
+        mock_config(tmp_path, STRIPE_SECRET_KEY=STRIPE_KEY, ANTHROPIC_API_KEY=ANTHROPIC_KEY)
+    )
+    held = HeldRuns(eng)
+    server = RunApi(eng, port=0, start_run=held).start()
+    client = Client(server.port)
+    try:
+        run = started(client.post(), eng)
+        client.get("/api/run")
+        client.post()
+        client.post({"scenario": "revoked", "mode": "turbo"})
+        held.finish()
+        client.get("/api/run")
+        client.get(f"/api/runs/{run.run_id}")
+        client.get("/api/runs/nope")
+        client.get("/api/run", host="evil.example")
+        client.send("OPTIONS", "/api/runs")
+    finally:
+        server.stop()
+        eng.close()
+    assert run.status == "finished"
+    assert [a.status for a in client.answers] == [202, 200, 409, 400, 200, 200, 404, 403, 405]
+    for answer in client.answers:
+        text = answer.raw.decode() + str(answer.headers)
+        assert STRIPE_KEY not in text
+        assert ANTHROPIC_KEY not in text
+
+
+def test_every_answer_is_json_no_store_without_cors(held_client: Client, engine: Engine) -> None:
+    """Every answer, errors and unknown paths included, is JSON, no-store, and grants no CORS."""
+    c = held_client
+    evil = {"Origin": "http://evil.example"}
+    preflight = {
+        **evil,
+        "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "content-type",
+    }
+    answers = [
+        c.get("/api/run"),
+        c.post(headers=evil),
+        c.post(),
+        c.get("/api/run", headers=evil),
+        c.post(),
+        c.post(b"{", headers=evil),
+        c.post(b"{"),
+        c.post(content_type="text/plain"),
+        c.get("/api/run", host="evil.example"),
+        c.get("/api/runs/nope"),
+        c.get("/nope"),
+        c.get("/api/runs"),
+        c.send("DELETE", "/api/run"),
+        c.send("OPTIONS", "/api/runs", headers=preflight),
+        c.post(b"{" * 70_000),
+    ]
+    assert [a.status for a in answers] == [
+        404, 403, 202, 200, 409, 403, 400, 415, 403, 404, 404, 405, 405, 405, 413
+    ]  # fmt: skip
+    for answer in answers:
+        assert answer.headers.get_content_type() == "application/json", answer.raw
+        assert answer.headers["Cache-Control"] == "no-store"
+        assert isinstance(answer.json(), dict)
+        assert not [h for h in answer.headers if h.lower().startswith("access-control-")]
+
+
+# -- lifecycle ---------------------------------------------------------------------------------
+
+
+def test_port_in_use_names_the_port_and_the_flag(engine: Engine) -> None:
+    """Starting on a port another program listens on raises an error naming it and --http PORT."""
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        with pytest.raises(PortInUseError) as caught:
+            RunApi(engine, port=port).start()
+    assert str(caught.value) == (
+        f"cannot serve the HTTP endpoint on 127.0.0.1:{port}: the port is in use; "
+        "pick another with --http PORT"
+    )
+    assert not [t for t in threading.enumerate() if t.name == "http-api"]
+
+
+def test_serves_loopback_only_and_stop_frees_the_port(engine: Engine) -> None:
+    """It listens on 127.0.0.1 only, and after stop() its thread is gone and the port free."""
+    server = RunApi(engine, port=0).start()
+    port = server.port
+    assert port != 0
+    assert server.url == f"http://127.0.0.1:{port}"
+    assert Client(port).get("/api/run").status == 404
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.2", port), timeout=HTTP_TIMEOUT_S).close()
+    server.stop()
+    assert not [t for t in threading.enumerate() if t.name == "http-api"]
+    again = RunApi(engine, port=port).start()
+    try:
+        assert Client(port).get("/api/run").status == 404
+    finally:
+        again.stop()
