@@ -35,6 +35,7 @@ Status = Literal["sent", "adopted", "refused", "failed", "pending"]
 EventSink = Callable[[str, Mapping[str, Any]], None]
 
 REASON_WORLD_CHANGED = "the payment's refunds changed after the model decided"
+"""The reason a refusal records when the refunds differ from those the decision saw."""
 _WAIT_POLL_S = 0.2
 
 
