@@ -7,6 +7,7 @@ one on screen is dropped, so a late update can never repaint over a new run.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, ClassVar
@@ -396,7 +397,12 @@ def run_app(config: DemoConfig, *, checked: bool = False, http_port: int | None 
         from interlock_demo.http_api import RunApi
 
         api = RunApi(app.engine, port=http_port, start_run=app.start_run)
-        api.start()
+        try:
+            api.start()
+        except OSError as e:
+            print(f"interlock-demo: {e}", file=sys.stderr)
+            app.engine.close()
+            return 2
         app.http_url = api.url
     try:
         code = app.run()

@@ -1,4 +1,4 @@
-"""The linters run as part of the one test command: ruff over the tree, mypy (strict on interlock)."""
+"""The linters run inside the one test command: ruff over the tree, mypy (strict on interlock)."""
 
 from __future__ import annotations
 
