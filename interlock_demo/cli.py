@@ -71,6 +71,16 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command")
     emu = sub.add_parser("stripe-emulator", help="run the loopback Stripe emulator alone")
     emu.add_argument("--port", type=int, default=12111)
+    sweep = sub.add_parser(
+        "sweep", help="every crash point x every outage x every column, each a real run"
+    )
+    sweep_modes = sweep.add_mutually_exclusive_group()
+    for flag in ("offline", "mock"):
+        sweep_modes.add_argument(
+            f"--{flag}", action="store_const", const=flag, dest="sweep_mode", help=f"{flag} runs"
+        )
+    sweep.add_argument("--json", action="store_true", dest="sweep_json", help="print JSON")
+    sweep.add_argument("--parallel", type=int, default=3, help="runs at a time (default 3)")
     return p
 
 
@@ -83,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE if e.code else 0
     if args.command == "stripe-emulator":
         return _emulator(args.port)
+    if args.command == "sweep":
+        return _sweep(args.sweep_mode or "offline", args.sweep_json, args.parallel)
     try:
         config = resolve(
             mode=args.mode,
@@ -113,6 +125,20 @@ def main(argv: list[str] | None = None) -> int:
     from interlock_demo.app import run_app
 
     return run_app(config, checked=args.checked, http_port=args.http)
+
+
+def _sweep(mode: str, as_json: bool, parallel: int) -> int:
+    from interlock_demo.sweep import main_sweep
+
+    try:
+        config = resolve(mode=mode)
+    except (UsageError, KeyRefusedError) as e:
+        print(f"interlock-demo: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    if parallel < 1:
+        print("interlock-demo: --parallel needs 1 or more", file=sys.stderr)
+        return EXIT_USAGE
+    return main_sweep(config, as_json=as_json, parallel=parallel)
 
 
 def _emulator(port: int) -> int:

@@ -36,6 +36,7 @@ from interlock import (
     verify,
 )
 from interlock_demo.payments import InProcessPayments, PaymentsModel, StripeEmulator
+from interlock_demo.payments.model import Fault
 from interlock_demo.run import Column, Listener, Run, WorkerInfo
 from interlock_demo.settings import EMULATOR_KEY, DemoConfig, worker_env
 from interlock_demo.supervisor import SIGKILL_EXIT, Supervisor, WorkerProcess, WorkerState
@@ -64,6 +65,9 @@ SUPPORT_REQUEST = (
     "Hi, I was charged $100 but one item never arrived. Could you refund $20 for it? Thanks!"
 )
 LEASE_TTL_S = 3600.0
+# The crash point the supervisor causes: it kills the worker while Stripe holds the answer.
+IN_FLIGHT = "in-flight"
+IN_FLIGHT_HOLD_MS = 500
 # How long a worker may take beyond the claim wait before the run counts as stuck.
 WORKER_GRACE_S = 90.0
 
@@ -280,10 +284,18 @@ class Engine:
         supervisor = Supervisor()
         self._supervisor = supervisor
         env = worker_env(config, base)
+        # In-flight kills arm a fault on the emulator; only one this engine runs can take it.
+        own = (
+            self._emulator.model
+            if self._emulator is not None and base == self._emulator.url
+            else None
+        )
         try:
             self._columns(
                 run,
-                lambda col: _ProcessColumn(run, col, sc, config, payments, store, supervisor, env),
+                lambda col: _ProcessColumn(
+                    run, col, sc, config, payments, store, supervisor, env, own
+                ),
             )
         finally:
             supervisor.stop()
@@ -357,13 +369,14 @@ class _ColumnRunner:
                 "hand_refunds": sc.wanted_hand_refunds,
                 "refunded_total": sc.wanted_total,
             }
-            col.expected = {
-                "agent_refunds": exp.agent_refunds,
-                "hand_refunds": exp.hand_refunds,
-                "refunded_total": exp.total,
-                "outcome": exp.outcome,
-                "note": exp.note,
-            }
+            if exp is not None:
+                col.expected = {
+                    "agent_refunds": exp.agent_refunds,
+                    "hand_refunds": exp.hand_refunds,
+                    "refunded_total": exp.total,
+                    "outcome": exp.outcome,
+                    "note": exp.note,
+                }
 
         run.update(col.name, setup_card)
         payment = self.payments.create_payment(
@@ -390,17 +403,19 @@ class _ColumnRunner:
         run.update(col.name, set_case)
         self.event("setup", f"new $100.00 payment {payment.id}; approval for refunds up to $20.00")
 
-        first = self.launch(sc.crash_point)
-        if first != SIGKILL_EXIT:
-            raise _ColumnFailed(
-                f"the first worker was to die by SIGKILL at {sc.crash_point} but exited {first}"
-            )
-        run.set_state(col.name, "killed")
-        self._outage()
-        run.set_state(col.name, "restarting")
-        second = self.launch(None)
-        if second != 0:
-            raise _ColumnFailed(f"the restarted worker exited {second}; see its events")
+        for n, point in enumerate(sc.kills):
+            code = self.launch(point)
+            if code != SIGKILL_EXIT:
+                raise _ColumnFailed(
+                    f"the worker was to die by SIGKILL at {point} but exited {code}"
+                )
+            run.set_state(col.name, "killed")
+            if n == 0:
+                self._outage()
+            run.set_state(col.name, "restarting")
+        last = self.launch(None)
+        if last != 0:
+            raise _ColumnFailed(f"the restarted worker exited {last}; see its events")
         self._card()
 
     def _outage(self) -> None:
@@ -474,19 +489,28 @@ class _ColumnRunner:
         total = sum(r["amount"] for r in counting)
         exp = expectation(sc.id, col.name, run.emulated)
         outcome = col.outcome or {}
+        agent_ids = {r["id"] for r in counting if r["by"] == "agent"}
+        claims_own = outcome.get("status") in ("sent", "adopted")
+        # Truthful: it says a refund of its own exists exactly when one does, and names it.
+        truthful = claims_own == bool(agent_ids) and (
+            not claims_own or outcome.get("refund_id") in agent_ids
+        )
         deviations = []
-        if not reapproved and (agent, hand) != (exp.agent_refunds, exp.hand_refunds):
+        if exp is None:
+            pass  # a sweep cell: judged by ok and truthful, not by a truth-table row
+        elif not reapproved and (agent, hand) != (exp.agent_refunds, exp.hand_refunds):
             deviations.append(
                 f"Stripe has {agent} agent and {hand} hand refunds; the truth table says "
                 f"{exp.agent_refunds} and {exp.hand_refunds}"
             )
-        if not reapproved and outcome.get("status") != exp.outcome:
+        if exp is not None and not reapproved and outcome.get("status") != exp.outcome:
             deviations.append(
                 f"the column reported {outcome.get('status')!r}; "
                 f"the truth table says {exp.outcome!r}"
             )
         if (
-            not reapproved
+            exp is not None
+            and not reapproved
             and exp.reason_contains
             and exp.reason_contains not in str(outcome.get("reason") or "")
         ):
@@ -501,14 +525,15 @@ class _ColumnRunner:
             result = verify(self.store, self.payments, actions=actions).to_dict()
             verified = result
             want_ok = SWITCH_NO_LOOKUP not in run.emulated
-            if result["ok"] != want_ok:
+            if exp is not None and result["ok"] != want_ok:
                 deviations.append(f"verify() ok is {result['ok']}; expected {want_ok}")
 
         def fill() -> None:
             col.stripe = {"refunds": rows, "refunded_total": total}
             col.ok = agent == wanted_agent and hand == wanted_hand
+            col.truthful = truthful
             if not reapproved:
-                col.as_predicted = not deviations
+                col.as_predicted = None if exp is None else not deviations
             col.deviations = deviations
             col.receipt = receipt
             col.verify = verified
@@ -531,10 +556,12 @@ class _ProcessColumn(_ColumnRunner):
         store: Store,
         supervisor: Supervisor,
         env: dict[str, str],
+        emulator: PaymentsModel | None,
     ) -> None:
         super().__init__(run, col, sc, config, payments, store)
         self.supervisor = supervisor
         self.env = env
+        self.emulator = emulator
 
     def launch(self, crash_point: str | None) -> int | None:
         assert self.case is not None
@@ -543,7 +570,15 @@ class _ProcessColumn(_ColumnRunner):
         case_file.parent.mkdir(parents=True, exist_ok=True)
         case_file.write_text(json.dumps(self.case.to_dict()))
         env = dict(self.env)
-        if crash_point is not None:
+        in_flight = None
+        if crash_point == IN_FLIGHT:
+            if self.emulator is None:
+                raise _ColumnFailed("in-flight kills need the emulator the engine started itself")
+            # Stripe's answer is held after the refund is committed; the kill lands meanwhile.
+            in_flight = self.emulator.add_fault(
+                "hold", hold_ms=IN_FLIGHT_HOLD_MS, payment_intent=self.case.payment_intent
+            )
+        elif crash_point is not None:
             env["INTERLOCK_CRASH"] = crash_point
         info = WorkerInfo(pid=None, crash_point=crash_point, started_at=self.run_.now())
         run, col = self.run_, self.col
@@ -573,6 +608,8 @@ class _ProcessColumn(_ColumnRunner):
             log_path=paths.logs / f"{self.case.case_id}.log",
         )
         self.supervisor.spawn(worker)
+        if in_flight is not None:
+            self._kill_in_flight(worker, in_flight)
         limit = self.config.timing.renewal_s + self.config.timing.claim_ttl_s + WORKER_GRACE_S
         code = worker.wait(limit)
         if code is None:
@@ -581,6 +618,16 @@ class _ProcessColumn(_ColumnRunner):
         if self.supervisor.stopped:
             raise _ColumnFailed("the run was stopped")
         return code
+
+    def _kill_in_flight(self, worker: WorkerProcess, fault: Fault) -> None:
+        limit = WORKER_GRACE_S
+        if not fault.committed.wait(limit):
+            worker.kill()
+            raise _ColumnFailed(
+                f"the worker's refund did not reach the emulator within {limit:g} s"
+            )
+        self.event("crash", f"SIGKILL while the refund request is in flight (pid {worker.pid})")
+        worker.kill()
 
 
 class _MockClock:
@@ -642,6 +689,11 @@ class _MockColumn(_ColumnRunner):
             if at == crash_point:
                 self.on_worker_event({"kind": "crash", "text": f"simulated SIGKILL at {at}"}, None)
                 raise SimulatedCrash(at)
+
+        if crash_point == IN_FLIGHT:
+            self.payments.model.add_fault(  # type: ignore[attr-defined]
+                "hold", payment_intent=self.case.payment_intent, on_commit=lambda: crash(IN_FLIGHT)
+            )
 
         ctx = WorkerContext(
             case=self.case,

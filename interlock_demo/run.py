@@ -77,6 +77,7 @@ class Column:
     wanted: dict[str, Any] = field(default_factory=dict)
     expected: dict[str, Any] = field(default_factory=dict)
     ok: bool | None = None
+    truthful: bool | None = None
     as_predicted: bool | None = None
     deviations: list[str] = field(default_factory=list)
     receipt: dict[str, Any] | None = None
@@ -100,6 +101,7 @@ class Column:
             "wanted": self.wanted,
             "expected": self.expected,
             "ok": self.ok,
+            "truthful": self.truthful,
             "as_predicted": self.as_predicted,
             "deviations": list(self.deviations),
             "error": self.error,

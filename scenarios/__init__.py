@@ -35,6 +35,14 @@ class Scenario:
     wanted_text: str
     wanted_agent_refunds: int
     wanted_hand_refunds: int
+    # Further crash points for the restarted workers (a kill during recovery).
+    later_kills: tuple[str, ...] = ()
+    sweep: bool = False
+
+    @property
+    def kills(self) -> tuple[str, ...]:
+        """Every crash point in order: the first worker's, then each restarted one's."""
+        return (self.crash_point, *self.later_kills)
 
     @property
     def wanted_total(self) -> int:
@@ -131,8 +139,68 @@ TRUTH: dict[tuple[str, str], dict[str, Expectation]] = {
 }
 
 
+# The sweep: every crash point on a refund's path x every outage action (DESIGN §3).
+SWEEP_CRASH_POINTS = (
+    "after-decision",
+    "after-journal",
+    "after-sending",
+    "before-send",
+    "in-flight",
+    "after-answer",
+    "after-outcome",
+    "during-recovery",
+)
+SWEEP_OUTAGES: tuple[Outage, ...] = ("none", "hand-refund", "revoke")
+# Crash points after which the agent's refund is already at Stripe when people act.
+REACHED_STRIPE = frozenset({"in-flight", "after-answer", "after-outcome"})
+_SWEEP_PREFIX = "sweep/"
+
+
+def sweep_scenario(crash_point: str, outage: Outage) -> Scenario:
+    """One cell of the sweep, with what is wanted by the rule of DESIGN §3.
+
+    The agent's refund must exist exactly once if it reached Stripe before the outage
+    action, or if there was no outage action; otherwise it must not exist. A hand refund
+    is always there once it was made. `during-recovery` dies right before the send, then
+    kills the restarted worker in its recovery, and a third worker finishes.
+    """
+    if crash_point not in SWEEP_CRASH_POINTS or outage not in SWEEP_OUTAGES:
+        raise KeyError(f"no sweep cell {crash_point}/{outage}")
+    agent = 1 if outage == "none" or crash_point in REACHED_STRIPE else 0
+    hand = 1 if outage == "hand-refund" else 0
+    first, later = (
+        ("before-send", ("during-recovery",))
+        if crash_point == "during-recovery"
+        else (crash_point, ())
+    )
+    wanted = " and ".join(
+        part
+        for part in (
+            "the agent's $20 refund once" if agent else "",
+            "the hand refund" if hand else "",
+        )
+        if part
+    )
+    return Scenario(
+        id=f"{_SWEEP_PREFIX}{crash_point}/{outage}",
+        key="",
+        title=f"Sweep: crash {crash_point}, outage {outage}",
+        crash_point=first,
+        outage=outage,
+        story=f"The worker dies at {crash_point}; during the outage: {outage}.",
+        wanted_text=wanted or "no refund",
+        wanted_agent_refunds=agent,
+        wanted_hand_refunds=hand,
+        later_kills=later,
+        sweep=True,
+    )
+
+
 def scenario(scenario_id: str) -> Scenario:
-    """The scenario with this id; `KeyError` names the valid ones."""
+    """The scenario with this id, or a `sweep/CRASH/OUTAGE` cell; `KeyError` names valid ones."""
+    if scenario_id.startswith(_SWEEP_PREFIX):
+        crash, _, outage = scenario_id[len(_SWEEP_PREFIX) :].partition("/")
+        return sweep_scenario(crash, outage)  # type: ignore[arg-type]
     try:
         return SCENARIOS[scenario_id]
     except KeyError:
@@ -141,8 +209,10 @@ def scenario(scenario_id: str) -> Scenario:
         ) from None
 
 
-def expectation(scenario_id: str, column: str, emulated: list[str]) -> Expectation:
-    """The truth table's row for this column, for the switches in use."""
+def expectation(scenario_id: str, column: str, emulated: list[str]) -> Expectation | None:
+    """The truth table's row for this column, for the switches in use (None for a sweep cell)."""
+    if scenario_id.startswith(_SWEEP_PREFIX):
+        return None
     for switch in emulated:
         row = TRUTH.get((scenario_id, switch))
         if row is not None:

@@ -28,6 +28,7 @@ from interlock import (
     Owner,
     Payments,
     PaymentsRejectedError,
+    PaymentsUnsettledError,
     Store,
     StripeRefund,
     Switches,
@@ -46,6 +47,7 @@ CRASH_POINTS = (
     "before-send",
     "after-answer",
     "after-outcome",
+    "during-recovery",
 )
 
 # Gate events that are crash points for the interlock worker.
@@ -55,6 +57,7 @@ _GATE_CRASH_POINTS = {
     "before-send": "before-send",
     "after-answer": "after-answer",
     "settled": "after-outcome",
+    "claim": "during-recovery",
 }
 
 Emit = Callable[..., None]
@@ -231,6 +234,7 @@ def _plain(ctx: WorkerContext, *, checked: bool) -> dict[str, Any]:
     else:
         decision = Decision.from_dict(saved["decision"])
         ctx.emit("resume", "read the saved decision; retrying the refund")
+        ctx.crash("during-recovery")
         retry = True
         if checked:
             stop = _recheck(ctx, decision)
@@ -248,6 +252,10 @@ def _plain(ctx: WorkerContext, *, checked: bool) -> dict[str, Any]:
         refund = ctx.payments.create_refund(
             case.payment_intent, amount, idempotency_key=key, metadata=case.metadata
         )
+    except PaymentsUnsettledError as e:
+        # The common pattern has no answer for this: it reports what it knows, nothing more.
+        ctx.emit("answer", f"no settled answer from Stripe: {e.detail}")
+        return {"status": "unknown", "reason": e.detail, "refund_id": None}
     except PaymentsRejectedError as e:
         ctx.emit("answer", f"Stripe refused: {e.code}: {e.provider_message}")
         return {"status": "failed", "reason": f"{e.code}: {e.provider_message}", "refund_id": None}

@@ -153,6 +153,7 @@ class _Handler(BaseHTTPRequestHandler):
                     hold_ms=int(data.get("hold_ms", 0)),
                     commit=commit,
                     count=int(data.get("count", 1)),
+                    payment_intent=data.get("payment_intent"),
                 )
                 self._send(200, fault.describe())
             elif method == "DELETE" and parts == ["faults"]:

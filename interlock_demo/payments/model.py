@@ -86,6 +86,13 @@ class Fault:
     remaining: int = 1
     committed: threading.Event = field(default_factory=threading.Event)
     fired: int = 0
+    payment_intent: str | None = None
+    # Called in-process once the refund and its idempotency result are saved (mock crashes).
+    on_commit: Callable[[], None] | None = None
+
+    def matches(self, params: JSONObj) -> bool:
+        """Whether this fault applies to a refund request with these parameters."""
+        return self.payment_intent is None or params.get("payment_intent") == self.payment_intent
 
     def describe(self) -> JSONObj:
         """The fault as the control interface shows it."""
@@ -97,6 +104,7 @@ class Fault:
             "remaining": self.remaining,
             "fired": self.fired,
             "committed": self.committed.is_set(),
+            "payment_intent": self.payment_intent,
         }
 
 
@@ -156,14 +164,29 @@ class PaymentsModel:
     # -- faults ------------------------------------------------------------------------
 
     def add_fault(
-        self, kind: str, *, hold_ms: int = 0, commit: bool = True, count: int = 1
+        self,
+        kind: str,
+        *,
+        hold_ms: int = 0,
+        commit: bool = True,
+        count: int = 1,
+        payment_intent: str | None = None,
+        on_commit: Callable[[], None] | None = None,
     ) -> Fault:
-        """Arm a fault for the next `count` refund-create requests."""
+        """Arm a fault for the next `count` refund-create requests (of one payment, if given)."""
         if kind not in FAULT_KINDS:
             raise ValueError(f"unknown fault kind {kind!r}; use one of {', '.join(FAULT_KINDS)}")
         if count < 1 or hold_ms < 0:
             raise ValueError("a fault needs count >= 1 and hold_ms >= 0")
-        fault = Fault(id=new_id("flt"), kind=kind, hold_ms=hold_ms, commit=commit, remaining=count)
+        fault = Fault(
+            id=new_id("flt"),
+            kind=kind,
+            hold_ms=hold_ms,
+            commit=commit,
+            remaining=count,
+            payment_intent=payment_intent,
+            on_commit=on_commit,
+        )
         with self._lock:
             self._faults.append(fault)
         return fault
@@ -184,10 +207,10 @@ class PaymentsModel:
             for f in self._faults:
                 f.remaining = 0
 
-    def _take_fault(self) -> Fault | None:
+    def _take_fault(self, params: JSONObj) -> Fault | None:
         with self._lock:
             for f in self._faults:
-                if f.remaining > 0:
+                if f.remaining > 0 and f.matches(params):
                     f.remaining -= 1
                     f.fired += 1
                     return f
@@ -211,7 +234,7 @@ class PaymentsModel:
                 replay = self._idempotency_check(endpoint, params, idempotency_key)
                 if replay is not None:
                     return replay
-        fault = self._take_fault() if endpoint == "refunds" else None
+        fault = self._take_fault(params) if endpoint == "refunds" else None
         status, body, saved, drop = self._execute(handler, params, fault)
         if idempotency_key is not None:
             with self._lock:
@@ -221,6 +244,8 @@ class PaymentsModel:
                         entry.done, entry.status, entry.body = True, status, body
                     else:
                         del self._keys[idempotency_key]
+        if fault is not None and fault.on_commit is not None and fault.committed.is_set():
+            fault.on_commit()
         return Reply(status, body, drop=drop, idempotency_key=idempotency_key)
 
     def _idempotency_check(self, endpoint: str, params: JSONObj, key: str) -> Reply | None:
