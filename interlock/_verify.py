@@ -54,7 +54,8 @@ def verify(
     """Check the whole receipt chain, and Stripe against the receipts of `actions`.
 
     `actions` limits the Stripe cross-check to those actions (a run's own); by default
-    every action with a receipt. `signing_key` defaults to `INTERLOCK_RECEIPT_KEY`.
+    every action with a receipt and every action still without an outcome, whose refund
+    at Stripe is a send no receipt shows. `signing_key` defaults to `INTERLOCK_RECEIPT_KEY`.
     """
     key = signing_key if signing_key is not None else receipt_key()
     receipts = store.receipts()
@@ -62,7 +63,11 @@ def verify(
     signed = bool(receipts) and all(_signed(r) for r in receipts)
     checked = 0
     if payments is not None:
-        scope = set(actions) if actions is not None else {r.action_id for r in receipts}
+        scope = (
+            set(actions)
+            if actions is not None
+            else {r.action_id for r in receipts} | set(store.pending())
+        )
         cross, checked = _cross_check(store, payments, receipts, scope)
         problems.extend(cross)
     return VerifyResult(len(receipts), signed, problems, checked)
