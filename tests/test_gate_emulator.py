@@ -161,7 +161,7 @@ def test_409_while_the_first_request_runs_is_not_a_failure(rig: Rig) -> None:
     """A 409 `idempotency_key_in_use` on the retry settles nothing: one refund, never `failed`."""
     # The first request holds before committing, longer than the deadline: its key stays
     # in progress, so the gate's retries under the same key get 409.
-    fault = rig.emulator.model.add_fault("hold", hold_ms=3000, commit=False)
+    fault = rig.emulator.model.add_fault("hold", hold_ms=4000, commit=False)
     intent = rig.intent()
 
     first = rig.gate.submit(intent)

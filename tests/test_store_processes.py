@@ -183,7 +183,7 @@ def test_two_recovering_processes_send_once(
         os.kill(crashed.proc.pid, signal.SIGKILL)
         assert crashed.finish() == -signal.SIGKILL
     store.close()
-    # The winner's answer is held a little (within its 1 s deadline), so the loser is
+    # The winner's answer is held a little (well within its 3 s deadline), so the loser is
     # sure to find the action pending and meet the winner's claim.
     emulator.model.add_fault("hold", hold_ms=700, commit=True)
 

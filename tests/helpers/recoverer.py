@@ -3,7 +3,7 @@
     python tests/helpers/recoverer.py STORE BASE_URL WORKER_ID
 
 It opens the SQLite store, builds a gate over the real `stripe` SDK pointed at the
-emulator (key from `STRIPE_SECRET_KEY`, Timing(6, 1)), prints `ready`, and waits for one
+emulator (key from `STRIPE_SECRET_KEY`, Timing(8, 3)), prints `ready`, and waits for one
 line on stdin: the barrier, so that two recoverers start together. Then it recovers and
 prints one JSON line: its outcomes, how many creates it sent, and whether it waited on
 another worker's claim.
@@ -31,12 +31,12 @@ from interlock import (
 def main(store_path: str, base_url: str, worker_id: str) -> int:
     """Recover every pending action once the barrier opens; report on stdout."""
     events: list[str] = []
-    client = make_stripe_client(os.environ["STRIPE_SECRET_KEY"], timeout_s=1.0, base_url=base_url)
+    client = make_stripe_client(os.environ["STRIPE_SECRET_KEY"], timeout_s=3.0, base_url=base_url)
     store = SQLiteStore(store_path)
     gate = Gate(
         store,
         StripeRefund(StripePayments(client)),
-        timing=Timing(claim_ttl_s=6, stripe_timeout_s=1),
+        timing=Timing(claim_ttl_s=8, stripe_timeout_s=3),
         switches=Switches(),
         owner=Owner.current(worker_id),
         on_event=lambda kind, _data: events.append(kind),
