@@ -1,0 +1,838 @@
+"""Unit tests for the gate, in-process against the in-memory Stripe model.
+
+Crashes are simulated: the gate's event sink raises `Crash` at a named step and the
+crashed gate is abandoned; a restart is a new `Gate` with a new `Owner`. A fake clock
+whose `sleep` advances it makes claim waits take no real time.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from interlock import (
+    ACTION_METADATA_KEY,
+    REASON_WORLD_CHANGED,
+    ActionError,
+    Claim,
+    ConfigError,
+    Gate,
+    Intent,
+    Lease,
+    MemoryStore,
+    Outcome,
+    Owner,
+    PaymentsUnsettledError,
+    Refund,
+    SQLiteStore,
+    Store,
+    StripeRefund,
+    Switches,
+    Timing,
+    new_action_id,
+    refunds_fingerprint,
+    verify,
+)
+from interlock_demo.payments import InProcessPayments, PaymentsModel
+
+T0 = 1_700_000_000.0
+PAYMENT = 10_000
+CAP = 2_000
+AMOUNT = 2_000
+TIMING = Timing(6, 1)
+_pids = itertools.count(1)
+
+
+class Crash(BaseException):
+    """A simulated SIGKILL at a named step: nothing after it runs in that worker."""
+
+
+class Clock:
+    """A fake wall clock; `sleep` advances it, so waiting takes no real time."""
+
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        assert seconds >= 0
+        self.now += seconds
+
+
+@dataclass(frozen=True)
+class Event:
+    """One event a gate emitted: which worker, what, when (fake clock) and its data."""
+
+    worker: str
+    kind: str
+    t: float
+    data: Mapping[str, Any]
+
+
+Hook = Callable[[Mapping[str, Any]], object]
+
+
+def gone_owner(name: str = "crashed") -> Owner:
+    """An owner on this host whose process provably no longer runs (a pid above pid_max)."""
+    pid = 2**22 + next(_pids)
+    assert not psutil.pid_exists(pid)
+    return Owner(name, pid, T0 - 60, socket.gethostname())
+
+
+def remote_owner(name: str = "remote") -> Owner:
+    """An owner on another host: whether it still runs cannot be checked from here."""
+    return Owner(name, os.getpid(), T0 - 60, "another-host.invalid")
+
+
+class World:
+    """A $100 payment, a $20 refund lease on it, a store, a fake clock and an event log."""
+
+    def __init__(self, store: Store | None = None, payments: InProcessPayments | None = None):
+        self.clock = Clock()
+        self.payments = payments if payments is not None else InProcessPayments()
+        self.model = self.payments.model
+        self.store: Store = store if store is not None else MemoryStore()
+        self.pi = self.payments.create_payment(PAYMENT).id
+        self.lease = self.grant(CAP)
+        self.events: list[Event] = []
+
+    def grant(self, cap: int) -> Lease:
+        """A new refund lease on the payment, valid for an hour."""
+        return self.store.grant_lease(
+            Lease(
+                id=f"lease_{uuid.uuid4().hex[:10]}",
+                kind="refund",
+                target=self.pi,
+                cap=cap,
+                expires_at=self.clock() + 3600,
+                granted_by="support",
+                granted_at=self.clock(),
+            )
+        )
+
+    def decide(self, amount: int = AMOUNT, lease_id: str | None = None) -> Intent:
+        """The model's decision, with the fingerprint of the refunds it was shown."""
+        seen = self.payments.get_payment(self.pi).refunds
+        return Intent(
+            new_action_id(),
+            "refund",
+            self.pi,
+            amount,
+            lease_id or self.lease.id,
+            refunds_fingerprint(seen),
+            metadata={"case": "gate-tests", "column": "interlock"},
+        )
+
+    def gate(
+        self,
+        owner: Owner,
+        *,
+        crash_at: str | None = None,
+        hooks: Mapping[str, Hook] | None = None,
+        switches: Switches | None = None,
+        signing_key: bytes | None = None,
+        max_sends: int = 3,
+    ) -> Gate:
+        """A gate for `owner` that logs its events, runs `hooks` and crashes at `crash_at`."""
+
+        def on_event(kind: str, data: Mapping[str, Any]) -> None:
+            self.events.append(Event(owner.worker_id, kind, self.clock(), dict(data)))
+            hook = (hooks or {}).get(kind)
+            if hook is not None:
+                hook(data)
+            if kind == crash_at:
+                raise Crash(kind)
+
+        return Gate(
+            self.store,
+            StripeRefund(self.payments),
+            timing=TIMING,
+            switches=switches or Switches(),
+            owner=owner,
+            signing_key=signing_key,
+            on_event=on_event,
+            clock=self.clock,
+            sleep=self.clock.sleep,
+            max_sends=max_sends,
+        )
+
+    def crash(
+        self,
+        intent: Intent,
+        at: str,
+        owner: Owner | None = None,
+        switches: Switches | None = None,
+    ) -> Claim:
+        """Submit `intent` and die at `at`; returns the claim the dead worker left."""
+        with pytest.raises(Crash):
+            self.gate(owner or gone_owner(), crash_at=at, switches=switches).submit(intent)
+        state = self.store.action(intent.action_id)
+        assert state is not None and state.claim is not None
+        return state.claim
+
+    def hand_refund(self) -> Refund:
+        """Support refunds $20 by hand: no idempotency key, no metadata."""
+        return self.payments.create_refund(self.pi, AMOUNT)
+
+    def refunds(self) -> list[Refund]:
+        """The payment's refunds as Stripe lists them now."""
+        return self.payments.list_refunds(self.pi)
+
+    def agent_refunds(self, action_id: str | None = None) -> list[Refund]:
+        """Refunds naming an interlock action (this one, if given)."""
+        return [
+            r
+            for r in self.refunds()
+            if ACTION_METADATA_KEY in r.metadata
+            and (action_id is None or r.metadata[ACTION_METADATA_KEY] == action_id)
+        ]
+
+    def hand_refunds(self) -> list[Refund]:
+        """Refunds without metadata, as from the dashboard."""
+        return [r for r in self.refunds() if not r.metadata]
+
+    def of(self, worker: str, kind: str) -> list[Event]:
+        """The events of one kind one worker emitted."""
+        return [e for e in self.events if e.worker == worker and e.kind == kind]
+
+
+@pytest.fixture
+def world() -> World:
+    """A fresh world on a MemoryStore."""
+    return World()
+
+
+# -- the truth table's interlock column --------------------------------------------------
+
+
+def test_hand_refund_during_outage_is_refused_because_refunds_changed(world: World) -> None:
+    """A hand refund made while the worker was dead before sending makes recovery refuse."""
+    intent = world.decide()
+    world.crash(intent, "before-send")
+    hand = world.hand_refund()
+
+    [outcome] = world.gate(Owner.current("restart")).recover()
+
+    assert outcome.status == "refused"
+    assert outcome.reason == REASON_WORLD_CHANGED
+    assert [r.id for r in world.refunds()] == [hand.id]
+    assert outcome.receipt is not None and outcome.receipt.outcome == "refused"
+    world_check = next(c for c in outcome.receipt.checks if c["name"] == "world_unchanged")
+    assert world_check["passed"] is False
+    assert verify(world.store, world.payments).ok
+
+
+def test_revoked_during_outage_is_refused_and_nothing_is_refunded(world: World) -> None:
+    """A revocation while the worker was dead before sending makes recovery refuse."""
+    intent = world.decide()
+    world.crash(intent, "before-send")
+    world.store.revoke_lease(world.lease.id, "support", world.clock())
+
+    [outcome] = world.gate(Owner.current("restart")).recover()
+
+    assert outcome.status == "refused"
+    assert outcome.reason is not None and outcome.reason.startswith("approval revoked")
+    assert world.refunds() == []
+    lease = world.store.lease(world.lease.id)
+    assert lease is not None and lease.spent == 0 and dict(lease.reservations) == {}
+    assert verify(world.store, world.payments).ok
+
+
+def test_lease_expired_during_outage_is_refused(world: World) -> None:
+    """A lease that expires while the worker was dead before sending makes recovery refuse."""
+    intent = world.decide()
+    world.crash(intent, "before-send")
+    world.clock.now = world.lease.expires_at + 1
+
+    [outcome] = world.gate(Owner.current("restart")).recover()
+
+    assert (outcome.status, outcome.reason) == ("refused", "approval expired")
+    assert world.refunds() == []
+
+
+def test_after_answer_crash_is_adopted_on_recovery(world: World) -> None:
+    """A crash right after Stripe's answer leaves one refund, which recovery adopts."""
+    intent = world.decide()
+    world.crash(intent, "after-answer")
+    [refund] = world.agent_refunds(intent.action_id)
+    posts = world.model.requests.count(("POST", "refunds"))
+
+    [outcome] = world.gate(Owner.current("restart")).recover()
+
+    assert (outcome.status, outcome.external_id, outcome.amount) == ("adopted", refund.id, AMOUNT)
+    assert world.model.requests.count(("POST", "refunds")) == posts
+    assert len(world.refunds()) == 1
+    assert verify(world.store, world.payments).ok
+
+
+def test_after_answer_with_emulated_24h_is_still_one_refund_adopted(world: World) -> None:
+    """With the key emulated as pruned, the lookup alone keeps recovery from a second refund."""
+    switches = Switches(emulate_24h=True)
+    intent = world.decide()
+    world.crash(intent, "after-answer", switches=switches)
+
+    [outcome] = world.gate(Owner.current("restart"), switches=switches).recover()
+
+    assert outcome.status == "adopted"
+    assert len(world.refunds()) == 1
+    assert outcome.receipt is not None
+    assert outcome.receipt.body["emulated"] == ["INTERLOCK_EMULATE_24H"]
+    assert verify(world.store, world.payments).ok
+
+
+def test_emulated_24h_retry_uses_a_key_stripe_has_not_seen(world: World) -> None:
+    """Under emulate-24h a recovery that must send does so under a fresh key (the switch bites)."""
+    switches = Switches(emulate_24h=True)
+    intent = world.decide()
+    world.crash(intent, "before-send", switches=switches)
+
+    world.gate(Owner.current("restart"), switches=switches).recover()
+
+    [before_send] = world.of("restart", "before-send")
+    assert before_send.data["idempotency_key"] != intent.action_id
+    assert len(world.agent_refunds(intent.action_id)) == 1
+
+
+def test_after_answer_with_no_lookup_refuses_and_verify_reports_the_refund(world: World) -> None:
+    """Without the lookup recovery refuses its own refund, and verify() reports that refund."""
+    switches = Switches(no_lookup=True)
+    intent = world.decide()
+    world.crash(intent, "after-answer", switches=switches)
+    [refund] = world.agent_refunds(intent.action_id)
+
+    [outcome] = world.gate(Owner.current("restart"), switches=switches).recover()
+
+    assert (outcome.status, outcome.reason) == ("refused", REASON_WORLD_CHANGED)
+    assert len(world.refunds()) == 1
+    result = verify(world.store, world.payments)
+    assert not result.ok
+    [problem] = result.problems
+    assert refund.id in problem and "a send the receipts do not show" in problem
+
+
+def test_verify_reports_the_refund_of_an_action_left_without_an_outcome(world: World) -> None:
+    """A refund of an action that crashed after the answer and was not recovered is reported."""
+    intent = world.decide()
+    world.crash(intent, "after-answer")
+    [refund] = world.agent_refunds(intent.action_id)
+
+    result = verify(world.store, world.payments)
+
+    assert result.problems == [
+        f"refund {refund.id} ({AMOUNT}) at Stripe names action {intent.action_id}, which has "
+        "no receipt: a send the receipts do not show"
+    ]
+    world.gate(Owner.current("restart")).recover()
+    assert verify(world.store, world.payments).ok
+
+
+# -- crashed owners: replaced at once, or waited out ---------------------------------------
+
+
+@pytest.mark.parametrize("crash_at", ["journaled", "check"])
+def test_gone_owner_before_sending_is_replaced_at_once(world: World, crash_at: str) -> None:
+    """An owner whose process is gone and that never journaled `sending` is taken over at once."""
+    intent = world.decide()
+    claim = world.crash(intent, crash_at, owner=gone_owner())
+    assert claim.live(world.clock()) and not claim.sending
+    restart_at = world.clock()
+
+    [outcome] = world.gate(Owner.current("restart")).recover()
+
+    assert outcome.status == "sent"
+    assert world.of("restart", "claim-wait") == []
+    [took] = world.of("restart", "claim")
+    assert took.t == restart_at
+    assert len(world.agent_refunds(intent.action_id)) == 1
+
+
+@pytest.mark.parametrize(
+    ("crash_at", "owner"),
+    [
+        ("sending", gone_owner),
+        ("before-send", gone_owner),
+        ("journaled", remote_owner),
+        ("journaled", lambda: Owner.current("paused")),
+    ],
+    ids=["gone-after-sending", "gone-before-send", "other-host", "live-on-this-host"],
+)
+def test_owner_that_may_still_send_is_waited_out(
+    world: World, crash_at: str, owner: Callable[[], Owner]
+) -> None:
+    """An owner that journaled `sending`, or is not provably gone, is waited out to expiry."""
+    intent = world.decide()
+    claim = world.crash(intent, crash_at, owner=owner())
+
+    [outcome] = world.gate(Owner.current("restart")).recover()
+
+    assert outcome.status == "sent"
+    [wait] = world.of("restart", "claim-wait")
+    assert wait.data["expires_at"] == claim.expires_at
+    [took] = world.of("restart", "claim")
+    [before_send] = world.of("restart", "before-send")
+    assert took.t >= claim.expires_at and before_send.t >= claim.expires_at
+    assert len(world.agent_refunds(intent.action_id)) == 1
+
+
+def test_recover_without_waiting_reports_a_held_action_as_pending(world: World) -> None:
+    """`recover(wait=False)` leaves an action whose claim may cover a send pending, untouched."""
+    intent = world.decide()
+    world.crash(intent, "sending")
+    requests = list(world.model.requests)
+
+    [outcome] = world.gate(Owner.current("restart")).recover(wait=False)
+
+    assert outcome.status == "pending" and not outcome.settled
+    assert world.model.requests == requests
+    assert world.store.pending() == [intent.action_id]
+
+
+def test_claim_running_short_before_the_send_sends_nothing(world: World) -> None:
+    """A worker that lost time after commit 2 and has under timeout + 5 s of claim sends nothing."""
+    intent = world.decide()
+
+    def stall(_data: Mapping[str, Any]) -> None:
+        world.clock.now += 2
+
+    first = world.gate(Owner.current("first"), hooks={"sending": stall}).submit(intent)
+
+    assert first.status == "pending"
+    assert world.of("first", "before-send") == []
+    assert world.refunds() == []
+    [outcome] = world.gate(Owner.current("restart")).recover()
+    assert outcome.status == "sent" and len(world.refunds()) == 1
+
+
+def test_worker_that_lost_its_claim_before_commit_3_records_nothing(world: World) -> None:
+    """A worker paused past its claim after Stripe answered writes no outcome; recovery adopts."""
+    intent = world.decide()
+
+    def pause(_data: Mapping[str, Any]) -> None:
+        world.clock.now += 60
+
+    first = world.gate(Owner.current("first"), hooks={"after-answer": pause}).submit(intent)
+
+    assert first.status == "pending" and first.receipt is None
+    assert world.store.receipts() == []
+    [outcome] = world.gate(Owner.current("restart")).recover()
+    [refund] = world.refunds()
+    assert (outcome.status, outcome.external_id) == ("adopted", refund.id)
+
+
+def test_stale_refusal_of_a_worker_that_lost_its_claim_is_fenced(world: World) -> None:
+    """A paused worker's refusal cannot overwrite the send of the worker that took over."""
+    intent = world.decide()
+    paused, resume = threading.Event(), threading.Event()
+    stale: list[Outcome] = []
+
+    def hold(data: Mapping[str, Any]) -> None:
+        if data.get("name") == "lookup":
+            paused.set()
+            assert resume.wait(10)
+
+    def run_stale() -> None:
+        stale.append(world.gate(Owner.current("stale"), hooks={"check": hold}).submit(intent))
+
+    thread = threading.Thread(target=run_stale, daemon=True)
+    thread.start()
+    assert paused.wait(10)
+    world.clock.now += TIMING.claim_ttl_s
+
+    def revoke_and_resume(_data: Mapping[str, Any]) -> None:
+        world.store.revoke_lease(world.lease.id, "support", world.clock())
+        resume.set()
+        thread.join(10)
+        assert not thread.is_alive()
+
+    [taken] = world.gate(
+        Owner.current("taker"), hooks={"after-answer": revoke_and_resume}
+    ).recover()
+
+    [refund] = world.refunds()
+    assert [
+        e.data["passed"] for e in world.of("stale", "check") if e.data["name"] == "approval"
+    ] == [False]
+    assert stale[0].status == "pending"
+    assert (taken.status, taken.external_id) == ("sent", refund.id)
+    assert verify(world.store, world.payments).ok
+
+
+def test_failed_refund_of_its_own_is_not_adopted(world: World) -> None:
+    """A failed refund of its own is not adopted: with the key gone, recovery sends anew."""
+    switches = Switches(emulate_24h=True)
+    intent = world.decide()
+    world.crash(intent, "after-answer", switches=switches)
+    [failed] = world.agent_refunds(intent.action_id)
+    world.model.set_refund_status(failed.id, "failed")
+
+    [outcome] = world.gate(Owner.current("restart"), switches=switches).recover()
+
+    assert outcome.status == "sent" and outcome.external_id != failed.id
+    assert sorted(r.status for r in world.refunds()) == ["failed", "succeeded"]
+    assert verify(world.store, world.payments).ok
+
+
+# -- outcomes of Stripe's answers ---------------------------------------------------------
+
+
+def test_definite_4xx_is_recorded_as_failed(world: World) -> None:
+    """An amount the lease allows but the payment cannot cover ends `failed` with Stripe's code."""
+    world.payments.create_refund(world.pi, PAYMENT - 1_000)
+    intent = world.decide()
+
+    outcome = world.gate(Owner.current("first")).submit(intent)
+
+    assert outcome.status == "failed"
+    assert outcome.code
+    assert outcome.reason is not None and "greater than unrefunded amount" in outcome.reason
+    assert world.agent_refunds() == []
+    lease = world.store.lease(world.lease.id)
+    assert lease is not None and lease.spent == 0 and dict(lease.reservations) == {}
+    assert outcome.receipt is not None and outcome.receipt.outcome == "failed"
+    assert verify(world.store, world.payments).ok
+
+
+@pytest.mark.parametrize(
+    ("fault", "commit", "status"),
+    [
+        ("error_500", True, "adopted"),
+        ("error_500", False, "sent"),
+        ("drop", True, "adopted"),
+    ],
+)
+def test_unsettled_answer_ends_with_one_refund_and_a_truthful_outcome(
+    world: World, fault: str, commit: bool, status: str
+) -> None:
+    """A 5xx or dropped answer is looked up and retried with the same key: one refund, truthful."""
+    world.model.add_fault(fault, commit=commit)
+    intent = world.decide()
+
+    outcome = world.gate(Owner.current("first")).submit(intent)
+
+    [refund] = world.refunds()
+    assert (outcome.status, outcome.external_id) == (status, refund.id)
+    assert refund.metadata[ACTION_METADATA_KEY] == intent.action_id
+    assert outcome.receipt is not None
+    assert len(outcome.receipt.body["unsettled_answers"]) == 1
+    assert verify(world.store, world.payments).ok
+
+
+class _HeldFirstRefund(PaymentsModel):
+    """A model that holds the first refund request inside 'Stripe' until released."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self._first = True
+
+    def _create_refund(self, p: dict[str, Any]) -> dict[str, Any]:
+        if self._first:
+            self._first = False
+            self.entered.set()
+            assert self.release.wait(10)
+        return super()._create_refund(p)
+
+
+class _FirstRequestTimesOut(InProcessPayments):
+    """The client's deadline passes on the first refund request while Stripe still runs it."""
+
+    model: _HeldFirstRefund
+
+    def __init__(self, model: _HeldFirstRefund) -> None:
+        super().__init__(model)
+        self.in_flight: threading.Thread | None = None
+        self.landed: list[Refund] = []
+
+    def create_refund(
+        self,
+        payment_intent: str,
+        amount: int | None = None,
+        *,
+        idempotency_key: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> Refund:
+        if self.in_flight is not None:
+            return super().create_refund(
+                payment_intent, amount, idempotency_key=idempotency_key, metadata=metadata
+            )
+        call = super().create_refund
+
+        def run() -> None:
+            self.landed.append(
+                call(payment_intent, amount, idempotency_key=idempotency_key, metadata=metadata)
+            )
+
+        self.in_flight = threading.Thread(target=run, daemon=True)
+        self.in_flight.start()
+        assert self.model.entered.wait(10)
+        raise PaymentsUnsettledError("create refund", "timed out")
+
+    def land(self) -> None:
+        """Let the held first request finish at 'Stripe'."""
+        assert self.in_flight is not None
+        self.model.release.set()
+        self.in_flight.join(10)
+        assert not self.in_flight.is_alive()
+
+
+def test_409_in_progress_is_unsettled_and_the_late_landing_is_adopted() -> None:
+    """A genuine 409 while the first request still runs is not a failure: its refund is adopted."""
+    payments = _FirstRequestTimesOut(_HeldFirstRefund())
+    world = World(payments=payments)
+    intent = world.decide()
+
+    def on_unsettled(data: Mapping[str, Any]) -> None:
+        if data["http_status"] == 409:
+            payments.land()
+
+    outcome = world.gate(Owner.current("first"), hooks={"answer-unsettled": on_unsettled}).submit(
+        intent
+    )
+
+    assert [e.data["http_status"] for e in world.of("first", "answer-unsettled")] == [None, 409]
+    [refund] = world.refunds()
+    assert payments.landed == [refund]
+    assert (outcome.status, outcome.external_id) == ("adopted", refund.id)
+    assert verify(world.store, world.payments).ok
+
+
+def test_unsettled_sends_past_max_sends_are_left_to_recovery_which_finishes(world: World) -> None:
+    """After `max_sends` unsettled answers the action is left pending; recovery sends it once."""
+    world.model.add_fault("error_500", commit=False, count=3)
+    intent = world.decide()
+
+    first = world.gate(Owner.current("first")).submit(intent)
+    assert first.status == "pending"
+    assert world.refunds() == []
+
+    [outcome] = world.gate(Owner.current("restart")).recover()
+
+    assert outcome.status == "sent"
+    assert world.of("restart", "claim-wait") != []
+    assert len(world.agent_refunds(intent.action_id)) == 1
+    assert verify(world.store, world.payments).ok
+
+
+# -- cost of the send path ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_first_attempt_costs_three_commits_one_list_and_one_create(
+    kind: str, tmp_path: Path
+) -> None:
+    """A first attempt makes exactly 3 durable commits and 2 Stripe calls: a list and a create."""
+    store: Store = MemoryStore() if kind == "memory" else SQLiteStore(tmp_path / "j.db")
+    world = World(store=store)
+    intent = world.decide()
+    commits, requests = store.commits, len(world.model.requests)
+
+    outcome = world.gate(Owner.current("first")).submit(intent)
+
+    assert outcome.status == "sent"
+    assert store.commits - commits == 3
+    assert world.model.requests[requests:] == [("GET", "refunds"), ("POST", "refunds")]
+    store.close()
+
+
+def test_recovering_a_settled_action_returns_the_record_without_calling_stripe(
+    world: World,
+) -> None:
+    """Recovery of a settled action, or a resubmission, returns the recorded outcome, no calls."""
+    intent = world.decide()
+    sent = world.gate(Owner.current("first")).submit(intent)
+    requests = list(world.model.requests)
+    other = world.gate(Owner.current("restart"))
+
+    again = other.recover_action(intent.action_id)
+    resubmitted = other.submit(intent)
+
+    assert other.recover() == []
+    for outcome in (again, resubmitted):
+        assert (outcome.status, outcome.external_id) == ("sent", sent.external_id)
+        assert outcome.receipt is not None and sent.receipt is not None
+        assert outcome.receipt.hash == sent.receipt.hash
+    assert world.model.requests == requests
+    assert len(world.store.receipts()) == 1
+
+
+# -- leases ---------------------------------------------------------------------------------
+
+
+def test_two_actions_on_one_lease_cannot_together_exceed_its_cap(world: World) -> None:
+    """A reservation held by a crashed send counts against the cap for every other action."""
+    lease = world.grant(3_000)
+    first = world.decide(lease_id=lease.id)
+    world.crash(first, "sending")
+
+    second = world.gate(Owner.current("second")).submit(world.decide(lease_id=lease.id))
+    assert second.status == "refused"
+    assert second.reason == "amount 2000 exceeds what the approval has left (1000 of 3000)"
+
+    [recovered] = world.gate(Owner.current("restart")).recover()
+    assert recovered.status == "sent"
+    third = world.gate(Owner.current("third")).submit(world.decide(1_000, lease_id=lease.id))
+    fourth = world.gate(Owner.current("fourth")).submit(world.decide(100, lease_id=lease.id))
+
+    assert third.status == "sent" and fourth.status == "refused"
+    assert sum(r.amount for r in world.agent_refunds()) == 3_000
+    after = world.store.lease(lease.id)
+    assert after is not None and after.spent == 3_000 and dict(after.reservations) == {}
+
+
+def test_a_refusal_releases_the_reservation(world: World) -> None:
+    """A recovery that refuses gives its reservation back, so a new action may use the lease."""
+    intent = world.decide()
+    world.crash(intent, "before-send")
+    reserved = world.store.lease(world.lease.id)
+    assert reserved is not None and dict(reserved.reservations) == {intent.action_id: AMOUNT}
+    world.hand_refund()
+    [refused] = world.gate(Owner.current("restart")).recover()
+
+    retry = world.gate(Owner.current("next")).submit(world.decide())
+
+    assert refused.status == "refused" and retry.status == "sent"
+    lease = world.store.lease(world.lease.id)
+    assert lease is not None and lease.spent == AMOUNT and dict(lease.reservations) == {}
+
+
+def test_revocation_after_the_approval_check_is_caught_by_commit_2(world: World) -> None:
+    """Revoking between the approval check and `sending` refuses atomically: nothing is sent."""
+    intent = world.decide()
+
+    def revoke(data: Mapping[str, Any]) -> None:
+        if data.get("name") == "approval":
+            world.store.revoke_lease(world.lease.id, "support", world.clock())
+
+    outcome = world.gate(Owner.current("first"), hooks={"check": revoke}).submit(intent)
+
+    assert outcome.status == "refused"
+    assert outcome.reason == "approval revoked by support"
+    assert world.of("first", "sending") == []
+    assert world.refunds() == []
+    assert outcome.receipt is not None
+    assert outcome.receipt.checks[-1] == {
+        "name": "approval",
+        "expected": f"approval {world.lease.id} live and covering {AMOUNT}",
+        "observed": "approval revoked by support",
+        "passed": False,
+    }
+
+
+def test_reapprove_sends_under_the_new_lease_naming_the_refused_action(world: World) -> None:
+    """After a refusal a person re-approves: the new action sends and its receipt names the old."""
+    intent = world.decide()
+    world.crash(intent, "before-send")
+    world.hand_refund()
+    gate = world.gate(Owner.current("restart"))
+    [refused] = gate.recover()
+    assert refused.status == "refused"
+    new_lease = world.grant(CAP)
+
+    outcome = gate.reapprove(intent.action_id, new_lease.id, "support")
+
+    assert outcome.status == "sent" and outcome.action_id != intent.action_id
+    assert [r.id for r in world.agent_refunds(outcome.action_id)] == [outcome.external_id]
+    assert world.agent_refunds(intent.action_id) == []
+    assert outcome.receipt is not None
+    body = outcome.receipt.body
+    assert body["lease_id"] == new_lease.id
+    assert body["context"] == {"reapproves": intent.action_id, "approved_by": "support"}
+    lease = world.store.lease(new_lease.id)
+    assert lease is not None and lease.spent == AMOUNT
+    assert verify(world.store, world.payments).ok
+
+
+def test_reapprove_refuses_an_action_that_was_not_refused(world: World) -> None:
+    """Only a refused action can be approved again."""
+    intent = world.decide()
+    gate = world.gate(Owner.current("first"))
+    gate.submit(intent)
+
+    with pytest.raises(ActionError, match="only a refused action"):
+        gate.reapprove(intent.action_id, world.grant(CAP).id, "support")
+
+
+# -- the journal's guards -------------------------------------------------------------------
+
+
+def test_one_action_id_names_one_decision(world: World) -> None:
+    """Resubmitting an action id with a different decision is refused, not sent."""
+    intent = world.decide()
+    world.gate(Owner.current("first")).submit(intent)
+    changed = Intent(**{**intent.to_dict(), "amount": 1_000})
+
+    with pytest.raises(ActionError, match="different decision"):
+        world.gate(Owner.current("other")).submit(changed)
+    assert len(world.refunds()) == 1
+
+
+def test_submit_refuses_an_intent_of_another_kind(world: World) -> None:
+    """A gate for refunds does not journal an intent of another kind."""
+    intent = Intent(**{**world.decide().to_dict(), "kind": "payout"})
+
+    with pytest.raises(ActionError, match="this gate sends refund"):
+        world.gate(Owner.current("first")).submit(intent)
+    assert world.store.action(intent.action_id) is None
+
+
+# -- config and receipts --------------------------------------------------------------------
+
+
+def test_timing_refuses_a_timeout_less_than_5_s_inside_the_claim() -> None:
+    """Timing(6, 2) is refused with a ConfigError naming both values; Timing(6, 1) is accepted."""
+    with pytest.raises(ConfigError) as caught:
+        Timing(6, 2)
+    message = str(caught.value)
+    assert "claim TTL 6 s" in message and "Stripe timeout 2 s" in message
+    assert isinstance(caught.value, ValueError)
+    assert Timing(6, 1).send_window_s == 6
+
+
+def test_signed_receipts_verify_with_their_key_only(world: World) -> None:
+    """Receipts signed with a key verify with that key, and fail with another or with none."""
+    gate = world.gate(Owner.current("first"), signing_key=b"key-one")
+    gate.submit(world.decide(1_000))
+    gate.submit(world.decide(1_000))
+
+    good = verify(world.store, world.payments, signing_key=b"key-one")
+    bad = verify(world.store, world.payments, signing_key=b"key-two")
+    none = verify(world.store, world.payments)
+
+    assert good.ok and good.signed and good.chain_length == 2
+    assert len(bad.problems) == 2 and all("bad signature" in p for p in bad.problems)
+    assert not none.ok and all("signed, but no INTERLOCK_RECEIPT_KEY" in p for p in none.problems)
+
+
+def test_receipt_key_from_the_environment_signs_and_verifies(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With INTERLOCK_RECEIPT_KEY set the gate signs and verify() checks with it."""
+    monkeypatch.setenv("INTERLOCK_RECEIPT_KEY", "env-key")
+    outcome = world.gate(Owner.current("first")).submit(world.decide())
+
+    assert outcome.receipt is not None and outcome.receipt.signed
+    assert verify(world.store, world.payments).ok
+    assert not verify(world.store, world.payments, signing_key=b"other").ok
+
+
+def test_unsigned_receipts_say_so(world: World) -> None:
+    """Without a key receipts are marked unsigned and carry no signature."""
+    outcome = world.gate(Owner.current("first")).submit(world.decide())
+
+    assert outcome.receipt is not None
+    assert outcome.receipt.body["signed"] is False and outcome.receipt.signature is None
+    result = verify(world.store, world.payments)
+    assert result.ok and not result.signed
