@@ -1,0 +1,609 @@
+"""Property-based tests for the gate: crashes, outages, faults and racing recoverers.
+
+Everything runs in-process against the in-memory Stripe model with a fake clock. A crash
+is an exception raised from the gate's event sink at a named step; the crashed gate is
+abandoned and recovery runs in new gates with new owners. Recoverers are interleaved
+deterministically: recoverer i+1 starts from inside recoverer i's event sink at a chosen
+step (or after recoverer i returns), and waits on the shared fake clock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import shutil
+import socket
+import sqlite3
+import tempfile
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from interlock import (
+    ACTION_METADATA_KEY,
+    REASON_WORLD_CHANGED,
+    Claim,
+    Gate,
+    Intent,
+    Lease,
+    MemoryStore,
+    Outcome,
+    Owner,
+    Refund,
+    SQLiteStore,
+    Store,
+    StripeRefund,
+    Switches,
+    Timing,
+    new_action_id,
+    refunds_fingerprint,
+    verify,
+)
+from interlock._receipts import canonical_json
+from interlock_demo.payments import InProcessPayments
+
+T0 = 1_700_000_000.0
+PAYMENT = 10_000
+AMOUNT = 2_000
+TIMING = Timing(6, 1)
+_pids = itertools.count(1)
+
+CRASH_POINTS = (
+    None,
+    "journaled",
+    "check",
+    "sending",
+    "before-send",
+    "answer-unsettled",
+    "after-answer",
+    "settled",
+)
+OUTAGES = (None, "hand-refund", "revoke", "expire")
+# When the outage action happens: after the decision but before the gate starts, inside
+# the first attempt right after commit 1 (before its read), while the worker is dead
+# (between the crash and the restart), or after every recoverer returned.
+OUTAGE_WHEN = ("before-submit", "at-journaled", "during-outage", "after-recovery")
+FAULTS = (None, ("error_500", True), ("error_500", False), ("drop", True))
+# Where the next recoverer starts inside the one before it (None: after it returns).
+NEST_POINTS = (None, "claim-wait", "claim", "check", "sending", "before-send", "after-answer")
+REFUSAL_REASON = {
+    "hand-refund": REASON_WORLD_CHANGED,
+    "revoke": "approval revoked by support",
+    "expire": "approval expired",
+}
+PROPERTY_SETTINGS = settings(
+    max_examples=500,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+
+class Crash(BaseException):
+    """A simulated SIGKILL at a named step: nothing after it runs in that worker."""
+
+
+class Clock:
+    """A fake wall clock; `sleep` advances it, so waiting takes no real time."""
+
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        assert seconds >= 0
+        self.now += seconds
+
+
+@dataclass(frozen=True)
+class Event:
+    """One event a gate emitted: which worker, what, when (fake clock) and its data."""
+
+    worker: str
+    kind: str
+    t: float
+    data: Mapping[str, Any]
+
+
+def gone_owner() -> Owner:
+    """An owner on this host whose process provably no longer runs (a pid above pid_max)."""
+    pid = 2**22 + next(_pids)
+    assert not psutil.pid_exists(pid)
+    return Owner(f"crashed-{pid}", pid, T0 - 60, socket.gethostname())
+
+
+def remote_owner() -> Owner:
+    """An owner on another host: whether it still runs cannot be checked from here."""
+    return Owner(f"remote-{uuid.uuid4().hex[:6]}", os.getpid(), T0 - 60, "another-host.invalid")
+
+
+class World:
+    """A $100 payment, refund leases on it, a store, a fake clock and an event log."""
+
+    def __init__(self, store: Store | None = None) -> None:
+        self.clock = Clock()
+        self.payments = InProcessPayments()
+        self.model = self.payments.model
+        self.store: Store = store if store is not None else MemoryStore()
+        self.pi = self.payments.create_payment(PAYMENT).id
+        self.events: list[Event] = []
+
+    def grant(self, cap: int) -> Lease:
+        """A new refund lease on the payment, valid for an hour."""
+        return self.store.grant_lease(
+            Lease(
+                id=f"lease_{uuid.uuid4().hex[:10]}",
+                kind="refund",
+                target=self.pi,
+                cap=cap,
+                expires_at=self.clock() + 3600,
+                granted_by="support",
+                granted_at=self.clock(),
+            )
+        )
+
+    def decide(self, amount: int, lease_id: str) -> Intent:
+        """The model's decision, with the fingerprint of the refunds it was shown."""
+        seen = self.payments.get_payment(self.pi).refunds
+        return Intent(
+            new_action_id(),
+            "refund",
+            self.pi,
+            amount,
+            lease_id,
+            refunds_fingerprint(seen),
+            metadata={"case": "gate-properties", "column": "interlock"},
+        )
+
+    def gate(
+        self,
+        owner: Owner,
+        *,
+        crash_at: str | None = None,
+        hook: Callable[[str, Mapping[str, Any]], None] | None = None,
+        signing_key: bytes | None = None,
+    ) -> Gate:
+        """A gate for `owner` that logs its events, calls `hook` and crashes at `crash_at`."""
+
+        def on_event(kind: str, data: Mapping[str, Any]) -> None:
+            self.events.append(Event(owner.worker_id, kind, self.clock(), dict(data)))
+            if hook is not None:
+                hook(kind, data)
+            if kind == crash_at:
+                raise Crash(kind)
+
+        return Gate(
+            self.store,
+            StripeRefund(self.payments),
+            timing=TIMING,
+            switches=Switches(),
+            owner=owner,
+            signing_key=signing_key,
+            on_event=on_event,
+            clock=self.clock,
+            sleep=self.clock.sleep,
+        )
+
+    def submit(self, intent: Intent, owner: Owner, crash_at: str | None = None) -> Outcome | None:
+        """Submit `intent`; None when the worker crashed."""
+        try:
+            return self.gate(owner, crash_at=crash_at).submit(intent)
+        except Crash:
+            return None
+
+    def agent_refunds(self, action_id: str | None = None) -> list[Refund]:
+        """Refunds naming an interlock action (this one, if given)."""
+        return [
+            r
+            for r in self.payments.list_refunds(self.pi)
+            if ACTION_METADATA_KEY in r.metadata
+            and (action_id is None or r.metadata[ACTION_METADATA_KEY] == action_id)
+        ]
+
+    def hand_refunds(self) -> list[Refund]:
+        """Refunds without metadata, as from the dashboard."""
+        return [r for r in self.payments.list_refunds(self.pi) if not r.metadata]
+
+
+def once(kind: str, action: Callable[[], object]) -> Callable[[str, Mapping[str, Any]], None]:
+    """An event hook that runs `action` the first time `kind` is emitted."""
+    fired = False
+
+    def hook(k: str, _data: Mapping[str, Any]) -> None:
+        nonlocal fired
+        if k == kind and not fired:
+            fired = True
+            action()
+
+    return hook
+
+
+def run_recoverers(world: World, nests: tuple[str | None, ...]) -> list[tuple[str, list[Outcome]]]:
+    """Run 1 + len(nests) recoverers; recoverer i+1 starts at recoverer i's step nests[i]."""
+    results: list[tuple[str, list[Outcome]]] = []
+
+    def run(i: int) -> None:
+        owner = Owner.current(f"recoverer-{i}")
+        started = False
+
+        def start_next() -> None:
+            nonlocal started
+            started = True
+            run(i + 1)
+
+        nest = nests[i] if i < len(nests) else None
+        hook = once(nest, start_next) if nest is not None else None
+        results.append((owner.worker_id, world.gate(owner, hook=hook).recover()))
+        if i < len(nests) and not started:
+            run(i + 1)
+
+    run(0)
+    return results
+
+
+# -- one action: crash, outage, faults, racing recoverers -------------------------------
+
+
+@dataclass(frozen=True)
+class Story:
+    """One run: where the first worker dies, what happens meanwhile, who recovers."""
+
+    crash: str | None
+    crashed_owner: str
+    outage: str | None
+    when: str
+    fault: tuple[str, bool] | None
+    nests: tuple[str | None, ...]
+
+
+@dataclass
+class Played:
+    """What happened in a run, for the invariants to judge."""
+
+    world: World
+    intent: Intent
+    lease: Lease
+    first: Outcome | None
+    claim_at_crash: Claim | None
+    restart_at: float
+    pending_at_restart: list[str]
+    agent_refunds_at_outage: int | None = None
+    recovery_requests: list[tuple[str, str]] = field(default_factory=list)
+    recovered: list[tuple[str, list[Outcome]]] = field(default_factory=list)
+
+
+stories = st.builds(
+    Story,
+    crash=st.sampled_from(CRASH_POINTS),
+    crashed_owner=st.sampled_from(("gone", "remote")),
+    outage=st.sampled_from(OUTAGES),
+    when=st.sampled_from(OUTAGE_WHEN),
+    fault=st.sampled_from(FAULTS),
+    nests=st.lists(st.sampled_from(NEST_POINTS), max_size=2).map(tuple),
+)
+
+
+def play(story: Story) -> Played:
+    """Run the story: decide, submit (maybe crash), outage, restart with racing recoverers."""
+    world = World()
+    lease = world.grant(AMOUNT)
+    intent = world.decide(AMOUNT, lease.id)
+    outage_seen: list[int] = []
+
+    def outage() -> None:
+        outage_seen.append(len(world.agent_refunds(intent.action_id)))
+        if story.outage == "hand-refund":
+            world.model.clear_faults()  # support works in the dashboard, not over the agent's link
+            world.payments.create_refund(world.pi, AMOUNT)
+        elif story.outage == "revoke":
+            world.store.revoke_lease(lease.id, "support", world.clock())
+        elif story.outage == "expire":
+            world.clock.now = max(world.clock.now, lease.expires_at + 1)
+
+    def outage_at(when: str) -> None:
+        if story.outage is not None and story.when == when:
+            outage()
+
+    if story.fault is not None:
+        world.model.add_fault(story.fault[0], commit=story.fault[1])
+    outage_at("before-submit")
+    owner = gone_owner() if story.crashed_owner == "gone" else remote_owner()
+    hook = once("journaled", outage) if story.outage and story.when == "at-journaled" else None
+    try:
+        first: Outcome | None = world.gate(owner, crash_at=story.crash, hook=hook).submit(intent)
+    except Crash:
+        first = None
+    state = world.store.action(intent.action_id)
+    assert state is not None
+    claim_at_crash = state.claim if first is None and state.settlement is None else None
+    outage_at("during-outage")
+
+    played = Played(
+        world, intent, lease, first, claim_at_crash, world.clock(), world.store.pending()
+    )
+    requests = len(world.model.requests)
+    played.recovered = run_recoverers(world, story.nests)
+    played.recovery_requests = world.model.requests[requests:]
+    outage_at("after-recovery")
+    played.agent_refunds_at_outage = outage_seen[0] if outage_seen else None
+    return played
+
+
+@PROPERTY_SETTINGS
+@given(story=stories)
+@example(Story("after-answer", "gone", None, "during-outage", None, ()))
+@example(Story("before-send", "gone", "hand-refund", "during-outage", None, ("claim-wait",)))
+@example(Story("before-send", "remote", "revoke", "during-outage", None, ("claim", "claim-wait")))
+@example(Story("journaled", "gone", "expire", "during-outage", None, ()))
+@example(Story("answer-unsettled", "gone", None, "during-outage", ("drop", True), ("sending",)))
+@example(Story(None, "gone", "hand-refund", "at-journaled", None, ()))
+@example(Story("check", "gone", None, "during-outage", None, ("before-send", "after-answer")))
+def test_one_action_ends_as_the_truth_table_wants(story: Story) -> None:
+    """Whatever the crash, outage, fault and recoverers, Stripe and the record end as wanted."""
+    played = play(story)
+    world, aid = played.world, played.intent.action_id
+
+    # Every recoverer is done and the action is settled, with a receipt that says so.
+    assert world.store.pending() == []
+    state = world.store.action(aid)
+    assert state is not None and state.settlement is not None and state.receipt is not None
+    status = state.settlement.status
+    assert state.receipt.outcome == status and state.receipt.action_id == aid
+
+    # The agent's refund exists exactly once if it reached Stripe before the outage action,
+    # or if there was none; otherwise it does not exist.
+    agent = world.agent_refunds()
+    assert all(r.metadata[ACTION_METADATA_KEY] == aid for r in agent)
+    if story.outage is not None and story.when == "during-outage" and story.fault is None:
+        landed = played.first is not None or story.crash in ("after-answer", "settled")
+        assert played.agent_refunds_at_outage == int(landed)
+    if story.outage is not None and story.when in ("before-submit", "at-journaled"):
+        assert played.agent_refunds_at_outage == 0
+    wanted = 1 if story.outage is None or played.agent_refunds_at_outage else 0
+    assert len(agent) == wanted
+
+    # The record is truthful: sent or adopted exactly when its refund exists.
+    if wanted:
+        assert status in ("sent", "adopted")
+        assert (state.settlement.external_id, state.settlement.amount) == (agent[0].id, AMOUNT)
+    else:
+        assert story.outage is not None
+        assert (status, state.settlement.reason) == ("refused", REFUSAL_REASON[story.outage])
+    reported = [o for _, outs in played.recovered for o in outs if o.settled]
+    if played.first is not None and played.first.settled:
+        reported.append(played.first)
+    for o in reported:
+        assert (o.status, o.external_id) == (status, state.settlement.external_id)
+
+    # A hand refund, once made, is always there; the lease is never overspent.
+    assert len(world.hand_refunds()) == (1 if story.outage == "hand-refund" else 0)
+    lease = world.store.lease(played.lease.id)
+    assert lease is not None
+    assert lease.spent == sum(r.amount for r in agent) <= lease.cap
+    assert dict(lease.reservations) == {}
+
+    # A dead owner that may still be sending is waited out; one that provably is not, is not.
+    claim = played.claim_at_crash
+    recoverers = {worker for worker, _ in played.recovered}
+    taken = [e for e in world.events if e.worker in recoverers and e.kind == "claim"]
+    sends = [e for e in world.events if e.worker in recoverers and e.kind == "before-send"]
+    if claim is not None:
+        if claim.sending or story.crashed_owner == "remote":
+            assert all(e.t >= claim.expires_at for e in taken + sends)
+        else:
+            assert taken and taken[0].worker == "recoverer-0"
+            assert taken[0].t == played.restart_at
+
+    # Recovery costs one list and at most one create, when nothing else interferes.
+    if not story.nests and story.fault is None:
+        if played.pending_at_restart:
+            assert played.recovery_requests[:1] == [("GET", "refunds")]
+            assert played.recovery_requests[1:] in ([], [("POST", "refunds")])
+        else:
+            assert played.recovery_requests == []
+
+    result = verify(world.store, world.payments)
+    assert result.ok, result.problems
+    assert result.chain_length == 1
+
+
+# -- several actions on one lease ---------------------------------------------------------
+
+
+@PROPERTY_SETTINGS
+@given(
+    cap=st.integers(500, 5_000),
+    plan=st.lists(
+        st.tuples(
+            st.integers(100, 3_000),
+            st.sampled_from((None, "check", "sending", "before-send", "after-answer")),
+        ),
+        min_size=2,
+        max_size=3,
+    ),
+)
+def test_actions_on_one_lease_never_spend_past_its_cap(
+    cap: int, plan: list[tuple[int, str | None]]
+) -> None:
+    """However actions on one lease crash and recover, their refunds never exceed its cap."""
+    world = World()
+    lease = world.grant(cap)
+    intents = []
+    for amount, crash_at in plan:
+        intent = world.decide(amount, lease.id)
+        intents.append(intent)
+        world.submit(intent, gone_owner(), crash_at)
+    run_recoverers(world, ())
+
+    assert world.store.pending() == []
+    total = 0
+    for intent in intents:
+        state = world.store.action(intent.action_id)
+        assert state is not None and state.settlement is not None and state.receipt is not None
+        own = world.agent_refunds(intent.action_id)
+        assert len(own) <= 1
+        if own:
+            assert state.settlement.status in ("sent", "adopted")
+            assert state.settlement.external_id == own[0].id
+            assert own[0].amount == intent.amount
+            total += own[0].amount
+        else:
+            assert state.settlement.status == "refused"
+    after = world.store.lease(lease.id)
+    assert after is not None and dict(after.reservations) == {}
+    assert after.spent == total <= cap
+    if any(amount <= cap for amount, _ in plan):
+        assert total > 0
+    result = verify(world.store, world.payments)
+    assert result.ok, result.problems
+
+
+# -- tampering with a SQLite store --------------------------------------------------------
+
+HISTORY_LENGTH = 5
+
+
+@dataclass(frozen=True)
+class History:
+    """An honest SQLite store file with a chain of receipts, and the payments it names."""
+
+    path: Path
+    payments: InProcessPayments
+    signing_key: bytes | None
+
+
+def _honest_history(directory: Path, signing_key: bytes | None) -> History:
+    world = World(SQLiteStore(directory / "journal.db"))
+    lease = world.grant(PAYMENT)
+    for _ in range(HISTORY_LENGTH):
+        world.gate(Owner.current("honest"), signing_key=signing_key).submit(
+            world.decide(1_000, lease.id)
+        )
+    assert verify(world.store, world.payments, signing_key=signing_key).ok
+    world.store.close()
+    return History(directory / "journal.db", world.payments, signing_key)
+
+
+@pytest.fixture(scope="module")
+def histories(tmp_path_factory: pytest.TempPathFactory) -> dict[str, History]:
+    """One honest unsigned and one honest signed history, built once for the module."""
+    return {
+        "unsigned": _honest_history(tmp_path_factory.mktemp("unsigned"), None),
+        "signed": _honest_history(tmp_path_factory.mktemp("signed"), b"receipt-key"),
+    }
+
+
+def _edit(conn: sqlite3.Connection, seq: int, rehash: bool) -> None:
+    (body_text,) = conn.execute("SELECT body FROM receipts WHERE seq=?", (seq,)).fetchone()
+    body = json.loads(body_text)
+    body["amount"] += 1
+    text = canonical_json(body)
+    conn.execute("UPDATE receipts SET body=? WHERE seq=?", (text, seq))
+    if rehash:
+        digest = hashlib.sha256(text.encode()).hexdigest()
+        conn.execute("UPDATE receipts SET hash=? WHERE seq=?", (digest, seq))
+
+
+def _swap_contents(conn: sqlite3.Connection, a: int, b: int) -> None:
+    cols = "action_id, body, prev_hash, hash, signature"
+    row_a = conn.execute(f"SELECT {cols} FROM receipts WHERE seq=?", (a,)).fetchone()
+    row_b = conn.execute(f"SELECT {cols} FROM receipts WHERE seq=?", (b,)).fetchone()
+    update = "UPDATE receipts SET action_id=?, body=?, prev_hash=?, hash=?, signature=? WHERE seq=?"
+    conn.execute(update, (*row_b, a))
+    conn.execute(update, (*row_a, b))
+
+
+def _swap_order(conn: sqlite3.Connection, a: int, b: int) -> None:
+    conn.execute("UPDATE receipts SET seq=-1 WHERE seq=?", (a,))
+    conn.execute("UPDATE receipts SET seq=? WHERE seq=?", (a, b))
+    conn.execute("UPDATE receipts SET seq=? WHERE seq=-1", (b,))
+
+
+@dataclass(frozen=True)
+class Tamper:
+    """One edit of the receipts table: what, on which rows."""
+
+    kind: str
+    a: int
+    b: int
+
+
+tampers = st.one_of(
+    st.builds(Tamper, st.just("edit"), st.integers(1, HISTORY_LENGTH), st.just(0)),
+    # A re-hashed edit of the last receipt is the documented limit of an unsigned chain.
+    st.builds(Tamper, st.just("edit-rehash"), st.integers(1, HISTORY_LENGTH - 1), st.just(0)),
+    st.builds(Tamper, st.just("delete"), st.integers(2, HISTORY_LENGTH - 1), st.just(0)),
+    st.builds(Tamper, st.just("renumber"), st.integers(1, HISTORY_LENGTH), st.just(0)),
+    st.tuples(st.integers(1, HISTORY_LENGTH), st.integers(1, HISTORY_LENGTH))
+    .filter(lambda ab: ab[0] != ab[1])
+    .flatmap(
+        lambda ab: st.builds(
+            Tamper, st.sampled_from(("swap-contents", "swap-order")), *map(st.just, ab)
+        )
+    ),
+)
+
+
+@settings(max_examples=60, deadline=None, database=None)
+@given(tamper=tampers, signed=st.booleans())
+def test_verify_fails_on_any_edited_dropped_or_reordered_receipt(
+    histories: dict[str, History], tamper: Tamper, signed: bool
+) -> None:
+    """Editing, dropping from the middle or reordering receipts in the SQLite file fails verify."""
+    history = histories["signed" if signed else "unsigned"]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "journal.db"
+        shutil.copyfile(history.path, path)
+        conn = sqlite3.connect(path, isolation_level=None)
+        conn.execute("BEGIN")
+        if tamper.kind in ("edit", "edit-rehash"):
+            _edit(conn, tamper.a, rehash=tamper.kind == "edit-rehash")
+        elif tamper.kind == "delete":
+            conn.execute("DELETE FROM receipts WHERE seq=?", (tamper.a,))
+        elif tamper.kind == "renumber":
+            conn.execute("UPDATE receipts SET seq=seq+? WHERE seq=?", (HISTORY_LENGTH, tamper.a))
+        elif tamper.kind == "swap-contents":
+            _swap_contents(conn, tamper.a, tamper.b)
+        else:
+            _swap_order(conn, tamper.a, tamper.b)
+        conn.execute("COMMIT")
+        conn.close()
+
+        store = SQLiteStore(path)
+        try:
+            chain_only = verify(store, signing_key=history.signing_key)
+            with_stripe = verify(store, history.payments, signing_key=history.signing_key)
+        finally:
+            store.close()
+    assert not chain_only.ok
+    assert not with_stripe.ok
+
+
+def test_signed_tail_edit_with_a_recomputed_hash_fails_verify(
+    histories: dict[str, History],
+) -> None:
+    """With signing, even the last receipt edited and re-hashed is caught (its signature breaks)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "journal.db"
+        shutil.copyfile(histories["signed"].path, path)
+        conn = sqlite3.connect(path, isolation_level=None)
+        _edit(conn, HISTORY_LENGTH, rehash=True)
+        conn.close()
+        store = SQLiteStore(path)
+        try:
+            last = store.receipts()[-1]
+            result = verify(store, signing_key=b"receipt-key")
+        finally:
+            store.close()
+    assert result.problems == [f"receipt {HISTORY_LENGTH} ({last.action_id}): bad signature"]
