@@ -61,6 +61,9 @@ _GATE_CRASH_POINTS = {
 }
 
 Emit = Callable[..., None]
+# `WorkerContext.extra` key: a decision made and recorded before this worker ran, which
+# it uses instead of asking the model (the Temporal engine's refund activity).
+RECORDED_DECISION = "recorded_decision"
 
 
 class SimulatedCrash(BaseException):
@@ -194,6 +197,9 @@ def run_worker(ctx: WorkerContext) -> dict[str, Any]:
 
 
 def _decide(ctx: WorkerContext) -> Decision:
+    recorded = ctx.extra.get(RECORDED_DECISION)
+    if isinstance(recorded, Decision):
+        return recorded  # decided earlier and kept elsewhere (a Temporal workflow's history)
     ctx.emit("ask-model", "asking the model about the support request")
     decision = decide(ctx.model(), ctx.payments, ctx.case.payment_intent, ctx.case.request)
     seen = decision.payment_seen
