@@ -97,7 +97,7 @@ class DemoApp(App[int]):
         ),
         Binding(
             "s",
-            "screenshot",
+            "save_screenshot",
             "Screenshot",
             id="screenshot",
             tooltip="Save an SVG screenshot under INTERLOCK_HOME",
