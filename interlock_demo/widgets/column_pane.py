@@ -32,6 +32,7 @@ class ColumnPane(Vertical):
         self.column_title = title
         self._events_shown = 0
         self._lines = Text()
+        self._card_text = ""
         self._run_id: str | None = None
 
     def compose(self) -> ComposeResult:
@@ -46,12 +47,14 @@ class ColumnPane(Vertical):
         """Empty the column for a new run (or idle)."""
         self._events_shown = 0
         self._lines = Text()
+        self._card_text = ""
         self._run_id = None
         self.set_class(mock, "-mock")
         self.set_class(False, "-killed", "-waiting", "-done", "-wrong", "-right")
         title = Text(self.column_title, style="bold")
         if mock:
-            title.append("  MOCK", style="bold reverse")
+            title.append(" ")
+            title.append(" MOCK ", style="bold reverse")
         self.query_one(".title", Label).update(title)
         self.query_one(".status", Static).update("idle")
         self.query_one(".event-lines", Static).update("")
@@ -77,6 +80,13 @@ class ColumnPane(Vertical):
         self._events_shown = len(col["events"])
         if new:
             self.query_one(".event-lines", Static).update(self._lines)
+        card = _card(run, col, prefix)
+        card_changed = card.plain != self._card_text
+        if card_changed:
+            # The card takes room from the events: keep their newest line in view.
+            self._card_text = card.plain
+            self.query_one(".card", Static).update(card)
+        if new or card_changed:
             self.query_one(".events", VerticalScroll).scroll_end(animate=False)
         state = col["state"]
         self.set_class(state == "killed", "-killed")
@@ -85,7 +95,6 @@ class ColumnPane(Vertical):
         self.set_class(col.get("ok") is False, "-wrong")
         self.set_class(col.get("ok") is True, "-right")
         self.query_one(".status", Static).update(_status(col, prefix))
-        self.query_one(".card", Static).update(_card(run, col, prefix))
 
     def tick(self, run_now: float, col: dict[str, Any] | None) -> None:
         """Move the claim countdown bar to `run_now` (seconds since the run started)."""
