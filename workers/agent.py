@@ -131,10 +131,16 @@ class AnthropicModel:
         )
 
     def turn(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Ask the model for its next message."""
-        reply = self._client.messages.create(
-            model=self.name, max_tokens=1024, system=SYSTEM, tools=TOOLS, messages=messages
-        )
+        """Ask the model for its next message; `AgentError` says why the call failed."""
+        import anthropic
+
+        try:
+            reply = self._client.messages.create(
+                model=self.name, max_tokens=1024, system=SYSTEM, tools=TOOLS, messages=messages
+            )
+        except anthropic.APIError as e:
+            # A worker reports AgentError as an event; anything else would die unexplained.
+            raise AgentError(f"the model call failed ({type(e).__name__}): {e}") from e
         blocks: list[dict[str, Any]] = []
         for block in reply.content:
             if block.type == "text":
