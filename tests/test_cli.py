@@ -1,0 +1,278 @@
+"""The `interlock-demo` command: exit 2 for bad usage or configuration, keys never shown.
+
+Each case runs the real command (`python -m interlock_demo.cli`) in a subprocess with a
+clean environment: no keys or switches from outside and a PATH without the `stripe` CLI,
+so that a developer's `stripe login` cannot change the outcome. Keys here are made up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from interlock import ConfigError
+from interlock_demo.settings import demo_timing, resolve, worker_env
+from tests.test_engine_e2e import ROOT, SCRUBBED
+
+LIVE_KEY = "sk_live_51Hq8ZbQ4eC39HqLyjWDarjtT1zdp7dcMadeUp"
+STRIPE_TEST_KEY = "sk_test_51Hq8ZbQ9xT4kVwNpMadeUpTestKey00"
+ANTHROPIC_KEY = "sk-ant-api03-Zq7XvB2mN8pLkJ4hMadeUpAnthropic"
+HEADLESS = ["--headless", "--json", "--scenario", "revoked"]
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """A clean environment: no outside keys or switches, no `stripe` CLI on PATH."""
+    env = {k: v for k, v in os.environ.items() if k not in SCRUBBED}
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + "/usr/bin:/bin"
+    env["INTERLOCK_HOME"] = str(tmp_path / "home")
+    env.update(extra)
+    return env
+
+
+def _run(
+    args: list[str], tmp_path: Path, *, python: tuple[str, ...] = (), **env: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *python, "-m", "interlock_demo.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=_env(tmp_path, **env),
+        timeout=60,
+        check=False,
+    )
+
+
+def _shows_no_part_of(key: str, text: str) -> bool:
+    """Whether `text` shows neither the key's start nor any 6 characters of its secret part.
+
+    The prefix alone (`sk_test_` and the like) is not secret: messages name it as advice.
+    """
+    prefix = key[:8] if key[:3] in ("sk_", "rk_", "pk_") else key[:7]
+    body = key[len(prefix) :]
+    return key[: len(prefix) + 4] not in text and not any(
+        body[i : i + 6] in text for i in range(len(body) - 5)
+    )
+
+
+@pytest.mark.parametrize("mode", [["--mock"], ["--offline"], [], ["--live"]])
+def test_refused_key_exits_2_in_every_mode(tmp_path: Path, mode: list[str]) -> None:
+    """A live Stripe key is refused in every mode, with a message that does not echo it."""
+    done = _run(
+        [*mode, *HEADLESS], tmp_path, STRIPE_SECRET_KEY=LIVE_KEY, ANTHROPIC_API_KEY=ANTHROPIC_KEY
+    )
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert "refused the Stripe key from STRIPE_SECRET_KEY" in done.stderr
+    assert "live secret key" in done.stderr
+    assert "sk_test_" in done.stderr  # it says what to use instead
+    assert _shows_no_part_of(LIVE_KEY, done.stderr + done.stdout)
+    assert _shows_no_part_of(ANTHROPIC_KEY, done.stderr + done.stdout)
+
+
+@pytest.mark.parametrize(
+    ("key", "kind"),
+    [
+        ("pk_test_51Hq8ZbQ4eC39HqLyjWDarjMadeUp", "publishable key"),
+        ("rk_live_51Hq8ZbQ4eC39HqLyjWDarjMadeUp", "live restricted key"),
+        ("not-a-key-Q4eC39HqLyjWDarj", "malformed"),
+    ],
+)
+def test_other_non_test_keys_are_refused(tmp_path: Path, key: str, kind: str) -> None:
+    """Publishable, live restricted and malformed keys are refused too, named by kind only."""
+    done = _run(["--mock", *HEADLESS], tmp_path, STRIPE_SECRET_KEY=key)
+    assert done.returncode == 2
+    assert kind in done.stderr
+    assert _shows_no_part_of(key, done.stderr + done.stdout)
+
+
+def test_live_without_keys_names_both_missing(tmp_path: Path) -> None:
+    """`--live` with no keys exits 2 naming the Stripe key and ANTHROPIC_API_KEY."""
+    done = _run(["--live", *HEADLESS], tmp_path)
+    assert done.returncode == 2
+    assert "live mode needs" in done.stderr
+    assert "STRIPE_SECRET_KEY" in done.stderr
+    assert "ANTHROPIC_API_KEY" in done.stderr
+    assert "--offline" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("env", "missing", "present_key"),
+    [
+        ({"ANTHROPIC_API_KEY": ANTHROPIC_KEY}, "a Stripe test key", ANTHROPIC_KEY),
+        ({"STRIPE_SECRET_KEY": STRIPE_TEST_KEY}, "ANTHROPIC_API_KEY", STRIPE_TEST_KEY),
+    ],
+)
+def test_live_with_one_key_names_the_other_and_shows_neither(
+    tmp_path: Path, env: dict[str, str], missing: str, present_key: str
+) -> None:
+    """`--live` with one key exits 2 naming only the missing one, and never shows the other."""
+    done = _run(["--live", *HEADLESS], tmp_path, **env)
+    assert done.returncode == 2
+    needs = done.stderr.split("live mode needs", 1)[1].split(":", 1)[0]
+    assert needs.strip() == missing or needs.strip().startswith(missing)
+    assert " and " not in needs
+    assert _shows_no_part_of(present_key, done.stderr + done.stdout)
+
+
+@pytest.mark.parametrize("switch", ["--emulate-24h", "--no-lookup"])
+def test_live_with_an_emulated_switch_exits_2(tmp_path: Path, switch: str) -> None:
+    """A live run refuses the emulated switches, even with both keys present."""
+    done = _run(
+        ["--live", switch, *HEADLESS],
+        tmp_path,
+        STRIPE_SECRET_KEY=STRIPE_TEST_KEY,
+        ANTHROPIC_API_KEY=ANTHROPIC_KEY,
+    )
+    assert done.returncode == 2
+    assert "--emulate-24h and --no-lookup are emulated switches" in done.stderr
+    assert _shows_no_part_of(STRIPE_TEST_KEY, done.stderr)
+    assert _shows_no_part_of(ANTHROPIC_KEY, done.stderr)
+
+
+def test_live_never_inherits_switches_from_the_environment() -> None:
+    """Switches set in the environment are dropped from a live config and its workers' env."""
+    env = {
+        "STRIPE_SECRET_KEY": STRIPE_TEST_KEY,
+        "ANTHROPIC_API_KEY": ANTHROPIC_KEY,
+        "INTERLOCK_EMULATE_24H": "1",
+        "INTERLOCK_NO_LOOKUP": "1",
+        "PATH": "/usr/bin:/bin",
+    }
+    live = resolve(env=env)
+    assert live.mode == "live"
+    assert live.switches.names == []
+    assert not {"INTERLOCK_EMULATE_24H", "INTERLOCK_NO_LOOKUP"} & set(worker_env(live, None))
+    offline = resolve(mode="offline", env=env)
+    assert offline.switches.names == ["INTERLOCK_EMULATE_24H", "INTERLOCK_NO_LOOKUP"]
+
+
+def test_mock_with_temporal_exits_2(tmp_path: Path) -> None:
+    """`--mock --engine temporal` is bad usage: mock runs in-process without Temporal."""
+    done = _run(["--mock", "--engine", "temporal", *HEADLESS], tmp_path)
+    assert done.returncode == 2
+    assert "--engine temporal" in done.stderr
+    assert done.stdout == ""
+
+
+def test_stripe_base_needs_offline(tmp_path: Path) -> None:
+    """`--stripe-base` with `--mock` is bad usage."""
+    done = _run(["--mock", "--stripe-base", "http://127.0.0.1:1", *HEADLESS], tmp_path)
+    assert done.returncode == 2
+    assert "--offline" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"INTERLOCK_CLAIM_TTL": "6", "INTERLOCK_STRIPE_TIMEOUT": "2"},
+        {"INTERLOCK_CLAIM_TTL": "soon"},
+        {"INTERLOCK_STRIPE_TIMEOUT": "fast"},
+    ],
+)
+def test_bad_timing_exits_2_with_the_librarys_message(tmp_path: Path, env: dict[str, str]) -> None:
+    """A timing the library refuses exits 2 and shows the library's message, values included."""
+    with pytest.raises(ConfigError) as refused:
+        demo_timing(env)
+    message = str(refused.value)
+    for value in env.values():
+        assert value in message
+    done = _run(["--offline", *HEADLESS], tmp_path, **env)
+    assert done.returncode == 2
+    assert message in done.stderr
+    assert done.stdout == ""
+
+
+def test_timing_message_names_both_values(tmp_path: Path) -> None:
+    """A claim of 6 s with a 2 s timeout is refused naming 6 s and 2 s."""
+    done = _run(
+        ["--mock", *HEADLESS], tmp_path, INTERLOCK_CLAIM_TTL="6", INTERLOCK_STRIPE_TIMEOUT="2"
+    )
+    assert done.returncode == 2
+    assert "claim TTL 6 s with Stripe timeout 2 s is refused" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "args", [["--headless", "--json"], ["--headless", "--json", "--scenario", "nope"]]
+)
+def test_headless_needs_a_known_scenario(tmp_path: Path, args: list[str]) -> None:
+    """`--headless` without a scenario, or with an unknown one, exits 2 listing the valid ones."""
+    done = _run(["--mock", *args], tmp_path)
+    assert done.returncode == 2
+    assert "hand-refund, revoked, after-answer or all" in done.stderr
+    assert done.stdout == ""
+
+
+def test_unknown_option_exits_2(tmp_path: Path) -> None:
+    """An option the command does not know is bad usage."""
+    done = _run(["--mock", "--frobnicate"], tmp_path)
+    assert done.returncode == 2
+
+
+def test_headless_stdout_is_one_json_document(tmp_path: Path) -> None:
+    """In headless mode stdout is exactly one JSON document; progress lines are on stderr."""
+    done = _run(["--mock", *HEADLESS], tmp_path)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["schema"] == "interlock-demo/run@1"
+    assert doc["scenario"] == "revoked"
+    assert "MOCK. " in done.stderr
+    assert "support revokes the approval" in done.stderr
+    without_json = _run(["--mock", "--headless", "--scenario", "revoked"], tmp_path)
+    assert without_json.returncode == 0
+    assert without_json.stdout == ""
+    assert "revoked (mock" in without_json.stderr
+
+
+def test_headless_does_not_import_textual_or_rich(tmp_path: Path) -> None:
+    """A headless JSON run never imports Textual or rich (it runs in CI without a screen)."""
+    done = _run(["--mock", *HEADLESS], tmp_path, python=("-X", "importtime"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    imported = {
+        line.split("|")[-1].strip().split(".")[0]
+        for line in done.stderr.splitlines()
+        if line.startswith("import time:")
+    }
+    assert {"interlock_demo", "workers", "scenarios", "stripe"} <= imported
+    assert "textual" not in imported
+    assert "rich" not in imported
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(180)
+def test_default_mode_without_keys_is_offline_and_says_why(tmp_path: Path) -> None:
+    """With no keys the default is an offline run whose notes name the missing keys."""
+    procs = {}
+    short = {"INTERLOCK_CLAIM_TTL": "6", "INTERLOCK_STRIPE_TIMEOUT": "1"}
+    for name, extra in (("none", {}), ("stripe-only", {"STRIPE_SECRET_KEY": STRIPE_TEST_KEY})):
+        env = _env(tmp_path / name, **short, **extra)
+        procs[name] = subprocess.Popen(
+            [sys.executable, "-m", "interlock_demo.cli", *HEADLESS],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            cwd=ROOT,
+            env=env,
+        )
+    docs: dict[str, Any] = {}
+    for name, proc in procs.items():
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err[-3000:]
+        docs[name] = json.loads(out)
+    none, stripe_only = docs["none"], docs["stripe-only"]
+    for doc in (none, stripe_only):
+        assert doc["mode"] == "offline"
+        assert doc["settings"]["stripe"] == "emulator"
+        assert all(c["as_predicted"] for c in doc["columns"])
+    (note,) = none["notes"]
+    assert "Stripe test key" in note and "ANTHROPIC_API_KEY" in note
+    (note,) = stripe_only["notes"]
+    assert "ANTHROPIC_API_KEY" in note and "Stripe" not in note
+    assert _shows_no_part_of(STRIPE_TEST_KEY, json.dumps(stripe_only))
