@@ -175,6 +175,9 @@ def _card(run: dict[str, Any], col: dict[str, Any], prefix: str) -> Text:
     receipt = col.get("receipt")
     if receipt:
         text.append(f"{prefix}Receipt #{receipt['seq']}: {receipt['outcome']}\n", style="bold")
+        reapproves = (receipt.get("context") or {}).get("reapproves")
+        if reapproves:
+            text.append(f"{prefix}  re-approves the refused {str(reapproves)[:12]}…\n")
         for check in receipt.get("checks", []):
             mark = "✓" if check["passed"] else "✗"
             text.append(
