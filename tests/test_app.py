@@ -1,0 +1,587 @@
+"""Pilot tests of the terminal app: every key, the mock labelling, and runs on screen.
+
+Most runs are mock runs (in-process, a fraction of a second with the pace set to 0). A
+mock run can be held right after its workers were killed, so a test can look at a run
+that is going. The quit test runs offline, with real worker processes and short timings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import re
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from rich.text import Text
+from textual.pilot import Pilot
+from textual.widgets import Static
+from textual.widgets._footer import FooterKey
+
+from interlock_demo import engine as engine_module
+from interlock_demo.app import DemoApp, make_app
+from interlock_demo.messages import RunUpdated
+from interlock_demo.run import Run
+from interlock_demo.settings import DemoConfig, resolve
+from interlock_demo.widgets import ColumnPane, ModeBanner, RunHeader
+from scenarios import SCENARIOS
+
+SIZE = (160, 45)
+RUN_TIMEOUT_S = 30.0
+SHORT_TIMING = {"INTERLOCK_CLAIM_TTL": "6", "INTERLOCK_STRIPE_TIMEOUT": "1"}
+# What each column's card must say at the end of each scenario (DESIGN §3).
+VERDICTS = {
+    "hand-refund": {"standard": "✗ wrong", "interlock": "✓ right", "checked": "✓ right"},
+    "revoked": {"standard": "✗ wrong", "interlock": "✓ right", "checked": "✓ right"},
+    "after-answer": {"standard": "✓ right", "interlock": "✓ right", "checked": "✓ right"},
+}
+REPORTED = {
+    "hand-refund": {"standard": "sent", "interlock": "refused", "checked": "stopped"},
+    "revoked": {"standard": "sent", "interlock": "refused", "checked": "stopped"},
+    "after-answer": {"standard": "sent", "interlock": "adopted", "checked": "stopped"},
+}
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    """The INTERLOCK_HOME of the app under test."""
+    return tmp_path / "home"
+
+
+def mock_config(home: Path) -> DemoConfig:
+    """Mock mode, no keys, state under `home`."""
+    return resolve(mode="mock", env={"INTERLOCK_HOME": str(home)})
+
+
+def new_app(config: DemoConfig, *, checked: bool = False) -> DemoApp:
+    """The app as the CLI makes it, with mock runs unpaced."""
+    app = make_app(config, checked=checked)
+    app.engine.mock_pace_s = 0.0
+    return app
+
+
+def plain(widget: Static) -> str:
+    """The text a Static or Label shows."""
+    content = widget.content
+    return content.plain if isinstance(content, Text) else str(content)
+
+
+def header(app: DemoApp) -> str:
+    """The run header's text."""
+    return plain(app.query_one(RunHeader))
+
+
+def banner(app: DemoApp) -> str:
+    """The mode banner's text."""
+    return plain(app.query_one(ModeBanner))
+
+
+def pane_part(app: DemoApp, column: str, part: str) -> str:
+    """One part of a column pane: title, status, event-lines or card."""
+    return plain(app.query_one(f"#col-{column} .{part}", Static))
+
+
+def screen_text(app: DemoApp) -> str:
+    """What the terminal shows right now, as plain text, one line per row."""
+    return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
+
+
+def notices(app: DemoApp, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record every notification the app shows from now on."""
+    seen: list[str] = []
+    original = app.notify
+
+    def notify(message: str, *args: Any, **kwargs: Any) -> None:
+        seen.append(str(message))
+        original(message, *args, **kwargs)
+
+    monkeypatch.setattr(app, "notify", notify)
+    return seen
+
+
+async def settle(pilot: Pilot[Any]) -> None:
+    """Let every pending message, layout and scroll be processed."""
+    await pilot.pause()
+    await pilot.wait_for_scheduled_animations()
+    await pilot.pause()
+
+
+async def start(pilot: Pilot[Any], *keys: str) -> Run:
+    """Press `keys`, then enter; returns the run the app put on screen."""
+    await pilot.press(*keys, "enter")
+    await pilot.pause()
+    run = pilot.app.run_on_screen
+    assert run is not None, "enter did not start a run"
+    return run
+
+
+async def finish(pilot: Pilot[Any], run: Run) -> None:
+    """Wait (with a deadline) until the run ended and the app has drawn its end."""
+    assert await asyncio.to_thread(run.wait, RUN_TIMEOUT_S), "the run did not finish"
+    await settle(pilot)
+
+
+class Hold:
+    """Holds each column of a run right after its first worker was killed, until released."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.released = threading.Event()
+        self._arrived = threading.Semaphore(0)
+        original = engine_module._ColumnRunner._outage
+
+        def held(runner: Any) -> None:
+            self._arrived.release()
+            self.released.wait(RUN_TIMEOUT_S)
+            original(runner)
+
+        monkeypatch.setattr(engine_module._ColumnRunner, "_outage", held)
+
+    def wait_for(self, columns: int) -> bool:
+        """Block until `columns` columns are held; False after the deadline."""
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        return all(
+            self._arrived.acquire(timeout=max(deadline - time.monotonic(), 0))
+            for _ in range(columns)
+        )
+
+    async def reached(self, pilot: Pilot[Any], columns: int) -> None:
+        """Wait until `columns` columns are held and the app has drawn them."""
+        assert await asyncio.to_thread(self.wait_for, columns), "the run never reached the hold"
+        await settle(pilot)
+
+
+@pytest.fixture
+def hold(monkeypatch: pytest.MonkeyPatch) -> Iterator[Hold]:
+    """Mock runs started in this test stop after the kill until `hold.released` is set."""
+    h = Hold(monkeypatch)
+    yield h
+    h.released.set()
+
+
+def standalone_workers() -> list[psutil.Process]:
+    """Live `workers.standalone` processes started (directly or not) by this process."""
+    found = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if "workers.standalone" in p.cmdline() and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p)
+        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+# -- keys ----------------------------------------------------------------------------------
+
+
+async def test_number_keys_pick_the_scenario_and_the_header_shows_it(home: Path) -> None:
+    """Keys 1, 2 and 3 choose the scenario, and the header and the title name it."""
+    app = new_app(mock_config(home))
+    async with app.run_test(size=SIZE) as pilot:
+        for key, sid in (("2", "revoked"), ("3", "after-answer"), ("1", "hand-refund")):
+            await pilot.press(key)
+            await settle(pilot)
+            sc = SCENARIOS[sid]
+            assert app.scenario == sid
+            assert f"[{key}] {sc.title}" in header(app)
+            assert sc.story in header(app)
+            assert app.title.endswith(sc.title)
+
+
+@pytest.mark.parametrize("sid", list(SCENARIOS))
+async def test_enter_runs_the_scenario_and_every_column_shows_its_result(
+    home: Path, sid: str
+) -> None:
+    """Enter runs the chosen scenario in every column; each card ends as the truth table says."""
+    app = new_app(mock_config(home), checked=True)
+    async with app.run_test(size=SIZE) as pilot:
+        run = await start(pilot, SCENARIOS[sid].key)
+        await finish(pilot, run)
+        assert run.scenario == sid
+        assert run.error is None
+        assert run.all_as_predicted
+        assert "finished (MOCK)" in header(app)
+        for column in ("standard", "interlock", "checked"):
+            card = pane_part(app, column, "card")
+            assert "RESULT" in card
+            assert VERDICTS[sid][column] in card
+            assert f"reported: {REPORTED[sid][column]}" in card
+            assert "done" in pane_part(app, column, "status")
+
+
+async def test_m_toggles_mock_and_labels_everything_mock(
+    home: Path, hold: Hold, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """m switches to mock: banner, title, badges, "MOCK." lines, "(MOCK)" status; m again leaves."""
+    config = resolve(
+        mode="live",
+        env={
+            "INTERLOCK_HOME": str(home),
+            "STRIPE_SECRET_KEY": "sk_test_" + "0" * 24,
+            "ANTHROPIC_API_KEY": "sk-ant-test",
+        },
+    )
+    app = new_app(config, checked=True)
+    async with app.run_test(size=SIZE) as pilot:
+        assert banner(app).startswith("LIVE")
+        assert "claim 15 s" in banner(app)  # the live settings line
+        assert not app.title.startswith("MOCK: ")
+
+        await pilot.press("m")
+        await settle(pilot)
+        assert app.config.mode == "mock"
+        assert "▞▚ MOCK ▞▚" in banner(app)
+        assert "LIVE" not in banner(app) and "claim" not in banner(app)
+        assert app.title.startswith("MOCK: ")
+        for column in ("standard", "interlock", "checked"):
+            assert pane_part(app, column, "title").endswith(" MOCK ")
+
+        run = await start(pilot)
+        await hold.reached(pilot, 3)
+        assert run.mode == "mock"
+        assert "running (MOCK)" in header(app)
+        assert header(app).startswith("MOCK ")
+        for column in ("standard", "interlock", "checked"):
+            lines = pane_part(app, column, "event-lines").splitlines()
+            assert lines and all(line.startswith("MOCK. ") for line in lines)
+            assert pane_part(app, column, "status").startswith("MOCK. ")
+
+        hold.released.set()
+        await finish(pilot, run)
+        assert "finished (MOCK)" in header(app)
+        assert "LIVE" not in banner(app) and "claim" not in banner(app)
+        assert app.title.startswith("MOCK: ")
+        for column in ("standard", "interlock", "checked"):
+            assert pane_part(app, column, "title").endswith(" MOCK ")
+            for part in ("event-lines", "card"):
+                lines = pane_part(app, column, part).splitlines()
+                assert lines and all(line.startswith("MOCK. ") for line in lines), part
+
+        await pilot.press("m")
+        await settle(pilot)
+        assert app.config.mode == "live"
+        assert banner(app).startswith("LIVE")
+        assert not app.title.startswith("MOCK: ")
+        for column in ("standard", "interlock", "checked"):
+            assert "MOCK" not in pane_part(app, column, "title")
+
+
+async def test_c_toggles_the_checked_column(home: Path) -> None:
+    """c shows the third column (and the next run has it); c again hides it."""
+    app = new_app(mock_config(home))
+    async with app.run_test(size=SIZE) as pilot:
+        checked = app.query_one("#col-checked", ColumnPane)
+        assert not checked.display
+        assert "Hand-written check" not in screen_text(app)
+
+        await pilot.press("c")
+        await settle(pilot)
+        assert checked.display
+        assert "checked column" in header(app)
+        assert "Hand-written check" in screen_text(app)
+
+        run = await start(pilot)
+        await finish(pilot, run)
+        assert [c.name for c in run.columns] == ["standard", "interlock", "checked"]
+        assert "RESULT" in pane_part(app, "checked", "card")
+
+        await pilot.press("c")
+        await settle(pilot)
+        assert not checked.display
+        assert "checked column" not in header(app)
+        assert "Hand-written check" not in screen_text(app)
+
+
+async def test_t_is_shown_but_disabled(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """t (engine) is in the footer, greyed out; pressing it changes nothing and starts nothing."""
+    app = new_app(mock_config(home))
+    async with app.run_test(size=SIZE) as pilot:
+        seen = notices(app, monkeypatch)
+        await settle(pilot)
+        assert app.check_action("switch_engine", ()) is None
+        keys = {k.key: k for k in app.query(FooterKey)}
+        assert "t" in keys
+        assert keys["t"].has_class("-disabled")
+        assert not keys["enter"].has_class("-disabled")
+
+        await pilot.press("t")
+        await settle(pilot)
+        assert app.config.engine == "standalone"
+        assert app.run_on_screen is None
+        assert app.engine.runs == {}
+        assert seen == []
+
+
+async def test_s_saves_an_svg_under_interlock_home_and_says_where(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """s writes an SVG of the screen under INTERLOCK_HOME/demo/screenshots and names the file."""
+    app = new_app(mock_config(home))
+    async with app.run_test(size=SIZE) as pilot:
+        seen = notices(app, monkeypatch)
+        await pilot.press("s")
+        await settle(pilot)
+        shots = list((home / "demo" / "screenshots").glob("*.svg"))
+        assert len(shots) == 1
+        assert shots[0].name.startswith("hand-refund-")
+        assert shots[0].read_text().startswith("<svg")
+        assert "Standard agent" in shots[0].read_text().replace("&#160;", " ")
+        assert seen == [f"Screenshot saved: {shots[0]}"]
+
+
+async def test_q_quits_at_once_and_leaves_no_worker(home: Path) -> None:
+    """q during an offline run with real workers exits at once, and no worker process is left."""
+    config = resolve(mode="offline", env={"INTERLOCK_HOME": str(home), **SHORT_TIMING})
+    app = new_app(config, checked=True)
+    async with app.run_test(size=SIZE) as pilot:
+        run = await start(pilot)
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while not standalone_workers():
+            assert time.monotonic() < deadline, "no worker process started"
+            await pilot.pause(0.05)
+        quit_at = time.monotonic()
+        await pilot.press("q")
+    took = time.monotonic() - quit_at
+    assert app.return_value == 0
+    assert standalone_workers() == []
+    # A run left alone takes about 8 s here (the 6 s claim wait): quitting does not wait for it.
+    assert took < 4.0
+    assert run.wait(10.0)
+    assert run.status == "failed"
+
+
+async def test_a_is_offered_only_after_a_refusal(home: Path) -> None:
+    """a is hidden before a run and after a run in which interlock did not refuse."""
+    app = new_app(mock_config(home))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert app.check_action("reapprove", ()) is False
+        assert "a" not in {k.key for k in app.query(FooterKey)}
+
+        run = await start(pilot, "3")
+        await finish(pilot, run)
+        outcome = run.column("interlock").outcome
+        assert outcome is not None and outcome["status"] == "adopted"
+        assert app.check_action("reapprove", ()) is False
+        assert "a" not in {k.key for k in app.query(FooterKey)}
+        events = len(run.column("interlock").events)
+        await pilot.press("a")
+        await settle(pilot)
+        assert len(run.column("interlock").events) == events
+
+
+@pytest.mark.parametrize("sid", ["hand-refund", "revoked"])
+async def test_a_reapproves_after_interlock_refused(home: Path, sid: str) -> None:
+    """After a refusal, a sends the refund under a new approval; the receipt names the refusal."""
+    app = new_app(mock_config(home))
+    async with app.run_test(size=SIZE) as pilot:
+        run = await start(pilot, SCENARIOS[sid].key)
+        await finish(pilot, run)
+        col = run.column("interlock")
+        assert col.outcome is not None and col.outcome["status"] == "refused"
+        refused = col.outcome["action_id"]
+        assert app.check_action("reapprove", ()) is True
+        assert "a" in {k.key for k in app.query(FooterKey)}
+
+        await pilot.press("a")
+        await asyncio.wait_for(app.workers.wait_for_complete(), RUN_TIMEOUT_S)
+        await settle(pilot)
+
+        assert col.outcome["status"] == "sent"
+        assert col.outcome["reapproves"] == refused
+        assert col.receipt is not None
+        assert col.receipt["outcome"] == "sent"
+        assert col.receipt["context"]["reapproves"] == refused
+        assert col.lease_id is not None
+        card = pane_part(app, "interlock", "card")
+        assert "reported: sent" in card
+        assert f"re-approves the refused {refused[:12]}…" in card
+        assert col.stripe is not None
+        agent_rows = [r for r in col.stripe["refunds"] if r["by"] == "agent"]
+        assert [r["id"] for r in agent_rows] == [col.outcome["refund_id"]]
+        assert f"$20.00  agent  {col.outcome['refund_id']}" in card
+        assert "a person approves the $20 refund again" in pane_part(
+            app, "interlock", "event-lines"
+        )
+        assert app.check_action("reapprove", ()) is False
+
+
+# -- runs on screen ------------------------------------------------------------------------
+
+
+async def test_a_second_start_while_a_run_is_going_is_refused(
+    home: Path, hold: Hold, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Enter (or another key that changes the run) while a run is going only says why not."""
+    app = new_app(mock_config(home))
+    async with app.run_test(size=SIZE) as pilot:
+        seen = notices(app, monkeypatch)
+        run = await start(pilot)
+        await hold.reached(pilot, 2)
+
+        await pilot.press("enter")
+        await settle(pilot)
+        assert len(app.engine.runs) == 1
+        assert app.run_on_screen is run
+        assert seen == [f"Not started: run {run.run_id} is still going; one run at a time."]
+
+        await pilot.press("2", "m", "c")
+        await settle(pilot)
+        assert app.scenario == "hand-refund"
+        assert app.config.mode == "mock"
+        assert not app.checked
+        assert seen[1:] == [
+            "A run is going: choose a scenario after it finishes.",
+            "A run is going: switch mock after it finishes.",
+            "A run is going: toggle the checked column after it finishes.",
+        ]
+
+        hold.released.set()
+        await finish(pilot, run)
+        second = await start(pilot)
+        assert second is not run
+        await finish(pilot, second)
+
+
+def _elapsed(app: DemoApp) -> str:
+    match = re.search(r"(running|finished)(?: \(MOCK\))? · (\d+\.\d) s", header(app))
+    assert match is not None, header(app)
+    return match.group(2)
+
+
+async def test_elapsed_time_grows_while_running_and_stops_when_finished(
+    home: Path, hold: Hold
+) -> None:
+    """The header's clock moves while a run is going and stands still once it finished."""
+    app = new_app(mock_config(home))
+    async with app.run_test(size=SIZE) as pilot:
+        run = await start(pilot)
+        await hold.reached(pilot, 2)
+        first = _elapsed(app)
+        await pilot.pause(0.35)
+        assert _elapsed(app) != first
+
+        hold.released.set()
+        await finish(pilot, run)
+        done = _elapsed(app)
+        assert abs(float(done) - run.elapsed_s) <= 0.051
+        await pilot.pause(0.35)
+        assert _elapsed(app) == done
+        await pilot.pause(0.35)
+        assert _elapsed(app) == done
+
+
+async def test_a_late_update_from_an_old_run_does_not_repaint_the_new_one(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A RunUpdated for an earlier run, arriving after a new run is on screen, is dropped."""
+    app = new_app(mock_config(home))
+    async with app.run_test(size=SIZE) as pilot:
+        old = await start(pilot, "1")
+        await finish(pilot, old)
+        new = await start(pilot, "2")
+        await finish(pilot, new)
+        before = {c: pane_part(app, c, "event-lines") for c in ("standard", "interlock")}
+        for col in new.columns:
+            assert str(col.payment_intent) in before[col.name]
+            assert str(old.column(col.name).payment_intent) not in before[col.name]
+
+        painted: list[str] = []
+        show = ColumnPane.show
+
+        def spy(pane: ColumnPane, run: dict[str, Any], col: dict[str, Any]) -> None:
+            painted.append(run["run_id"])
+            show(pane, run, col)
+
+        monkeypatch.setattr(ColumnPane, "show", spy)
+        app.post_message(RunUpdated(old.run_id))
+        await settle(pilot)
+
+        assert painted == []
+        assert app.run_on_screen is new
+        assert {c: pane_part(app, c, "event-lines") for c in before} == before
+        assert "[2] Approval revoked" in header(app)
+
+
+async def test_event_lines_are_appended_never_redrawn(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each update of a column's events keeps the lines already shown and adds to them."""
+    app = new_app(mock_config(home))
+    app.engine.mock_pace_s = 0.01  # several updates per column, as at the talk
+    shown: dict[str, list[str]] = {}
+    update = Static.update
+
+    def spy(widget: Static, content: Any = "", *, layout: bool = True) -> None:
+        if widget.has_class("event-lines") and widget.parent is not None:
+            pane = widget.parent.parent
+            assert isinstance(pane, ColumnPane)
+            shown.setdefault(pane.column_name, []).append(str(content))
+        update(widget, content, layout=layout)
+
+    async with app.run_test(size=SIZE) as pilot:
+        monkeypatch.setattr(Static, "update", spy)
+        run = await start(pilot)
+        await finish(pilot, run)
+    for column in ("standard", "interlock"):
+        texts = [t for t in shown[column] if t]
+        assert len(texts) >= 2, column
+        for earlier, later in itertools.pairwise(texts):
+            assert later.startswith(earlier) and len(later) > len(earlier)
+
+
+# -- fits the room -------------------------------------------------------------------------
+
+
+async def test_the_newest_event_stays_in_view_when_the_card_appears(home: Path) -> None:
+    """At 160x45, after the result card took room from the events, their last line is on screen."""
+    app = new_app(mock_config(home), checked=True)
+    app.engine.mock_pace_s = 0.02  # the card arrives in its own update, after the last event
+    async with app.run_test(size=SIZE) as pilot:
+        run = await start(pilot)
+        await finish(pilot, run)
+        text = screen_text(app)
+        assert "outcome: refused: the payment's" in text  # interlock's last event
+        assert "outcome: sent" in text  # standard's last event
+
+
+@pytest.mark.parametrize("theme", ["textual-dark", "textual-light"])
+async def test_at_80x24_every_verdict_is_reachable_by_scrolling(home: Path, theme: str) -> None:
+    """On a small terminal the columns stack and each result card's verdict scrolls into view."""
+    app = new_app(mock_config(home), checked=True)
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.theme = theme
+        run = await start(pilot)
+        await finish(pilot, run)
+        assert app.query_one("#columns").has_class("-narrow")
+        assert "MOCK" in screen_text(app).splitlines()[0]
+        for column in ("standard", "interlock", "checked"):
+            card = app.query_one(f"#col-{column} .card", Static)
+            app.query_one("#columns").scroll_to_widget(card, animate=False, top=False)
+            await settle(pilot)
+            verdict = (
+                f"{VERDICTS['hand-refund'][column]}   reported: {REPORTED['hand-refund'][column]}"
+            )
+            assert verdict in screen_text(app), column
+
+
+async def test_at_200x50_every_verdict_is_on_screen_at_once(home: Path) -> None:
+    """On a large terminal the three columns sit side by side, each verdict visible."""
+    app = new_app(mock_config(home), checked=True)
+    async with app.run_test(size=(200, 50)) as pilot:
+        run = await start(pilot)
+        await finish(pilot, run)
+        assert not app.query_one("#columns").has_class("-narrow")
+        text = screen_text(app)
+        for column in ("standard", "interlock", "checked"):
+            verdict = (
+                f"{VERDICTS['hand-refund'][column]}   reported: {REPORTED['hand-refund'][column]}"
+            )
+            assert verdict in text, column
