@@ -104,9 +104,9 @@ def main(argv: list[str] | None = None) -> int:
             stripe_base=args.stripe_base,
         )
         if args.engine == "temporal":
-            raise UsageError(
-                "the Temporal engine is not part of this build yet; use --engine standalone"
-            )
+            from interlock_demo.temporal_engine import check_temporal
+
+            check_temporal(config)  # the extra installed, the activity's timeouts workable
     except (UsageError, KeyRefusedError) as e:
         print(f"interlock-demo: {e}", file=sys.stderr)
         return EXIT_USAGE

@@ -9,7 +9,9 @@ receipt and `verify()`).
 Parts by mode: live and offline run real worker processes (`workers.standalone`) against
 Stripe test mode or the loopback emulator; mock runs the same worker code in-process on
 the in-memory payments model, with the crash simulated and waits shown, not waited.
-The engine imports no Textual; views subscribe to the `Run`.
+With the Temporal engine (`config.engine == "temporal"`) the columns run the same steps
+as `RefundCase` workflows (`interlock_demo.temporal_engine`). The engine imports no
+Textual; views subscribe to the `Run`.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from interlock import (
     Gate,
@@ -38,7 +41,7 @@ from interlock import (
 from interlock_demo.payments import InProcessPayments, PaymentsModel, StripeEmulator
 from interlock_demo.payments.model import Fault
 from interlock_demo.run import Column, Listener, Run, WorkerInfo
-from interlock_demo.settings import EMULATOR_KEY, DemoConfig, worker_env
+from interlock_demo.settings import EMULATOR_KEY, DemoConfig, UsageError, worker_env
 from interlock_demo.supervisor import SIGKILL_EXIT, Supervisor, WorkerProcess, WorkerState
 from scenarios import (
     COLUMNS,
@@ -60,7 +63,15 @@ from workers.columns import (
     run_worker,
 )
 
+if TYPE_CHECKING:
+    from interlock_demo.temporal_engine import TemporalRuntime
+
 TITLES = {"standard": "Standard agent", "interlock": "Interlock", "checked": "Hand-written check"}
+TEMPORAL_TITLES = {
+    "standard": "Temporal alone",
+    "interlock": "Temporal + Interlock",
+    "checked": "Temporal + hand-written check",
+}
 SUPPORT_REQUEST = (
     "Hi, I was charged $100 but one item never arrived. Could you refund $20 for it? Thanks!"
 )
@@ -101,6 +112,8 @@ class Engine:
         self._lock = threading.Lock()
         self._supervisor: Supervisor | None = None
         self._emulator: StripeEmulator | None = None
+        self._temporal: TemporalRuntime | None = None
+        self._temporal_lock = threading.Lock()
         self._closed = False
         # Mock runs keep their in-memory payments and journal for a later re-approval.
         self._mock_parts: dict[str, tuple[Payments, Store]] = {}
@@ -116,6 +129,12 @@ class Engine:
         if request.mode is not None and request.mode != config.mode:
             config = config.with_mode(request.mode)
         sc = scenario(request.scenario)
+        if config.mode == "mock" and config.engine == "temporal":
+            raise UsageError(
+                "mock runs are simulated in-process, without Temporal: "
+                "switch to the standalone engine for mock"
+            )
+        titles = TEMPORAL_TITLES if config.engine == "temporal" else TITLES
         with self._lock:
             if self._closed:
                 raise BusyError("the engine is shutting down")
@@ -124,12 +143,12 @@ class Engine:
             names = [c for c in COLUMNS if c != "checked" or request.checked]
             run = Run(
                 mode=config.mode,
-                engine="standalone",
+                engine=config.engine,
                 scenario=sc.id,
                 title=sc.title,
                 emulated=config.switches.names,
                 settings=self._settings(config, request.checked),
-                columns=[Column(name=n, title=TITLES[n]) for n in names],
+                columns=[Column(name=n, title=titles[n]) for n in names],
             )
             if config.fallback_reason:
                 run.notes.append(config.fallback_reason)
@@ -162,6 +181,21 @@ class Engine:
         if self._emulator is not None:
             self._emulator.stop()
             self._emulator = None
+        with self._temporal_lock:
+            if self._temporal is not None:
+                self._temporal.stop()
+                self._temporal = None
+
+    def temporal(self) -> TemporalRuntime:
+        """Temporal's dev server and a client: started on first use, stopped by `close()`."""
+        from interlock_demo.temporal_engine import TemporalRuntime  # temporalio is an extra
+
+        with self._temporal_lock:
+            if self._closed:
+                raise BusyError("the engine is shutting down")
+            if self._temporal is None:
+                self._temporal = TemporalRuntime(self.config.paths).start()
+            return self._temporal
 
     def reapprove(self, run: Run) -> None:
         """After interlock refused: a person grants a new approval and the gate sends under it.
@@ -291,11 +325,14 @@ class Engine:
             else None
         )
         try:
+            column: Callable[..., _ProcessColumn] = _ProcessColumn
+            if config.engine == "temporal":
+                from interlock_demo.temporal_engine import temporal_column  # temporalio: an extra
+
+                column = temporal_column(self.temporal(), run, config)
             self._columns(
                 run,
-                lambda col: _ProcessColumn(
-                    run, col, sc, config, payments, store, supervisor, env, own
-                ),
+                lambda col: column(run, col, sc, config, payments, store, supervisor, env, own),
             )
         finally:
             supervisor.stop()
@@ -601,7 +638,7 @@ class _ProcessColumn(_ColumnRunner):
                 run.update(col.name, ended)
 
         worker = WorkerProcess(
-            [sys.executable, "-m", "workers.standalone", str(case_file)],
+            self.argv(case_file),
             env,
             on_event=lambda ev: self.on_worker_event(ev, ev.get("pid") or worker.pid),
             on_state=on_state,
@@ -618,6 +655,10 @@ class _ProcessColumn(_ColumnRunner):
         if self.supervisor.stopped:
             raise _ColumnFailed("the run was stopped")
         return code
+
+    def argv(self, case_file: Path) -> list[str]:
+        """The worker's command line."""
+        return [sys.executable, "-m", "workers.standalone", str(case_file)]
 
     def _kill_in_flight(self, worker: WorkerProcess, fault: Fault) -> None:
         limit = WORKER_GRACE_S

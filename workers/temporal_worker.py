@@ -1,0 +1,159 @@
+"""The Temporal worker process: one column's worker, polling that column's task queue.
+
+    python -m workers.temporal_worker --address HOST:PORT --task-queue QUEUE --workflow-id ID
+
+It runs the `RefundCase` workflow and its activities (`workers.temporal_workflows`) for
+one case, until that case's workflow closes; then it exits 0 (1 if the workflow failed).
+Like `workers.standalone`, it prints one JSON event per line on stdout, flushed at once;
+with `INTERLOCK_CRASH=<point>` it SIGKILLs itself at that point, which for the Temporal
+engine's scenarios is inside the refund activity; and it exits by itself when its
+supervisor goes away (stdin reaches EOF or its parent changes).
+
+Workflows are not cached (`max_cached_workflows=0`): the next workflow task never waits
+on a dead worker's sticky queue. Environment: as `workers.standalone`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from pathlib import Path
+
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.worker import Worker
+
+from interlock import (
+    InterlockError,
+    Owner,
+    SQLiteStore,
+    StripePayments,
+    Switches,
+    Timing,
+    make_stripe_client,
+)
+from workers.columns import CRASH_POINTS, Case, DecisionBox, Emit, WorkerContext
+from workers.standalone import (
+    EXIT_ERROR,
+    EXIT_USAGE,
+    _crash_hook,
+    _model_factory,
+    _watch_supervisor,
+    emit,
+)
+from workers.temporal_workflows import CaseActivities, RefundCase
+
+# Heartbeats reach the server within this long of the event that sent them, so a dead
+# worker is noticed one heartbeat timeout after its last event.
+HEARTBEAT_THROTTLE = timedelta(milliseconds=500)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m workers.temporal_worker")
+    p.add_argument("--address", required=True, help="the Temporal frontend, HOST:PORT")
+    p.add_argument("--namespace", default="default")
+    p.add_argument("--task-queue", required=True, help="the column's own task queue")
+    p.add_argument("--workflow-id", required=True, help="the case's RefundCase workflow")
+    return p
+
+
+def _context_factory(
+    payments: StripePayments,
+    store: SQLiteStore,
+    timing: Timing,
+    switches: Switches,
+    crash_at: str | None,
+) -> Callable[[Case, DecisionBox, Emit, Callable[[float], None]], WorkerContext]:
+    crash = _crash_hook(crash_at)
+
+    def make(
+        case: Case, box: DecisionBox, emit_: Emit, sleep: Callable[[float], None]
+    ) -> WorkerContext:
+        return WorkerContext(
+            case=case,
+            payments=payments,
+            store=store,
+            box=box,
+            emit=emit_,
+            crash=crash,
+            model=_model_factory(case),
+            timing=timing,
+            switches=switches,
+            owner=Owner.current(f"{case.column}-{os.getpid()}"),
+            clock=time.time,
+            sleep=sleep,
+        )
+
+    return make
+
+
+async def _serve(args: argparse.Namespace, activities: CaseActivities) -> int:
+    client = await Client.connect(args.address, namespace=args.namespace)
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="activity") as executor:
+        worker = Worker(
+            client,
+            task_queue=args.task_queue,
+            workflows=[RefundCase],
+            activities=[activities.ask_model, activities.refund],
+            activity_executor=executor,
+            max_concurrent_activities=2,
+            max_cached_workflows=0,
+            identity=f"{os.getpid()}@{socket.gethostname()}",
+            max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
+            default_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
+        )
+        async with worker:
+            try:
+                await client.get_workflow_handle(args.workflow_id).result()
+            except WorkflowFailureError as e:
+                emit("error", f"the workflow failed: {e.cause}")
+                return EXIT_ERROR
+    emit("done", "the case's workflow closed; the worker stops")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one Temporal worker until its case's workflow closes; returns its exit code."""
+    try:
+        args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    except SystemExit as e:
+        return EXIT_USAGE if e.code else 0
+    _watch_supervisor()
+    crash_at = os.environ.get("INTERLOCK_CRASH") or None
+    if crash_at is not None and crash_at not in CRASH_POINTS:
+        print(
+            f"INTERLOCK_CRASH={crash_at!r} is not one of {', '.join(CRASH_POINTS)}", file=sys.stderr
+        )
+        return EXIT_USAGE
+    try:
+        timing = Timing.from_env()
+        client = make_stripe_client(
+            os.environ.get("STRIPE_SECRET_KEY", ""),
+            timeout_s=timing.stripe_timeout_s,
+            base_url=os.environ.get("INTERLOCK_STRIPE_BASE"),
+        )
+        home = Path(os.environ.get("INTERLOCK_HOME", ".interlock"))
+        store = SQLiteStore(os.environ.get("INTERLOCK_STORE") or home / "interlock.sqlite3")
+        context = _context_factory(
+            StripePayments(client), store, timing, Switches.from_env(), crash_at
+        )
+        emit(
+            "start",
+            f"Temporal worker started on task queue {args.task_queue}"
+            + (f" (crash point: {crash_at})" if crash_at else ""),
+            crash_point=crash_at,
+        )
+        return asyncio.run(_serve(args, CaseActivities(context, emit)))
+    except (InterlockError, OSError, ValueError, RuntimeError) as e:
+        emit("error", f"{type(e).__name__}: {e}")
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())
