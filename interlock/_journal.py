@@ -466,7 +466,7 @@ CREATE TABLE IF NOT EXISTS actions (
 );
 CREATE INDEX IF NOT EXISTS actions_pending ON actions (created_at) WHERE settlement IS NULL;
 CREATE TABLE IF NOT EXISTS journal (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    seq INTEGER PRIMARY KEY,
     action_id TEXT NOT NULL,
     at REAL NOT NULL,
     record TEXT NOT NULL,
