@@ -7,6 +7,7 @@ one on screen is dropped, so a late update can never repaint over a new run.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Iterable
 from datetime import datetime
@@ -20,10 +21,11 @@ from textual.screen import Screen
 from textual.widgets import Footer
 
 from interlock import Switches
-from interlock_demo.engine import TITLES, BusyError, Engine, RunRequest
+from interlock_demo.engine import TEMPORAL_TITLES, TITLES, BusyError, Engine, RunRequest
 from interlock_demo.messages import RunUpdated
 from interlock_demo.run import Run
 from interlock_demo.settings import DemoConfig, UsageError
+from interlock_demo.temporal_engine import temporal_unavailable
 from interlock_demo.widgets import ColumnPane, ModeBanner, RunHeader
 from scenarios import COLUMNS, SCENARIOS
 
@@ -122,6 +124,9 @@ class DemoApp(App[int]):
         self.checked = checked
         self.run_on_screen: Run | None = None
         self.http_url: str | None = None
+        # Why `t` cannot switch to Temporal here (the extra is missing), or None.
+        self.temporal_missing = temporal_unavailable()
+        self.temporal_ui: str | None = None
 
     # -- layout ----------------------------------------------------------------------------
 
@@ -130,12 +135,14 @@ class DemoApp(App[int]):
         yield RunHeader(id="header")
         with Container(id="columns"):
             for name in COLUMNS:
-                yield ColumnPane(name, TITLES[name])
+                yield ColumnPane(name, self._titles()[name])
         yield Footer()
 
     def on_mount(self) -> None:
         self._apply_config()
         self.set_interval(0.1, self._tick)
+        if self.config.engine == "temporal":
+            self._start_temporal()
 
     def on_resize(self) -> None:
         self.query_one("#columns").set_class(self.size.width < 120, "-narrow")
@@ -144,8 +151,10 @@ class DemoApp(App[int]):
         """Redraw everything that depends on the mode, the switches and the selection."""
         mock = self.config.mode == "mock"
         self.query_one(ModeBanner).show(self.config)
+        titles = self._titles()
         for pane in self.query(ColumnPane):
             pane.display = pane.column_name != "checked" or self.checked
+            pane.column_title = titles[pane.column_name]
             if self.run_on_screen is None:
                 pane.reset(mock=mock)
         self.screen.set_class(mock, "-mock")
@@ -178,7 +187,7 @@ class DemoApp(App[int]):
         self.query_one(RunHeader).show(
             scenario=snapshot["scenario"] if snapshot else self.scenario,
             mode=mode,
-            engine=self.config.engine,
+            engine=self._engine_label(),
             checked=self.checked,
             run=snapshot,
         )
@@ -195,7 +204,7 @@ class DemoApp(App[int]):
         self.query_one(RunHeader).show(
             scenario=snapshot["scenario"],
             mode=snapshot["mode"],
-            engine=self.config.engine,
+            engine=self._engine_label(),
             checked=self.checked,
             run=snapshot,
         )
@@ -208,7 +217,7 @@ class DemoApp(App[int]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "switch_engine":
-            return None  # the Temporal engine is not part of this build: shown, disabled
+            return True if self._temporal_blocker() is None else None
         if action == "reapprove":
             return self._refused_interlock() is not None
         return True
@@ -282,6 +291,13 @@ class DemoApp(App[int]):
         return bool(self.config.missing)
 
     def _set_mode(self, mode: str) -> None:
+        if mode == "mock" and self.config.engine == "temporal":
+            self.notify(
+                "Mock runs are simulated in-process, without Temporal: press t for the "
+                "standalone engine first.",
+                severity="warning",
+            )
+            return
         try:
             self.config = self.config.with_mode(mode)
         except UsageError as e:
@@ -300,9 +316,62 @@ class DemoApp(App[int]):
         self.run_on_screen = None
         self._apply_config()
 
+    def _titles(self) -> dict[str, str]:
+        return TEMPORAL_TITLES if self.config.engine == "temporal" else TITLES
+
+    def _engine_label(self) -> str:
+        """The engine for the header: Temporal's web UI, or why `t` is off."""
+        if self.config.engine == "temporal":
+            ui = self.temporal_ui or "starting…"
+            return f"temporal (web UI {ui})"
+        if self.temporal_missing is not None and self.config.mode != "mock":
+            return f"standalone (t off: {self.temporal_missing})"
+        return "standalone"
+
+    def _temporal_blocker(self) -> str | None:
+        """Why `t` cannot switch engines now, or None."""
+        if self.config.engine == "temporal":
+            return None  # back to standalone is always possible
+        if self.config.mode == "mock":
+            return "mock runs are simulated in-process, without Temporal"
+        return self.temporal_missing
+
     def action_switch_engine(self) -> None:
-        """Switch engines (disabled until the Temporal engine exists)."""
-        self.notify("The Temporal engine is not part of this build.", severity="warning")
+        """Switch between the standalone and the Temporal engine."""
+        if self._refuse_while_running("switch engines"):
+            return
+        blocked = self._temporal_blocker()
+        if blocked is not None:
+            self.notify(f"Temporal is off: {blocked}.", severity="warning")
+        elif self.config.engine == "temporal":
+            self._set_engine("standalone")
+            self.notify("Engine: standalone.")
+        else:
+            self._start_temporal()
+
+    @work(thread=True, exclusive=True, group="temporal", description="start Temporal's dev server")
+    def _start_temporal(self) -> None:
+        try:
+            ui = self.engine.temporal().ui_url
+        except Exception as e:  # shown to the presenter; the engine stays standalone
+            self.call_from_thread(self.notify, f"Temporal did not start: {e}", severity="error")
+            self.call_from_thread(self._set_engine, "standalone")
+            return
+        self.call_from_thread(self._temporal_started, ui)
+
+    def _temporal_started(self, ui: str | None) -> None:
+        self.temporal_ui = ui
+        self._set_engine("temporal")
+        self.notify(f"Engine: Temporal. Its web UI: {ui}")
+
+    def _set_engine(self, engine: str) -> None:
+        if engine == self.config.engine:
+            self._apply_config()
+            return
+        self.config = dataclasses.replace(self.config, engine=engine)
+        self.engine.config = self.config
+        self.run_on_screen = None
+        self._apply_config()
 
     def set_switch(self, name: str) -> None:
         """Toggle an emulated switch (offline and mock only)."""
