@@ -1,0 +1,211 @@
+"""How fast a SIGKILLed worker's case recovers, in offline runs (DESIGN §7).
+
+    python bench/recovery.py [--runs N] [--scenario ID|all]
+
+Runs the demo engine in this process against a loopback Stripe emulator whose payments
+model timestamps every request (with the monotonic clock the run's times are on), with
+real worker processes, real SIGKILL and the checked column. Per column of every run:
+
+- `worker restart to first Stripe call`: from the restarted worker's spawn to the first
+  request naming its payment, less any claim wait in between (target under 0.3 s: the
+  restart path does not import `anthropic`);
+- `SIGKILL to outcome minus the claim wait`: from the kill at the crash point to the
+  restarted worker's outcome, less the time it waited for the dead worker's claim
+  (target under 0.5 s; this includes the outage action and the restart).
+
+Figures are the median and max over all columns of all runs; the claim wait is shown
+apart. Timings are reported, never judged; it exits 1 when a run did not end as the
+truth table says (its figures would mean nothing), 2 on bad usage. Unless set in the
+environment, the timings are the short ones the tests use (claim 6 s, Stripe timeout 1 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script from anywhere in a checkout
+    sys.path.insert(0, str(ROOT))
+
+from interlock_demo.engine import Engine, RunRequest  # noqa: E402
+from interlock_demo.payments import PaymentsModel, StripeEmulator  # noqa: E402
+from interlock_demo.payments.model import Reply  # noqa: E402
+from interlock_demo.run import Column, Run  # noqa: E402
+from interlock_demo.settings import UsageError, resolve  # noqa: E402
+from scenarios import SCENARIOS  # noqa: E402
+
+RESTART_TARGET_S = 0.3
+RECOVERY_TARGET_S = 0.5
+RUN_DEADLINE_S = 180.0
+SHORT_TIMINGS = {"INTERLOCK_CLAIM_TTL": "6", "INTERLOCK_STRIPE_TIMEOUT": "1"}
+
+
+class TimedModel(PaymentsModel):
+    """The payments model, noting when each request about a payment arrived."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.arrivals: list[tuple[float, str]] = []
+        self._arrivals_lock = threading.Lock()
+
+    def _note(self, payment_intent: object) -> None:
+        if isinstance(payment_intent, str) and payment_intent:
+            with self._arrivals_lock:
+                self.arrivals.append((time.monotonic(), payment_intent))
+
+    def post(
+        self, endpoint: str, params: dict[str, Any], idempotency_key: str | None = None
+    ) -> Reply:
+        """Note a refund request's payment, then answer as the model does."""
+        if endpoint == "refunds":
+            self._note(params.get("payment_intent"))
+        return super().post(endpoint, params, idempotency_key)
+
+    def get_payment_intent(self, intent_id: str) -> Reply:
+        """Note the payment read, then answer as the model does."""
+        self._note(intent_id)
+        return super().get_payment_intent(intent_id)
+
+    def list_refunds(self, query: Mapping[str, str]) -> Reply:
+        """Note the payment whose refunds are listed, then answer as the model does."""
+        self._note(query.get("payment_intent"))
+        return super().list_refunds(query)
+
+    def first_after(self, payment_intent: str, t: float) -> float | None:
+        """When the first request about this payment at or after `t` arrived."""
+        with self._arrivals_lock:
+            times = [a for a, pi in self.arrivals if pi == payment_intent and a >= t]
+        return min(times) if times else None
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One column's figures, in seconds."""
+
+    column: str
+    restart_to_call: float
+    kill_to_outcome: float
+    claim_wait: float
+
+
+def _event_time(col: Column, kind: str, after: float) -> float | None:
+    return next((e.t for e in col.events if e.kind == kind and e.t >= after), None)
+
+
+def measure(run: Run, model: TimedModel) -> list[Sample]:
+    """The figures of every column of a finished run (times on the run's clock)."""
+    t0 = time.monotonic() - run.now()  # the run's time zero on the monotonic clock
+    samples = []
+    for col in run.columns:
+        if len(col.workers) != 2 or col.payment_intent is None:
+            raise RuntimeError(f"{col.name}: expected a killed and a restarted worker")
+        killed, restarted = col.workers
+        spawn = restarted.started_at
+        kill = _event_time(col, "crash", killed.started_at)
+        outcome = _event_time(col, "outcome", spawn)
+        first_call = model.first_after(col.payment_intent, t0 + spawn)
+        if kill is None or outcome is None or first_call is None:
+            raise RuntimeError(f"{col.name}: missing the kill, the outcome or a Stripe call")
+        wait_from = _event_time(col, "gate-claim-wait", spawn)
+        wait_to = _event_time(col, "gate-claim", spawn) if wait_from is not None else None
+        wait = (wait_to - wait_from) if wait_from is not None and wait_to is not None else 0.0
+        samples.append(
+            Sample(
+                column=col.name,
+                restart_to_call=(first_call - t0) - spawn - wait,
+                kill_to_outcome=outcome - kill - wait,
+                claim_wait=wait,
+            )
+        )
+    return samples
+
+
+def _figures(values: list[float]) -> str:
+    return f"median {statistics.median(values):.3f} s, max {max(values):.3f} s"
+
+
+def report(samples: list[Sample], runs: int, scenarios: list[str], timing: str) -> list[str]:
+    """The report's lines."""
+    waits = [s.claim_wait for s in samples if s.claim_wait > 0]
+    lines = [
+        f"recovery over {runs} offline run(s) of {', '.join(scenarios)} "
+        f"({timing}; {len(samples)} columns, real SIGKILL)",
+        "worker restart to first Stripe call: "
+        f"{_figures([s.restart_to_call for s in samples])} (target < {RESTART_TARGET_S} s)",
+        "SIGKILL to outcome minus the claim wait: "
+        f"{_figures([s.kill_to_outcome for s in samples])} (target < {RECOVERY_TARGET_S} s)",
+        "claim wait: " + (_figures(waits) if waits else "none"),
+    ]
+    for name in dict.fromkeys(s.column for s in samples):
+        mine = [s for s in samples if s.column == name]
+        lines.append(
+            f"  {name}: restart to first call {_figures([s.restart_to_call for s in mine])}; "
+            f"kill to outcome less wait {_figures([s.kill_to_outcome for s in mine])}"
+        )
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; print the report; return the exit code."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", "-n", type=int, default=5, help="runs per scenario (5)")
+    parser.add_argument(
+        "--scenario", default="after-answer", help="a scenario id, or all (after-answer)"
+    )
+    args = parser.parse_args(argv)
+    if args.runs < 1:
+        print("recovery: --runs must be at least 1", file=sys.stderr)
+        return 2
+    if args.scenario != "all" and args.scenario not in SCENARIOS:
+        print(f"recovery: --scenario must be one of {', '.join(SCENARIOS)} or all", file=sys.stderr)
+        return 2
+    scenarios = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
+    model = TimedModel()
+    with (
+        tempfile.TemporaryDirectory(prefix="interlock-bench-") as home,
+        StripeEmulator(model=model) as emulator,
+    ):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("INTERLOCK_")}
+        env.update({k: os.environ.get(k, v) for k, v in SHORT_TIMINGS.items()})
+        env["INTERLOCK_HOME"] = home
+        env.pop("STRIPE_SECRET_KEY", None)
+        try:
+            config = resolve(mode="offline", stripe_base=emulator.url, env=env)
+        except UsageError as e:
+            print(f"recovery: {e}", file=sys.stderr)
+            return 2
+        timing = (
+            f"claim TTL {config.timing.claim_ttl_s:g} s, "
+            f"Stripe timeout {config.timing.stripe_timeout_s:g} s"
+        )
+        engine = Engine(config)
+        samples: list[Sample] = []
+        try:
+            for i in range(args.runs):
+                for sid in scenarios:
+                    run = engine.run(RunRequest(sid, checked=True), timeout=RUN_DEADLINE_S)
+                    if not run.finished or run.error or not run.all_as_predicted:
+                        why = run.error or "a column did not end as the truth table says"
+                        print(f"recovery: run {i + 1} of {sid}: {why}", file=sys.stderr)
+                        return 1
+                    samples.extend(measure(run, model))
+                    print(f"run {i + 1}/{args.runs} {sid}: {run.elapsed_s:.1f} s", file=sys.stderr)
+        finally:
+            engine.close()
+    for line in report(samples, args.runs, scenarios, timing):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
