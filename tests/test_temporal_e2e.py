@@ -1,0 +1,537 @@
+"""End to end with the Temporal engine: a real dev server, real worker processes, real SIGKILL.
+
+One module fixture runs `interlock-demo e2e-report` once, with its own INTERLOCK_HOME and
+the short timings (claim 6 s, Stripe timeout 1 s, so the refund activity's start-to-close
+is 6 s and its heartbeat timeout 3 s). The report runs every row of the truth table on
+both engines at once, each as `interlock-demo --headless --json --offline --checked
+--engine ...` in its own subprocess (its own emulator, and for Temporal its own dev
+server), and keeps each run's JSON: the Temporal tests read those, the report test reads
+the file. The expectations are written out from DESIGN §3 by hand, not read from
+`scenarios.TRUTH`. Tests that need the `temporal` extra are skipped, saying so, where it
+is not installed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import psutil
+import pytest
+from rich.text import Text
+
+from interlock_demo.app import make_app
+from interlock_demo.settings import resolve
+from interlock_demo.temporal_engine import INSTALL_HINT, temporal_unavailable
+from interlock_demo.widgets import ColumnPane, RunHeader
+
+ROOT = Path(__file__).resolve().parent.parent
+MISSING = temporal_unavailable()
+needs_temporal = pytest.mark.skipif(
+    MISSING is not None, reason=f"the temporal extra is not installed: {MISSING}"
+)
+pytestmark = pytest.mark.e2e
+
+REPORT_DEADLINE_S = 240.0
+LINE_DEADLINE_S = 60.0
+GONE_DEADLINE_S = 10.0
+SHORT_TIMINGS = {"INTERLOCK_CLAIM_TTL": "6", "INTERLOCK_STRIPE_TIMEOUT": "1"}
+SCRUBBED = (
+    "STRIPE_SECRET_KEY",
+    "ANTHROPIC_API_KEY",
+    "INTERLOCK_EMULATE_24H",
+    "INTERLOCK_NO_LOOKUP",
+    "INTERLOCK_CRASH",
+    "INTERLOCK_RECEIPT_KEY",
+    "INTERLOCK_HOME",
+    "INTERLOCK_STORE",
+    "INTERLOCK_CLAIM_TTL",
+    "INTERLOCK_STRIPE_TIMEOUT",
+    "INTERLOCK_ACTIVITY_TIMEOUT",
+)
+
+# (agent refunds, hand refunds, outcome status, words the reason must contain), DESIGN §3.
+Want = tuple[int, int, str, str | None]
+TABLE: dict[str, dict[str, Want]] = {
+    "hand-refund": {
+        "standard": (1, 1, "sent", None),
+        "interlock": (0, 1, "refused", "refunds changed"),
+        "checked": (0, 1, "stopped", None),
+    },
+    "revoked": {
+        "standard": (1, 0, "sent", None),
+        "interlock": (0, 0, "refused", "revoked"),
+        "checked": (0, 0, "stopped", None),
+    },
+    "after-answer": {
+        "standard": (1, 0, "sent", None),
+        "interlock": (1, 0, "adopted", "its own refund"),
+        "checked": (1, 0, "stopped", None),
+    },
+    "after-answer+emulate-24h": {
+        "standard": (2, 0, "sent", None),
+        "interlock": (1, 0, "adopted", "its own refund"),
+        "checked": (1, 0, "stopped", None),
+    },
+    "after-answer+no-lookup": {
+        "standard": (1, 0, "sent", None),
+        "interlock": (1, 0, "refused", "refunds changed"),
+        "checked": (1, 0, "stopped", None),
+    },
+}
+SWITCH = {
+    "after-answer+emulate-24h": ["INTERLOCK_EMULATE_24H"],
+    "after-answer+no-lookup": ["INTERLOCK_NO_LOOKUP"],
+}
+TITLES = {
+    "standard": "Temporal alone",
+    "interlock": "Temporal + Interlock",
+    "checked": "Temporal + hand-written check",
+}
+
+
+def cli_env(home: Path, **extra: str) -> dict[str, str]:
+    """A subprocess's environment: no keys or switches from outside, short timings."""
+    env = {k: v for k, v in os.environ.items() if k not in SCRUBBED}
+    env.update(SHORT_TIMINGS)
+    env["INTERLOCK_HOME"] = str(home)
+    env.update(extra)
+    return env
+
+
+@dataclass
+class Report:
+    """The e2e-report command's run: exit code, stderr, the file, and every run's JSON."""
+
+    code: int
+    stderr: str
+    text: str
+    home: Path
+    runs: dict[tuple[str, str], dict[str, Any]]
+
+    def stderr_of(self, engine: str, case: str) -> str:
+        """The headless run's own stderr (its progress lines)."""
+        return (self.home / "demo" / "e2e-report" / f"{engine}-{case}" / "stderr.log").read_text()
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> Report:
+    """`interlock-demo e2e-report` once: every case on both engines, all at once."""
+    if MISSING is not None:
+        pytest.skip(f"the temporal extra is not installed: {MISSING}")
+    base = tmp_path_factory.mktemp("temporal-e2e")
+    home = base / "home"
+    out = base / "e2e_offline.md"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "interlock_demo.cli",
+            "e2e-report",
+            "--out",
+            str(out),
+            "--parallel",
+            "10",
+        ],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=cli_env(home),
+        timeout=REPORT_DEADLINE_S,
+        check=False,
+    )
+    runs = {}
+    for folder in sorted((home / "demo" / "e2e-report").iterdir()):
+        engine, _, case = folder.name.partition("-")
+        runs[(engine, case)] = json.loads((folder / "stdout.json").read_text())
+    return Report(proc.returncode, proc.stderr, out.read_text(), home, runs)
+
+
+def _counting(col: dict[str, Any]) -> list[dict[str, Any]]:
+    return [r for r in col["stripe"]["refunds"] if r["status"] in ("succeeded", "pending")]
+
+
+@pytest.mark.timeout(REPORT_DEADLINE_S + 60)
+@pytest.mark.parametrize("case", list(TABLE))
+def test_temporal_run_ends_as_the_truth_table_says(report: Report, case: str) -> None:
+    """On Temporal, each scenario ends in Stripe and in every column's report as DESIGN §3 says."""
+    doc = report.runs[("temporal", case)]
+    assert doc["schema"] == "interlock-demo/run@1"
+    assert (doc["engine"], doc["mode"], doc["status"], doc["error"]) == (
+        "temporal",
+        "offline",
+        "finished",
+        None,
+    )
+    assert doc["scenario"] == case.split("+")[0]
+    assert doc["emulated"] == SWITCH.get(case, [])
+    assert [c["name"] for c in doc["columns"]] == ["standard", "interlock", "checked"]
+    crash_point = "after-answer" if case.startswith("after-answer") else "before-send"
+    for col in doc["columns"]:
+        where = f"{case}/{col['name']}"
+        agent, hand, status, reason = TABLE[case][col["name"]]
+        counting = _counting(col)
+        assert sum(r["by"] == "agent" for r in counting) == agent, where
+        assert sum(r["by"] == "hand" for r in counting) == hand, where
+        assert col["stripe"]["refunded_total"] == 2000 * (agent + hand), where
+        for r in col["stripe"]["refunds"]:
+            assert r["amount"] == 2000, where
+            if r["by"] == "agent":
+                assert r["metadata"]["column"] == col["name"], where
+            else:
+                assert r["metadata"] == {}, where
+        assert col["outcome"]["status"] == status, where
+        if reason is not None:
+            assert reason in col["outcome"]["reason"], where
+        first, second = col["workers"]
+        assert (first["exit_code"], first["crash_point"]) == (-9, crash_point), where
+        assert (second["exit_code"], second["crash_point"]) == (0, None), where
+        assert first["pid"] != second["pid"], where
+        assert first["ended_at"] <= second["started_at"], where
+        assert col["title"] == TITLES[col["name"]], where
+        assert (col["as_predicted"], col["deviations"], col["error"]) == (True, [], None), where
+
+
+@pytest.mark.timeout(REPORT_DEADLINE_S + 60)
+@pytest.mark.parametrize("case", list(TABLE))
+def test_temporal_events_are_read_from_temporal(report: Report, case: str) -> None:
+    """Each column shows the decision from the history, each retry from describe(), the close."""
+    doc = report.runs[("temporal", case)]
+    for col in doc["columns"]:
+        where = f"{case}/{col['name']}"
+        events = col["events"]
+        kinds = [e["kind"] for e in events]
+
+        def first(kind: str, events: list[dict[str, Any]] = events) -> dict[str, Any]:
+            return next(e for e in events if e["kind"] == kind)
+
+        dead = col["workers"][0]
+        assert "temporal-started" in kinds, where
+        decision = first("temporal-decision")
+        assert "ask_model's result: issue_refund($20.00)" in decision["text"], where
+        retry = first("temporal-retry")
+        assert "refund attempt 2" in retry["text"], where
+        assert f"worker {dead['pid']}@" in retry["text"], where
+        assert "Heartbeat timeout" in retry["text"], where
+        assert retry["t"] >= dead["ended_at"], where
+        activity = [e for e in events if e["kind"] == "temporal-activity"]
+        assert any("refund completed on attempt 2" in e["text"] for e in activity), where
+        closed = first("temporal-closed")
+        assert closed["text"].startswith(
+            f"Temporal history: workflow completed: {col['outcome']['status']}"
+        ), where
+        crash = first("crash")
+        assert crash["pid"] == dead["pid"], where
+        assert kinds.index("crash") < kinds.index("temporal-retry") < kinds.index("temporal-closed")
+        second = [e for e in events if e["pid"] == col["workers"][1]["pid"]]
+        assert any("attempt 2 (Temporal's retry)" in e["text"] for e in second), where
+
+
+@pytest.mark.timeout(REPORT_DEADLINE_S + 60)
+@pytest.mark.parametrize(
+    "case", ["hand-refund", "revoked", "after-answer", "after-answer+emulate-24h"]
+)
+def test_temporal_interlock_receipt_and_verify(report: Report, case: str) -> None:
+    """On Temporal, interlock's receipt matches its outcome and `verify()` finds nothing wrong."""
+    col = report.runs[("temporal", case)]["columns"][1]
+    assert col["name"] == "interlock"
+    assert (col["verify"]["ok"], col["verify"]["problems"]) == (True, [])
+    assert col["verify"]["chain_length"] >= 1
+    assert col["receipt"]["outcome"] == col["outcome"]["status"]
+    assert col["receipt"]["action_id"] == col["outcome"]["action_id"]
+    assert col["receipt"]["owner"]["pid"] == col["workers"][1]["pid"]
+    if col["outcome"]["status"] == "adopted":
+        (own,) = col["stripe"]["refunds"]
+        assert col["receipt"]["external_id"] == own["id"]
+        assert own["metadata"]["interlock_action"] == col["outcome"]["action_id"]
+
+
+@pytest.mark.timeout(REPORT_DEADLINE_S + 60)
+def test_temporal_no_lookup_verify_reports_the_unrecorded_refund(report: Report) -> None:
+    """On Temporal with no lookup, interlock refuses and `verify()` names the refund it lacks."""
+    col = report.runs[("temporal", "after-answer+no-lookup")]["columns"][1]
+    assert col["receipt"]["outcome"] == "refused"
+    assert col["verify"]["ok"] is False
+    (own,) = [r for r in col["stripe"]["refunds"] if r["by"] == "agent"]
+    assert own["metadata"]["interlock_action"] == col["outcome"]["action_id"]
+    assert any(own["id"] in p and "refused" in p for p in col["verify"]["problems"])
+
+
+@pytest.mark.timeout(REPORT_DEADLINE_S + 60)
+def test_dev_server_on_loopback_with_its_files_under_home(report: Report) -> None:
+    """Each Temporal run's dev server listened on 127.0.0.1 and kept its files in its home."""
+    for (engine, case), doc in report.runs.items():
+        if engine != "temporal":
+            assert "temporal" not in doc["settings"]
+            continue
+        t = doc["settings"]["temporal"]
+        assert t["address"].startswith("127.0.0.1:"), case
+        assert t["ui"].startswith("http://127.0.0.1:"), case
+        assert (t["refund_start_to_close_s"], t["refund_heartbeat_s"]) == (6, 3), case
+        folder = report.home / "demo" / "e2e-report" / f"temporal-{case}" / "home" / "demo"
+        assert (folder / "temporal" / "dev-server.sqlite3").stat().st_size > 0, case
+        assert "Temporal Server:" in (folder / "temporal" / "server.log").read_text(), case
+        assert "Temporal describe: refund attempt 2" in report.stderr_of("temporal", case)
+
+
+@pytest.mark.timeout(REPORT_DEADLINE_S + 60)
+def test_no_process_outlives_the_runs(report: Report) -> None:
+    """When the report has finished, no dev server or Temporal worker of its runs is left."""
+    home = str(report.home)
+    queues = {
+        f"interlock-demo-{doc['run_id']}" for (e, _), doc in report.runs.items() if e == "temporal"
+    }
+    left = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if (home in cmd and "start-dev" in cmd) or any(q in cmd for q in queues):
+            left.append(cmd)
+    assert left == []
+
+
+@pytest.mark.timeout(REPORT_DEADLINE_S + 60)
+def test_report_compares_both_engines_from_the_runs(report: Report) -> None:
+    """The report says how it was made, has every run side by side, and explains the check."""
+    text = report.text
+    assert report.code == 0, report.stderr
+    assert "Generated by `interlock-demo e2e-report` on " in text
+    assert "in **offline** mode" in text
+    assert "Regenerate with `interlock-demo e2e-report`" in text
+    for case in TABLE:
+        for column in ("standard", "interlock", "checked"):
+            row = next(
+                line for line in text.splitlines() if line.startswith(f"| {case} | {column} |")
+            )
+            assert row.count("as predicted") == 2, row
+    for (_, _), doc in report.runs.items():
+        assert doc["run_id"] in text
+    false_alarm = report.runs[("temporal", "after-answer")]["columns"][2]
+    (own,) = false_alarm["stripe"]["refunds"]
+    assert f"holds its own refund {own['id']}" in text
+    assert "a false alarm" in text
+    assert "### The receipt and verify()" in text
+    assert "a send the receipts do not show" in text
+    assert "Not demonstrated by these runs" in text and "DESIGN §4" in text
+    assert "same refunds and the same reported outcome on both engines" in text
+
+
+# -- usage errors ------------------------------------------------------------------------
+
+CLI = [sys.executable, "-m", "interlock_demo.cli", "--headless", "--json", "--offline"]
+
+
+def test_engine_temporal_without_the_extra_exits_2(tmp_path: Path) -> None:
+    """Without temporalio, `--engine temporal` exits 2 and says what to install."""
+    blocked = (
+        "import sys; sys.modules['temporalio'] = None; "
+        "from interlock_demo.cli import main; "
+        "sys.exit(main(['--headless', '--json', '--offline', '--engine', 'temporal', "
+        "'--scenario', 'hand-refund']))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", blocked],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=cli_env(tmp_path / "home"),
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert INSTALL_HINT in proc.stderr
+    assert proc.stdout == ""
+
+
+def test_mock_with_engine_temporal_exits_2(tmp_path: Path) -> None:
+    """`--mock --engine temporal` is a usage error: mock runs have no Temporal."""
+    proc = subprocess.run(
+        [*CLI[:5], "--mock", "--engine", "temporal", "--scenario", "hand-refund"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=cli_env(tmp_path / "home"),
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "without Temporal" in proc.stderr
+    assert proc.stdout == ""
+
+
+@needs_temporal
+def test_activity_timeout_too_short_for_the_claim_wait_exits_2(tmp_path: Path) -> None:
+    """A start-to-close timeout that cannot hold the retry's claim wait is refused up front."""
+    proc = subprocess.run(
+        [*CLI, "--engine", "temporal", "--scenario", "hand-refund"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=cli_env(tmp_path / "home", INTERLOCK_ACTIVITY_TIMEOUT="2"),
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "cannot hold a retry's wait for the claim" in proc.stderr
+    assert proc.stdout == ""
+
+
+# -- a SIGKILLed supervisor -----------------------------------------------------------------
+
+
+class Lines:
+    """A subprocess's stderr lines in a queue, to wait on with a deadline."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.seen: list[str] = []
+        self._q: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, args=(stream,), daemon=True).start()
+
+    def _read(self, stream: IO[str]) -> None:
+        for line in stream:
+            self._q.put(line)
+        self._q.put(None)
+
+    def until(self, text: str, count: int = 1) -> list[str]:
+        """The first `count` lines containing `text`; fails at the stream's end or deadline."""
+        deadline = time.monotonic() + LINE_DEADLINE_S
+        found: list[str] = []
+        while len(found) < count:
+            try:
+                line = self._q.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"no {text!r} on stderr in time: {self.seen}") from None
+            if line is None:
+                raise AssertionError(f"stderr ended before {text!r}: {self.seen}")
+            self.seen.append(line)
+            if text in line:
+                found.append(line)
+        return found
+
+
+def _gone(pids: list[int], deadline_s: float) -> list[int]:
+    """The pids still alive (not zombies) after waiting up to `deadline_s` for them."""
+    alive = []
+    for pid in pids:
+        try:
+            proc = psutil.Process(pid)
+            proc.wait(max(0.0, deadline_s))
+        except (psutil.NoSuchProcess, psutil.TimeoutExpired, psutil.ZombieProcess):
+            pass
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                alive.append(pid)
+        except psutil.NoSuchProcess:
+            continue
+    return alive
+
+
+@needs_temporal
+@pytest.mark.timeout(120)
+def test_sigkilled_cli_leaves_no_worker_and_no_dev_server(tmp_path: Path) -> None:
+    """When the CLI is SIGKILLed mid-run, its Temporal workers and its dev server die too."""
+    home = tmp_path / "orphaned"
+    # A long claim keeps the run going well past the kill.
+    proc = subprocess.Popen(
+        [*CLI, "--engine", "temporal", "--scenario", "hand-refund"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=cli_env(home, INTERLOCK_CLAIM_TTL="30", INTERLOCK_STRIPE_TIMEOUT="10"),
+    )
+    try:
+        assert proc.stderr is not None
+        lines = Lines(proc.stderr)
+        started = lines.until("Temporal worker started", count=2)
+        workers = [int(line.split(" pid ")[1].split(":")[0]) for line in started]
+        servers = [
+            p.pid
+            for p in psutil.process_iter(["cmdline"])
+            if "start-dev" in " ".join(p.info["cmdline"] or [])
+            and str(home) in " ".join(p.info["cmdline"] or [])
+        ]
+        assert len(servers) == 1
+        proc.send_signal(signal.SIGKILL)
+        assert proc.wait(LINE_DEADLINE_S) == -signal.SIGKILL
+        assert _gone([*workers, *servers], GONE_DEADLINE_S) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()
+
+
+# -- the app's t key ---------------------------------------------------------------------
+
+
+def _plain(widget: Any) -> str:
+    content = widget.content
+    return content.plain if isinstance(content, Text) else str(content)
+
+
+@needs_temporal
+@pytest.mark.timeout(60)
+async def test_t_switches_to_temporal_and_back(tmp_path: Path) -> None:
+    """t starts Temporal's dev server, shows its web UI and the Temporal titles; t again leaves."""
+    app = make_app(resolve(mode="offline", env={"INTERLOCK_HOME": str(tmp_path / "home")}))
+    try:
+        async with app.run_test(size=(160, 45)) as pilot:
+            assert app.check_action("switch_engine", ()) is True
+            await pilot.press("t")
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            assert app.config.engine == "temporal"
+            assert app.engine.config.engine == "temporal"
+            runtime = app.engine.temporal()
+            assert runtime.server is not None and runtime.server.exit_code() is None
+            header = _plain(app.query_one(RunHeader))
+            assert f"engine temporal (web UI {runtime.ui_url})" in header
+            assert runtime.ui_url is not None and runtime.ui_url.startswith("http://127.0.0.1:")
+            titles = {p.column_name: p.column_title for p in app.query(ColumnPane)}
+            assert titles == TITLES
+
+            await pilot.press("t")
+            await pilot.pause()
+            assert app.config.engine == "standalone"
+            assert "engine standalone" in _plain(app.query_one(RunHeader))
+            server_pid = runtime.server.pid
+    finally:
+        app.engine.close()
+    assert server_pid is not None and _gone([server_pid], GONE_DEADLINE_S) == []
+
+
+async def test_t_is_off_with_a_reason_without_the_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the extra, t stays disabled and the header says in one line what to install."""
+    reason = f"the Temporal engine needs temporalio: {INSTALL_HINT}"
+    monkeypatch.setattr("interlock_demo.app.temporal_unavailable", lambda: reason)
+    app = make_app(resolve(mode="offline", env={"INTERLOCK_HOME": str(tmp_path / "home")}))
+    try:
+        async with app.run_test(size=(160, 45)) as pilot:
+            await pilot.pause()
+            assert app.check_action("switch_engine", ()) is None
+            await pilot.press("t")
+            await pilot.pause()
+            assert app.config.engine == "standalone"
+            assert f"engine standalone (t off: {reason})" in _plain(app.query_one(RunHeader))
+    finally:
+        app.engine.close()
+
+
+@pytest.fixture(autouse=True)
+def _no_activity_timeout_from_outside(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No activity timeout from outside changes what these tests expect."""
+    monkeypatch.delenv("INTERLOCK_ACTIVITY_TIMEOUT", raising=False)
