@@ -23,6 +23,21 @@ STATE_TEXT = {
 }
 
 
+class _EventList(VerticalScroll):
+    """A column's events, kept scrolled to the newest line.
+
+    It scrolls when its content grows (new lines) and when its own size changes (the
+    result card takes room below it, the terminal is resized), each time after the
+    layout settled, so the last line is in view whatever the order of those changes.
+    """
+
+    def watch_virtual_size(self) -> None:
+        self.scroll_end(animate=False)
+
+    def on_resize(self) -> None:
+        self.scroll_end(animate=False)
+
+
 class ColumnPane(Vertical):
     """Shows one column of a run; fed snapshots, it never reads the engine itself."""
 
@@ -39,7 +54,7 @@ class ColumnPane(Vertical):
         yield Label(self.column_title, classes="title")
         yield Static("idle", classes="status")
         yield ProgressBar(total=100, show_eta=False, show_percentage=False, classes="countdown")
-        with VerticalScroll(classes="events"):
+        with _EventList(classes="events"):
             yield Static("", classes="event-lines")
         yield Static("", classes="card")
 
@@ -81,13 +96,9 @@ class ColumnPane(Vertical):
         if new:
             self.query_one(".event-lines", Static).update(self._lines)
         card = _card(run, col, prefix)
-        card_changed = card.plain != self._card_text
-        if card_changed:
-            # The card takes room from the events: keep their newest line in view.
+        if card.plain != self._card_text:
             self._card_text = card.plain
             self.query_one(".card", Static).update(card)
-        if new or card_changed:
-            self.query_one(".events", VerticalScroll).scroll_end(animate=False)
         state = col["state"]
         self.set_class(state == "killed", "-killed")
         self.set_class(state == "waiting", "-waiting")
