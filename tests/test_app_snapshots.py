@@ -1,0 +1,244 @@
+"""Snapshot tests of the terminal app at fixed sizes, with deterministic mock runs.
+
+Mock runs hand out random ids (payments, refunds, actions, runs) and real times. Here
+they come from counters per column thread instead, and each column's clock moves a quarter
+second per reading, so the same run draws the same screen every time. Update the SVGs
+with `pytest tests/test_app_snapshots.py --snapshot-update` and look at them before
+committing (`tests/__snapshots__/test_app_snapshots/`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import threading
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from textual.pilot import Pilot
+
+import interlock._gate
+import interlock_demo.payments.model
+import interlock_demo.run
+import workers.columns
+from interlock_demo import engine as engine_module
+from interlock_demo.app import DemoApp, make_app
+from interlock_demo.run import Run
+from interlock_demo.settings import resolve
+from scenarios import SCENARIOS
+
+SIZE = (160, 45)
+RUN_TIMEOUT_S = 30.0
+# "Seconds since the run started" as the app's own thread reads them while a run is going
+# (held after the kill), and as the run's thread reads them when it finishes (after every
+# column's last event). Threads that act after the end (a re-approval) count on from there.
+APP_THREAD_NOW = 3.5
+FINISHED_AT = 12.0
+
+Snap = Callable[..., bool]
+RunBefore = Callable[[Pilot[Any]], Awaitable[None]]
+
+
+class Deterministic:
+    """Ids and times that depend only on which thread asks (a run's column), and how often."""
+
+    def __init__(self) -> None:
+        self._counts: Counter[tuple[str, str]] = Counter()
+        self._lock = threading.Lock()
+
+    def _next(self, kind: str) -> tuple[str, int]:
+        name = threading.current_thread().name
+        with self._lock:
+            self._counts[(kind, name)] += 1
+            return name, self._counts[(kind, name)]
+
+    def new_id(self, prefix: str) -> str:
+        """A Stripe-style id as long as the real ones (24 characters after the prefix)."""
+        thread, n = self._next(f"id-{prefix}")
+        digest = hashlib.sha256(f"{prefix}/{thread}/{n}".encode()).digest()
+        body = base64.urlsafe_b64encode(digest).decode()[:24]
+        return f"{prefix}_{body.replace('-', 'x').replace('_', 'z')}"
+
+    def new_action_id(self) -> str:
+        """An action id shaped like `act_` + 32 hex digits."""
+        thread, n = self._next("act")
+        return "act_" + hashlib.sha256(f"act/{thread}/{n}".encode()).hexdigest()[:32]
+
+    def token_hex(self, nbytes: int) -> str:
+        """Run ids: run_000000000001, run_000000000002, ..."""
+        _, n = self._next("run")
+        return f"{n:0{2 * nbytes}d}"
+
+    def now(self, run: Run) -> float:
+        """A thread's clock moves 0.25 s per reading; the app's and the run's read constants."""
+        thread = threading.current_thread()
+        if thread is threading.main_thread():
+            return APP_THREAD_NOW
+        if thread.name == f"run-{run.run_id}":
+            return FINISHED_AT
+        _, n = self._next("now")
+        column = thread.name.startswith(f"{run.run_id}-")
+        return 0.25 * n + (0.0 if column else FINISHED_AT)
+
+
+@pytest.fixture
+def deterministic(monkeypatch: pytest.MonkeyPatch) -> Deterministic:
+    """Patch every random id and the run clock for the length of the test."""
+    d = Deterministic()
+    monkeypatch.setattr(interlock_demo.payments.model, "new_id", d.new_id)
+    monkeypatch.setattr(workers.columns, "new_action_id", d.new_action_id)
+    monkeypatch.setattr(interlock._gate, "new_action_id", d.new_action_id)
+    monkeypatch.setattr(interlock_demo.run, "secrets", SimpleNamespace(token_hex=d.token_hex))
+    monkeypatch.setattr(Run, "now", lambda run: d.now(run))
+    return d
+
+
+class Hold:
+    """Holds each column of a mock run right after its first worker was killed."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.released = threading.Event()
+        self.arrived = threading.Semaphore(0)
+        original = engine_module._ColumnRunner._outage
+
+        def held(runner: Any) -> None:
+            self.arrived.release()
+            self.released.wait(RUN_TIMEOUT_S)
+            original(runner)
+
+        monkeypatch.setattr(engine_module._ColumnRunner, "_outage", held)
+
+    def wait_for(self, columns: int) -> bool:
+        """Block until `columns` columns are held; False if one does not come in time."""
+        return all(self.arrived.acquire(timeout=RUN_TIMEOUT_S) for _ in range(columns))
+
+
+@pytest.fixture
+def hold(monkeypatch: pytest.MonkeyPatch) -> Iterator[Hold]:
+    """Mock runs stop after the kill until `hold.released` is set (at the latest, at teardown)."""
+    h = Hold(monkeypatch)
+    yield h
+    h.released.set()
+
+
+def mock_app(home: Path, *, checked: bool = True) -> DemoApp:
+    """A mock-mode app with unpaced runs, state under `home`."""
+    app = make_app(resolve(mode="mock", env={"INTERLOCK_HOME": str(home)}), checked=checked)
+    app.engine.mock_pace_s = 0.0
+    return app
+
+
+async def run_to_end(pilot: Pilot[Any], key: str) -> Run:
+    """Pick a scenario, run it, and wait (with a deadline) until its end is drawn."""
+    await pilot.press(key, "enter")
+    await pilot.pause()
+    app = pilot.app
+    assert isinstance(app, DemoApp)
+    run = app.run_on_screen
+    assert run is not None
+    assert await asyncio.to_thread(run.wait, RUN_TIMEOUT_S), "the run did not finish"
+    await pilot.pause()
+    assert run.error is None, run.error
+    return run
+
+
+def finished(key: str, theme: str | None = None) -> RunBefore:
+    """A run_before that runs the scenario behind `key` to its end."""
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        if theme is not None:
+            pilot.app.theme = theme
+        await run_to_end(pilot, key)
+
+    return run_before
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    """The INTERLOCK_HOME of the app under test."""
+    return tmp_path / "home"
+
+
+def test_idle_offline(snap_compare: Snap, home: Path) -> None:
+    """The idle screen in offline mode: the rehearsal banner and three empty columns."""
+    config = resolve(mode="offline", env={"INTERLOCK_HOME": str(home)})
+    assert snap_compare(make_app(config, checked=True), terminal_size=SIZE)
+
+
+def test_idle_mock(snap_compare: Snap, home: Path) -> None:
+    """The idle screen in mock mode: striped banner, MOCK title and a badge on every column."""
+    assert snap_compare(mock_app(home), terminal_size=SIZE)
+
+
+def test_running_after_the_kill(
+    snap_compare: Snap, home: Path, deterministic: Deterministic, hold: Hold
+) -> None:
+    """A run going: each column's first worker was just killed, the outage not yet done."""
+    app = mock_app(home)
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await pilot.press("enter")
+        assert await asyncio.to_thread(hold.wait_for, 3), "the run never reached the kill"
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+    run = app.run_on_screen
+    assert run is not None and not run.finished
+    hold.released.set()
+    assert run.wait(RUN_TIMEOUT_S)
+
+
+@pytest.mark.parametrize("sid", list(SCENARIOS))
+def test_finished(snap_compare: Snap, home: Path, deterministic: Deterministic, sid: str) -> None:
+    """A finished mock run of each scenario, three columns, each with its result card."""
+    assert snap_compare(mock_app(home), terminal_size=SIZE, run_before=finished(SCENARIOS[sid].key))
+
+
+def test_finished_without_the_checked_column(
+    snap_compare: Snap, home: Path, deterministic: Deterministic
+) -> None:
+    """Without the checked column the two other columns share the width."""
+    app = mock_app(home, checked=False)
+    assert snap_compare(app, terminal_size=SIZE, run_before=finished("1"))
+
+
+def test_reapproved(snap_compare: Snap, home: Path, deterministic: Deterministic) -> None:
+    """After interlock refused, a re-approval: a sent refund and a receipt naming the refusal."""
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await run_to_end(pilot, "1")
+        await pilot.press("a")
+        await asyncio.wait_for(pilot.app.workers.wait_for_complete(), RUN_TIMEOUT_S)
+        await pilot.pause()
+
+    assert snap_compare(mock_app(home), terminal_size=SIZE, run_before=run_before)
+
+
+def test_finished_light_theme(snap_compare: Snap, home: Path, deterministic: Deterministic) -> None:
+    """The same finished run in Textual's light theme, for a bright room."""
+    app = mock_app(home)
+    assert snap_compare(app, terminal_size=SIZE, run_before=finished("1", "textual-light"))
+
+
+def test_finished_80x24(snap_compare: Snap, home: Path, deterministic: Deterministic) -> None:
+    """At 80x24 the columns stack; the first column's card and verdict are on screen."""
+    assert snap_compare(mock_app(home), terminal_size=(80, 24), run_before=finished("1"))
+
+
+def test_finished_80x24_scrolled_to_interlock(
+    snap_compare: Snap, home: Path, deterministic: Deterministic
+) -> None:
+    """At 80x24, scrolling the stacked columns brings interlock's verdict and receipt into view."""
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await run_to_end(pilot, "1")
+        card = pilot.app.query_one("#col-interlock .card")
+        pilot.app.query_one("#columns").scroll_to_widget(card, animate=False)
+        await pilot.pause()
+
+    assert snap_compare(mock_app(home), terminal_size=(80, 24), run_before=run_before)
