@@ -4,6 +4,7 @@
     interlock-demo --headless --json --scenario ID|all [...]               for CI
     interlock-demo stripe-emulator [--port 12111]                           the emulator
     interlock-demo e2e-report [--out FILE] [--parallel N]                   both engines, offline
+    interlock-demo screenshots [--out DIR] [--scenario ID|all]              SVG/PNG files
 
 Exit codes: 0 as predicted, 1 a deviation, 2 bad usage or configuration, 3 a run could
 not finish.
@@ -13,9 +14,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from interlock_demo.keys import KeyRefusedError
 from interlock_demo.settings import UsageError, resolve
+from scenarios import SCENARIOS
 
 EXIT_USAGE = 2
 
@@ -88,6 +91,24 @@ def _parser() -> argparse.ArgumentParser:
         )
     sweep.add_argument("--json", action="store_true", dest="sweep_json", help="print JSON")
     sweep.add_argument("--parallel", type=int, default=3, help="runs at a time (default 3)")
+    shots = sub.add_parser(
+        "screenshots",
+        help="save SVG (and PNG) screenshots of each scenario's finished run, offline",
+    )
+    shots.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        default=Path("results/screenshots"),
+        help="folder for the files (default results/screenshots/)",
+    )
+    shots.add_argument(
+        "--scenario",
+        dest="shot_scenario",
+        default="all",
+        choices=[*SCENARIOS, "all"],
+        help="one scenario, or all (default)",
+    )
     return p
 
 
@@ -107,6 +128,10 @@ def main(argv: list[str] | None = None) -> int:
             print("interlock-demo: --parallel needs 1 or more", file=sys.stderr)
             return EXIT_USAGE
         return e2e_report.main(args.out, parallel=args.parallel)
+    if args.command == "screenshots":
+        from interlock_demo.screenshots import main as screenshots
+
+        return screenshots(args.out, args.shot_scenario)
     if args.command == "sweep":
         return _sweep(args.sweep_mode or "offline", args.sweep_json, args.parallel)
     try:

@@ -1,0 +1,107 @@
+"""`interlock-demo screenshots`: the app's screens as SVG (and PNG) files for the talk's notes.
+
+Runs the app headless at 160x45 in offline mode (real worker processes, the loopback Stripe
+emulator, the scripted model) with short timings, with the checked column, and saves the
+idle screen and the finished run of each scenario. This is the only command that writes
+to `results/screenshots/`. A PNG is written next to each SVG when `rsvg-convert` is found.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from interlock._config import EMULATED_SWITCHES
+from interlock_demo.keys import KeyRefusedError
+from interlock_demo.settings import UsageError, resolve
+from scenarios import SCENARIOS
+
+DEFAULT_OUT = Path("results/screenshots")
+SIZE = (160, 45)
+# The smallest timing the gate accepts: a run takes about ten seconds.
+SHORT_TIMING = {"INTERLOCK_CLAIM_TTL": "6", "INTERLOCK_STRIPE_TIMEOUT": "1"}
+RUN_TIMEOUT_S = 120.0
+
+
+class ScreenshotError(RuntimeError):
+    """A run for a screenshot did not finish; the message says which and why."""
+
+
+def screenshot_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for the screenshot runs: short timings, no emulated switches."""
+    env = os.environ if env is None else env
+    clean = {k: v for k, v in env.items() if k not in EMULATED_SWITCHES}
+    clean.update(SHORT_TIMING)
+    return clean
+
+
+async def take(
+    out: Path, scenario_ids: Sequence[str], env: Mapping[str, str] | None = None
+) -> list[Path]:
+    """Save `idle.svg` and `<scenario>.svg` for each scenario under `out`; returns the SVGs."""
+    from interlock_demo.app import make_app
+
+    config = resolve(mode="offline", env=screenshot_env(env))
+    out.mkdir(parents=True, exist_ok=True)
+    app = make_app(config, checked=True)
+    saved: list[Path] = []
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        saved.append(_save(out / "idle.svg", app.export_screenshot()))
+        for sid in scenario_ids:
+            await pilot.press(SCENARIOS[sid].key, "enter")
+            await pilot.pause()
+            run = app.run_on_screen
+            if run is None or run.scenario != sid:
+                raise ScreenshotError(f"{sid}: the run did not start")
+            if not await asyncio.to_thread(run.wait, RUN_TIMEOUT_S):
+                raise ScreenshotError(f"{sid}: the run did not finish in {RUN_TIMEOUT_S:g} s")
+            if run.error:
+                raise ScreenshotError(f"{sid}: the run failed: {run.error}")
+            await pilot.pause()
+            await pilot.wait_for_scheduled_animations()
+            await pilot.pause()
+            saved.append(_save(out / f"{sid}.svg", app.export_screenshot()))
+        await pilot.press("q")
+    return saved
+
+
+def _save(path: Path, svg: str) -> Path:
+    path.write_text(svg, encoding="utf-8")
+    return path
+
+
+def to_png(svg: Path) -> Path | None:
+    """Convert an SVG to a PNG next to it with `rsvg-convert`; None when it is missing."""
+    tool = shutil.which("rsvg-convert")
+    if tool is None:
+        return None
+    png = svg.with_suffix(".png")
+    # Textual's SVG relies on browsers keeping runs of spaces; librsvg needs to be told.
+    text = svg.read_text(encoding="utf-8").replace("<svg ", '<svg xml:space="preserve" ', 1)
+    subprocess.run([tool, "-o", str(png)], input=text.encode(), check=True)
+    return png
+
+
+def main(out: Path = DEFAULT_OUT, scenario: str = "all") -> int:
+    """The command: returns 0; 2 for bad configuration; 3 when a run could not finish."""
+    ids = list(SCENARIOS) if scenario == "all" else [scenario]
+    try:
+        svgs = asyncio.run(take(out, ids))
+    except (UsageError, KeyRefusedError) as e:
+        print(f"interlock-demo screenshots: {e}", file=sys.stderr)
+        return 2
+    except ScreenshotError as e:
+        print(f"interlock-demo screenshots: {e}", file=sys.stderr)
+        return 3
+    for svg in svgs:
+        png = to_png(svg)
+        print(svg if png is None else f"{svg}\n{png}")
+    if shutil.which("rsvg-convert") is None:
+        print("(no PNGs: rsvg-convert not found; install librsvg2-bin)", file=sys.stderr)
+    return 0
