@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import re
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from textual.pilot import Pilot
 from textual.widgets import Static
 from textual.widgets._footer import FooterKey
 
+from interlock_demo import cli
 from interlock_demo import engine as engine_module
 from interlock_demo.app import DemoApp, make_app
 from interlock_demo.messages import RunUpdated
@@ -585,3 +587,27 @@ async def test_at_200x50_every_verdict_is_on_screen_at_once(home: Path) -> None:
                 f"{VERDICTS['hand-refund'][column]}   reported: {REPORTED['hand-refund'][column]}"
             )
             assert verdict in text, column
+
+
+# -- the screenshots command ---------------------------------------------------------------
+
+
+def test_screenshots_command_saves_the_finished_run_of_a_scenario(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`interlock-demo screenshots --scenario ID` runs offline, saving the idle and result SVGs."""
+    monkeypatch.chdir(tmp_path)  # nothing may land in ./results
+    out = tmp_path / "shots"
+    assert cli.main(["screenshots", "--out", str(out), "--scenario", "hand-refund"]) == 0
+    assert sorted(p.stem for p in out.glob("*.svg")) == ["hand-refund", "idle"]
+    svg = (out / "hand-refund.svg").read_text().replace("&#160;", " ")
+    assert svg.startswith("<svg")
+    assert "OFFLINE REHEARSAL" in svg
+    assert svg.count("RESULT") == 3  # the checked column is on
+    assert "✗ wrong" in svg and "✓ right" in svg
+    assert "finished · " in svg
+    idle = (out / "idle.svg").read_text().replace("&#160;", " ")
+    assert "ready: press enter to run" in idle
+    if shutil.which("rsvg-convert"):
+        assert (out / "hand-refund.png").read_bytes().startswith(b"\x89PNG")
+    assert not (tmp_path / "results").exists()
