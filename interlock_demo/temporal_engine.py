@@ -363,7 +363,7 @@ def temporal_column(
     settings = {
         **runtime.settings(),
         "refund_start_to_close_s": timeouts.start_to_close_s,
-        "refund_heartbeat_s": timeouts.heartbeat_s,
+        "heartbeat_timeout_s": timeouts.heartbeat_s,
     }
     run.update(None, lambda: run.settings.__setitem__("temporal", settings))
     return functools.partial(TemporalColumn, runtime=runtime, timeouts=timeouts)
@@ -433,7 +433,7 @@ class TemporalColumn(_ProcessColumn):
         params = CaseInput(
             case=self.case.to_dict(),
             refund_start_to_close_s=self.timeouts.start_to_close_s,
-            refund_heartbeat_s=self.timeouts.heartbeat_s,
+            heartbeat_timeout_s=self.timeouts.heartbeat_s,
         )
         self.runtime.call(
             self.runtime.client.start_workflow(

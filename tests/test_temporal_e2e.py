@@ -277,7 +277,7 @@ def test_dev_server_on_loopback_with_its_files_under_home(report: Report) -> Non
         t = doc["settings"]["temporal"]
         assert t["address"].startswith("127.0.0.1:"), case
         assert t["ui"].startswith("http://127.0.0.1:"), case
-        assert (t["refund_start_to_close_s"], t["refund_heartbeat_s"]) == (6, 3), case
+        assert (t["refund_start_to_close_s"], t["heartbeat_timeout_s"]) == (6, 3), case
         folder = report.home / "demo" / "e2e-report" / f"temporal-{case}" / "home" / "demo"
         assert (folder / "temporal" / "dev-server.sqlite3").stat().st_size > 0, case
         assert "Temporal Server:" in (folder / "temporal" / "server.log").read_text(), case

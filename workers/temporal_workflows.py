@@ -18,14 +18,19 @@ The columns, as Temporal runs them:
   re-check as standalone's (`workers.columns`, about ten lines): re-read the payment's
   refunds and the approval, and stop if either changed.
 
-The activities heartbeat on every event and while the gate waits for a claim, so the
-heartbeat timeout only has to cover one Stripe request (`RefundTimeouts`).
+The refund activity heartbeats on every event and while the gate waits for a claim, so
+the heartbeat timeout only has to cover one Stripe request (`RefundTimeouts`); ask_model
+heartbeats from a thread while the model answers. Either way Temporal notices a dead
+worker one heartbeat timeout after its last beat.
 """
 
 from __future__ import annotations
 
+import contextvars
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -55,7 +60,7 @@ DEMO_START_TO_CLOSE_S = 15.0
 DEMO_CLAIM_TTL_S = 15.0
 # The heartbeat timeout covers one Stripe request plus this much local work.
 HEARTBEAT_SLACK_S = 2.0
-# A model turn may take a while (the real model); nothing in it heartbeats.
+# The real model may take a while; a thread heartbeats for ask_model meanwhile.
 ASK_MODEL_TIMEOUT_S = 120.0
 REFUND_MAX_ATTEMPTS = 5
 
@@ -102,11 +107,11 @@ class RefundTimeouts:
 
 @dataclass(frozen=True)
 class CaseInput:
-    """The workflow's input: the column's case and the refund activity's timeouts."""
+    """The workflow's input: the column's case and the activities' timeouts."""
 
     case: dict[str, Any]
     refund_start_to_close_s: float
-    refund_heartbeat_s: float
+    heartbeat_timeout_s: float
 
 
 @dataclass(frozen=True)
@@ -129,6 +134,7 @@ class RefundCase:
             params.case,
             result_type=dict,
             start_to_close_timeout=timedelta(seconds=ASK_MODEL_TIMEOUT_S),
+            heartbeat_timeout=timedelta(seconds=params.heartbeat_timeout_s),
             retry_policy=RetryPolicy(maximum_attempts=3),
         )
         if decision.get("amount") is None:
@@ -138,7 +144,7 @@ class RefundCase:
             RefundInput(params.case, decision),
             result_type=dict,
             start_to_close_timeout=timedelta(seconds=params.refund_start_to_close_s),
-            heartbeat_timeout=timedelta(seconds=params.refund_heartbeat_s),
+            heartbeat_timeout=timedelta(seconds=params.heartbeat_timeout_s),
             retry_policy=RetryPolicy(
                 initial_interval=timedelta(milliseconds=500),
                 backoff_coefficient=2.0,
@@ -175,6 +181,32 @@ class HistoryBox:
         """Nothing to save: the history holds the decision and the activity's result."""
 
 
+@contextmanager
+def _pulse(timeout: timedelta | None) -> Iterator[None]:
+    """Heartbeat from a thread while the activity waits on one long call (a model turn).
+
+    The heartbeat then says the worker process is alive, not that the call progresses;
+    the start-to-close timeout bounds the call.
+    """
+    if not timeout:
+        yield
+        return
+    context = contextvars.copy_context()  # the activity's context, for activity.heartbeat
+    done = threading.Event()
+
+    def beat() -> None:
+        while not done.wait(timeout.total_seconds() / 4):
+            context.run(activity.heartbeat, "waiting for the model")
+
+    pulse = threading.Thread(target=beat, name="heartbeat", daemon=True)
+    pulse.start()
+    try:
+        yield
+    finally:
+        done.set()
+        pulse.join()
+
+
 # The worker code's words for a step that Temporal does differently.
 _TEMPORAL_TEXT = {
     "decision-saved": "the decision is in the workflow's history (ask_model's result)",
@@ -205,7 +237,8 @@ class CaseActivities:
         """Ask the model about the case; the decision becomes this activity's result."""
         c = Case.from_dict(case)
         ctx = self._context(c, HistoryBox(c, None, 1), self._emit, self._sleep)
-        return _decide(ctx).to_dict()
+        with _pulse(activity.info().heartbeat_timeout):
+            return _decide(ctx).to_dict()
 
     @activity.defn(name=ACTIVITY_REFUND)
     def refund(self, args: RefundInput) -> dict[str, Any]:
