@@ -301,9 +301,14 @@ async def test_c_toggles_the_checked_column(home: Path) -> None:
         assert "Hand-written check" not in screen_text(app)
 
 
-async def test_t_is_shown_but_disabled(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """t (engine) is in the footer, greyed out; pressing it changes nothing and starts nothing."""
-    app = new_app(mock_config(home))
+@pytest.mark.parametrize("mode", ["mock", "offline"])
+async def test_t_is_shown_but_disabled_where_temporal_cannot_run(
+    home: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """t is in the footer, greyed out, in mock mode or without the Temporal extra; inert."""
+    app = new_app(resolve(mode=mode, env={"INTERLOCK_HOME": str(home)}))
+    if mode == "offline":
+        app.temporal_missing = "the Temporal engine needs temporalio"
     async with app.run_test(size=SIZE) as pilot:
         seen = notices(app, monkeypatch)
         await settle(pilot)
@@ -312,6 +317,9 @@ async def test_t_is_shown_but_disabled(home: Path, monkeypatch: pytest.MonkeyPat
         assert "t" in keys
         assert keys["t"].has_class("-disabled")
         assert not keys["enter"].has_class("-disabled")
+
+        if mode == "offline":
+            assert "standalone (t off: the Temporal engine needs temporalio)" in header(app)
 
         await pilot.press("t")
         await settle(pilot)
