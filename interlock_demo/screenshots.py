@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -32,42 +33,55 @@ class ScreenshotError(RuntimeError):
     """A run for a screenshot did not finish; the message says which and why."""
 
 
-def screenshot_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment for the screenshot runs: short timings, no emulated switches."""
+def screenshot_env(home: Path, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for the screenshot runs: short timings, no emulated switches, `home`."""
     env = os.environ if env is None else env
     clean = {k: v for k, v in env.items() if k not in EMULATED_SWITCHES}
     clean.update(SHORT_TIMING)
+    clean["INTERLOCK_HOME"] = str(home)
     return clean
 
 
 async def take(
     out: Path, scenario_ids: Sequence[str], env: Mapping[str, str] | None = None
 ) -> list[Path]:
-    """Save `idle.svg` and `<scenario>.svg` for each scenario under `out`; returns the SVGs."""
+    """Save `idle.svg` and `<scenario>.svg` for each scenario under `out`; returns the SVGs.
+
+    The runs keep their state in a fresh INTERLOCK_HOME, removed afterwards, so that the
+    pictures do not depend on earlier runs (receipt numbers, chain lengths).
+    """
+    with tempfile.TemporaryDirectory(prefix="interlock-screenshots-") as home:
+        return await _take(out, scenario_ids, screenshot_env(Path(home), env))
+
+
+async def _take(out: Path, scenario_ids: Sequence[str], env: Mapping[str, str]) -> list[Path]:
     from interlock_demo.app import make_app
 
-    config = resolve(mode="offline", env=screenshot_env(env))
+    config = resolve(mode="offline", env=env)
     out.mkdir(parents=True, exist_ok=True)
     app = make_app(config, checked=True)
     saved: list[Path] = []
-    async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause()
-        saved.append(_save(out / "idle.svg", app.export_screenshot()))
-        for sid in scenario_ids:
-            await pilot.press(SCENARIOS[sid].key, "enter")
+    try:
+        async with app.run_test(size=SIZE) as pilot:
             await pilot.pause()
-            run = app.run_on_screen
-            if run is None or run.scenario != sid:
-                raise ScreenshotError(f"{sid}: the run did not start")
-            if not await asyncio.to_thread(run.wait, RUN_TIMEOUT_S):
-                raise ScreenshotError(f"{sid}: the run did not finish in {RUN_TIMEOUT_S:g} s")
-            if run.error:
-                raise ScreenshotError(f"{sid}: the run failed: {run.error}")
-            await pilot.pause()
-            await pilot.wait_for_scheduled_animations()
-            await pilot.pause()
-            saved.append(_save(out / f"{sid}.svg", app.export_screenshot()))
-        await pilot.press("q")
+            saved.append(_save(out / "idle.svg", app.export_screenshot()))
+            for sid in scenario_ids:
+                await pilot.press(SCENARIOS[sid].key, "enter")
+                await pilot.pause()
+                run = app.run_on_screen
+                if run is None or run.scenario != sid:
+                    raise ScreenshotError(f"{sid}: the run did not start")
+                if not await asyncio.to_thread(run.wait, RUN_TIMEOUT_S):
+                    raise ScreenshotError(f"{sid}: the run did not finish in {RUN_TIMEOUT_S:g} s")
+                if run.error:
+                    raise ScreenshotError(f"{sid}: the run failed: {run.error}")
+                await pilot.pause()
+                await pilot.wait_for_scheduled_animations()
+                await pilot.pause()
+                saved.append(_save(out / f"{sid}.svg", app.export_screenshot()))
+            await pilot.press("q")
+    finally:
+        app.engine.close()  # no worker or emulator outlives the command, even on an error
     return saved
 
 
