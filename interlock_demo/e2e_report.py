@@ -170,7 +170,7 @@ def main(out: str | Path | None = None, *, parallel: int) -> int:
     )
     runs = run_all(home, parallel=parallel)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render(runs, generated_at=datetime.now(timezone.utc)))
+    out.write_text(render(runs, generated_at=datetime.now(timezone.utc), parallel=parallel))
     sys.stderr.write(f"wrote {out}\n")
     return exit_code(runs)
 
@@ -235,7 +235,7 @@ def _event(col: Mapping[str, Any], *kinds: str, contains: str = "") -> str | Non
     return None
 
 
-def _settings_lines(runs: list[CaseRun]) -> list[str]:
+def _settings_lines(runs: list[CaseRun], parallel: int) -> list[str]:
     docs = [r.doc for r in runs if r.doc is not None]
     if not docs:
         return ["No run produced JSON; see each run's stderr."]
@@ -243,12 +243,14 @@ def _settings_lines(runs: list[CaseRun]) -> list[str]:
     lines = [
         f"Timing: claim TTL {s['claim_ttl_s']:g} s, Stripe timeout {s['stripe_timeout_s']:g} s "
         f"(set `INTERLOCK_CLAIM_TTL` and `INTERLOCK_STRIPE_TIMEOUT` to change them). "
-        f"Model: {s['model']}. Stripe: {s['stripe']} (loopback, the real `stripe` SDK)."
+        f"Model: {s['model']}. Stripe: {s['stripe']} (loopback, the real `stripe` SDK). "
+        f"{parallel} runs at a time on {os.cpu_count()} CPUs."
     ]
     temporal = [d["settings"]["temporal"] for d in docs if "temporal" in d["settings"]]
     if temporal:
         t = temporal[0]
         starts = sorted(x["server_started_in_s"] for x in temporal)
+        lines.append("")
         lines.append(
             f"Temporal: the refund activity has a {t['refund_start_to_close_s']:g} s "
             f"start-to-close timeout, a {t['heartbeat_timeout_s']:g} s heartbeat timeout (as "
@@ -260,7 +262,7 @@ def _settings_lines(runs: list[CaseRun]) -> list[str]:
     return lines
 
 
-def render(runs: list[CaseRun], *, generated_at: datetime) -> str:
+def render(runs: list[CaseRun], *, generated_at: datetime, parallel: int) -> str:
     """The report, from the runs alone."""
     when = generated_at.strftime("%Y-%m-%d %H:%M UTC")
     lines = [
@@ -274,7 +276,7 @@ def render(runs: list[CaseRun], *, generated_at: datetime) -> str:
         "writes this file); each run's JSON and stderr are kept under "
         "`INTERLOCK_HOME/demo/e2e-report/`.",
         "",
-        *_settings_lines(runs),
+        *_settings_lines(runs, parallel),
         "",
         "## Every run, side by side",
         "",
@@ -480,10 +482,10 @@ def _temporal_notes(runs: list[CaseRun]) -> list[str]:
             "In the Temporal hand-refund run's interlock column, read from Temporal during the "
             "run:",
             "",
-            f"- history: {decision}",
-            f"- describe: {retry}",
-            f"- the worker: {wait or 'no claim wait: the dead worker claim had expired'}",
-            f"- history: {closed}",
+            f"- {decision}",
+            f"- {retry}",
+            f"- the new worker: {wait or 'no claim wait: the dead worker’s claim had expired'}",
+            f"- {closed}",
             "",
             "The decision is the ask_model activity's result in the workflow's history, not "
             "a file; the retry starts when the heartbeat timeout notices the dead worker "
