@@ -216,6 +216,9 @@ async def test_enter_runs_the_scenario_and_every_column_shows_its_result(
             assert VERDICTS[sid][column] in card
             assert f"reported: {REPORTED[sid][column]}" in card
             assert "done" in pane_part(app, column, "status")
+            # Only the checked column's stop after Stripe answered is a false alarm.
+            false_alarm = (sid, column) == ("after-answer", "checked")
+            assert ("⚠ report not truthful: a false alarm" in card) == false_alarm
 
 
 async def test_m_toggles_mock_and_labels_everything_mock(

@@ -183,6 +183,14 @@ def _card(run: dict[str, Any], col: dict[str, Any], prefix: str) -> Text:
     if outcome.get("reason"):
         text.append(f" ({outcome['reason']})")
     text.append("\n")
+    if col.get("truthful") is False:
+        own = any(r["by"] == "agent" for r in refunds)
+        why = (
+            "a false alarm: its own refund is at Stripe"
+            if own and reported not in ("sent", "adopted")
+            else "it reports a refund that Stripe does not have"
+        )
+        text.append(f"{prefix}⚠ report not truthful: {why}\n", style="bold yellow")
     receipt = col.get("receipt")
     if receipt:
         text.append(f"{prefix}Receipt #{receipt['seq']}: {receipt['outcome']}\n", style="bold")
