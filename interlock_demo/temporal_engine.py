@@ -26,6 +26,7 @@ import concurrent.futures
 import contextlib
 import ctypes
 import ctypes.util
+import fcntl
 import functools
 import importlib.util
 import os
@@ -38,7 +39,7 @@ import threading
 import time
 from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import psutil
 
@@ -64,6 +65,7 @@ _DESCRIBE_EVERY_S = 0.25
 _CLOSE_DEADLINE_S = 10.0
 _CALL_TIMEOUT_S = 10.0
 _PR_SET_PDEATHSIG = 1
+_DATABASES = 8
 
 T = TypeVar("T")
 
@@ -151,13 +153,12 @@ _PRCTL = _prctl()
 class DevServer:
     """`temporal server start-dev` on loopback: free ports, state and log in one folder."""
 
-    def __init__(self, binary: Path, folder: Path) -> None:
+    def __init__(self, binary: Path, db_path: Path, log_path: Path) -> None:
         self.binary = binary
-        self.folder = folder
         self.port = _free_port()
         self.ui_port = _free_port()
-        self.db_path = folder / "dev-server.sqlite3"
-        self.log_path = folder / "server.log"
+        self.db_path = db_path
+        self.log_path = log_path
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -180,7 +181,6 @@ class DevServer:
 
         On Linux it dies with the thread that calls this (keep that thread alive).
         """
-        self.folder.mkdir(parents=True, exist_ok=True)
         argv = [
             str(self.binary),
             "server",
@@ -237,6 +237,25 @@ class DevServer:
         proc.wait()
 
 
+def _claim_database(folder: Path) -> tuple[Path, Path, IO[str]]:
+    """A database file no other dev server uses, its log, and the lock that keeps it ours.
+
+    Two demos with one INTERLOCK_HOME (the app and a headless run) must not start two
+    servers on one database; the second takes `dev-server-1.sqlite3`, and so on.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    for n in range(_DATABASES):
+        suffix = "" if n == 0 else f"-{n}"
+        lock = (folder / f"dev-server{suffix}.lock").open("a")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            continue
+        return folder / f"dev-server{suffix}.sqlite3", folder / f"server{suffix}.log", lock
+    raise DevServerError(f"{_DATABASES} Temporal dev servers already use {folder}")
+
+
 class TemporalRuntime:
     """The dev server, a client, and an asyncio loop on its own thread.
 
@@ -249,6 +268,8 @@ class TemporalRuntime:
         self.server: DevServer | None = None
         self.started_in_s: float | None = None
         self._client: Client | None = None
+        self._lock: IO[str] | None = None
+        self._stopping = threading.Event()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="temporal-loop", daemon=True
@@ -278,8 +299,8 @@ class TemporalRuntime:
         binary = temporal_binary()
         if binary is None:
             raise DevServerError(f"the temporal CLI is not installed: {INSTALL_HINT}")
-        self._thread.start()
         t0 = time.monotonic()
+        self._thread.start()
         try:
             self.call(self._start(binary), timeout=SERVER_START_DEADLINE_S * _SERVER_START_TRIES)
         except BaseException:
@@ -291,9 +312,10 @@ class TemporalRuntime:
     async def _start(self, binary: Path) -> None:
         from temporalio.client import Client
 
+        db_path, log_path, self._lock = _claim_database(self.folder)
         problem = ""
         for _ in range(_SERVER_START_TRIES):
-            server = DevServer(binary, self.folder)
+            server = DevServer(binary, db_path, log_path)
             self.server = server
             server.start()
             deadline = time.monotonic() + SERVER_START_DEADLINE_S
@@ -314,15 +336,18 @@ class TemporalRuntime:
             problem = f"server exit {code}, client: {problem}; log: {server.log_tail()}"
         raise DevServerError(
             f"Temporal's dev server did not answer within {SERVER_START_DEADLINE_S:g} s "
-            f"({problem}); its log is {self.folder / 'server.log'}"
+            f"({problem}); its log is {log_path}"
         )
 
     def call(self, coro: Coroutine[Any, Any, T], timeout: float = _CALL_TIMEOUT_S) -> T:
         """Run a coroutine on the loop and wait for its result."""
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+        return self.submit(coro).result(timeout)
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
-        """Run a coroutine on the loop in the background."""
+        """Run a coroutine on the loop in the background; `DevServerError` once stopped."""
+        if self._stopping.is_set():
+            coro.close()
+            raise DevServerError("the Temporal runtime has stopped")
         return asyncio.run_coroutine_threadsafe(coro, self._loop)
 
     def settings(self) -> dict[str, Any]:
@@ -336,7 +361,8 @@ class TemporalRuntime:
         }
 
     def stop(self) -> None:
-        """Cancel what runs on the loop, stop the loop, and kill the server."""
+        """Cancel what runs on the loop, stop it, kill the server, release its database."""
+        self._stopping.set()
         if self._thread.is_alive():
 
             async def cancel_all() -> None:
@@ -345,14 +371,18 @@ class TemporalRuntime:
                     task.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
 
-            with contextlib.suppress(concurrent.futures.TimeoutError, RuntimeError):
-                self.call(cancel_all(), timeout=5.0)
+            cancelled = asyncio.run_coroutine_threadsafe(cancel_all(), self._loop)
+            with contextlib.suppress(concurrent.futures.TimeoutError):
+                cancelled.result(5.0)
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(5.0)
         if self.server is not None:
             self.server.stop()
         if not self._loop.is_running():
             self._loop.close()
+        if self._lock is not None:
+            self._lock.close()  # releases the database for the next server
+            self._lock = None
 
 
 def temporal_column(

@@ -30,8 +30,13 @@ import pytest
 from rich.text import Text
 
 from interlock_demo.app import make_app
-from interlock_demo.settings import resolve
-from interlock_demo.temporal_engine import INSTALL_HINT, temporal_unavailable
+from interlock_demo.settings import Paths, resolve
+from interlock_demo.temporal_engine import (
+    INSTALL_HINT,
+    TemporalRuntime,
+    refund_timeouts,
+    temporal_unavailable,
+)
 from interlock_demo.widgets import ColumnPane, RunHeader
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -383,6 +388,47 @@ def test_activity_timeout_too_short_for_the_claim_wait_exits_2(tmp_path: Path) -
     assert proc.returncode == 2, proc.stderr
     assert "cannot hold a retry's wait for the claim" in proc.stderr
     assert proc.stdout == ""
+
+
+@needs_temporal
+@pytest.mark.parametrize(
+    ("env", "want"),
+    [
+        ({}, (15.0, 12.0)),
+        ({"INTERLOCK_CLAIM_TTL": "6", "INTERLOCK_STRIPE_TIMEOUT": "1"}, (6.0, 3.0)),
+        ({"INTERLOCK_ACTIVITY_TIMEOUT": "20"}, (20.0, 12.0)),
+    ],
+)
+def test_refund_timeouts_follow_the_claim(env: dict[str, str], want: tuple[float, float]) -> None:
+    """The refund activity gets 15 s with the demo's claim, scaled for others, unless set."""
+    config = resolve(mode="offline", env={"INTERLOCK_HOME": "unused", **env})
+    timeouts = refund_timeouts(config, env)
+    assert (timeouts.start_to_close_s, timeouts.heartbeat_s) == want
+
+
+@needs_temporal
+@pytest.mark.timeout(60)
+def test_two_dev_servers_in_one_home_take_separate_databases(tmp_path: Path) -> None:
+    """A second demo on the same INTERLOCK_HOME starts its own server on its own database."""
+    paths = Paths(tmp_path / "home")
+    first = TemporalRuntime(paths).start()
+    try:
+        second = TemporalRuntime(paths).start()
+        try:
+            assert first.server is not None and second.server is not None
+            assert first.server.db_path != second.server.db_path
+            assert first.server.db_path.parent == paths.demo / "temporal"
+            assert second.server.db_path.parent == paths.demo / "temporal"
+            assert first.address != second.address
+        finally:
+            second.stop()
+    finally:
+        first.stop()
+    again = TemporalRuntime(paths).start()
+    try:
+        assert again.server is not None and again.server.db_path == first.server.db_path
+    finally:
+        again.stop()
 
 
 # -- a SIGKILLed supervisor -----------------------------------------------------------------
