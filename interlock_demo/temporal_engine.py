@@ -25,7 +25,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import ctypes
-import ctypes.util
 import fcntl
 import functools
 import importlib.util
@@ -133,21 +132,17 @@ def _free_port() -> int:
         return port
 
 
-def _die_with_parent() -> None:
-    """In the server's child process (Linux): be killed when the thread that started it
-    ends, so a SIGKILLed demo leaves no dev server behind."""
-    if _PRCTL is not None:
-        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-def _prctl() -> Any:
+def _die_with_parent() -> Callable[[], None] | None:
+    """On Linux, a preexec function: the child is killed when the thread that started it
+    ends, so even a SIGKILLed demo leaves no dev server behind. None elsewhere."""
     if not sys.platform.startswith("linux"):
         return None
-    name = ctypes.util.find_library("c")
-    return None if name is None else ctypes.CDLL(name, use_errno=True).prctl
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
 
+    def die_with_parent() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
-_PRCTL = _prctl()
+    return die_with_parent
 
 
 class DevServer:
@@ -206,7 +201,7 @@ class DevServer:
                 stderr=log,
                 env=env,
                 start_new_session=True,
-                preexec_fn=_die_with_parent if _PRCTL is not None else None,
+                preexec_fn=_die_with_parent(),
             )
 
     def exit_code(self) -> int | None:
