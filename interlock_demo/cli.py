@@ -91,6 +91,11 @@ def _parser() -> argparse.ArgumentParser:
         )
     sweep.add_argument("--json", action="store_true", dest="sweep_json", help="print JSON")
     sweep.add_argument("--parallel", type=int, default=3, help="runs at a time (default 3)")
+    results = sub.add_parser(
+        "results",
+        help="regenerate results/: every scenario, the sweep, the engine report, screenshots",
+    )
+    results.add_argument("--out", type=Path, metavar="DIR", default=Path("results"))
     shots = sub.add_parser(
         "screenshots",
         help="save SVG (and PNG) screenshots of each scenario's finished run, offline",
@@ -134,6 +139,14 @@ def main(argv: list[str] | None = None) -> int:
         return screenshots(args.out, args.shot_scenario)
     if args.command == "sweep":
         return _sweep(args.sweep_mode or "offline", args.sweep_json, args.parallel)
+    if args.command == "results":
+        from interlock_demo.results import main_results
+
+        try:
+            return main_results(args.out)
+        except (UsageError, KeyRefusedError) as e:
+            print(f"interlock-demo: {e}", file=sys.stderr)
+            return EXIT_USAGE
     try:
         config = resolve(
             mode=args.mode,
