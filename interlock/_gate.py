@@ -29,6 +29,7 @@ from interlock._config import Switches, Timing
 from interlock._effects import Effect, Found, Observation
 from interlock._errors import ActionError, PaymentsRejectedError, PaymentsUnsettledError
 from interlock._journal import ActionState, Intent, Settlement, Store
+from interlock._leases import approval_problem
 from interlock._receipts import Check, Receipt, receipt_key
 
 Status = Literal["sent", "adopted", "refused", "failed", "pending"]
@@ -318,17 +319,13 @@ class Gate:
         self._emit("check", action_id=intent.action_id, name="world_unchanged", passed=unchanged)
         if not unchanged:
             return checks, Settlement("refused", REASON_WORLD_CHANGED)
-        lease = self.store.lease(intent.lease_id)
-        problem = (
-            "no such approval"
-            if lease is None
-            else lease.problem(
-                kind=intent.kind,
-                target=intent.target,
-                amount=intent.amount,
-                action_id=intent.action_id,
-                now=self._clock(),
-            )
+        problem = approval_problem(
+            self.store.lease(intent.lease_id),
+            kind=intent.kind,
+            target=intent.target,
+            amount=intent.amount,
+            action_id=intent.action_id,
+            now=self._clock(),
         )
         expected = f"approval {intent.lease_id} live and covering {intent.amount}"
         checks.append(Check("approval", expected, problem or "ok", problem is None))

@@ -20,7 +20,7 @@ from typing import Any, Literal, Protocol
 
 from interlock._claims import Claim, Owner
 from interlock._errors import ActionError, LeaseError, SchemaVersionError, StoreError
-from interlock._leases import Lease
+from interlock._leases import Lease, approval_problem
 from interlock._receipts import GENESIS_HASH, Check, Receipt, canonical_json, seal
 
 SCHEMA_VERSION = 1
@@ -333,16 +333,13 @@ class _RuleStore:
                 return SendingAttempt("claim_lost")
             intent = row.intent
             lease = tx.get_lease(intent.lease_id)
-            problem = (
-                "no such approval"
-                if lease is None
-                else lease.problem(
-                    kind=intent.kind,
-                    target=intent.target,
-                    amount=intent.amount,
-                    action_id=action_id,
-                    now=now,
-                )
+            problem = approval_problem(
+                lease,
+                kind=intent.kind,
+                target=intent.target,
+                amount=intent.amount,
+                action_id=action_id,
+                now=now,
             )
             if problem is not None or lease is None:
                 return SendingAttempt("lease_refused", problem)

@@ -94,3 +94,12 @@ class Lease:
         else:
             reservations[action_id] = amount
         return replace(self, reservations=reservations)
+
+
+def approval_problem(
+    lease: Lease | None, *, kind: str, target: str, amount: int, action_id: str, now: float
+) -> str | None:
+    """Why no approval covers this action (a missing lease included), or None when one does."""
+    if lease is None:
+        return "no such approval"
+    return lease.problem(kind=kind, target=target, amount=amount, action_id=action_id, now=now)
