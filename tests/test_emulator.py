@@ -479,14 +479,14 @@ def test_same_key_while_first_is_running_is_409(
     """While the first request with a key is still running, a second one gets a 409."""
     client = _client(emu, timeout_s=10)
     pi = _paid(client)
-    fault = emu.model.add_fault("hold", hold_ms=8000)
+    fault = emu.model.add_fault("hold", hold_ms=8000, commit=False)
     results: list[Any] = []
     first = threading.Thread(
         target=lambda: results.append(_refund(client, pi.id, 300, key="k-busy"))
     )
     first.start()
     try:
-        assert fault.committed.wait(5), "the held refund was never committed"
+        assert fault.started.wait(5), "the held request never started"
         with pytest.raises(stripe.APIError) as err:
             _refund(client, pi.id, 300, key="k-busy")
         assert err.value.http_status == 409
@@ -980,13 +980,13 @@ def test_stripe_payments_in_flight_key_is_unsettled(
     """The emulator's 409 for a key in use is sorted as PaymentsUnsettledError (HTTP 409)."""
     payments = StripePayments(_client(emu, timeout_s=10))
     pi = payments.create_payment(1000)
-    fault = emu.model.add_fault("hold", hold_ms=8000)
+    fault = emu.model.add_fault("hold", hold_ms=8000, commit=False)
     worker = threading.Thread(
         target=lambda: payments.create_refund(pi.id, 100, idempotency_key="k-409")
     )
     worker.start()
     try:
-        assert fault.committed.wait(5)
+        assert fault.started.wait(5), "the held request never started"
         with pytest.raises(PaymentsUnsettledError) as err:
             payments.create_refund(pi.id, 100, idempotency_key="k-409")
         assert err.value.http_status == 409

@@ -216,16 +216,16 @@ def test_same_key_other_params_is_rejected(face: Face) -> None:
 
 
 def test_same_key_in_flight_is_unsettled(face: Face, release_hold: threading.Event) -> None:
-    """While a request with a key is held after commit, the same key is unsettled (409)."""
+    """While a request with a key is still running, the same key is unsettled (409)."""
     pi = face.payments.create_payment(3000)
-    fault = face.model.add_fault("hold", hold_ms=8000)
+    fault = face.model.add_fault("hold", hold_ms=8000, commit=False)
     done: list[Refund] = []
     worker = threading.Thread(
         target=lambda: done.append(face.payments.create_refund(pi.id, 300, idempotency_key="k"))
     )
     worker.start()
     try:
-        assert fault.committed.wait(5), "the held refund was never committed"
+        assert fault.started.wait(5), "the held request never started"
         with pytest.raises(PaymentsUnsettledError) as err:
             face.payments.create_refund(pi.id, 300, idempotency_key="k")
         assert err.value.http_status == 409

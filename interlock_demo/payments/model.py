@@ -11,9 +11,11 @@ still running is a 409; keys are pruned 24 hours after first use, by the model's
 which tests can advance. Validation errors are not saved, as at Stripe.
 
 Faults for crash tests apply to the next refund requests: hold the answer after the
-refund is committed (or, with `commit=False`, hold before committing: a slow request whose
-key stays in progress), answer 500 with or without committing, or drop the connection
-after committing. A fault's `committed` event tells the caller when the refund is in.
+refund and its idempotent answer are saved (the answer is slow on its way back; a retry
+meanwhile gets the replay), or with `commit=False` hold before committing (a slow request
+whose key stays in progress: a retry meanwhile gets 409), answer 500 with or without
+committing, or drop the connection after committing. A fault's `committed` event tells
+the caller when the refund is in.
 """
 
 from __future__ import annotations
@@ -85,6 +87,8 @@ class Fault:
     commit: bool = True
     remaining: int = 1
     committed: threading.Event = field(default_factory=threading.Event)
+    # Set when a request takes the fault: from then on its key is in progress.
+    started: threading.Event = field(default_factory=threading.Event)
     fired: int = 0
     payment_intent: str | None = None
     # Called in-process once the refund and its idempotency result are saved (mock crashes).
@@ -213,6 +217,7 @@ class PaymentsModel:
                 if f.remaining > 0 and f.matches(params):
                     f.remaining -= 1
                     f.fired += 1
+                    f.started.set()
                     return f
         return None
 
@@ -235,7 +240,7 @@ class PaymentsModel:
                 if replay is not None:
                     return replay
         fault = self._take_fault(params) if endpoint == "refunds" else None
-        status, body, saved, drop = self._execute(handler, params, fault)
+        status, body, saved, drop, committed = self._execute(handler, params, fault)
         if idempotency_key is not None:
             with self._lock:
                 entry = self._keys.get(idempotency_key)
@@ -244,8 +249,14 @@ class PaymentsModel:
                         entry.done, entry.status, entry.body = True, status, body
                     else:
                         del self._keys[idempotency_key]
-        if fault is not None and fault.on_commit is not None and fault.committed.is_set():
-            fault.on_commit()
+        if fault is not None and committed:
+            # Stripe has finished: the refund and the key's saved answer are in. Only the
+            # answer is still on its way back (a hold), or lost (a drop), or a 500.
+            fault.committed.set()
+            if fault.kind == "hold" and fault.commit:
+                time.sleep(fault.hold_ms / 1000)
+            if fault.on_commit is not None:
+                fault.on_commit()
         return Reply(status, body, drop=drop, idempotency_key=idempotency_key)
 
     def _idempotency_check(self, endpoint: str, params: JSONObj, key: str) -> Reply | None:
@@ -278,31 +289,26 @@ class PaymentsModel:
 
     def _execute(
         self, handler: Callable[[JSONObj], JSONObj], params: JSONObj, fault: Fault | None
-    ) -> tuple[int, JSONObj, bool, bool]:
-        """Run a handler under a fault; returns (status, body, saved, drop)."""
+    ) -> tuple[int, JSONObj, bool, bool, bool]:
+        """Run a handler under a fault; returns (status, body, saved, drop, committed)."""
         kind = fault.kind if fault is not None else None
         if fault is not None and not fault.commit:
             if kind == "error_500":
                 # A 500 before the endpoint began executing: nothing committed or saved.
-                return 500, _server_error().envelope(), False, False
+                return 500, _server_error().envelope(), False, False, False
             if kind == "hold":
                 # A slow request: it holds before committing, its key in progress meanwhile.
                 time.sleep(fault.hold_ms / 1000)
         try:
             body = handler(params)
         except StripeModelError as e:
-            return e.status, e.envelope(), e.saved, False
-        if fault is None:
-            return 200, body, True, False
-        fault.committed.set()
-        if kind == "hold" and fault.commit:
-            time.sleep(fault.hold_ms / 1000)
+            return e.status, e.envelope(), e.saved, False, False
         if kind == "drop":
-            return 200, body, True, True
+            return 200, body, True, True, True
         if kind == "error_500":
             # A 500 after the refund was committed: Stripe saves and replays the 500.
-            return 500, _server_error().envelope(), True, False
-        return 200, body, True, False
+            return 500, _server_error().envelope(), True, False, True
+        return 200, body, True, False, fault is not None
 
     def get_payment_intent(self, intent_id: str) -> Reply:
         """GET /v1/payment_intents/{id}."""
