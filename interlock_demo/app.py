@@ -320,13 +320,16 @@ class DemoApp(App[int]):
         return TEMPORAL_TITLES if self.config.engine == "temporal" else TITLES
 
     def _engine_label(self) -> str:
-        """The engine for the header: Temporal's web UI, or why `t` is off."""
+        """The engine for the header (Temporal's web UI, or why `t` is off), and the JSON URL."""
         if self.config.engine == "temporal":
-            ui = self.temporal_ui or "starting…"
-            return f"temporal (web UI {ui})"
-        if self.temporal_missing is not None and self.config.mode != "mock":
-            return f"standalone (t off: {self.temporal_missing})"
-        return "standalone"
+            label = f"temporal (web UI {self.temporal_ui or 'starting…'})"
+        elif self.temporal_missing is not None and self.config.mode != "mock":
+            label = f"standalone (t off: {self.temporal_missing})"
+        else:
+            label = "standalone"
+        if self.http_url is not None:
+            label += f" · JSON {self.http_url}/api/run"
+        return label
 
     def _temporal_blocker(self) -> str | None:
         """Why `t` cannot switch engines now, or None."""
