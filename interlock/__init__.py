@@ -37,9 +37,8 @@ from interlock._receipts import Check, Receipt
 from interlock._stripe import DeadlineHTTPClient, StripePayments, make_stripe_client
 from interlock._verify import VerifyResult, verify
 
-__all__ = [
+__all__ = [  # noqa: RUF022 - sorted case-insensitively, as httpx does
     "ACTION_METADATA_KEY",
-    "REASON_WORLD_CHANGED",
     "ActionError",
     "ActionState",
     "Check",
@@ -54,7 +53,9 @@ __all__ = [
     "JournalRecord",
     "Lease",
     "LeaseError",
+    "make_stripe_client",
     "MemoryStore",
+    "new_action_id",
     "Observation",
     "Outcome",
     "Owner",
@@ -63,20 +64,19 @@ __all__ = [
     "PaymentsError",
     "PaymentsRejectedError",
     "PaymentsUnsettledError",
+    "REASON_WORLD_CHANGED",
     "Receipt",
     "Refund",
-    "SQLiteStore",
+    "refunds_fingerprint",
     "SchemaVersionError",
     "Settlement",
+    "SQLiteStore",
     "Store",
     "StoreError",
     "StripePayments",
     "StripeRefund",
     "Switches",
     "Timing",
-    "VerifyResult",
-    "make_stripe_client",
-    "new_action_id",
-    "refunds_fingerprint",
     "verify",
+    "VerifyResult",
 ]
