@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -799,8 +798,3 @@ class MemoryStore(_RuleStore):
 
     def close(self) -> None:
         """Nothing to release."""
-
-
-def now_s() -> float:
-    """Wall-clock seconds: claims are compared across processes."""
-    return time.time()

@@ -51,11 +51,6 @@ class Paths:
         return self.demo / "cases"
 
     @property
-    def decisions(self) -> Path:
-        """Decision files of the standard and checked workers."""
-        return self.demo / "decisions"
-
-    @property
     def logs(self) -> Path:
         """Workers' stderr and other logs."""
         return self.demo / "logs"
