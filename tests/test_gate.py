@@ -2,22 +2,17 @@
 
 Crashes are simulated: the gate's event sink raises `Crash` at a named step and the
 crashed gate is abandoned; a restart is a new `Gate` with a new `Owner`. A fake clock
-whose `sleep` advances it makes claim waits take no real time.
+whose `sleep` advances it makes claim waits take no real time (the rig is shared with the
+property tests: `tests/helpers/gate_rig.py`).
 """
 
 from __future__ import annotations
 
-import itertools
-import os
-import socket
 import threading
-import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 from interlock import (
@@ -26,9 +21,7 @@ from interlock import (
     ActionError,
     Claim,
     ConfigError,
-    Gate,
     Intent,
-    Lease,
     MemoryStore,
     Outcome,
     Owner,
@@ -36,137 +29,35 @@ from interlock import (
     Refund,
     SQLiteStore,
     Store,
-    StripeRefund,
     Switches,
     Timing,
-    new_action_id,
-    refunds_fingerprint,
     verify,
 )
 from interlock_demo.payments import InProcessPayments, PaymentsModel
+from tests.helpers.gate_rig import (
+    AMOUNT,
+    PAYMENT,
+    TIMING,
+    Crash,
+    Event,
+    GateWorld,
+    gone_owner,
+    remote_owner,
+)
 
-T0 = 1_700_000_000.0
-PAYMENT = 10_000
 CAP = 2_000
-AMOUNT = 2_000
-TIMING = Timing(6, 1)
-_pids = itertools.count(1)
 
 
-class Crash(BaseException):
-    """A simulated SIGKILL at a named step: nothing after it runs in that worker."""
-
-
-class Clock:
-    """A fake wall clock; `sleep` advances it, so waiting takes no real time."""
-
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        assert seconds >= 0
-        self.now += seconds
-
-
-@dataclass(frozen=True)
-class Event:
-    """One event a gate emitted: which worker, what, when (fake clock) and its data."""
-
-    worker: str
-    kind: str
-    t: float
-    data: Mapping[str, Any]
-
-
-Hook = Callable[[Mapping[str, Any]], object]
-
-
-def gone_owner(name: str = "crashed") -> Owner:
-    """An owner on this host whose process provably no longer runs (a pid above pid_max)."""
-    pid = 2**22 + next(_pids)
-    assert not psutil.pid_exists(pid)
-    return Owner(name, pid, T0 - 60, socket.gethostname())
-
-
-def remote_owner(name: str = "remote") -> Owner:
-    """An owner on another host: whether it still runs cannot be checked from here."""
-    return Owner(name, os.getpid(), T0 - 60, "another-host.invalid")
-
-
-class World:
+class World(GateWorld):
     """A $100 payment, a $20 refund lease on it, a store, a fake clock and an event log."""
 
     def __init__(self, store: Store | None = None, payments: InProcessPayments | None = None):
-        self.clock = Clock()
-        self.payments = payments if payments is not None else InProcessPayments()
-        self.model = self.payments.model
-        self.store: Store = store if store is not None else MemoryStore()
-        self.pi = self.payments.create_payment(PAYMENT).id
+        super().__init__(store, payments)
         self.lease = self.grant(CAP)
-        self.events: list[Event] = []
-
-    def grant(self, cap: int) -> Lease:
-        """A new refund lease on the payment, valid for an hour."""
-        return self.store.grant_lease(
-            Lease(
-                id=f"lease_{uuid.uuid4().hex[:10]}",
-                kind="refund",
-                target=self.pi,
-                cap=cap,
-                expires_at=self.clock() + 3600,
-                granted_by="support",
-                granted_at=self.clock(),
-            )
-        )
 
     def decide(self, amount: int = AMOUNT, lease_id: str | None = None) -> Intent:
-        """The model's decision, with the fingerprint of the refunds it was shown."""
-        seen = self.payments.get_payment(self.pi).refunds
-        return Intent(
-            new_action_id(),
-            "refund",
-            self.pi,
-            amount,
-            lease_id or self.lease.id,
-            refunds_fingerprint(seen),
-            metadata={"case": "gate-tests", "column": "interlock"},
-        )
-
-    def gate(
-        self,
-        owner: Owner,
-        *,
-        crash_at: str | None = None,
-        hooks: Mapping[str, Hook] | None = None,
-        switches: Switches | None = None,
-        signing_key: bytes | None = None,
-        max_sends: int = 3,
-    ) -> Gate:
-        """A gate for `owner` that logs its events, runs `hooks` and crashes at `crash_at`."""
-
-        def on_event(kind: str, data: Mapping[str, Any]) -> None:
-            self.events.append(Event(owner.worker_id, kind, self.clock(), dict(data)))
-            hook = (hooks or {}).get(kind)
-            if hook is not None:
-                hook(data)
-            if kind == crash_at:
-                raise Crash(kind)
-
-        return Gate(
-            self.store,
-            StripeRefund(self.payments),
-            timing=TIMING,
-            switches=switches or Switches(),
-            owner=owner,
-            signing_key=signing_key,
-            on_event=on_event,
-            clock=self.clock,
-            sleep=self.clock.sleep,
-            max_sends=max_sends,
-        )
+        """The model's decision on this world's lease, unless another is named."""
+        return super().decide(amount, lease_id or self.lease.id)
 
     def crash(
         self,
@@ -185,23 +76,6 @@ class World:
     def hand_refund(self) -> Refund:
         """Support refunds $20 by hand: no idempotency key, no metadata."""
         return self.payments.create_refund(self.pi, AMOUNT)
-
-    def refunds(self) -> list[Refund]:
-        """The payment's refunds as Stripe lists them now."""
-        return self.payments.list_refunds(self.pi)
-
-    def agent_refunds(self, action_id: str | None = None) -> list[Refund]:
-        """Refunds naming an interlock action (this one, if given)."""
-        return [
-            r
-            for r in self.refunds()
-            if ACTION_METADATA_KEY in r.metadata
-            and (action_id is None or r.metadata[ACTION_METADATA_KEY] == action_id)
-        ]
-
-    def hand_refunds(self) -> list[Refund]:
-        """Refunds without metadata, as from the dashboard."""
-        return [r for r in self.refunds() if not r.metadata]
 
     def of(self, worker: str, kind: str) -> list[Event]:
         """The events of one kind one worker emitted."""

@@ -4,26 +4,22 @@ Everything runs in-process against the in-memory Stripe model with a fake clock.
 is an exception raised from the gate's event sink at a named step; the crashed gate is
 abandoned and recovery runs in new gates with new owners. Recoverers are interleaved
 deterministically: recoverer i+1 starts from inside recoverer i's event sink at a chosen
-step (or after recoverer i returns), and waits on the shared fake clock.
+step (or after recoverer i returns), and waits on the shared fake clock. The rig is
+shared with the unit tests: `tests/helpers/gate_rig.py`.
 """
 
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
-import os
 import shutil
-import socket
 import sqlite3
 import tempfile
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -32,30 +28,24 @@ from interlock import (
     ACTION_METADATA_KEY,
     REASON_WORLD_CHANGED,
     Claim,
-    Gate,
     Intent,
     Lease,
-    MemoryStore,
     Outcome,
     Owner,
-    Refund,
     SQLiteStore,
-    Store,
-    StripeRefund,
-    Switches,
-    Timing,
-    new_action_id,
-    refunds_fingerprint,
     verify,
 )
 from interlock._receipts import canonical_json
 from interlock_demo.payments import InProcessPayments
-
-T0 = 1_700_000_000.0
-PAYMENT = 10_000
-AMOUNT = 2_000
-TIMING = Timing(6, 1)
-_pids = itertools.count(1)
+from tests.helpers.gate_rig import (
+    AMOUNT,
+    PAYMENT,
+    Crash,
+    GateWorld,
+    Hook,
+    gone_owner,
+    remote_owner,
+)
 
 CRASH_POINTS = (
     None,
@@ -88,112 +78,10 @@ PROPERTY_SETTINGS = settings(
 )
 
 
-class Crash(BaseException):
-    """A simulated SIGKILL at a named step: nothing after it runs in that worker."""
-
-
-class Clock:
-    """A fake wall clock; `sleep` advances it, so waiting takes no real time."""
-
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        assert seconds >= 0
-        self.now += seconds
-
-
-@dataclass(frozen=True)
-class Event:
-    """One event a gate emitted: which worker, what, when (fake clock) and its data."""
-
-    worker: str
-    kind: str
-    t: float
-    data: Mapping[str, Any]
-
-
-def gone_owner() -> Owner:
-    """An owner on this host whose process provably no longer runs (a pid above pid_max)."""
-    pid = 2**22 + next(_pids)
-    assert not psutil.pid_exists(pid)
-    return Owner(f"crashed-{pid}", pid, T0 - 60, socket.gethostname())
-
-
-def remote_owner() -> Owner:
-    """An owner on another host: whether it still runs cannot be checked from here."""
-    return Owner(f"remote-{uuid.uuid4().hex[:6]}", os.getpid(), T0 - 60, "another-host.invalid")
-
-
-class World:
+class World(GateWorld):
     """A $100 payment, refund leases on it, a store, a fake clock and an event log."""
 
-    def __init__(self, store: Store | None = None) -> None:
-        self.clock = Clock()
-        self.payments = InProcessPayments()
-        self.model = self.payments.model
-        self.store: Store = store if store is not None else MemoryStore()
-        self.pi = self.payments.create_payment(PAYMENT).id
-        self.events: list[Event] = []
-
-    def grant(self, cap: int) -> Lease:
-        """A new refund lease on the payment, valid for an hour."""
-        return self.store.grant_lease(
-            Lease(
-                id=f"lease_{uuid.uuid4().hex[:10]}",
-                kind="refund",
-                target=self.pi,
-                cap=cap,
-                expires_at=self.clock() + 3600,
-                granted_by="support",
-                granted_at=self.clock(),
-            )
-        )
-
-    def decide(self, amount: int, lease_id: str) -> Intent:
-        """The model's decision, with the fingerprint of the refunds it was shown."""
-        seen = self.payments.get_payment(self.pi).refunds
-        return Intent(
-            new_action_id(),
-            "refund",
-            self.pi,
-            amount,
-            lease_id,
-            refunds_fingerprint(seen),
-            metadata={"case": "gate-properties", "column": "interlock"},
-        )
-
-    def gate(
-        self,
-        owner: Owner,
-        *,
-        crash_at: str | None = None,
-        hook: Callable[[str, Mapping[str, Any]], None] | None = None,
-        signing_key: bytes | None = None,
-    ) -> Gate:
-        """A gate for `owner` that logs its events, calls `hook` and crashes at `crash_at`."""
-
-        def on_event(kind: str, data: Mapping[str, Any]) -> None:
-            self.events.append(Event(owner.worker_id, kind, self.clock(), dict(data)))
-            if hook is not None:
-                hook(kind, data)
-            if kind == crash_at:
-                raise Crash(kind)
-
-        return Gate(
-            self.store,
-            StripeRefund(self.payments),
-            timing=TIMING,
-            switches=Switches(),
-            owner=owner,
-            signing_key=signing_key,
-            on_event=on_event,
-            clock=self.clock,
-            sleep=self.clock.sleep,
-        )
+    case = "gate-properties"
 
     def submit(self, intent: Intent, owner: Owner, crash_at: str | None = None) -> Outcome | None:
         """Submit `intent`; None when the worker crashed."""
@@ -202,31 +90,18 @@ class World:
         except Crash:
             return None
 
-    def agent_refunds(self, action_id: str | None = None) -> list[Refund]:
-        """Refunds naming an interlock action (this one, if given)."""
-        return [
-            r
-            for r in self.payments.list_refunds(self.pi)
-            if ACTION_METADATA_KEY in r.metadata
-            and (action_id is None or r.metadata[ACTION_METADATA_KEY] == action_id)
-        ]
 
-    def hand_refunds(self) -> list[Refund]:
-        """Refunds without metadata, as from the dashboard."""
-        return [r for r in self.payments.list_refunds(self.pi) if not r.metadata]
-
-
-def once(kind: str, action: Callable[[], object]) -> Callable[[str, Mapping[str, Any]], None]:
-    """An event hook that runs `action` the first time `kind` is emitted."""
+def once(kind: str, action: Callable[[], object]) -> dict[str, Hook]:
+    """Event hooks that run `action` the first time `kind` is emitted."""
     fired = False
 
-    def hook(k: str, _data: Mapping[str, Any]) -> None:
+    def hook(_data: Mapping[str, Any]) -> None:
         nonlocal fired
-        if k == kind and not fired:
+        if not fired:
             fired = True
             action()
 
-    return hook
+    return {kind: hook}
 
 
 def run_recoverers(world: World, nests: tuple[str | None, ...]) -> list[tuple[str, list[Outcome]]]:
@@ -243,8 +118,8 @@ def run_recoverers(world: World, nests: tuple[str | None, ...]) -> list[tuple[st
             run(i + 1)
 
         nest = nests[i] if i < len(nests) else None
-        hook = once(nest, start_next) if nest is not None else None
-        results.append((owner.worker_id, world.gate(owner, hook=hook).recover()))
+        hooks = once(nest, start_next) if nest is not None else None
+        results.append((owner.worker_id, world.gate(owner, hooks=hooks).recover()))
         if i < len(nests) and not started:
             run(i + 1)
 
@@ -319,9 +194,9 @@ def play(story: Story) -> Played:
         world.model.add_fault(story.fault[0], commit=story.fault[1])
     outage_at("before-submit")
     owner = gone_owner() if story.crashed_owner == "gone" else remote_owner()
-    hook = once("journaled", outage) if story.outage and story.when == "at-journaled" else None
+    hooks = once("journaled", outage) if story.outage and story.when == "at-journaled" else None
     try:
-        first: Outcome | None = world.gate(owner, crash_at=story.crash, hook=hook).submit(intent)
+        first: Outcome | None = world.gate(owner, crash_at=story.crash, hooks=hooks).submit(intent)
     except Crash:
         first = None
     state = world.store.action(intent.action_id)
