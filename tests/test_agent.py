@@ -31,7 +31,7 @@ from interlock import (
 )
 from interlock_demo.payments import InProcessPayments, PaymentsModel, StripeEmulator
 from tests.conftest import TEST_KEY
-from tests.test_engine_e2e import ROOT, SCRUBBED
+from tests.helpers.headless import ROOT, SCRUBBED
 from workers.agent import (
     MAX_TURNS,
     SYSTEM,

@@ -18,7 +18,7 @@ import pytest
 
 from interlock import ConfigError
 from interlock_demo.settings import demo_timing, resolve, worker_env
-from tests.test_engine_e2e import ROOT, SCRUBBED
+from tests.helpers.headless import ROOT, SCRUBBED
 
 LIVE_KEY = "sk_live_51Hq8ZbQ4eC39HqLyjWDarjtT1zdp7dcMadeUp"
 STRIPE_TEST_KEY = "sk_test_51Hq8ZbQ9xT4kVwNpMadeUpTestKey00"

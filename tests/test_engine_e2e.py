@@ -4,24 +4,23 @@ Every case runs `python -m interlock_demo.cli --headless --json --offline ...` i
 subprocess with its own INTERLOCK_HOME and the short timings (claim 6 s, Stripe timeout
 1 s). The scenario runs start together in one module fixture, so the file's wall time is
 about one run's. The expectations below are written out from DESIGN §3 by hand rather than
-read from `scenarios.TRUTH`, so a wrong truth table fails here too.
+read from `scenarios.TRUTH`, so a wrong truth table fails here too; the table and the
+checks of a run's JSON are shared with the Temporal engine's tests (`tests/helpers/headless.py`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import queue
 import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import psutil
 import pytest
@@ -29,80 +28,31 @@ import stripe
 
 from interlock_demo.payments import StripeEmulator
 from tests.conftest import TEST_KEY
+from tests.helpers.headless import (
+    CLI,
+    ROOT,
+    SCRUBBED,
+    Lines,
+    check_interlock_receipt,
+    check_no_lookup_refusal,
+    check_run,
+    cli_env,
+    reap,
+    run,
+)
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parent.parent
 RUN_DEADLINE_S = 100.0
 LINE_DEADLINE_S = 30.0
 ORPHAN_DEADLINE_S = 5.0
-SCRUBBED = (
-    "STRIPE_SECRET_KEY",
-    "ANTHROPIC_API_KEY",
-    "INTERLOCK_EMULATE_24H",
-    "INTERLOCK_NO_LOOKUP",
-    "INTERLOCK_CRASH",
-    "INTERLOCK_RECEIPT_KEY",
-    "INTERLOCK_HOME",
-    "INTERLOCK_STORE",
-    "INTERLOCK_CLAIM_TTL",
-    "INTERLOCK_STRIPE_TIMEOUT",
-)
-SHORT_TIMINGS = {"INTERLOCK_CLAIM_TTL": "6", "INTERLOCK_STRIPE_TIMEOUT": "1"}
-
-# (agent refunds, hand refunds, outcome status, words the reason must contain), DESIGN §3.
-Want = tuple[int, int, str, str | None]
-TABLE: dict[str, dict[str, Want]] = {
-    "hand-refund": {
-        "standard": (1, 1, "sent", None),
-        "interlock": (0, 1, "refused", "refunds changed"),
-        "checked": (0, 1, "stopped", None),
-    },
-    "revoked": {
-        "standard": (1, 0, "sent", None),
-        "interlock": (0, 0, "refused", "revoked"),
-        "checked": (0, 0, "stopped", None),
-    },
-    "after-answer": {
-        "standard": (1, 0, "sent", None),
-        "interlock": (1, 0, "adopted", "its own refund"),
-        "checked": (1, 0, "stopped", None),
-    },
-    "after-answer+24h": {
-        "standard": (2, 0, "sent", None),
-        "interlock": (1, 0, "adopted", "its own refund"),
-        "checked": (1, 0, "stopped", None),
-    },
-    "after-answer+no-lookup": {
-        "standard": (1, 0, "sent", None),
-        "interlock": (1, 0, "refused", "refunds changed"),
-        "checked": (1, 0, "stopped", None),
-    },
-}
-CRASH_POINT = {"hand-refund": "before-send", "revoked": "before-send"}
 CASES: dict[str, list[str]] = {
     "hand-refund": ["--scenario", "hand-refund"],
     "revoked": ["--scenario", "revoked"],
     "after-answer": ["--scenario", "after-answer"],
-    "after-answer+24h": ["--scenario", "after-answer", "--emulate-24h"],
+    "after-answer+emulate-24h": ["--scenario", "after-answer", "--emulate-24h"],
     "after-answer+no-lookup": ["--scenario", "after-answer", "--no-lookup"],
 }
-SWITCH = {
-    "after-answer+24h": ["INTERLOCK_EMULATE_24H"],
-    "after-answer+no-lookup": ["INTERLOCK_NO_LOOKUP"],
-}
-
-
-def cli_env(home: Path, **extra: str) -> dict[str, str]:
-    """The environment of a CLI subprocess: no keys or switches from outside, short timings."""
-    env = {k: v for k, v in os.environ.items() if k not in SCRUBBED}
-    env.update(SHORT_TIMINGS)
-    env["INTERLOCK_HOME"] = str(home)
-    env.update(extra)
-    return env
-
-
-CLI = [sys.executable, "-m", "interlock_demo.cli", "--headless", "--json", "--offline"]
 
 
 @dataclass
@@ -181,45 +131,10 @@ def _check_run(run: Finished, case: str) -> None:
     doc = run.doc
     assert run.code == 0, run.stderr[-3000:]
     assert isinstance(doc, dict)
-    assert doc["schema"] == "interlock-demo/run@1"
-    assert doc["mode"] == "offline"
-    assert doc["engine"] == "standalone"
-    assert doc["scenario"] == case.split("+")[0]
-    assert doc["status"] == "finished"
-    assert doc["error"] is None
-    assert doc["emulated"] == SWITCH.get(case, [])
+    check_run(doc, case, "standalone")
     assert doc["settings"]["stripe"] == "emulator"
     assert doc["settings"]["claim_ttl_s"] == 6
     assert doc["settings"]["stripe_timeout_s"] == 1
-    assert [c["name"] for c in doc["columns"]] == ["standard", "interlock", "checked"]
-    crash_point = CRASH_POINT.get(doc["scenario"], "after-answer")
-    for col in doc["columns"]:
-        agent, hand, status, reason = TABLE[case][col["name"]]
-        where = f"{case}/{col['name']}"
-        refunds = col["stripe"]["refunds"]
-        counting = [r for r in refunds if r["status"] in ("succeeded", "pending")]
-        assert sum(r["by"] == "agent" for r in counting) == agent, where
-        assert sum(r["by"] == "hand" for r in counting) == hand, where
-        assert col["stripe"]["refunded_total"] == 2000 * (agent + hand), where
-        assert all(r["amount"] == 2000 for r in refunds), where
-        for r in refunds:
-            if r["by"] == "agent":
-                assert r["metadata"]["column"] == col["name"], where
-            else:
-                assert r["metadata"] == {}, where
-        assert col["outcome"]["status"] == status, where
-        if reason is not None:
-            assert reason in col["outcome"]["reason"], where
-        first, second = col["workers"]
-        assert first["exit_code"] == -9, where
-        assert first["crash_point"] == crash_point, where
-        assert second["exit_code"] == 0, where
-        assert second["crash_point"] is None, where
-        assert first["pid"] != second["pid"], where
-        assert first["ended_at"] <= second["started_at"], where
-        assert col["as_predicted"] is True, (where, col["deviations"])
-        assert col["deviations"] == [], where
-        assert col["error"] is None, where
 
 
 @pytest.mark.timeout(180)
@@ -230,31 +145,18 @@ def test_scenario_offline(runs: dict[str, Finished], case: str) -> None:
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("case", ["hand-refund", "revoked", "after-answer", "after-answer+24h"])
+@pytest.mark.parametrize(
+    "case", ["hand-refund", "revoked", "after-answer", "after-answer+emulate-24h"]
+)
 def test_interlock_receipts_verify(runs: dict[str, Finished], case: str) -> None:
     """Interlock's receipt matches its outcome and `verify()` finds nothing wrong."""
-    col = runs[case].doc["columns"][1]
-    assert col["name"] == "interlock"
-    assert col["verify"]["ok"] is True
-    assert col["verify"]["problems"] == []
-    assert col["verify"]["chain_length"] >= 1
-    assert col["receipt"]["outcome"] == col["outcome"]["status"]
-    assert col["receipt"]["action_id"] == col["outcome"]["action_id"]
-    if col["outcome"]["status"] == "adopted":
-        (own,) = col["stripe"]["refunds"]
-        assert col["receipt"]["external_id"] == own["id"]
-        assert own["metadata"]["interlock_action"] == col["outcome"]["action_id"]
+    check_interlock_receipt(runs[case].doc["columns"][1])
 
 
 @pytest.mark.timeout(180)
 def test_no_lookup_verify_reports_the_unrecorded_refund(runs: dict[str, Finished]) -> None:
     """With no lookup, interlock refuses and `verify()` names the refund its receipt lacks."""
-    col = runs["after-answer+no-lookup"].doc["columns"][1]
-    assert col["receipt"]["outcome"] == "refused"
-    assert col["verify"]["ok"] is False
-    (own,) = [r for r in col["stripe"]["refunds"] if r["by"] == "agent"]
-    assert own["metadata"]["interlock_action"] == col["outcome"]["action_id"]
-    assert any(own["id"] in p and "refused" in p for p in col["verify"]["problems"]), col["verify"]
+    check_no_lookup_refusal(runs["after-answer+no-lookup"].doc["columns"][1])
 
 
 @pytest.mark.timeout(180)
@@ -286,45 +188,6 @@ def test_stripe_base_refunds_reread_with_own_client(
 
 
 # -- interrupting a run ----------------------------------------------------------------
-
-
-class Lines:
-    """A subprocess's stderr lines in a queue, to wait on with a deadline."""
-
-    def __init__(self, stream: IO[str]) -> None:
-        self.seen: list[str] = []
-        self._q: queue.Queue[str | None] = queue.Queue()
-        self._t = threading.Thread(target=self._read, args=(stream,), daemon=True)
-        self._t.start()
-
-    def _read(self, stream: IO[str]) -> None:
-        for line in stream:
-            self._q.put(line)
-        self._q.put(None)
-
-    def until(self, text: str, deadline_s: float = LINE_DEADLINE_S) -> str:
-        """The first line containing `text`; fails if the stream ends or the deadline passes."""
-        deadline = time.monotonic() + deadline_s
-        while True:
-            try:
-                line = self._q.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                raise AssertionError(f"no {text!r} on stderr in time: {self.seen}") from None
-            if line is None:
-                raise AssertionError(f"stderr ended before {text!r}: {self.seen}")
-            self.seen.append(line)
-            if text in line:
-                return line
-
-    def rest(self) -> str:
-        """Everything after the lines already read, once the stream ended."""
-        self._t.join(LINE_DEADLINE_S)
-        out = []
-        while not self._q.empty():
-            line = self._q.get_nowait()
-            if line is not None:
-                out.append(line)
-        return "".join(out)
 
 
 def _workers_of(home: Path) -> list[psutil.Process]:
@@ -367,7 +230,7 @@ def test_sigint_stops_the_run_and_leaves_no_worker(tmp_path: Path) -> None:
     )
     try:
         assert proc.stderr is not None and proc.stdout is not None
-        lines = Lines(proc.stderr)
+        lines = Lines(proc.stderr, LINE_DEADLINE_S)
         lines.until("worker started")
         proc.send_signal(signal.SIGINT)
         stdout = proc.stdout.read()
@@ -380,12 +243,7 @@ def test_sigint_stops_the_run_and_leaves_no_worker(tmp_path: Path) -> None:
         assert all(c["as_predicted"] is not True for c in doc["columns"])
         assert any(w["pid"] for c in doc["columns"] for w in c["workers"])
     finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
+        reap(proc)
 
 
 @pytest.mark.timeout(120)
@@ -401,7 +259,7 @@ def test_sigkilled_supervisor_leaves_no_worker_behind(tmp_path: Path) -> None:
     )
     try:
         assert proc.stderr is not None
-        lines = Lines(proc.stderr)
+        lines = Lines(proc.stderr, LINE_DEADLINE_S)
         lines.until("waiting for the claim")
         workers = _workers_of(home)
         assert workers, "the waiting worker should be alive"
@@ -412,12 +270,7 @@ def test_sigkilled_supervisor_leaves_no_worker_behind(tmp_path: Path) -> None:
             psutil.wait_procs(_workers_of(home), timeout=0.1)
         assert _workers_of(home) == []
     finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
+        reap(proc)
 
 
 # -- the recovery benchmark ----------------------------------------------------------------
@@ -428,15 +281,7 @@ FIGURES = r"median \d+\.\d{3} s, max \d+\.\d{3} s"
 
 def _bench(*args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in SCRUBBED}
-    return subprocess.run(
-        [sys.executable, str(BENCH), *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        timeout=RUN_DEADLINE_S,
-        check=False,
-    )
+    return run([sys.executable, str(BENCH), *args], env, timeout=RUN_DEADLINE_S)
 
 
 @pytest.mark.timeout(150)

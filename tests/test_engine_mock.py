@@ -1,7 +1,8 @@
 """Mock mode: the same scenarios in-process, simulated crashes, waits shown and not waited.
 
 The engine runs the same worker code on the in-memory payments model; nothing is spawned.
-The expectations are the hand-written DESIGN §3 table of the end-to-end tests.
+The expectations are the hand-written DESIGN §3 table of the end-to-end tests
+(`tests/helpers/headless.py`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import pytest
 
 from interlock_demo.engine import Engine, RunRequest
 from interlock_demo.settings import resolve
-from tests.test_engine_e2e import ROOT, SCRUBBED, SWITCH, TABLE
+from tests.helpers.headless import ROOT, SCRUBBED, SWITCH, TABLE
 
 RUN_DEADLINE_S = 30.0
 FEW_SECONDS = 5.0
@@ -26,7 +27,7 @@ CASE_FLAGS: dict[str, dict[str, bool]] = {
     "hand-refund": {},
     "revoked": {},
     "after-answer": {},
-    "after-answer+24h": {"emulate_24h": True},
+    "after-answer+emulate-24h": {"emulate_24h": True},
     "after-answer+no-lookup": {"no_lookup": True},
 }
 

@@ -7,23 +7,20 @@ both engines at once, each as `interlock-demo --headless --json --offline --chec
 --engine ...` in its own subprocess (its own emulator, and for Temporal its own dev
 server), and keeps each run's JSON: the Temporal tests read those, the report test reads
 the file. The expectations are written out from DESIGN §3 by hand, not read from
-`scenarios.TRUTH`. Tests that need the `temporal` extra are skipped, saying so, where it
-is not installed.
+`scenarios.TRUTH`, and shared with the standalone engine's tests
+(`tests/helpers/headless.py`). Tests that need the `temporal` extra are skipped, saying
+so, where it is not installed.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import queue
 import signal
 import subprocess
 import sys
-import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import psutil
 import pytest
@@ -38,8 +35,19 @@ from interlock_demo.temporal_engine import (
     temporal_unavailable,
 )
 from interlock_demo.widgets import ColumnPane, RunHeader
+from tests.helpers.headless import (
+    CLI,
+    ROOT,
+    TABLE,
+    Lines,
+    check_interlock_receipt,
+    check_no_lookup_refusal,
+    check_run,
+    cli_env,
+    reap,
+    run,
+)
 
-ROOT = Path(__file__).resolve().parent.parent
 MISSING = temporal_unavailable()
 needs_temporal = pytest.mark.skipif(
     MISSING is not None, reason=f"the temporal extra is not installed: {MISSING}"
@@ -49,68 +57,11 @@ pytestmark = pytest.mark.e2e
 REPORT_DEADLINE_S = 240.0
 LINE_DEADLINE_S = 60.0
 GONE_DEADLINE_S = 10.0
-SHORT_TIMINGS = {"INTERLOCK_CLAIM_TTL": "6", "INTERLOCK_STRIPE_TIMEOUT": "1"}
-SCRUBBED = (
-    "STRIPE_SECRET_KEY",
-    "ANTHROPIC_API_KEY",
-    "INTERLOCK_EMULATE_24H",
-    "INTERLOCK_NO_LOOKUP",
-    "INTERLOCK_CRASH",
-    "INTERLOCK_RECEIPT_KEY",
-    "INTERLOCK_HOME",
-    "INTERLOCK_STORE",
-    "INTERLOCK_CLAIM_TTL",
-    "INTERLOCK_STRIPE_TIMEOUT",
-    "INTERLOCK_ACTIVITY_TIMEOUT",
-)
-
-# (agent refunds, hand refunds, outcome status, words the reason must contain), DESIGN §3.
-Want = tuple[int, int, str, str | None]
-TABLE: dict[str, dict[str, Want]] = {
-    "hand-refund": {
-        "standard": (1, 1, "sent", None),
-        "interlock": (0, 1, "refused", "refunds changed"),
-        "checked": (0, 1, "stopped", None),
-    },
-    "revoked": {
-        "standard": (1, 0, "sent", None),
-        "interlock": (0, 0, "refused", "revoked"),
-        "checked": (0, 0, "stopped", None),
-    },
-    "after-answer": {
-        "standard": (1, 0, "sent", None),
-        "interlock": (1, 0, "adopted", "its own refund"),
-        "checked": (1, 0, "stopped", None),
-    },
-    "after-answer+emulate-24h": {
-        "standard": (2, 0, "sent", None),
-        "interlock": (1, 0, "adopted", "its own refund"),
-        "checked": (1, 0, "stopped", None),
-    },
-    "after-answer+no-lookup": {
-        "standard": (1, 0, "sent", None),
-        "interlock": (1, 0, "refused", "refunds changed"),
-        "checked": (1, 0, "stopped", None),
-    },
-}
-SWITCH = {
-    "after-answer+emulate-24h": ["INTERLOCK_EMULATE_24H"],
-    "after-answer+no-lookup": ["INTERLOCK_NO_LOOKUP"],
-}
 TITLES = {
     "standard": "Temporal alone",
     "interlock": "Temporal + Interlock",
     "checked": "Temporal + hand-written check",
 }
-
-
-def cli_env(home: Path, **extra: str) -> dict[str, str]:
-    """A subprocess's environment: no keys or switches from outside, short timings."""
-    env = {k: v for k, v in os.environ.items() if k not in SCRUBBED}
-    env.update(SHORT_TIMINGS)
-    env["INTERLOCK_HOME"] = str(home)
-    env.update(extra)
-    return env
 
 
 @dataclass
@@ -162,49 +113,14 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Report:
     return Report(proc.returncode, proc.stderr, out.read_text(), home, runs)
 
 
-def _counting(col: dict[str, Any]) -> list[dict[str, Any]]:
-    return [r for r in col["stripe"]["refunds"] if r["status"] in ("succeeded", "pending")]
-
-
 @pytest.mark.timeout(REPORT_DEADLINE_S + 60)
 @pytest.mark.parametrize("case", list(TABLE))
 def test_temporal_run_ends_as_the_truth_table_says(report: Report, case: str) -> None:
     """On Temporal, each scenario ends in Stripe and in every column's report as DESIGN §3 says."""
     doc = report.runs[("temporal", case)]
-    assert doc["schema"] == "interlock-demo/run@1"
-    assert (doc["engine"], doc["mode"], doc["status"], doc["error"]) == (
-        "temporal",
-        "offline",
-        "finished",
-        None,
-    )
-    assert doc["scenario"] == case.split("+")[0]
-    assert doc["emulated"] == SWITCH.get(case, [])
-    assert [c["name"] for c in doc["columns"]] == ["standard", "interlock", "checked"]
-    crash_point = "after-answer" if case.startswith("after-answer") else "before-send"
+    check_run(doc, case, "temporal")
     for col in doc["columns"]:
-        where = f"{case}/{col['name']}"
-        agent, hand, status, reason = TABLE[case][col["name"]]
-        counting = _counting(col)
-        assert sum(r["by"] == "agent" for r in counting) == agent, where
-        assert sum(r["by"] == "hand" for r in counting) == hand, where
-        assert col["stripe"]["refunded_total"] == 2000 * (agent + hand), where
-        for r in col["stripe"]["refunds"]:
-            assert r["amount"] == 2000, where
-            if r["by"] == "agent":
-                assert r["metadata"]["column"] == col["name"], where
-            else:
-                assert r["metadata"] == {}, where
-        assert col["outcome"]["status"] == status, where
-        if reason is not None:
-            assert reason in col["outcome"]["reason"], where
-        first, second = col["workers"]
-        assert (first["exit_code"], first["crash_point"]) == (-9, crash_point), where
-        assert (second["exit_code"], second["crash_point"]) == (0, None), where
-        assert first["pid"] != second["pid"], where
-        assert first["ended_at"] <= second["started_at"], where
-        assert col["title"] == TITLES[col["name"]], where
-        assert (col["as_predicted"], col["deviations"], col["error"]) == (True, [], None), where
+        assert col["title"] == TITLES[col["name"]], f"{case}/{col['name']}"
 
 
 @pytest.mark.timeout(REPORT_DEADLINE_S + 60)
@@ -249,27 +165,14 @@ def test_temporal_events_are_read_from_temporal(report: Report, case: str) -> No
 def test_temporal_interlock_receipt_and_verify(report: Report, case: str) -> None:
     """On Temporal, interlock's receipt matches its outcome and `verify()` finds nothing wrong."""
     col = report.runs[("temporal", case)]["columns"][1]
-    assert col["name"] == "interlock"
-    assert (col["verify"]["ok"], col["verify"]["problems"]) == (True, [])
-    assert col["verify"]["chain_length"] >= 1
-    assert col["receipt"]["outcome"] == col["outcome"]["status"]
-    assert col["receipt"]["action_id"] == col["outcome"]["action_id"]
+    check_interlock_receipt(col)
     assert col["receipt"]["owner"]["pid"] == col["workers"][1]["pid"]
-    if col["outcome"]["status"] == "adopted":
-        (own,) = col["stripe"]["refunds"]
-        assert col["receipt"]["external_id"] == own["id"]
-        assert own["metadata"]["interlock_action"] == col["outcome"]["action_id"]
 
 
 @pytest.mark.timeout(REPORT_DEADLINE_S + 60)
 def test_temporal_no_lookup_verify_reports_the_unrecorded_refund(report: Report) -> None:
     """On Temporal with no lookup, interlock refuses and `verify()` names the refund it lacks."""
-    col = report.runs[("temporal", "after-answer+no-lookup")]["columns"][1]
-    assert col["receipt"]["outcome"] == "refused"
-    assert col["verify"]["ok"] is False
-    (own,) = [r for r in col["stripe"]["refunds"] if r["by"] == "agent"]
-    assert own["metadata"]["interlock_action"] == col["outcome"]["action_id"]
-    assert any(own["id"] in p and "refused" in p for p in col["verify"]["problems"])
+    check_no_lookup_refusal(report.runs[("temporal", "after-answer+no-lookup")]["columns"][1])
 
 
 @pytest.mark.timeout(REPORT_DEADLINE_S + 60)
@@ -332,8 +235,6 @@ def test_report_compares_both_engines_from_the_runs(report: Report) -> None:
 
 # -- usage errors ------------------------------------------------------------------------
 
-CLI = [sys.executable, "-m", "interlock_demo.cli", "--headless", "--json", "--offline"]
-
 
 def test_engine_temporal_without_the_extra_exits_2(tmp_path: Path) -> None:
     """Without temporalio, `--engine temporal` exits 2 and says what to install."""
@@ -343,15 +244,7 @@ def test_engine_temporal_without_the_extra_exits_2(tmp_path: Path) -> None:
         "sys.exit(main(['--headless', '--json', '--offline', '--engine', 'temporal', "
         "'--scenario', 'hand-refund']))"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", blocked],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=cli_env(tmp_path / "home"),
-        timeout=60,
-        check=False,
-    )
+    proc = run([sys.executable, "-c", blocked], cli_env(tmp_path / "home"))
     assert proc.returncode == 2, proc.stderr
     assert INSTALL_HINT in proc.stderr
     assert proc.stdout == ""
@@ -359,14 +252,9 @@ def test_engine_temporal_without_the_extra_exits_2(tmp_path: Path) -> None:
 
 def test_mock_with_engine_temporal_exits_2(tmp_path: Path) -> None:
     """`--mock --engine temporal` is a usage error: mock runs have no Temporal."""
-    proc = subprocess.run(
+    proc = run(
         [*CLI[:5], "--mock", "--engine", "temporal", "--scenario", "hand-refund"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=cli_env(tmp_path / "home"),
-        timeout=60,
-        check=False,
+        cli_env(tmp_path / "home"),
     )
     assert proc.returncode == 2, proc.stderr
     assert "without Temporal" in proc.stderr
@@ -376,14 +264,9 @@ def test_mock_with_engine_temporal_exits_2(tmp_path: Path) -> None:
 @needs_temporal
 def test_activity_timeout_too_short_for_the_claim_wait_exits_2(tmp_path: Path) -> None:
     """A start-to-close timeout that cannot hold the retry's claim wait is refused up front."""
-    proc = subprocess.run(
+    proc = run(
         [*CLI, "--engine", "temporal", "--scenario", "hand-refund"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=cli_env(tmp_path / "home", INTERLOCK_ACTIVITY_TIMEOUT="2"),
-        timeout=60,
-        check=False,
+        cli_env(tmp_path / "home", INTERLOCK_ACTIVITY_TIMEOUT="2"),
     )
     assert proc.returncode == 2, proc.stderr
     assert "cannot hold a retry's wait for the claim" in proc.stderr
@@ -434,36 +317,6 @@ def test_two_dev_servers_in_one_home_take_separate_databases(tmp_path: Path) -> 
 # -- a SIGKILLed supervisor -----------------------------------------------------------------
 
 
-class Lines:
-    """A subprocess's stderr lines in a queue, to wait on with a deadline."""
-
-    def __init__(self, stream: IO[str]) -> None:
-        self.seen: list[str] = []
-        self._q: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._read, args=(stream,), daemon=True).start()
-
-    def _read(self, stream: IO[str]) -> None:
-        for line in stream:
-            self._q.put(line)
-        self._q.put(None)
-
-    def until(self, text: str, count: int = 1) -> list[str]:
-        """The first `count` lines containing `text`; fails at the stream's end or deadline."""
-        deadline = time.monotonic() + LINE_DEADLINE_S
-        found: list[str] = []
-        while len(found) < count:
-            try:
-                line = self._q.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                raise AssertionError(f"no {text!r} on stderr in time: {self.seen}") from None
-            if line is None:
-                raise AssertionError(f"stderr ended before {text!r}: {self.seen}")
-            self.seen.append(line)
-            if text in line:
-                found.append(line)
-        return found
-
-
 def _gone(pids: list[int], deadline_s: float) -> list[int]:
     """The pids still alive (not zombies) after waiting up to `deadline_s` for them."""
     alive = []
@@ -498,7 +351,7 @@ def test_sigkilled_cli_leaves_no_worker_and_no_dev_server(tmp_path: Path) -> Non
     )
     try:
         assert proc.stderr is not None
-        lines = Lines(proc.stderr)
+        lines = Lines(proc.stderr, LINE_DEADLINE_S)
         started = lines.until("Temporal worker started", count=2)
         workers = [int(line.split(" pid ")[1].split(":")[0]) for line in started]
         servers = [
@@ -512,11 +365,7 @@ def test_sigkilled_cli_leaves_no_worker_and_no_dev_server(tmp_path: Path) -> Non
         assert proc.wait(LINE_DEADLINE_S) == -signal.SIGKILL
         assert _gone([*workers, *servers], GONE_DEADLINE_S) == []
     finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-        if proc.stderr is not None:
-            proc.stderr.close()
+        reap(proc)
 
 
 # -- the app's t key ---------------------------------------------------------------------
