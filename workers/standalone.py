@@ -21,6 +21,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,15 @@ from interlock import (
     make_stripe_client,
 )
 from workers.agent import AgentError, AnthropicModel, Model, ScriptedModel
-from workers.columns import CRASH_POINTS, Case, DecisionFile, WorkerContext, run_worker
+from workers.columns import (
+    CRASH_POINTS,
+    Case,
+    DecisionBox,
+    DecisionFile,
+    Emit,
+    WorkerContext,
+    run_worker,
+)
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -100,43 +109,81 @@ def _model_factory(case: Case) -> Any:
     return make
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run one worker; returns its exit code."""
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m workers.standalone CASE_FILE", file=sys.stderr)
-        return EXIT_USAGE
+def _supervised_crash_point() -> tuple[bool, str | None]:
+    """Start watching the supervisor, then read `INTERLOCK_CRASH`: (usable, crash point).
+
+    A point that is not one of `CRASH_POINTS` is named on stderr with the known ones, and
+    comes back unusable: the worker then exits with `EXIT_USAGE`.
+    """
     _watch_supervisor()
     crash_at = os.environ.get("INTERLOCK_CRASH") or None
     if crash_at is not None and crash_at not in CRASH_POINTS:
         print(
             f"INTERLOCK_CRASH={crash_at!r} is not one of {', '.join(CRASH_POINTS)}", file=sys.stderr
         )
-        return EXIT_USAGE
-    try:
-        case = Case.from_dict(json.loads(Path(args[0]).read_text()))
-        timing = Timing.from_env()
-        switches = Switches.from_env()
-        key = os.environ.get("STRIPE_SECRET_KEY", "")
-        client = make_stripe_client(
-            key, timeout_s=timing.stripe_timeout_s, base_url=os.environ.get("INTERLOCK_STRIPE_BASE")
-        )
-        home = Path(os.environ.get("INTERLOCK_HOME", ".interlock"))
-        store = SQLiteStore(os.environ.get("INTERLOCK_STORE") or home / "interlock.sqlite3")
-        ctx = WorkerContext(
+        return False, crash_at
+    return True, crash_at
+
+
+def _home_store_and_payments(timing: Timing) -> tuple[Path, SQLiteStore, StripePayments]:
+    """The worker's INTERLOCK_HOME, its journal and its Stripe client, from the environment."""
+    key = os.environ.get("STRIPE_SECRET_KEY", "")
+    client = make_stripe_client(
+        key, timeout_s=timing.stripe_timeout_s, base_url=os.environ.get("INTERLOCK_STRIPE_BASE")
+    )
+    home = Path(os.environ.get("INTERLOCK_HOME", ".interlock"))
+    store = SQLiteStore(os.environ.get("INTERLOCK_STORE") or home / "interlock.sqlite3")
+    return home, store, StripePayments(client)
+
+
+def _context_factory(
+    payments: StripePayments,
+    store: SQLiteStore,
+    timing: Timing,
+    switches: Switches,
+    crash_at: str | None,
+) -> Callable[[Case, DecisionBox, Emit, Callable[[float], None]], WorkerContext]:
+    """What a worker's context is made from, less the case, its decision box, emit, sleep."""
+    crash = _crash_hook(crash_at)
+
+    def make(
+        case: Case, box: DecisionBox, emit_: Emit, sleep: Callable[[float], None]
+    ) -> WorkerContext:
+        return WorkerContext(
             case=case,
-            payments=StripePayments(client),
+            payments=payments,
             store=store,
-            box=DecisionFile(home / "decisions" / f"{case.case_id}-{case.column}.json"),
-            emit=emit,
-            crash=_crash_hook(crash_at),
+            box=box,
+            emit=emit_,
+            crash=crash,
             model=_model_factory(case),
             timing=timing,
             switches=switches,
             owner=Owner.current(f"{case.column}-{os.getpid()}"),
             clock=time.time,
-            sleep=time.sleep,
+            sleep=sleep,
         )
+
+    return make
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one worker; returns its exit code."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m workers.standalone CASE_FILE", file=sys.stderr)
+        return EXIT_USAGE
+    usable, crash_at = _supervised_crash_point()
+    if not usable:
+        return EXIT_USAGE
+    try:
+        case = Case.from_dict(json.loads(Path(args[0]).read_text()))
+        timing = Timing.from_env()
+        switches = Switches.from_env()
+        home, store, payments = _home_store_and_payments(timing)
+        context = _context_factory(payments, store, timing, switches, crash_at)
+        box = DecisionFile(home / "decisions" / f"{case.case_id}-{case.column}.json")
+        ctx = context(case, box, emit, time.sleep)
         emit(
             "start",
             f"{case.column} worker started" + (f" (crash point: {crash_at})" if crash_at else ""),

@@ -20,31 +20,19 @@ import asyncio
 import os
 import socket
 import sys
-import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
-from pathlib import Path
 
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.worker import Worker
 
-from interlock import (
-    InterlockError,
-    Owner,
-    SQLiteStore,
-    StripePayments,
-    Switches,
-    Timing,
-    make_stripe_client,
-)
-from workers.columns import CRASH_POINTS, Case, DecisionBox, Emit, WorkerContext
+from interlock import InterlockError, Switches, Timing
 from workers.standalone import (
     EXIT_ERROR,
     EXIT_USAGE,
-    _crash_hook,
-    _model_factory,
-    _watch_supervisor,
+    _context_factory,
+    _home_store_and_payments,
+    _supervised_crash_point,
     emit,
 )
 from workers.temporal_workflows import CaseActivities, RefundCase
@@ -61,36 +49,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--task-queue", required=True, help="the column's own task queue")
     p.add_argument("--workflow-id", required=True, help="the case's RefundCase workflow")
     return p
-
-
-def _context_factory(
-    payments: StripePayments,
-    store: SQLiteStore,
-    timing: Timing,
-    switches: Switches,
-    crash_at: str | None,
-) -> Callable[[Case, DecisionBox, Emit, Callable[[float], None]], WorkerContext]:
-    crash = _crash_hook(crash_at)
-
-    def make(
-        case: Case, box: DecisionBox, emit_: Emit, sleep: Callable[[float], None]
-    ) -> WorkerContext:
-        return WorkerContext(
-            case=case,
-            payments=payments,
-            store=store,
-            box=box,
-            emit=emit_,
-            crash=crash,
-            model=_model_factory(case),
-            timing=timing,
-            switches=switches,
-            owner=Owner.current(f"{case.column}-{os.getpid()}"),
-            clock=time.time,
-            sleep=sleep,
-        )
-
-    return make
 
 
 async def _serve(args: argparse.Namespace, activities: CaseActivities) -> int:
@@ -124,25 +82,13 @@ def main(argv: list[str] | None = None) -> int:
         args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
     except SystemExit as e:
         return EXIT_USAGE if e.code else 0
-    _watch_supervisor()
-    crash_at = os.environ.get("INTERLOCK_CRASH") or None
-    if crash_at is not None and crash_at not in CRASH_POINTS:
-        print(
-            f"INTERLOCK_CRASH={crash_at!r} is not one of {', '.join(CRASH_POINTS)}", file=sys.stderr
-        )
+    usable, crash_at = _supervised_crash_point()
+    if not usable:
         return EXIT_USAGE
     try:
         timing = Timing.from_env()
-        client = make_stripe_client(
-            os.environ.get("STRIPE_SECRET_KEY", ""),
-            timeout_s=timing.stripe_timeout_s,
-            base_url=os.environ.get("INTERLOCK_STRIPE_BASE"),
-        )
-        home = Path(os.environ.get("INTERLOCK_HOME", ".interlock"))
-        store = SQLiteStore(os.environ.get("INTERLOCK_STORE") or home / "interlock.sqlite3")
-        context = _context_factory(
-            StripePayments(client), store, timing, Switches.from_env(), crash_at
-        )
+        _, store, payments = _home_store_and_payments(timing)
+        context = _context_factory(payments, store, timing, Switches.from_env(), crash_at)
         emit(
             "start",
             f"Temporal worker started on task queue {args.task_queue}"
