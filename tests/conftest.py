@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import os
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from interlock import StripePayments, make_stripe_client
 from interlock_demo.payments import StripeEmulator
+from interlock_demo.payments import model as model_module
 
 # NO_COLOR changes Textual's rendering and would break snapshot comparisons.
 os.environ.pop("NO_COLOR", None)
@@ -43,3 +47,25 @@ def emulator() -> Iterator[StripeEmulator]:
 def stripe_payments(emulator: StripeEmulator) -> StripePayments:
     """`StripePayments` over the real SDK, pointed at the emulator, 2 s deadline."""
     return StripePayments(make_stripe_client(TEST_KEY, timeout_s=2.0, base_url=emulator.url))
+
+
+class _ReleasableTime:
+    """Stands in for the model's `time` module: a hold lasts until `release` is set."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    def sleep(self, seconds: float) -> None:
+        self.release.wait(seconds)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+
+@pytest.fixture
+def release_hold(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
+    """Holds end when the test sets this event (or at teardown), not after their full length."""
+    shim = _ReleasableTime()
+    monkeypatch.setattr(model_module, "time", shim)
+    yield shim.release
+    shim.release.set()

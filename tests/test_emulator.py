@@ -26,7 +26,6 @@ from interlock import (
     make_stripe_client,
 )
 from interlock_demo.payments import InProcessPayments, PaymentsModel, StripeEmulator
-from interlock_demo.payments import model as model_module
 from interlock_demo.payments.emulator import decode_form
 from tests.conftest import TEST_KEY
 
@@ -62,28 +61,6 @@ def emu(_server: StripeEmulator) -> Iterator[StripeEmulator]:
     before = _handler_threads()
     yield _server
     _join_handlers(before)
-
-
-class _ReleasableTime:
-    """Stands in for the model's `time` module: a hold lasts until `release` is set."""
-
-    def __init__(self) -> None:
-        self.release = threading.Event()
-
-    def sleep(self, seconds: float) -> None:
-        self.release.wait(seconds)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(time, name)
-
-
-@pytest.fixture
-def release_hold(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
-    """Holds end when the test sets this event (or at teardown), not after their full length."""
-    shim = _ReleasableTime()
-    monkeypatch.setattr(model_module, "time", shim)
-    yield shim.release
-    shim.release.set()
 
 
 def _client(emu: StripeEmulator, timeout_s: float = 5.0, key: str = TEST_KEY) -> Any:

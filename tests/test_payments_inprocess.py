@@ -30,7 +30,6 @@ from interlock import (
     refunds_fingerprint,
 )
 from interlock_demo.payments import InProcessPayments, PaymentsModel, StripeEmulator
-from interlock_demo.payments import model as model_module
 from interlock_demo.payments.model import Reply, new_id
 from tests.conftest import TEST_KEY
 
@@ -80,28 +79,6 @@ def face(request: pytest.FixtureRequest) -> Iterator[Face]:
     yield _stripe_face(server)
     for t in _handler_threads() - before:
         t.join(10)
-
-
-class _ReleasableTime:
-    """Stands in for the model's `time` module: a hold lasts until `release` is set."""
-
-    def __init__(self) -> None:
-        self.release = threading.Event()
-
-    def sleep(self, seconds: float) -> None:
-        self.release.wait(seconds)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(time, name)
-
-
-@pytest.fixture
-def release_hold(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
-    """Holds end when the test sets this event (or at teardown), not after their full length."""
-    shim = _ReleasableTime()
-    monkeypatch.setattr(model_module, "time", shim)
-    yield shim.release
-    shim.release.set()
 
 
 # -- same results on both faces --------------------------------------------------------
