@@ -40,7 +40,7 @@ from interlock import (
 )
 from interlock_demo.payments import InProcessPayments, PaymentsModel, StripeEmulator
 from interlock_demo.payments.model import Fault
-from interlock_demo.run import Column, Listener, Run, WorkerInfo
+from interlock_demo.run import Column, Listener, Pacer, Run, WorkerInfo
 from interlock_demo.settings import EMULATOR_KEY, DemoConfig, UsageError, worker_env
 from interlock_demo.supervisor import SIGKILL_EXIT, Supervisor, WorkerProcess, WorkerState
 from scenarios import (
@@ -55,6 +55,9 @@ from scenarios import (
 )
 from workers.agent import ScriptedModel
 from workers.columns import (
+    EMULATOR,
+    MOCK,
+    STRIPE,
     Case,
     MemoryBox,
     SimulatedCrash,
@@ -94,6 +97,8 @@ class RunRequest:
     scenario: str
     checked: bool = False
     mode: str | None = None
+    # Presenter mode: the run waits before each phase until the pacer opens it.
+    pacer: Pacer | None = None
 
 
 class _ColumnFailed(Exception):
@@ -150,6 +155,7 @@ class Engine:
                 settings=self._settings(config, request.checked),
                 columns=[Column(name=n, title=titles[n]) for n in names],
             )
+            run.pacer = request.pacer
             if config.fallback_reason:
                 run.notes.append(config.fallback_reason)
             for listener in listeners:
@@ -169,6 +175,9 @@ class Engine:
 
     def stop(self) -> None:
         """Kill every worker of the current run."""
+        current = self.current
+        if current is not None and current.pacer is not None:
+            current.pacer.release()  # nothing may wait for a presenter who is gone
         supervisor = self._supervisor
         if supervisor is not None:
             supervisor.stop()
@@ -441,6 +450,8 @@ class _ColumnRunner:
         self.event("setup", f"new $100.00 payment {payment.id}; approval for refunds up to $20.00")
 
         for n, point in enumerate(sc.kills):
+            if n == 0:
+                self.pace("decision")
             code = self.launch(point)
             if code != SIGKILL_EXIT:
                 raise _ColumnFailed(
@@ -448,12 +459,26 @@ class _ColumnRunner:
                 )
             run.set_state(col.name, "killed")
             if n == 0:
+                self.pace("outage")
                 self._outage()
+                self.pace("restart")
             run.set_state(col.name, "restarting")
         last = self.launch(None)
         if last != 0:
             raise _ColumnFailed(f"the restarted worker exited {last}; see its events")
+        self.pace("result")
         self._card()
+
+    def pace(self, phase: str) -> None:
+        """In presenter mode, wait until the presenter opens `phase`; else go on at once."""
+        pacer = self.run_.pacer
+        if pacer is not None:
+            pacer.wait(phase)
+
+    def presenter_holds(self) -> bool:
+        """Whether the presenter holds this run (a worker's time limit does not run then)."""
+        pacer = self.run_.pacer
+        return pacer is not None and pacer.held
 
     def _outage(self) -> None:
         assert self.case is not None
@@ -478,6 +503,8 @@ class _ColumnRunner:
         kind = str(ev.get("kind", "output"))
         col = self.col
         run = self.run_
+        if kind == "crash":
+            self.pace("kill")
         if kind == "outcome":
             outcome = {k: ev.get(k) for k in ("status", "reason", "refund_id", "action_id")}
 
@@ -491,9 +518,13 @@ class _ColumnRunner:
             seconds = float(ev.get("seconds", 0.0))
             start = run.now()
 
+            simulated = any(w.simulated for w in col.workers)
+
             def set_wait() -> None:
                 col.state = "waiting"
                 col.claim_wait = {"from": start, "until": start + seconds, "seconds": seconds}
+                if simulated:
+                    col.claim_wait["simulated"] = True
 
             run.update(col.name, set_wait)
         elif kind in ("gate-claim", "gate-sending") and col.state == "waiting":
@@ -649,6 +680,8 @@ class _ProcessColumn(_ColumnRunner):
             self._kill_in_flight(worker, in_flight)
         limit = self.config.timing.renewal_s + self.config.timing.claim_ttl_s + WORKER_GRACE_S
         code = worker.wait(limit)
+        while code is None and self.presenter_holds():
+            code = worker.wait(limit)  # its events wait for the presenter, not the worker
         if code is None:
             worker.kill()
             raise _ColumnFailed(f"worker {worker.pid} did not finish within {limit:g} s")
@@ -707,7 +740,18 @@ class _MockColumn(_ColumnRunner):
         self.n = 0
 
     def on_worker_event(self, ev: dict[str, Any], pid: int | None) -> None:
-        """Record the event, then pause for the audience (presentation pacing only)."""
+        """Record the event, then pause for the audience (presentation pacing only).
+
+        A claim wait is simulated here: the mock clock skips it, so the event says so
+        instead of counting down a wait that does not happen.
+        """
+        if ev.get("kind") == "gate-claim-wait":
+            seconds = float(ev.get("seconds", 0.0))
+            ev = {
+                **ev,
+                "text": f"simulated: a real worker would wait {seconds:.1f} s here for the "
+                "dead worker's claim; mock skips the wait",
+            }
         super().on_worker_event(ev, pid)
         if self.pace_s > 0:
             time.sleep(self.pace_s)
@@ -751,6 +795,7 @@ class _MockColumn(_ColumnRunner):
             owner=Owner(f"mock-{col.name}-{self.n}", 0, 0.0, "mock"),
             clock=self.clock.now,
             sleep=self.clock.sleep,
+            answerer=MOCK,
         )
         self.on_worker_event(
             {"kind": "start", "text": f"{col.name} worker started (simulated)"}, None
@@ -770,6 +815,7 @@ class _MockColumn(_ColumnRunner):
 
 
 def _reapprove_event(run: Run, kind: str, data: Mapping[str, Any]) -> None:
-    text = gate_event_text(kind, data)
+    answerer = {"mock": MOCK, "offline": EMULATOR}.get(run.mode, STRIPE)
+    text = gate_event_text(kind, data, answerer=answerer)
     if text is not None:
         run.add_event("interlock", f"gate-{kind}", text, None)

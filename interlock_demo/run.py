@@ -20,6 +20,61 @@ SCHEMA = "interlock-demo/run@1"
 
 Listener = Callable[["Run", str | None], None]
 
+# The phases a presenter steps through, one press each (presenter mode in the app).
+PHASES = ("decision", "kill", "outage", "restart", "result")
+
+
+class Pacer:
+    """Presenter mode: each column waits before a phase until the presenter opens it.
+
+    The engine calls `wait(phase)` at each phase of each column; the app calls `advance()`
+    once per key press. Phases open in order and stay open, so a column that arrives late
+    at an open phase goes straight through. `release()` opens everything (quit, stop).
+    Headless runs have no pacer and never wait.
+    """
+
+    def __init__(self) -> None:
+        self._opened = 0
+        self._waiting: dict[str, int] = {}
+        self._cond = threading.Condition()
+
+    @property
+    def next_phase(self) -> str | None:
+        """The phase the next press opens, or None when all are open."""
+        with self._cond:
+            return PHASES[self._opened] if self._opened < len(PHASES) else None
+
+    @property
+    def held(self) -> bool:
+        """Whether some column is waiting for the presenter right now."""
+        with self._cond:
+            return any(self._waiting.values())
+
+    def advance(self) -> str | None:
+        """Open the next phase; returns its name, or None when all were open."""
+        with self._cond:
+            if self._opened >= len(PHASES):
+                return None
+            self._opened += 1
+            self._cond.notify_all()
+            return PHASES[self._opened - 1]
+
+    def release(self) -> None:
+        """Open every phase: nothing waits any more."""
+        with self._cond:
+            self._opened = len(PHASES)
+            self._cond.notify_all()
+
+    def wait(self, phase: str) -> None:
+        """Block until `phase` is open."""
+        index = PHASES.index(phase)
+        with self._cond:
+            self._waiting[phase] = self._waiting.get(phase, 0) + 1
+            try:
+                self._cond.wait_for(lambda: self._opened > index)
+            finally:
+                self._waiting[phase] -= 1
+
 
 @dataclass
 class Event:
@@ -82,7 +137,9 @@ class Column:
     deviations: list[str] = field(default_factory=list)
     receipt: dict[str, Any] | None = None
     verify: dict[str, Any] | None = None
-    claim_wait: dict[str, float] | None = None
+    # While the column waits out a dead worker's claim: run times `from`, `until`, `seconds`
+    # (and `simulated` in mock runs, where the wait is shown and not waited).
+    claim_wait: dict[str, Any] | None = None
     action_ids: list[str] = field(default_factory=list)
     error: str | None = None
 
@@ -105,6 +162,7 @@ class Column:
             "as_predicted": self.as_predicted,
             "deviations": list(self.deviations),
             "error": self.error,
+            "claim_wait": None if self.claim_wait is None else dict(self.claim_wait),
         }
         if self.name == "interlock":
             data["receipt"] = self.receipt
@@ -129,6 +187,7 @@ class Run:
     finished_at: str | None = None
     error: str | None = None
     notes: list[str] = field(default_factory=list)
+    pacer: Pacer | None = field(default=None, repr=False)
     _t0: float = field(default_factory=time.monotonic, repr=False)
     _elapsed: float | None = field(default=None, repr=False)
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)

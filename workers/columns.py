@@ -61,6 +61,11 @@ _GATE_CRASH_POINTS = {
 }
 
 Emit = Callable[..., None]
+# Who answers a worker's refund calls, as its events name it: Stripe test mode (live),
+# the loopback emulator (offline) or the in-memory model (mock). Labels only.
+STRIPE = "Stripe"
+EMULATOR = "the emulator"
+MOCK = "the mock"
 # `WorkerContext.extra` key: a decision made and recorded before this worker ran, which
 # it uses instead of asking the model (the Temporal engine's refund activity).
 RECORDED_DECISION = "recorded_decision"
@@ -184,6 +189,7 @@ class WorkerContext:
     clock: Callable[[], float]
     sleep: Callable[[float], None]
     extra: dict[str, Any] = field(default_factory=dict)
+    answerer: str = STRIPE
 
 
 def run_worker(ctx: WorkerContext) -> dict[str, Any]:
@@ -253,21 +259,21 @@ def _plain(ctx: WorkerContext, *, checked: bool) -> dict[str, Any]:
     ctx.crash("after-sending")
     ctx.crash("before-send")
     amount = int(decision.amount or 0)
-    ctx.emit("send", f"POST /v1/refunds ${amount / 100:.2f} (Idempotency-Key {key})", key=key)
+    ctx.emit("send", send_text(ctx.answerer, amount, key), key=key)
     try:
         refund = ctx.payments.create_refund(
             case.payment_intent, amount, idempotency_key=key, metadata=case.metadata
         )
     except PaymentsUnsettledError as e:
         # The common pattern has no answer for this: it reports what it knows, nothing more.
-        ctx.emit("answer", f"no settled answer from Stripe: {e.detail}")
+        ctx.emit("answer", f"no settled answer from {ctx.answerer}: {e.detail}")
         return {"status": "unknown", "reason": e.detail, "refund_id": None}
     except PaymentsRejectedError as e:
-        ctx.emit("answer", f"Stripe refused: {e.code}: {e.provider_message}")
+        ctx.emit("answer", f"{ctx.answerer} refused: {e.code}: {e.provider_message}")
         return {"status": "failed", "reason": f"{e.code}: {e.provider_message}", "refund_id": None}
     ctx.emit(
         "answer",
-        f"Stripe answered: refund {refund.id} ${refund.amount / 100:.2f}",
+        f"{ctx.answerer} answered: refund {refund.id} ${refund.amount / 100:.2f}",
         refund_id=refund.id,
     )
     ctx.crash("after-answer")
@@ -339,11 +345,14 @@ def _interlock(ctx: WorkerContext) -> dict[str, Any]:
 
 
 def _gate_event(ctx: WorkerContext, kind: str, data: Mapping[str, Any]) -> None:
-    text = gate_event_text(kind, data)
+    point = _GATE_CRASH_POINTS.get(kind)
+    if kind == "before-send" and point is not None:
+        # The request has not gone out yet: a worker that dies here never says it sent.
+        ctx.crash(point)
+    text = gate_event_text(kind, data, answerer=ctx.answerer)
     if text is not None:
         ctx.emit(f"gate-{kind}", text, **{k: v for k, v in data.items() if _plain_value(v)})
-    point = _GATE_CRASH_POINTS.get(kind)
-    if point is not None:
+    if kind != "before-send" and point is not None:
         ctx.crash(point)
 
 
@@ -351,8 +360,18 @@ def _plain_value(v: Any) -> bool:
     return v is None or isinstance(v, (str, int, float, bool))
 
 
-def gate_event_text(kind: str, d: Mapping[str, Any]) -> str | None:
-    """A gate event in words for a column's event list, or None for events not shown."""
+def send_text(answerer: str, amount: int, key: str) -> str:
+    """The event line for a refund call, naming who it goes to (a mock call is no POST)."""
+    if answerer == MOCK:
+        return f"refund ${amount / 100:.2f} in memory (key {key})"
+    return f"POST /v1/refunds ${amount / 100:.2f} to {answerer} (Idempotency-Key {key})"
+
+
+def gate_event_text(kind: str, d: Mapping[str, Any], *, answerer: str = STRIPE) -> str | None:
+    """A gate event in words for a column's event list, or None for events not shown.
+
+    `answerer` names who answers refund calls (`STRIPE`, `EMULATOR` or `MOCK`).
+    """
     short = str(d.get("action_id", ""))[:12]
     if kind == "journaled":
         return f"journaled intent {short}… and took the claim"
@@ -380,13 +399,13 @@ def gate_event_text(kind: str, d: Mapping[str, Any]) -> str | None:
     if kind == "sending":
         return "journaled `sending`; claim renewed"
     if kind == "before-send":
-        return f"POST /v1/refunds ${int(d.get('amount', 0)) / 100:.2f} (Idempotency-Key {short}…)"
+        return send_text(answerer, int(d.get("amount", 0)), f"{short}…")
     if kind == "after-answer":
-        return f"Stripe answered: refund {d.get('external_id')}"
+        return f"{answerer} answered: refund {d.get('external_id')}"
     if kind == "answer":
-        return f"Stripe refused: {d.get('code')}: {d.get('message')}"
+        return f"{answerer} refused: {d.get('code')}: {d.get('message')}"
     if kind in ("answer-unsettled", "read-unsettled"):
-        return f"no settled answer from Stripe ({d.get('error')}); will look it up"
+        return f"no settled answer from {answerer} ({d.get('error')}); will look it up"
     if kind == "settled":
         return f"receipt written: {d.get('status')}"
     if kind == "left-to-recovery":

@@ -45,6 +45,8 @@ from interlock import (
 from workers.agent import AgentError, AnthropicModel, Model, ScriptedModel
 from workers.columns import (
     CRASH_POINTS,
+    EMULATOR,
+    STRIPE,
     Case,
     DecisionBox,
     DecisionFile,
@@ -162,6 +164,7 @@ def _context_factory(
             owner=Owner.current(f"{case.column}-{os.getpid()}"),
             clock=time.time,
             sleep=sleep,
+            answerer=EMULATOR if os.environ.get("INTERLOCK_STRIPE_BASE") else STRIPE,
         )
 
     return make
