@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from interlock import StripePayments, make_stripe_client
-from interlock_demo.payments import StripeEmulator
+from interlock_demo.payments import PaymentsModel, StripeEmulator
 from interlock_demo.payments import model as model_module
 
 # NO_COLOR changes Textual's rendering and would break snapshot comparisons.
@@ -41,6 +41,35 @@ def emulator() -> Iterator[StripeEmulator]:
     """A loopback Stripe emulator on a free port."""
     with StripeEmulator() as emu:
         yield emu
+
+
+def emulator_handler_threads() -> set[threading.Thread]:
+    """The emulator's request threads alive now."""
+    return {t for t in threading.enumerate() if "process_request_thread" in t.name}
+
+
+def join_emulator_handlers(before: set[threading.Thread], timeout_s: float = 10.0) -> None:
+    """Wait (bounded) for the emulator's request threads started since `before` to end."""
+    deadline = time.monotonic() + timeout_s
+    for t in emulator_handler_threads() - before:
+        t.join(max(0.0, deadline - time.monotonic()))
+        assert not t.is_alive(), "an emulator request thread did not finish"
+
+
+@pytest.fixture(scope="module")
+def shared_emulator() -> Iterator[StripeEmulator]:
+    """One emulator per test module: stopping one costs serve_forever's 0.5 s poll."""
+    with StripeEmulator() as emu:
+        yield emu
+
+
+@pytest.fixture
+def emu(shared_emulator: StripeEmulator) -> Iterator[StripeEmulator]:
+    """The module's emulator serving a fresh model; waits for its request threads at teardown."""
+    shared_emulator.model = shared_emulator._server.model = PaymentsModel()
+    before = emulator_handler_threads()
+    yield shared_emulator
+    join_emulator_handlers(before)
 
 
 @pytest.fixture

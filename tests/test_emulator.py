@@ -12,7 +12,6 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -25,42 +24,14 @@ from interlock import (
     StripePayments,
     make_stripe_client,
 )
-from interlock_demo.payments import InProcessPayments, PaymentsModel, StripeEmulator
+from interlock_demo.payments import InProcessPayments, StripeEmulator
 from interlock_demo.payments.emulator import decode_form
-from tests.conftest import TEST_KEY
+from tests.conftest import TEST_KEY, emulator_handler_threads, join_emulator_handlers
 
 LIVE_KEY = "sk_live_" + "Qz7Vw3Nc9Lp2Hx8Rt4Ym6Kb1"
 DAY_S = 24 * 3600
 
 # -- helpers ---------------------------------------------------------------------------
-
-
-def _handler_threads() -> set[threading.Thread]:
-    return {t for t in threading.enumerate() if "process_request_thread" in t.name}
-
-
-def _join_handlers(before: set[threading.Thread], timeout_s: float = 10.0) -> None:
-    """Wait (bounded) for the emulator's request threads started since `before` to end."""
-    deadline = time.monotonic() + timeout_s
-    for t in _handler_threads() - before:
-        t.join(max(0.0, deadline - time.monotonic()))
-        assert not t.is_alive(), "an emulator request thread did not finish"
-
-
-@pytest.fixture(scope="module")
-def _server() -> Iterator[StripeEmulator]:
-    """One emulator for the module: stopping one costs serve_forever's 0.5 s poll."""
-    with StripeEmulator() as emu:
-        yield emu
-
-
-@pytest.fixture
-def emu(_server: StripeEmulator) -> Iterator[StripeEmulator]:
-    """The module's emulator serving a fresh model; waits for its request threads at teardown."""
-    _server.model = _server._server.model = PaymentsModel()
-    before = _handler_threads()
-    yield _server
-    _join_handlers(before)
 
 
 def _client(emu: StripeEmulator, timeout_s: float = 5.0, key: str = TEST_KEY) -> Any:
@@ -719,7 +690,7 @@ def test_hold_beyond_deadline_is_unsettled_yet_refunded(
     assert fault["id"].startswith("flt_")
     assert (fault["kind"], fault["hold_ms"], fault["committed"]) == ("hold", 1500, False)
 
-    before = _handler_threads()
+    before = emulator_handler_threads()
     short = StripePayments(make_stripe_client(TEST_KEY, timeout_s=0.3, base_url=emu.url))
     started = time.monotonic()
     with pytest.raises(PaymentsUnsettledError) as err:
@@ -734,7 +705,7 @@ def test_hold_beyond_deadline_is_unsettled_yet_refunded(
     refunds = _all_refunds(client, pi.id)
     assert [r.amount for r in refunds] == [400]
 
-    _join_handlers(before)
+    join_emulator_handlers(before)
     assert "Traceback" not in capfd.readouterr().err, "a timed-out client made the emulator print"
     replay = _refund(client, pi.id, 400, key="k-hold")
     assert replay.id == refunds[0].id
