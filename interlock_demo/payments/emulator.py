@@ -8,10 +8,14 @@ nested `metadata[k]=v` and arrays as both `a[0]=` and `a[]=`.
 Control routes live under `/_emulator/`, a path Stripe does not use:
 
 - `POST /_emulator/clock/advance` `{"seconds": N}`: move the model's clock forward.
-- `POST /_emulator/faults` `{"kind": "hold"|"error_500"|"drop", "hold_ms", "commit",
-  "count"}`: arm a fault for the next refund requests; answers the fault with its id.
-- `GET /_emulator/faults/{id}?wait=S`: the fault, waiting up to S seconds for its
-  refund to be committed.
+- `POST /_emulator/faults` `{"kind", "stage", "hold_ms", "commit", "count",
+  "payment_intent"}`: arm a fault (kinds and stages in `model.py`: `FAULT_KINDS`,
+  `FAULT_STAGES`); answers the fault with its id. A `trickle` fault trickles here, a
+  `garbled_2xx` answer's body is cut short here, a `drop` or `never_commits` hold closes
+  the connection with no answer.
+- `GET /_emulator/faults/{id}?wait=S&until=started|committed|ended`: the fault, waiting up
+  to S seconds (at most 60) for that event (default `committed`). `until=started` lets a
+  test act while a create is held: the request has begun and its key is in progress.
 - `DELETE /_emulator/faults`: disarm every fault.
 - `POST /_emulator/refunds/{id}/status` `{"status": ...}`: settle or fail a refund.
 
@@ -30,7 +34,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from interlock_demo.keys import is_test_key
-from interlock_demo.payments.model import PaymentsModel, Reply, StripeModelError
+from interlock_demo.payments.model import Fault, PaymentsModel, Reply, StripeModelError
 
 DEFAULT_PORT = 12111
 CONTROL_PREFIX = "/_emulator/"
@@ -67,6 +71,16 @@ def _lists(node: Any) -> Any:
     if converted and all(k.isdigit() for k in converted):
         return [converted[k] for k in sorted(converted, key=int)]
     return converted
+
+
+_FAULT_FIELDS = frozenset({"kind", "stage", "hold_ms", "commit", "count", "payment_intent"})
+
+
+def _integer(data: dict[str, Any], name: str, default: int) -> int:
+    value = data.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer, not {value!r}")
+    return value
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -145,17 +159,7 @@ class _Handler(BaseHTTPRequestHandler):
                 now = model.advance(float(data["seconds"]))
                 self._send(200, {"now": now})
             elif method == "POST" and parts == ["faults"]:
-                commit = data.get("commit", True)
-                if not isinstance(commit, bool):
-                    raise TypeError(f"commit must be true or false, not {commit!r}")
-                fault = model.add_fault(
-                    str(data["kind"]),
-                    hold_ms=int(data.get("hold_ms", 0)),
-                    commit=commit,
-                    count=int(data.get("count", 1)),
-                    payment_intent=data.get("payment_intent"),
-                )
-                self._send(200, fault.describe())
+                self._send(200, self._arm(data).describe())
             elif method == "DELETE" and parts == ["faults"]:
                 model.clear_faults()
                 self._send(200, {"cleared": True})
@@ -164,8 +168,14 @@ class _Handler(BaseHTTPRequestHandler):
                 if found is None:
                     self._send(404, {"error": f"no fault {parts[1]}"})
                     return
-                wait = float(dict(parse_qsl(query)).get("wait", "0"))
-                found.committed.wait(min(max(wait, 0.0), 60.0))
+                args = dict(parse_qsl(query))
+                wait = float(args.get("wait", "0"))
+                until = args.get("until", "committed")
+                events = {"started": found.started, "committed": found.committed}
+                events["ended"] = found.ended
+                if until not in events:
+                    raise ValueError(f"until must be one of {', '.join(events)}, not {until!r}")
+                events[until].wait(min(max(wait, 0.0), 60.0))
                 self._send(200, found.describe())
             elif method == "POST" and len(parts) == 3 and parts[::2] == ["refunds", "status"]:
                 self._send(200, model.set_refund_status(parts[1], str(data["status"])))
@@ -174,18 +184,67 @@ class _Handler(BaseHTTPRequestHandler):
         except (KeyError, ValueError, TypeError) as e:
             self._send(400, {"error": f"bad control request: {type(e).__name__}: {e}"})
 
+    def _arm(self, data: Any) -> Fault:
+        """Arm the fault a `POST /_emulator/faults` body describes."""
+        if not isinstance(data, dict):
+            raise TypeError("the body must be a JSON object")
+        unknown = sorted(set(data) - _FAULT_FIELDS)
+        if unknown:
+            raise ValueError(
+                f"unknown fields {', '.join(unknown)}; use {', '.join(sorted(_FAULT_FIELDS))}"
+            )
+        commit = data.get("commit")
+        if commit is not None and not isinstance(commit, bool):
+            raise TypeError(f"commit must be true or false, not {commit!r}")
+        stage, pi = data.get("stage"), data.get("payment_intent")
+        for name, value in (("stage", stage), ("payment_intent", pi)):
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"{name} must be a string, not {value!r}")
+        return self.server.model.add_fault(
+            str(data["kind"]),
+            stage=stage,
+            hold_ms=_integer(data, "hold_ms", 0),
+            commit=commit,
+            count=_integer(data, "count", 1),
+            payment_intent=pi,
+        )
+
     def _send(self, status: int, body: dict[str, Any], reply: Reply | None = None) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.send_header("Request-Id", "req_" + secrets.token_hex(7))
+        data = reply.wire_body() if reply is not None else json.dumps(body).encode()
+        headers = {
+            "Content-Type": "application/json",
+            "Content-Length": str(len(data)),
+            "Request-Id": "req_" + secrets.token_hex(7),
+        }
         if reply is not None and reply.idempotency_key is not None:
-            self.send_header("Idempotency-Key", reply.idempotency_key)
+            headers["Idempotency-Key"] = reply.idempotency_key
             if reply.replayed:
-                self.send_header("Idempotent-Replayed", "true")
+                headers["Idempotent-Replayed"] = "true"
+        if reply is not None and reply.trickle_ms > 0:
+            self._trickle(status, headers, data, reply.trickle_ms / 1000)
+            return
+        self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)
+
+    def _trickle(self, status: int, headers: dict[str, str], data: bytes, seconds: float) -> None:
+        """Send the whole answer a byte at a time, spread over `seconds`."""
+        head = f"{self.protocol_version} {status} {self.responses[status][0]}\r\n"
+        head += "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
+        raw = head.encode("latin-1") + data
+        pause = seconds / len(raw)
+        self.close_connection = True
+        for i in range(len(raw)):
+            # The pause is the fault itself; a stopping server cuts it short.
+            if self.server.stopping.wait(pause):
+                return
+            try:
+                self.wfile.write(raw[i : i + 1])
+                self.wfile.flush()
+            except OSError:
+                return  # the client gave up: its deadline is what the fault tests
 
 
 class EmulatorHTTPServer(ThreadingHTTPServer):
@@ -196,6 +255,7 @@ class EmulatorHTTPServer(ThreadingHTTPServer):
 
     def __init__(self, port: int, model: PaymentsModel) -> None:
         self.model = model
+        self.stopping = threading.Event()
         super().__init__(("127.0.0.1", port), _Handler)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
@@ -245,6 +305,7 @@ class StripeEmulator:
 
     def stop(self) -> None:
         """Stop serving and close the socket."""
+        self._server.stopping.set()
         if self._thread is not None:
             self._server.shutdown()
             self._thread.join()

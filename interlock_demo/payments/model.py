@@ -10,17 +10,44 @@ with other parameters is a 400 `idempotency_error`; the same key while the first
 still running is a 409; keys are pruned 24 hours after first use, by the model's clock,
 which tests can advance. Validation errors are not saved, as at Stripe.
 
-Faults for crash tests apply to the next refund requests: hold the answer after the
-refund and its idempotent answer are saved (the answer is slow on its way back; a retry
-meanwhile gets the replay), or with `commit=False` hold before committing (a slow request
-whose key stays in progress: a retry meanwhile gets 409), answer 500 with or without
-committing, or drop the connection after committing. A fault's `committed` event tells
-the caller when the refund is in.
+Faults (`add_fault`, or `POST /_emulator/faults` over HTTP) provoke the answers a gate
+must survive. The kinds, one tuple `FAULT_KINDS` that every side imports:
+
+Refund creates (`POST /v1/refunds`); a replayed request never takes a fault:
+- `hold`, by stage: `after_commit` (the default): the refund and its idempotent answer are
+  saved, then the answer is held `hold_ms` (a retry meanwhile gets the replay);
+  `before_commit`: the request holds `hold_ms` with its key in progress (a retry gets 409),
+  then commits, so with `hold_ms` past the client's deadline it lands after the client
+  gave up; `never_commits`: it holds `hold_ms` with its key in progress, then makes
+  nothing, releases the key and drops the connection.
+- `error_500`, by stage: `before_execution`: nothing made, nothing saved; `after_commit`
+  (the default): the refund is made and the 500 is saved and replayed under the key;
+  `no_refund`: execution began and made nothing; the 500 is saved and replayed, and no
+  refund is ever made under that key.
+- `error_429`: rate limited (Stripe's `rate_limit` shape): nothing made, nothing saved.
+- `garbled_2xx`: the refund is made and its answer saved, but the answer on the wire is a
+  200 whose body is not JSON (a retry under the key replays the real refund).
+- `drop`: the refund is made and saved, then the connection is closed with no answer.
+- `trickle`: the refund is made and saved, then the whole answer (status line, headers,
+  body) is sent a byte at a time over `hold_ms`. Only the HTTP face trickles; in-process
+  the answer comes at once.
+`commit=True/False` is the older spelling of the stages `after_commit` and
+`before_commit` (hold) or `before_execution` (error_500).
+
+Reads (`GET /v1/refunds`, `GET /v1/payment_intents/{id}`): `read_401` and `read_403`
+(Stripe's authentication and permission errors), `read_429` and `read_500`.
+
+Every fault may be limited to one payment (`payment_intent`) and fires `count` times. Its
+events let a test act at the right moment: `started` (the request took the fault; a create's
+key is in progress from then on; `on_start` runs then, in the request's thread, so an
+in-process test can act while the create is held), `committed` (the refund and its saved
+answer are in; `on_commit` runs then) and `ended` (the model is done with the request).
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import secrets
 import threading
@@ -30,7 +57,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 IDEMPOTENCY_KEY_TTL_S = 24 * 3600
-FAULT_KINDS = ("hold", "error_500", "drop")
+CREATE_FAULT_KINDS = ("hold", "error_500", "error_429", "garbled_2xx", "drop", "trickle")
+READ_FAULT_KINDS = ("read_401", "read_403", "read_429", "read_500")
+FAULT_KINDS = CREATE_FAULT_KINDS + READ_FAULT_KINDS
+# A kind's stages, its default first; kinds not named here have no stage.
+FAULT_STAGES: dict[str, tuple[str, ...]] = {
+    "hold": ("after_commit", "before_commit", "never_commits"),
+    "error_500": ("after_commit", "before_execution", "no_refund"),
+}
+# The older `commit` flag, as a stage.
+_COMMIT_STAGES = {
+    "hold": {True: "after_commit", False: "before_commit"},
+    "error_500": {True: "after_commit", False: "before_execution"},
+}
 REFUND_STATUSES = ("pending", "requires_action", "succeeded", "failed", "canceled")
 _COUNTING = ("pending", "requires_action", "succeeded")
 
@@ -79,48 +118,85 @@ class StripeModelError(Exception):
 
 @dataclass
 class Fault:
-    """A fault armed for the next refund request(s)."""
+    """A fault armed for the next matching request(s); see the module docstring."""
 
     id: str
     kind: str
+    stage: str | None = None
     hold_ms: int = 0
-    commit: bool = True
     remaining: int = 1
-    committed: threading.Event = field(default_factory=threading.Event)
-    # Set when a request takes the fault: from then on its key is in progress.
+    # Set when a request takes the fault: from then on a create's key is in progress.
     started: threading.Event = field(default_factory=threading.Event)
+    # Set once the refund and its idempotent answer are saved.
+    committed: threading.Event = field(default_factory=threading.Event)
+    # Set when the model is done with the request (its answer, if any, is on its way).
+    ended: threading.Event = field(default_factory=threading.Event)
     fired: int = 0
     payment_intent: str | None = None
-    # Called in-process once the refund and its idempotency result are saved (mock crashes).
+    # Called in-process in the request's thread: on_start as it takes the fault (an outage
+    # action while a create is held), on_commit once the refund is saved (mock crashes).
+    on_start: Callable[[], None] | None = None
     on_commit: Callable[[], None] | None = None
 
-    def matches(self, params: JSONObj) -> bool:
-        """Whether this fault applies to a refund request with these parameters."""
-        return self.payment_intent is None or params.get("payment_intent") == self.payment_intent
+    @property
+    def reads(self) -> bool:
+        """Whether this fault applies to reads rather than refund creates."""
+        return self.kind in READ_FAULT_KINDS
+
+    def matches(self, payment_intent: object) -> bool:
+        """Whether this fault applies to a request about this payment."""
+        return self.payment_intent is None or payment_intent == self.payment_intent
 
     def describe(self) -> JSONObj:
         """The fault as the control interface shows it."""
         return {
             "id": self.id,
             "kind": self.kind,
+            "stage": self.stage,
             "hold_ms": self.hold_ms,
-            "commit": self.commit,
             "remaining": self.remaining,
             "fired": self.fired,
+            "started": self.started.is_set(),
             "committed": self.committed.is_set(),
+            "ended": self.ended.is_set(),
             "payment_intent": self.payment_intent,
         }
 
 
 @dataclass
 class Reply:
-    """What a face sends back: status, JSON body, and how to deliver it."""
+    """What a face sends back: status, JSON body, and how to deliver it.
+
+    `drop` closes the connection with no answer; `garbled` sends the status with a body
+    that is not JSON; `trickle_ms` spreads the whole answer over that long.
+    """
 
     status: int
     body: JSONObj
     replayed: bool = False
     drop: bool = False
+    garbled: bool = False
+    trickle_ms: int = 0
     idempotency_key: str | None = None
+
+    def wire_body(self) -> bytes:
+        """The body's bytes as the HTTP face sends them."""
+        data = json.dumps(self.body).encode()
+        # A body cut short: what a proxy that gave up mid-answer leaves behind.
+        return data[: len(data) // 2] if self.garbled else data
+
+
+@dataclass
+class _Done:
+    """A request's result: its answer, whether it is saved under the key, and its delivery."""
+
+    status: int
+    body: JSONObj
+    saved: bool = True
+    made: bool = False
+    drop: bool = False
+    garbled: bool = False
+    trickle_ms: int = 0
 
 
 @dataclass
@@ -149,6 +225,7 @@ class PaymentsModel:
         self._seq: dict[str, int] = {}
         self._keys: dict[str, _KeyEntry] = {}
         self._faults: list[Fault] = []
+        self._armed: list[Fault] = []
         self.requests: list[tuple[str, str]] = []
 
     # -- clock -------------------------------------------------------------------------
@@ -171,28 +248,50 @@ class PaymentsModel:
         self,
         kind: str,
         *,
+        stage: str | None = None,
         hold_ms: int = 0,
-        commit: bool = True,
+        commit: bool | None = None,
         count: int = 1,
         payment_intent: str | None = None,
+        on_start: Callable[[], None] | None = None,
         on_commit: Callable[[], None] | None = None,
     ) -> Fault:
-        """Arm a fault for the next `count` refund-create requests (of one payment, if given)."""
+        """Arm a fault for the next `count` matching requests (of one payment, if given).
+
+        Raises `ValueError` naming what is wrong: an unknown kind or stage, a stage and
+        `commit` that disagree, `count` below 1 or a negative `hold_ms`.
+        """
         if kind not in FAULT_KINDS:
             raise ValueError(f"unknown fault kind {kind!r}; use one of {', '.join(FAULT_KINDS)}")
+        stages = FAULT_STAGES.get(kind, ())
+        if commit is not None:
+            if kind not in _COMMIT_STAGES:
+                if not commit:
+                    raise ValueError(f"a {kind} fault has no commit=false form")
+            elif stage is None:
+                stage = _COMMIT_STAGES[kind][commit]
+            elif stage != _COMMIT_STAGES[kind][commit]:
+                raise ValueError(f"stage {stage!r} and commit={commit} disagree; give one")
+        if stage is None and stages:
+            stage = stages[0]
+        if stage is not None and stage not in stages:
+            allowed = f"one of {', '.join(stages)}" if stages else "none"
+            raise ValueError(f"unknown stage {stage!r} for a {kind} fault; use {allowed}")
         if count < 1 or hold_ms < 0:
             raise ValueError("a fault needs count >= 1 and hold_ms >= 0")
         fault = Fault(
             id=new_id("flt"),
             kind=kind,
+            stage=stage,
             hold_ms=hold_ms,
-            commit=commit,
             remaining=count,
             payment_intent=payment_intent,
+            on_start=on_start,
             on_commit=on_commit,
         )
         with self._lock:
             self._faults.append(fault)
+            self._armed.append(fault)
         return fault
 
     def faults(self) -> list[Fault]:
@@ -208,18 +307,26 @@ class PaymentsModel:
     def clear_faults(self) -> None:
         """Disarm every fault."""
         with self._lock:
-            for f in self._faults:
+            for f in self._armed:
                 f.remaining = 0
+            self._armed.clear()
 
-    def _take_fault(self, params: JSONObj) -> Fault | None:
+    def _take_fault(self, reads: bool, payment_intent: object) -> Fault | None:
+        """The first armed fault for this request, spent by one; its start is signalled."""
         with self._lock:
-            for f in self._faults:
-                if f.remaining > 0 and f.matches(params):
+            for f in self._armed:
+                if f.reads == reads and f.matches(payment_intent):
                     f.remaining -= 1
                     f.fired += 1
+                    if f.remaining == 0:
+                        self._armed.remove(f)
                     f.started.set()
-                    return f
-        return None
+                    break
+            else:
+                return None
+        if f.on_start is not None:
+            f.on_start()
+        return f
 
     # -- requests ----------------------------------------------------------------------
 
@@ -239,25 +346,38 @@ class PaymentsModel:
                 replay = self._idempotency_check(endpoint, params, idempotency_key)
                 if replay is not None:
                     return replay
-        fault = self._take_fault(params) if endpoint == "refunds" else None
-        status, body, saved, drop, committed = self._execute(handler, params, fault)
-        if idempotency_key is not None:
-            with self._lock:
-                entry = self._keys.get(idempotency_key)
-                if entry is not None and not entry.done:
-                    if saved:
-                        entry.done, entry.status, entry.body = True, status, body
-                    else:
-                        del self._keys[idempotency_key]
-        if fault is not None and committed:
-            # Stripe has finished: the refund and the key's saved answer are in. Only the
-            # answer is still on its way back (a hold), or lost (a drop), or a 500.
-            fault.committed.set()
-            if fault.kind == "hold" and fault.commit:
-                time.sleep(fault.hold_ms / 1000)
-            if fault.on_commit is not None:
-                fault.on_commit()
-        return Reply(status, body, drop=drop, idempotency_key=idempotency_key)
+        fault = None
+        try:
+            if endpoint == "refunds":
+                fault = self._take_fault(False, params.get("payment_intent"))
+            done = self._execute(handler, params, fault)
+            if idempotency_key is not None:
+                with self._lock:
+                    entry = self._keys.get(idempotency_key)
+                    if entry is not None and not entry.done:
+                        if done.saved:
+                            entry.done, entry.status, entry.body = True, done.status, done.body
+                        else:
+                            del self._keys[idempotency_key]
+            if fault is not None and done.made:
+                # Stripe has finished: the refund and the key's saved answer are in. Only
+                # the answer is still on its way back (held, trickled, lost, a 500 or garbled).
+                fault.committed.set()
+                if fault.kind == "hold" and fault.stage == "after_commit":
+                    time.sleep(fault.hold_ms / 1000)
+                if fault.on_commit is not None:
+                    fault.on_commit()
+            return Reply(
+                done.status,
+                done.body,
+                drop=done.drop,
+                garbled=done.garbled,
+                trickle_ms=done.trickle_ms,
+                idempotency_key=idempotency_key,
+            )
+        finally:
+            if fault is not None:
+                fault.ended.set()
 
     def _idempotency_check(self, endpoint: str, params: JSONObj, key: str) -> Reply | None:
         now = self.now()
@@ -289,31 +409,54 @@ class PaymentsModel:
 
     def _execute(
         self, handler: Callable[[JSONObj], JSONObj], params: JSONObj, fault: Fault | None
-    ) -> tuple[int, JSONObj, bool, bool, bool]:
-        """Run a handler under a fault; returns (status, body, saved, drop, committed)."""
-        kind = fault.kind if fault is not None else None
-        if fault is not None and not fault.commit:
-            if kind == "error_500":
-                # A 500 before the endpoint began executing: nothing committed or saved.
-                return 500, _server_error().envelope(), False, False, False
-            if kind == "hold":
-                # A slow request: it holds before committing, its key in progress meanwhile.
-                time.sleep(fault.hold_ms / 1000)
+    ) -> _Done:
+        """Run a handler under a fault."""
+        kind, stage = (fault.kind, fault.stage) if fault is not None else (None, None)
+        if kind == "error_429":
+            return _Done(429, _rate_limited().envelope(), saved=False)
+        if kind == "error_500" and stage == "before_execution":
+            return _Done(500, _server_error().envelope(), saved=False)
+        if kind == "error_500" and stage == "no_refund":
+            return _Done(500, _server_error().envelope())
+        if kind == "hold" and stage != "after_commit":
+            assert fault is not None
+            # A slow request: it holds before committing, its key in progress meanwhile.
+            time.sleep(fault.hold_ms / 1000)
+            if stage == "never_commits":
+                return _Done(500, _server_error().envelope(), saved=False, drop=True)
         try:
             body = handler(params)
         except StripeModelError as e:
-            return e.status, e.envelope(), e.saved, False, False
-        if kind == "drop":
-            return 200, body, True, True, True
+            return _Done(e.status, e.envelope(), saved=e.saved)
         if kind == "error_500":
             # A 500 after the refund was committed: Stripe saves and replays the 500.
-            return 500, _server_error().envelope(), True, False, True
-        return 200, body, True, False, fault is not None
+            return _Done(500, _server_error().envelope(), made=True)
+        return _Done(
+            200,
+            body,
+            made=True,
+            drop=kind == "drop",
+            garbled=kind == "garbled_2xx",
+            trickle_ms=fault.hold_ms if fault is not None and kind == "trickle" else 0,
+        )
+
+    def _read_fault(self, payment_intent: str | None) -> Reply | None:
+        """The error a read fault armed for this payment answers with, if one is armed."""
+        fault = self._take_fault(True, payment_intent)
+        if fault is None:
+            return None
+        err = _READ_ERRORS[fault.kind]()
+        fault.ended.set()
+        return Reply(err.status, err.envelope())
 
     def get_payment_intent(self, intent_id: str) -> Reply:
         """GET /v1/payment_intents/{id}."""
         with self._lock:
             self.requests.append(("GET", "payment_intents"))
+        failed = self._read_fault(intent_id)
+        if failed is not None:
+            return failed
+        with self._lock:
             intent = self._intents.get(intent_id)
             if intent is None:
                 err = _missing("payment_intent", intent_id, param="intent")
@@ -324,6 +467,10 @@ class PaymentsModel:
         """GET /v1/refunds with payment_intent, limit, starting_after and ending_before."""
         with self._lock:
             self.requests.append(("GET", "refunds"))
+        failed = self._read_fault(query.get("payment_intent"))
+        if failed is not None:
+            return failed
+        with self._lock:
             try:
                 limit = int(query.get("limit", "10"))
             except ValueError:
@@ -522,6 +669,37 @@ def _server_error() -> StripeModelError:
         "An unknown error occurred while processing this request.",
         type="api_error",
     )
+
+
+def _rate_limited() -> StripeModelError:
+    return StripeModelError(
+        429,
+        "Too many requests hit the API too quickly. We recommend an exponential backoff of "
+        "your requests.",
+        code="rate_limit",
+    )
+
+
+def _unauthenticated() -> StripeModelError:
+    # Stripe names the key it refused (masked); the emulator shows no part of any key.
+    return StripeModelError(401, "Invalid API Key provided.")
+
+
+def _forbidden() -> StripeModelError:
+    return StripeModelError(
+        403,
+        "The provided key does not have the required permissions for this endpoint on "
+        "account 'acct_emulator'. Having the 'rak_refund_read' permission would allow this "
+        "request to continue.",
+    )
+
+
+_READ_ERRORS: dict[str, Callable[[], StripeModelError]] = {
+    "read_401": _unauthenticated,
+    "read_403": _forbidden,
+    "read_429": _rate_limited,
+    "read_500": _server_error,
+}
 
 
 def _missing(kind: str, object_id: str, *, param: str) -> StripeModelError:
