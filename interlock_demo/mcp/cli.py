@@ -1,0 +1,226 @@
+"""`interlock-demo mcp`: serve the refund tools over stdio, and grant or revoke approvals.
+
+    interlock-demo mcp [--offline [--stripe-base URL]] [--approve PAYMENT --cap CENTS]
+    interlock-demo mcp approve PAYMENT --cap CENTS [--hours H]
+    interlock-demo mcp revoke PAYMENT
+
+Everything is kept in `INTERLOCK_HOME/mcp/interlock.sqlite3` (the journal, the approvals
+and the receipts), so the commands and the server meet there. Stdout belongs to the MCP
+protocol while serving: the server writes its log to stderr. Building the parser imports
+nothing beyond argparse; the `mcp` SDK is imported only to serve.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from interlock import SQLiteStore
+
+EXIT_USAGE = 2
+OFFLINE_PAYMENT = 10_000
+OFFLINE_CAP = 2_000
+
+
+def add_mcp_parser(sub: Any) -> None:
+    """Add the `mcp` command (with `approve` and `revoke`) to the CLI's subparsers."""
+    p = sub.add_parser(
+        "mcp",
+        help="the guarded refund tool as an MCP server over stdio (needs the mcp extra)",
+        description=(
+            "Serve get_payment and issue_refund over stdio; every refund goes through "
+            "interlock.Gate under an approval a person grants."
+        ),
+    )
+    p.add_argument(
+        "--offline",
+        action="store_true",
+        dest="mcp_offline",
+        help="use the loopback Stripe emulator (started in-process) instead of Stripe test mode",
+    )
+    p.add_argument(
+        "--stripe-base",
+        metavar="URL",
+        dest="mcp_stripe_base",
+        help="with --offline: use an emulator already listening at URL",
+    )
+    p.add_argument("--approve", metavar="PAYMENT", dest="mcp_approve", help="approve refunds on")
+    p.add_argument("--cap", type=int, metavar="CENTS", dest="mcp_cap", help="the approval's cap")
+    p.add_argument(
+        "--hours", type=float, default=24.0, dest="mcp_hours", help="approval lifetime (24)"
+    )
+    cmds = p.add_subparsers(dest="mcp_command")
+    approve = cmds.add_parser("approve", help="approve refunds on a payment, capped")
+    approve.add_argument("payment", metavar="PAYMENT")
+    approve.add_argument("--cap", type=int, required=True, metavar="CENTS", dest="cap")
+    approve.add_argument("--hours", type=float, default=24.0, dest="hours")
+    approve.add_argument("--by", default=None, help="who approves (default: $USER)")
+    revoke = cmds.add_parser("revoke", help="revoke a payment's approval")
+    revoke.add_argument("payment", metavar="PAYMENT")
+    revoke.add_argument("--by", default=None, help="who revokes (default: $USER)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run `interlock-demo mcp ...` from the parsed arguments; returns the exit code."""
+    from interlock import InterlockError
+    from interlock_demo.mcp.desk import DeskError, dollars, grant_approval, revoke_approval
+
+    if args.mcp_command in ("approve", "revoke"):
+        store = _open_store()
+        if store is None:
+            return EXIT_USAGE
+        by = args.by or os.environ.get("USER") or "a person"
+        try:
+            if args.mcp_command == "approve":
+                lease = grant_approval(
+                    store, args.payment, args.cap, hours=args.hours, by=by, now=time.time()
+                )
+                print(
+                    f"approved refunds on {args.payment} up to {dollars(lease.cap)} until "
+                    f"{_utc(lease.expires_at)} (approval {lease.id})"
+                )
+            else:
+                lease = revoke_approval(store, args.payment, by=by, now=time.time())
+                print(f"revoked the approval for {args.payment} ({lease.id})")
+        except (DeskError, InterlockError) as e:
+            print(f"interlock-demo mcp: {e}", file=sys.stderr)
+            return EXIT_USAGE
+        finally:
+            store.close()
+        return 0
+    return _serve(args)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from interlock import ConfigError, InterlockError, Owner, StripePayments, make_stripe_client
+    from interlock_demo.keys import KeyRefusedError, find_stripe_key
+    from interlock_demo.mcp.desk import (
+        DeskError,
+        RefundDesk,
+        approval_state,
+        current_approval,
+        dollars,
+        grant_approval,
+    )
+    from interlock_demo.settings import EMULATOR_KEY, demo_timing
+
+    def log(text: str) -> None:
+        print(f"interlock-demo mcp: {text}", file=sys.stderr, flush=True)
+
+    def usage(text: str) -> int:
+        log(text)
+        return EXIT_USAGE
+
+    if args.mcp_stripe_base and not args.mcp_offline:
+        return usage("--stripe-base points the server at an emulator: add --offline")
+    if (args.mcp_approve is None) != (args.mcp_cap is None):
+        return usage("--approve PAYMENT and --cap CENTS go together")
+    try:
+        from interlock_demo.mcp.server import build_server
+    except ImportError as e:
+        return usage(
+            f"the MCP server needs the official MCP SDK ({e}): pip install 'interlock-demo[mcp]'"
+        )
+    try:
+        timing = demo_timing()
+    except ConfigError as e:
+        return usage(str(e))
+    if args.mcp_offline:
+        key = EMULATOR_KEY
+    else:
+        try:
+            secret = find_stripe_key()
+        except KeyRefusedError as e:
+            return usage(str(e))
+        if secret is None:
+            return usage(
+                "Stripe test mode needs a test key: set STRIPE_SECRET_KEY (sk_test_...) or "
+                "run `stripe login`; or add --offline to use the loopback emulator"
+            )
+        key = secret.value
+    store = _open_store()
+    if store is None:
+        return EXIT_USAGE
+    emulator = None
+    try:
+        base = args.mcp_stripe_base
+        if args.mcp_offline and base is None:
+            from interlock_demo.payments import StripeEmulator
+
+            emulator = StripeEmulator().start()
+            base = emulator.url
+        payments = StripePayments(
+            make_stripe_client(key, timeout_s=timing.stripe_timeout_s, base_url=base)
+        )
+        now = time.time()
+        notes = []
+        if args.mcp_approve is not None:
+            existing = current_approval(store, args.mcp_approve)
+            if existing is None:
+                lease = grant_approval(
+                    store, args.mcp_approve, args.mcp_cap, hours=args.mcp_hours,
+                    by="the --approve flag", now=now,
+                )  # fmt: skip
+                log(f"approved refunds on {lease.target} up to {dollars(lease.cap)}")
+            else:
+                # A restarted server must not undo a revocation or refill a spent cap.
+                log(
+                    f"{args.mcp_approve} already has an approval ({approval_state(existing, now)}, "
+                    f"{dollars(existing.cap)} cap); --approve grants only a first one: use "
+                    "`interlock-demo mcp revoke` and `approve` to change it"
+                )
+        elif args.mcp_offline:
+            payment = payments.create_payment(OFFLINE_PAYMENT, metadata={"case": "mcp-offline"})
+            lease = grant_approval(
+                store, payment.id, OFFLINE_CAP, hours=args.mcp_hours, by="--offline", now=now
+            )
+            notes.append(
+                f"Offline demo: payment {payment.id} ({dollars(payment.amount)}) is approved "
+                f"for refunds up to {dollars(lease.cap)}. The customer asked for "
+                f"{dollars(OFFLINE_CAP)} back."
+            )
+            log(notes[-1])
+        desk = RefundDesk(
+            payments, store, timing=timing, owner=Owner.current("mcp-server"), log=log
+        )
+        desk.recover()
+        where = "the loopback Stripe emulator" if args.mcp_offline else "Stripe test mode"
+        instructions = " ".join(
+            [
+                f"Stripe refunds ({where}) guarded by interlock: read the payment with "
+                "get_payment, then refund with issue_refund and a new request_id per decision.",
+                *notes,
+            ]
+        )
+        log(f"serving get_payment and issue_refund over stdio ({where})")
+        build_server(desk, instructions=instructions).run("stdio")
+    except (DeskError, InterlockError) as e:
+        return usage(str(e))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        store.close()
+        if emulator is not None:
+            emulator.stop()
+    return 0
+
+
+def _open_store() -> SQLiteStore | None:
+    from interlock import SQLiteStore, StoreError
+    from interlock_demo.settings import Paths
+
+    path = Path(Paths.from_env().home) / "mcp" / "interlock.sqlite3"
+    try:
+        return SQLiteStore(path)
+    except StoreError as e:
+        print(f"interlock-demo mcp: {e}", file=sys.stderr)
+        return None
+
+
+def _utc(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t))
