@@ -3,6 +3,7 @@
     interlock-demo [--live|--offline|--mock] [--checked] [--http [PORT]]   the app
     interlock-demo --headless --json --scenario ID|all [...]               for CI
     interlock-demo stripe-emulator [--port 12111]                           the emulator
+    interlock-demo mcp [--offline] [--approve PAYMENT --cap CENTS]        refunds over MCP
     interlock-demo e2e-report [--out FILE] [--parallel N]                   both engines, offline
     interlock-demo screenshots [--out DIR] [--scenario ID|all]              SVG/PNG files
 
@@ -17,6 +18,7 @@ import sys
 from pathlib import Path
 
 from interlock_demo.keys import KeyRefusedError
+from interlock_demo.mcp.cli import add_mcp_parser
 from interlock_demo.settings import UsageError, resolve
 from scenarios import SCENARIOS
 
@@ -114,6 +116,7 @@ def _parser() -> argparse.ArgumentParser:
         choices=[*SCENARIOS, "all"],
         help="one scenario, or all (default)",
     )
+    add_mcp_parser(sub)
     return p
 
 
@@ -126,6 +129,10 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE if e.code else 0
     if args.command == "stripe-emulator":
         return _emulator(args.port)
+    if args.command == "mcp":
+        from interlock_demo.mcp.cli import run as run_mcp
+
+        return run_mcp(args)
     if args.command == "e2e-report":
         from interlock_demo import e2e_report
 
