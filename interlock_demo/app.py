@@ -24,7 +24,7 @@ from interlock import Switches
 from interlock_demo.engine import TEMPORAL_TITLES, TITLES, BusyError, Engine, RunRequest
 from interlock_demo.messages import RunUpdated
 from interlock_demo.run import Run
-from interlock_demo.settings import DemoConfig, UsageError
+from interlock_demo.settings import DemoConfig, UsageError, open_private
 from interlock_demo.temporal_engine import temporal_unavailable
 from interlock_demo.widgets import ColumnPane, ModeBanner, RunHeader
 from scenarios import COLUMNS, SCENARIOS
@@ -412,8 +412,9 @@ class DemoApp(App[int]):
     def action_save_screenshot(self) -> None:
         """Save an SVG screenshot under INTERLOCK_HOME and say where."""
         folder = self.config.paths.screenshots
-        folder.mkdir(parents=True, exist_ok=True)
         name = f"{self.scenario}-{datetime.now().strftime('%Y%m%d-%H%M%S')}.svg"
+        # Created 0600 (in a 0700 folder) first: Textual then writes into it as it is.
+        open_private(folder / name, "w").close()
         path = self.save_screenshot(name, str(folder))
         self.notify(f"Screenshot saved: {path}")
 

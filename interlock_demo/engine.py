@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from interlock import (
     Gate,
+    InterlockError,
     Lease,
     MemoryStore,
     Owner,
@@ -41,7 +42,13 @@ from interlock import (
 from interlock_demo.payments import InProcessPayments, PaymentsModel, StripeEmulator
 from interlock_demo.payments.model import Fault
 from interlock_demo.run import Column, Listener, Pacer, Run, WorkerInfo
-from interlock_demo.settings import EMULATOR_KEY, DemoConfig, UsageError, worker_env
+from interlock_demo.settings import (
+    EMULATOR_KEY,
+    DemoConfig,
+    UsageError,
+    open_private,
+    worker_env,
+)
 from interlock_demo.supervisor import SIGKILL_EXIT, Supervisor, WorkerProcess, WorkerState
 from scenarios import (
     COLUMNS,
@@ -65,6 +72,7 @@ from workers.columns import (
     gate_event_text,
     run_worker,
 )
+from workers.standalone import decision_path
 
 if TYPE_CHECKING:
     from interlock_demo.temporal_engine import TemporalRuntime
@@ -103,6 +111,20 @@ class RunRequest:
 
 class _ColumnFailed(Exception):
     """A column could not finish; the message says why."""
+
+
+def error_text(e: Exception) -> str:
+    """An error for a run's `error`, in words: its message, never an internal class name.
+
+    The demo's own errors and the system's say what happened in their message; anything
+    else is unexpected, and its public kind helps whoever reads the report.
+    """
+    text = str(e).strip()
+    if text and isinstance(e, (_ColumnFailed, UsageError, InterlockError, OSError, RuntimeError)):
+        return text
+    kind = type(e).__name__
+    what = "an unexpected error" if kind.startswith("_") else f"an unexpected {kind}"
+    return f"{what}: {text}" if text else f"{what}, with no message"
 
 
 class Engine:
@@ -308,7 +330,7 @@ class Engine:
             else:
                 self._execute_processes(run, sc, config)
         except Exception as e:  # an infrastructure error: report it in the run, exit 3
-            run.finish(error=f"{type(e).__name__}: {e}")
+            run.finish(error=error_text(e))
             return
         errors = [f"{c.name}: {c.error}" for c in run.columns if c.error]
         run.finish(error="; ".join(errors) or None)
@@ -323,10 +345,9 @@ class Engine:
             key = config.stripe_key.value
         client = make_stripe_client(key, timeout_s=config.timing.stripe_timeout_s, base_url=base)
         payments = StripePayments(client)
-        store = SQLiteStore(config.paths.store)
+        store = SQLiteStore(config.paths.prepare().store)
         supervisor = Supervisor()
         self._supervisor = supervisor
-        env = worker_env(config, base)
         # In-flight kills arm a fault on the emulator; only one this engine runs can take it.
         own = (
             self._emulator.model
@@ -341,7 +362,7 @@ class Engine:
                 column = temporal_column(self.temporal(), run, config)
             self._columns(
                 run,
-                lambda col: column(run, col, sc, config, payments, store, supervisor, env, own),
+                lambda col: column(run, col, sc, config, payments, store, supervisor, base, own),
             )
         finally:
             supervisor.stop()
@@ -390,7 +411,7 @@ class _ColumnRunner:
         try:
             self._steps()
         except Exception as e:
-            msg = f"{type(e).__name__}: {e}"
+            msg = error_text(e)
             self.run_.update(self.col.name, lambda: self._fail(msg))
 
     def _fail(self, msg: str) -> None:
@@ -623,21 +644,27 @@ class _ProcessColumn(_ColumnRunner):
         payments: Payments,
         store: Store,
         supervisor: Supervisor,
-        env: dict[str, str],
+        stripe_base: str | None,
         emulator: PaymentsModel | None,
     ) -> None:
         super().__init__(run, col, sc, config, payments, store)
         self.supervisor = supervisor
-        self.env = env
+        self.stripe_base = stripe_base
         self.emulator = emulator
 
     def launch(self, crash_point: str | None) -> int | None:
         assert self.case is not None
         paths = self.config.paths
         case_file = paths.cases / f"{self.case.case_id}.json"
-        case_file.parent.mkdir(parents=True, exist_ok=True)
-        case_file.write_text(json.dumps(self.case.to_dict()))
-        env = dict(self.env)
+        with open_private(case_file, "w") as f:
+            f.write(json.dumps(self.case.to_dict()))
+        env = worker_env(
+            self.config,
+            self.stripe_base,
+            column=self.col.name,
+            asks_model=self.asks_model(),
+            crash_point=None if crash_point == IN_FLIGHT else crash_point,
+        )
         in_flight = None
         if crash_point == IN_FLIGHT:
             if self.emulator is None:
@@ -646,8 +673,6 @@ class _ProcessColumn(_ColumnRunner):
             in_flight = self.emulator.add_fault(
                 "hold", hold_ms=IN_FLIGHT_HOLD_MS, payment_intent=self.case.payment_intent
             )
-        elif crash_point is not None:
-            env["INTERLOCK_CRASH"] = crash_point
         info = WorkerInfo(pid=None, crash_point=crash_point, started_at=self.run_.now())
         run, col = self.run_, self.col
 
@@ -692,6 +717,17 @@ class _ProcessColumn(_ColumnRunner):
     def argv(self, case_file: Path) -> list[str]:
         """The worker's command line."""
         return [sys.executable, "-m", "workers.standalone", str(case_file)]
+
+    def asks_model(self) -> bool:
+        """Whether the next worker will ask the model: this case has no saved decision yet.
+
+        Only such a worker gets the model's key. Interlock's decision is its journaled
+        intent; the others' is the decision file the worker saves before its send.
+        """
+        assert self.case is not None
+        if self.col.name == "interlock":
+            return not self.store.actions(self.case.metadata)
+        return not decision_path(self.config.paths.demo, self.case).exists()
 
     def _kill_in_flight(self, worker: WorkerProcess, fault: Fault) -> None:
         limit = WORKER_GRACE_S

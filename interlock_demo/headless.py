@@ -3,7 +3,9 @@
 stdout carries exactly one JSON document (a run, or a list of runs for `all`) and nothing
 else; progress goes to stderr. Exit codes: 0 every column ended as the truth table says,
 1 a deviation, 3 a run could not finish (its `error` says why). Usage errors (2) are
-decided before anything runs, by the CLI.
+decided before anything runs, by the CLI. SIGHUP (the terminal closed), SIGTERM and
+SIGINT stop the workers and end the same way: exit 3, and the JSON printed with each
+unfinished run's `error` naming the signal.
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ from scenarios import SCENARIOS
 EXIT_OK = 0
 EXIT_DEVIATION = 1
 EXIT_UNFINISHED = 3
+# The signals that stop a headless run; SIGHUP is not on every platform.
+STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGHUP", "SIGINT", "SIGTERM") if hasattr(signal, name)
+)
 
 
 class _Progress:
@@ -56,12 +62,14 @@ def run_headless(
     engine = Engine(config)
     runs: list[Run] = []
     interrupted = threading.Event()
+    received: list[str] = []
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
+        received.append(signal.Signals(signum).name)
         interrupted.set()
         engine.stop()
 
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.signal(s, on_signal) for s in STOP_SIGNALS}
     try:
         for sid in ids:
             if interrupted.is_set():
@@ -79,9 +87,10 @@ def run_headless(
             signal.signal(s, handler)
     docs: list[dict[str, Any]] = [r.to_json() for r in runs]
     if interrupted.is_set():
+        stopped = f"stopped by {received[0]} before the run finished; its workers were killed"
         for doc in docs:
             if doc["status"] != "finished" or doc["error"]:
-                doc["error"] = doc["error"] or "interrupted"
+                doc["error"] = stopped + (f" ({doc['error']})" if doc["error"] else "")
     if as_json:
         out.write(json.dumps(docs if scenario_id == "all" else docs[0], indent=2) + "\n")
     out.flush()

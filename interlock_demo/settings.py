@@ -4,6 +4,14 @@ Default mode: live when a Stripe test key and an Anthropic key are found, else o
 (the loopback emulator and the scripted proposal), saying which key was missing. A Stripe
 key that is set but is not a test key is refused in every mode. A live run never inherits
 the emulated switches; asking for one with `--live` is a usage error.
+
+Two rules for what a run leaves behind and hands on, each written once here:
+- Files under `INTERLOCK_HOME` are the user's alone: folders are made 0700 and files
+  0600 when they are created (`private_dir`, `open_private`, `Paths.prepare`), and the
+  processes the demo starts run with `PRIVATE_UMASK`. The demo never changes its own
+  umask, so what it saves elsewhere (`screenshots --out`) keeps the user's.
+- A child process gets an allow-listed environment (`child_env`), never the whole of
+  ours, and a worker gets each secret only when that launch needs it (`worker_env`).
 """
 
 from __future__ import annotations
@@ -12,9 +20,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO, Any
 
 from interlock import ConfigError, Switches, Timing
-from interlock._config import EMULATED_SWITCHES
 from interlock_demo.keys import Secret, find_anthropic_key, find_stripe_key
 
 DEMO_CLAIM_TTL_S = 15.0
@@ -23,6 +31,32 @@ MODES = ("live", "offline", "mock")
 ENGINES = ("standalone", "temporal")
 # The key the engine gives workers for the loopback emulator: not a real key.
 EMULATOR_KEY = "sk_test_loopbackEmulator"
+# What the demo's child processes create is theirs alone: files 0600, folders 0700.
+PRIVATE_UMASK = 0o077
+# What a child process may take from our environment: what Python, the SDKs, TLS and the
+# Temporal CLI need to run. Everything else (other programs' tokens) stays with us.
+INHERITED = (
+    "PATH",
+    "HOME",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "TMPDIR",
+    "TEMP",
+    "TMP",
+    "PYTHONPATH",
+    "SYSTEMROOT",
+    "WINDIR",
+    "COMSPEC",
+    "PATHEXT",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+)
+INHERITED_PREFIXES = ("LC_",)
+# Settings a worker reads that the engine does not resolve itself, passed on when set.
+PASSED_SETTINGS = ("INTERLOCK_CLAIM_GRACE", "INTERLOCK_SEND_SLACK", "INTERLOCK_MODEL")
+ENV_RECEIPT_KEY = "INTERLOCK_RECEIPT_KEY"
 
 
 class UsageError(ValueError):
@@ -59,6 +93,21 @@ class Paths:
     def screenshots(self) -> Path:
         """Screenshots the app saves."""
         return self.demo / "screenshots"
+
+    def prepare(self) -> Paths:
+        """Make the demo's folders (0700) and its journal file (0600) before a run uses them.
+
+        The journal is created here, empty, so that SQLite, which gives its `-wal` and
+        `-shm` files the database file's mode, makes them 0600 too. A `demo` folder left
+        open by an older version is closed to other users here, once, in this one place.
+        """
+        private_dir(self.demo)
+        if self.demo.stat().st_mode & 0o077:
+            self.demo.chmod(0o700)
+        for folder in (self.cases, self.logs):
+            private_dir(folder)
+        os.close(os.open(self.store, os.O_WRONLY | os.O_CREAT, 0o600))
+        return self
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Paths:
@@ -191,14 +240,54 @@ def resolve(
     )
 
 
-def worker_env(config: DemoConfig, stripe_base: str | None) -> dict[str, str]:
-    """The environment of a worker process: no inherited keys or switches, only what it needs."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("STRIPE_SECRET_KEY", "ANTHROPIC_API_KEY", "INTERLOCK_CRASH")
-        and k not in EMULATED_SWITCHES
-    }
+def private_dir(path: Path) -> Path:
+    """Create `path` and its missing parents as 0700 folders; existing ones are left alone.
+
+    (`Path.mkdir(parents=True)` would give the parents the default mode.)
+    """
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    for folder in reversed(missing):
+        folder.mkdir(mode=0o700, exist_ok=True)
+    return path
+
+
+def open_private(path: Path, mode: str = "a", **kwargs: Any) -> IO[Any]:
+    """Open a file under `INTERLOCK_HOME` for writing; created 0600 in a 0700 folder.
+
+    `mode` is `open()`'s ("a", "ab", "w", "wb"); an existing file keeps its mode.
+    """
+    private_dir(path.parent)
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if mode.startswith("a") else os.O_TRUNC)
+    return os.fdopen(os.open(path, flags, 0o600), mode, **kwargs)
+
+
+def child_env(parent: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The allow-listed part of our environment that every child process gets."""
+    parent = os.environ if parent is None else parent
+    return {k: v for k, v in parent.items() if k in INHERITED or k.startswith(INHERITED_PREFIXES)}
+
+
+def worker_env(
+    config: DemoConfig,
+    stripe_base: str | None,
+    *,
+    column: str,
+    asks_model: bool,
+    crash_point: str | None = None,
+    parent: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The whole environment of one worker launch, built for that launch.
+
+    The allow-list (`child_env`), the settings the worker reads, and each secret only
+    where this launch needs it: the Stripe key (every worker calls Stripe); the
+    Anthropic key only when it will ask the model (`asks_model`: no decision saved
+    yet), so a live restart that acts on a saved decision never holds it; the receipt
+    key only for the interlock column, the only one that signs receipts.
+    """
+    from workers.standalone import AGENT_NONE  # the worker's word for "no model"
+
+    parent = os.environ if parent is None else parent
+    env = child_env(parent)
     env.update(
         {
             "INTERLOCK_HOME": str(config.paths.demo),
@@ -208,16 +297,22 @@ def worker_env(config: DemoConfig, stripe_base: str | None) -> dict[str, str]:
             "PYTHONUNBUFFERED": "1",
         }
     )
+    env.update({k: parent[k] for k in PASSED_SETTINGS if parent.get(k)})
     for name in config.switches.names:
         env[name] = "1"
+    if crash_point is not None:
+        env["INTERLOCK_CRASH"] = crash_point
+    if column == "interlock" and parent.get(ENV_RECEIPT_KEY):
+        env[ENV_RECEIPT_KEY] = parent[ENV_RECEIPT_KEY]
     if config.mode == "live":
         assert config.stripe_key is not None and config.anthropic_key is not None
         env["STRIPE_SECRET_KEY"] = config.stripe_key.value
-        env["ANTHROPIC_API_KEY"] = config.anthropic_key.value
-        env["INTERLOCK_AGENT"] = "anthropic"
+        env["INTERLOCK_AGENT"] = "anthropic" if asks_model else AGENT_NONE
+        if asks_model:
+            env["ANTHROPIC_API_KEY"] = config.anthropic_key.value
     else:
         env["STRIPE_SECRET_KEY"] = EMULATOR_KEY
-        env["INTERLOCK_AGENT"] = "scripted"
+        env["INTERLOCK_AGENT"] = "scripted" if asks_model else AGENT_NONE
         if stripe_base is not None:
             env["INTERLOCK_STRIPE_BASE"] = stripe_base
     return env

@@ -21,6 +21,8 @@ from typing import IO, Any
 
 import psutil
 
+from interlock_demo.settings import PRIVATE_UMASK, open_private
+
 SIGKILL_EXIT = -signal.SIGKILL
 
 
@@ -74,8 +76,7 @@ class WorkerProcess:
 
     def start(self) -> WorkerProcess:
         """Spawn the process in a new session and start its reader."""
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = self.log_path.open("ab")
+        log = open_private(self.log_path, "ab")
         try:
             self._popen = subprocess.Popen(
                 self.argv,
@@ -85,6 +86,7 @@ class WorkerProcess:
                 env=self.env,
                 cwd=self.cwd,
                 start_new_session=True,
+                umask=PRIVATE_UMASK,
             )
         finally:
             log.close()

@@ -44,7 +44,15 @@ import psutil
 
 from interlock_demo.engine import _ColumnFailed, _ProcessColumn
 from interlock_demo.run import Run
-from interlock_demo.settings import DemoConfig, Paths, UsageError
+from interlock_demo.settings import (
+    PRIVATE_UMASK,
+    DemoConfig,
+    Paths,
+    UsageError,
+    child_env,
+    open_private,
+    private_dir,
+)
 
 if TYPE_CHECKING:
     from temporalio.api.history.v1 import HistoryEvent
@@ -192,8 +200,9 @@ class DevServer:
             "warn",
             "--ui-disable-news-fetch",
         ]
-        env = {**os.environ, "TEMPORAL_VERSION_CHECK_DISABLED": "1"}
-        with self.log_path.open("ab") as log:
+        # No secret of ours reaches the server; its database and log are the user's alone.
+        env = {**child_env(), "TEMPORAL_VERSION_CHECK_DISABLED": "1"}
+        with open_private(self.log_path, "ab") as log:
             self._proc = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
@@ -202,6 +211,7 @@ class DevServer:
                 env=env,
                 start_new_session=True,
                 preexec_fn=_die_with_parent(),
+                umask=PRIVATE_UMASK,
             )
 
     def exit_code(self) -> int | None:
@@ -238,10 +248,10 @@ def _claim_database(folder: Path) -> tuple[Path, Path, IO[str]]:
     Two demos with one INTERLOCK_HOME (the app and a headless run) must not start two
     servers on one database; the second takes `dev-server-1.sqlite3`, and so on.
     """
-    folder.mkdir(parents=True, exist_ok=True)
+    private_dir(folder)
     for n in range(_DATABASES):
         suffix = "" if n == 0 else f"-{n}"
-        lock = (folder / f"dev-server{suffix}.lock").open("a")
+        lock = open_private(folder / f"dev-server{suffix}.lock", "a")
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -418,6 +428,28 @@ class TemporalColumn(_ProcessColumn):
         """The column's own task queue."""
         assert self.case is not None
         return f"interlock-demo-{self.case.case_id}"
+
+    def asks_model(self) -> bool:
+        """Whether the next worker may be asked to run ask_model: its result is not yet in
+        the workflow's history (a restart in the refund activity never asks)."""
+        return not self.runtime.call(self._model_answered())
+
+    async def _model_answered(self) -> bool:
+        from temporalio.api.enums.v1 import EventType
+
+        from workers.temporal_workflows import ACTIVITY_ASK_MODEL
+
+        handle = self.runtime.client.get_workflow_handle(self.workflow_id)
+        names: dict[int, str] = {}
+        async for event in handle.fetch_history_events():
+            if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+                attrs = event.activity_task_scheduled_event_attributes
+                names[event.event_id] = attrs.activity_type.name
+            elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+                done = event.activity_task_completed_event_attributes
+                if names.get(done.scheduled_event_id) == ACTIVITY_ASK_MODEL:
+                    return True
+        return False
 
     def run(self) -> None:
         """Run the column; a workflow left open (a failed or stopped run) is terminated."""

@@ -8,9 +8,11 @@ point after flushing. It exits by itself when its supervisor goes away (stdin re
 or its parent changes), so even a SIGKILLed supervisor leaves no worker behind.
 
 Environment: `INTERLOCK_HOME`, `INTERLOCK_STORE` (the journal), `INTERLOCK_CRASH`,
-`INTERLOCK_AGENT` (`scripted` or `anthropic`), `INTERLOCK_STRIPE_BASE` (offline: the
-emulator's address), `STRIPE_SECRET_KEY`, `ANTHROPIC_API_KEY` (only when a real model is
-asked), and the timing and emulated switches that `interlock` reads.
+`INTERLOCK_AGENT` (`scripted`, `anthropic`, or `none`: act on a saved decision, no
+model), `INTERLOCK_STRIPE_BASE` (offline: the emulator's address), `STRIPE_SECRET_KEY`,
+`ANTHROPIC_API_KEY` (only when a real model is asked), `INTERLOCK_RECEIPT_KEY` (only
+interlock's), and the timing and emulated switches that `interlock` reads. The engine
+gives it nothing else (`interlock_demo.settings.worker_env`).
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ from workers.columns import (
     run_worker,
 )
 
+# `INTERLOCK_AGENT` of a worker started to act on a saved decision: no model, no key.
+AGENT_NONE = "none"
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_ORPHANED = 75
@@ -99,9 +103,20 @@ def _crash_hook(point: str | None) -> Any:
     return crash
 
 
+def decision_path(home: Path, case: Case) -> Path:
+    """Where the standard and checked workers save a case's decision under `home`."""
+    return home / "decisions" / f"{case.case_id}-{case.column}.json"
+
+
 def _model_factory(case: Case) -> Any:
     def make() -> Model:
-        if os.environ.get("INTERLOCK_AGENT", "scripted") == "anthropic":
+        agent = os.environ.get("INTERLOCK_AGENT", "scripted")
+        if agent == AGENT_NONE:
+            raise AgentError(
+                "this worker was started to act on a saved decision, without the model or "
+                "its key, but finds none saved; run the case again"
+            )
+        if agent == "anthropic":
             key = os.environ.get("ANTHROPIC_API_KEY", "")
             if not key:
                 raise AgentError("ANTHROPIC_API_KEY is not set; the live agent needs it")
@@ -185,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         switches = Switches.from_env()
         home, store, payments = _home_store_and_payments(timing)
         context = _context_factory(payments, store, timing, switches, crash_at)
-        box = DecisionFile(home / "decisions" / f"{case.case_id}-{case.column}.json")
+        box = DecisionFile(decision_path(home, case))
         ctx = context(case, box, emit, time.sleep)
         emit(
             "start",
