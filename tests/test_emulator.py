@@ -25,7 +25,7 @@ from interlock import (
     make_stripe_client,
 )
 from interlock_demo.payments import InProcessPayments, StripeEmulator
-from interlock_demo.payments.emulator import decode_form
+from interlock_demo.payments.emulator import CONTROL_PREFIX, TOKEN_HEADER, decode_form
 from tests.conftest import TEST_KEY, emulator_handler_threads, join_emulator_handlers
 
 LIVE_KEY = "sk_live_" + "Qz7Vw3Nc9Lp2Hx8Rt4Ym6Kb1"
@@ -78,7 +78,13 @@ def _http(
     body: Any = None,
     headers: dict[str, str] | None = None,
 ) -> tuple[int, Any, dict[str, str]]:
-    """One raw HTTP request to the emulator: (status, decoded JSON body, lower-case headers)."""
+    """One raw HTTP request to the emulator: (status, decoded JSON body, lower-case headers).
+
+    Control routes get the headers their caller would send (the token, a JSON body) unless
+    `headers` is given.
+    """
+    if headers is None and path.startswith(CONTROL_PREFIX):
+        headers = _control_headers(emu)
     if body is None or isinstance(body, bytes):
         data = body
     elif isinstance(body, str):
@@ -94,6 +100,11 @@ def _http(
         return resp.status, (json.loads(raw) if raw else None), answer
     finally:
         conn.close()
+
+
+def _control_headers(emu: StripeEmulator, **extra: str) -> dict[str, str]:
+    """What a rightful caller sends to a control route: the token and a JSON body."""
+    return {TOKEN_HEADER: emu.control_token, "Content-Type": "application/json", **extra}
 
 
 def _auth(key: str = TEST_KEY) -> dict[str, str]:
@@ -534,12 +545,13 @@ def test_error_envelope_has_stripes_shape(emu: StripeEmulator) -> None:
         ("POST", "/v1/customers", _form(), 404),
         ("GET", "/v1/refunds", {}, 401),
         ("GET", "/v1/refunds", _auth(LIVE_KEY), 401),
-        ("GET", "/_emulator/faults/flt_none", {}, 404),
-        ("DELETE", "/_emulator/faults", {}, 200),
+        ("GET", "/_emulator/faults/flt_none", None, 404),
+        ("DELETE", "/_emulator/faults", None, 200),
+        ("DELETE", "/_emulator/faults", {}, 403),
     ],
 )
 def test_every_answer_carries_a_request_id(
-    emu: StripeEmulator, method: str, path: str, headers: dict[str, str], status: int
+    emu: StripeEmulator, method: str, path: str, headers: dict[str, str] | None, status: int
 ) -> None:
     """Successes, errors, 401s and control answers all carry a fresh Request-Id."""
     got, _, answer = _http(emu, method, path, "" if method == "POST" else None, headers)

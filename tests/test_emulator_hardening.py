@@ -1,0 +1,371 @@
+"""The emulator under abuse: control routes nobody else can steer, bad requests, slow clients.
+
+Each probe is one crafted request on loopback, as a web page in the presenter's browser or
+a careless client would send it. The emulator must refuse or answer it in Stripe's shape,
+change nothing, print no traceback, and never hold a thread for a client that stalls.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import queue
+import re
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from interlock_demo.payments import StripeEmulator
+from interlock_demo.payments.emulator import (
+    MAX_BODY,
+    MAX_DEPTH,
+    TOKEN_ENV,
+    TOKEN_HEADER,
+    EmulatorControl,
+    EmulatorControlError,
+)
+from tests.conftest import TEST_KEY
+from tests.test_emulator import _client, _control_headers, _http, _paid
+
+# -- control routes --------------------------------------------------------------------
+
+
+def _probe_headers(emu: StripeEmulator, probe: str) -> dict[str, str]:
+    """A control request's headers with one thing wrong, as an attacker would send them."""
+    good = _control_headers(emu)
+    if probe == "foreign-host":
+        return {**good, "Host": "evil.example"}
+    if probe == "other-port":
+        return {**good, "Host": f"127.0.0.1:{emu.port + 1}"}
+    if probe == "text-plain":
+        return {**good, "Content-Type": "text/plain"}
+    if probe == "form":
+        return {**good, "Content-Type": "application/x-www-form-urlencoded"}
+    if probe == "foreign-origin":
+        return {**good, "Origin": "http://evil.example"}
+    if probe == "null-origin":
+        return {**good, "Origin": "null"}
+    if probe == "no-token":
+        return {k: v for k, v in good.items() if k != TOKEN_HEADER}
+    if probe == "wrong-token":
+        return {**good, TOKEN_HEADER: "x" * len(emu.control_token)}
+    raise AssertionError(probe)
+
+
+@pytest.mark.parametrize(
+    ("probe", "status", "needle"),
+    [
+        ("foreign-host", 403, "Host"),
+        ("other-port", 403, "Host"),
+        ("text-plain", 415, "application/json"),
+        ("form", 415, "application/json"),
+        ("foreign-origin", 403, "origin"),
+        ("null-origin", 403, "origin"),
+        ("no-token", 403, TOKEN_HEADER),
+        ("wrong-token", 403, TOKEN_HEADER),
+    ],
+)
+@pytest.mark.parametrize(
+    ("route", "body"),
+    [
+        ("/_emulator/faults", {"kind": "error_500", "count": 50}),
+        ("/_emulator/clock/advance", {"seconds": 90000}),
+    ],
+)
+def test_control_routes_refuse_strangers(
+    emu: StripeEmulator, probe: str, status: int, needle: str, route: str, body: Any
+) -> None:
+    """A foreign Host, a non-JSON body, a foreign Origin or no token: nothing armed or moved."""
+    now = emu.model.now()
+    got, answer, headers = _http(emu, "POST", route, body, _probe_headers(emu, probe))
+    assert got == status
+    assert needle in answer["error"]
+    assert emu.control_token not in answer["error"]
+    assert headers["request-id"].startswith("req_")
+    assert emu.model.faults() == []
+    assert emu.model.now() == pytest.approx(now, abs=5)
+
+
+def test_control_reads_and_deletes_need_the_token(emu: StripeEmulator) -> None:
+    """GET and DELETE control routes are refused without the token too."""
+    fault = emu.model.add_fault("hold")
+    for method, path in (("GET", f"/_emulator/faults/{fault.id}"), ("DELETE", "/_emulator/faults")):
+        assert _http(emu, method, path, headers={})[0] == 403
+    assert fault.remaining == 1
+
+
+def test_own_origin_and_localhost_are_accepted(emu: StripeEmulator) -> None:
+    """The rightful caller may say localhost:PORT and send its own Origin."""
+    own = _control_headers(emu, Host=f"localhost:{emu.port}", Origin=f"http://localhost:{emu.port}")
+    status, fault, _ = _http(emu, "POST", "/_emulator/faults", {"kind": "drop"}, own)
+    assert status == 200
+    assert emu.model.fault(fault["id"]) is not None
+
+
+def test_control_token_is_random_per_emulator() -> None:
+    """Each emulator makes its own token, long and unguessable, and a short one is refused."""
+    with StripeEmulator() as a, StripeEmulator() as b:
+        assert a.control_token != b.control_token
+        assert len(a.control_token) >= 24
+        assert a.control_token not in a.url
+    with pytest.raises(ValueError, match="16 characters"):
+        StripeEmulator(control_token="short")
+
+
+def test_emulator_control_client(emu: StripeEmulator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """EmulatorControl arms, waits and clears with the token; a wrong token is refused in words."""
+    monkeypatch.setenv(TOKEN_ENV, emu.control_token)
+    control = EmulatorControl.from_env(emu.url)
+    client = _client(emu)
+    pi = _paid(client)
+    fault = control.add_fault("error_429", payment_intent=pi.id)
+    assert (fault["kind"], fault["payment_intent"]) == ("error_429", pi.id)
+    assert control.wait(fault["id"], "started", seconds=0)["started"] is False
+    assert control.advance(10) == pytest.approx(emu.model.now(), abs=5)
+    control.clear_faults()
+    assert emu.model.fault(fault["id"]).remaining == 0  # type: ignore[union-attr]
+    refund = client.v1.refunds.create(params={"payment_intent": pi.id, "amount": 100})
+    assert control.set_refund_status(refund.id, "failed")["status"] == "failed"
+
+    with pytest.raises(EmulatorControlError, match="403"):
+        EmulatorControl(emu.url, "y" * 24).add_fault("drop")
+    monkeypatch.delenv(TOKEN_ENV)
+    with pytest.raises(EmulatorControlError, match=TOKEN_ENV):
+        EmulatorControl.from_env(emu.url)
+    with pytest.raises(ValueError, match=r"127\.0\.0\.1"):
+        EmulatorControl("http://evil.example:80", emu.control_token)
+    assert emu.model.faults()[-1].id == fault["id"], "a refused client armed something"
+
+
+# -- bad requests ----------------------------------------------------------------------
+
+
+def _raw(port: int, data: bytes, timeout_s: float = 5.0) -> tuple[int, dict[str, Any]]:
+    """Send raw bytes; return the answer's status and JSON body (the probe's own framing)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as sock:
+        sock.sendall(data)
+        resp = http.client.HTTPResponse(sock)
+        resp.begin()
+        body = resp.read()
+    return resp.status, json.loads(body)
+
+
+def _post(emu: StripeEmulator, path: str, headers: list[tuple[str, str]], body: bytes) -> bytes:
+    """A POST's bytes exactly as given: headers may repeat or lie about the body."""
+    lines = [f"POST {path} HTTP/1.1", f"Host: 127.0.0.1:{emu.port}"]
+    lines += [f"{k}: {v}" for k, v in headers]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+def _stripe_headers(*extra: tuple[str, str]) -> list[tuple[str, str]]:
+    return [
+        ("Authorization", f"Bearer {TEST_KEY}"),
+        ("Content-Type", "application/x-www-form-urlencoded"),
+        *extra,
+    ]
+
+
+def _nested(levels: int) -> bytes:
+    return b"metadata" + b"[a]" * levels + b"=x"
+
+
+def _bad_request(probe: str, good: bytes) -> tuple[list[tuple[str, str]], bytes]:
+    """The headers and body of one probe, built on a good refund request."""
+    length = ("Content-Length", str(len(good)))
+    lies = {
+        "content-length-word": [("Content-Length", "lots")],
+        "content-length-negative": [("Content-Length", "-5")],
+        "content-length-twice": [length, ("Content-Length", str(len(good) + 1))],
+        "content-length-huge": [("Content-Length", str(10**12))],
+        "chunked": [("Transfer-Encoding", "chunked")],
+    }
+    if probe in lies:
+        body = (
+            f"{len(good):x}\r\n".encode() + good + b"\r\n0\r\n\r\n" if probe == "chunked" else good
+        )
+        return _stripe_headers(*lies[probe]), body
+    extra = {
+        "body-not-utf8": b"&metadata[x]=\xff\xfe",
+        "escape-not-utf8": b"&metadata[x]=%ff%fe",
+        "nested-10000": b"&" + _nested(10_000),
+        "nested-one-too-deep": b"&" + _nested(MAX_DEPTH),
+        "two-shapes": b"&metadata=x&metadata[a]=y",
+        "array-then-hash": b"&metadata[a][b]=x&metadata[a]=y",
+    }[probe]
+    body = good + extra
+    return _stripe_headers(("Content-Length", str(len(body)))), body
+
+
+@pytest.mark.parametrize(
+    ("probe", "needle"),
+    [
+        ("content-length-word", "Content-Length"),
+        ("content-length-negative", "Content-Length"),
+        ("content-length-twice", "Content-Length"),
+        ("content-length-huge", f"at most {MAX_BODY}"),
+        ("chunked", "chunked"),
+        ("body-not-utf8", "UTF-8"),
+        ("escape-not-utf8", "UTF-8"),
+        ("nested-10000", "nested deeper"),
+        ("nested-one-too-deep", "nested deeper"),
+        ("two-shapes", "both as a value and as a hash"),
+        ("array-then-hash", "both as a value and as a hash"),
+    ],
+)
+def test_bad_api_requests_get_stripes_400(
+    emu: StripeEmulator, capfd: pytest.CaptureFixture[str], probe: str, needle: str
+) -> None:
+    """A body Stripe would refuse gets a 400 in Stripe's envelope, creates nothing, no traceback."""
+    pi = _paid(_client(emu)).id
+    headers, body = _bad_request(probe, f"payment_intent={pi}&amount=100".encode())
+    status, answer = _raw(emu.port, _post(emu, "/v1/refunds", headers, body))
+    assert status == 400
+    assert answer["error"]["type"] == "invalid_request_error"
+    assert needle in answer["error"]["message"]
+    assert emu.model.list_refunds({"payment_intent": pi}).body["data"] == []
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_nesting_within_the_limit_is_accepted(emu: StripeEmulator) -> None:
+    """Keys nested up to MAX_DEPTH levels are decoded (the limit refuses only deeper ones)."""
+    from interlock_demo.payments.emulator import decode_form
+
+    decoded = decode_form(_nested(MAX_DEPTH - 1).decode())
+    node: Any = decoded["metadata"]
+    for _ in range(MAX_DEPTH - 2):
+        node = node["a"]
+    assert node == {"a": "x"}
+
+
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        (b"[" * 10_000 + b"]" * 10_000, "RecursionError"),
+        (b'{"kind": "\xff"}', "UnicodeDecodeError"),
+        (b'{"kind": "drop"', "JSONDecodeError"),
+    ],
+    ids=["nested-10000", "not-utf8", "not-json"],
+)
+def test_bad_control_bodies_are_400(
+    emu: StripeEmulator, capfd: pytest.CaptureFixture[str], body: bytes, needle: str
+) -> None:
+    """A control body nested 10,000 deep, not UTF-8 or not JSON is a 400 in words, no traceback."""
+    status, answer, _ = _http(emu, "POST", "/_emulator/faults", body)
+    assert status == 400
+    assert needle in answer["error"]
+    assert emu.model.faults() == []
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_request_line_too_long_is_a_json_error(emu: StripeEmulator) -> None:
+    """What the HTTP layer refuses itself still comes back as Stripe's JSON envelope."""
+    status, answer = _raw(emu.port, b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\n\r\n")
+    assert status == 414
+    assert answer["error"]["type"] == "invalid_request_error"
+
+
+# -- slow clients ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def impatient() -> Iterator[StripeEmulator]:
+    """An emulator whose read deadline is 0.5 s, so stalling clients are cut off quickly."""
+    with StripeEmulator(read_timeout_s=0.5) as emu:
+        yield emu
+
+
+def test_body_shorter_than_its_content_length_is_cut_off(impatient: StripeEmulator) -> None:
+    """A client that promises 100 bytes and sends 10 gets a 400 at the deadline, not a thread."""
+    headers = _stripe_headers(("Content-Length", "100"))
+    started = time.monotonic()
+    status, answer = _raw(impatient.port, _post(impatient, "/v1/refunds", headers, b"amount=10"))
+    elapsed = time.monotonic() - started
+    assert status == 400
+    assert "promised 100 bytes" in answer["error"]["message"]
+    assert elapsed < 3.0, f"a 0.5 s read deadline took {elapsed:.2f} s"
+
+
+def test_body_trickled_past_the_deadline_is_cut_off(impatient: StripeEmulator) -> None:
+    """The deadline covers the whole body: a byte every 0.2 s cannot stretch it."""
+    body = b"amount=100&payment_intent=pi_x"
+    headers = _stripe_headers(("Content-Length", str(len(body))))
+    started = time.monotonic()
+    with socket.create_connection(("127.0.0.1", impatient.port), timeout=5) as sock:
+        sock.sendall(_post(impatient, "/v1/refunds", headers, b""))
+        for i in range(len(body)):
+            # The slow client under test: a byte, then up to 0.2 s watching for an answer.
+            if select.select([sock], [], [], 0.2)[0]:
+                break
+            sock.sendall(body[i : i + 1])
+        resp = http.client.HTTPResponse(sock)
+        resp.begin()
+        answer = json.loads(resp.read())
+    elapsed = time.monotonic() - started
+    assert resp.status == 400
+    assert "within 0.5 s" in answer["error"]["message"]
+    assert elapsed < 3.0, f"a 0.5 s body deadline took {elapsed:.2f} s"
+
+
+def test_unfinished_headers_do_not_hold_a_thread(impatient: StripeEmulator) -> None:
+    """A client that never finishes its headers is disconnected after the read deadline."""
+    with socket.create_connection(("127.0.0.1", impatient.port), timeout=5) as sock:
+        sock.sendall(b"GET /v1/refunds HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        started = time.monotonic()
+        assert sock.recv(1024) == b"", "the emulator answered a request that never ended"
+        elapsed = time.monotonic() - started
+    assert elapsed < 3.0, f"a 0.5 s read deadline left the connection open {elapsed:.2f} s"
+
+
+# -- interlock-demo stripe-emulator --------------------------------------------------------
+
+
+def test_cli_emulator_takes_a_free_port_and_tells_only_its_starter_the_token(
+    tmp_path: Any,
+) -> None:
+    """`stripe-emulator` picks a free port, prints address and token on stderr, nothing on stdout;
+    the token then arms a fault from another process's point of view."""
+    env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "interlock_demo.cli", "stripe-emulator"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    stderr = proc.stderr
+    assert stderr is not None
+
+    def read() -> None:
+        for line in stderr:
+            lines.put(line)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        address = lines.get(timeout=20)
+        token_line = lines.get(timeout=5)
+        url = re.search(r"http://127\.0\.0\.1:(\d+)", address)
+        token = re.search(r"Control token: (\S+)", token_line)
+        assert url is not None and token is not None, (address, token_line)
+        assert int(url.group(1)) not in (0, 12111)
+        control = EmulatorControl(url.group(0), token.group(1))
+        assert control.add_fault("error_429")["kind"] == "error_429"
+        with pytest.raises(EmulatorControlError, match="403"):
+            EmulatorControl(url.group(0), "z" * 32).clear_faults()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=10)
+        reader.join(5)
+    assert out == ""
+    assert proc.returncode == 0
