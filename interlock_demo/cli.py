@@ -2,7 +2,7 @@
 
     interlock-demo [--live|--offline|--mock] [--checked] [--http [PORT]]   the app
     interlock-demo --headless --json --scenario ID|all [...]               for CI
-    interlock-demo stripe-emulator [--port 12111]                           the emulator
+    interlock-demo stripe-emulator [--port N]                               the emulator alone
     interlock-demo mcp [--offline] [--approve PAYMENT --cap CENTS]        refunds over MCP
     interlock-demo e2e-report [--out FILE] [--parallel N]                   both engines, offline
     interlock-demo screenshots [--out DIR] [--scenario ID|all]              SVG/PNG files
@@ -76,7 +76,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="command")
     emu = sub.add_parser("stripe-emulator", help="run the loopback Stripe emulator alone")
-    emu.add_argument("--port", type=int, default=12111)
+    emu.add_argument("--port", type=int, help="default: a free port, printed on start")
     report = sub.add_parser(
         "e2e-report",
         help="offline runs of every scenario on both engines, compared in results/e2e_offline.md",
@@ -200,15 +200,33 @@ def _sweep(mode: str, as_json: bool, parallel: int) -> int:
     return main_sweep(config, as_json=as_json, parallel=parallel)
 
 
-def _emulator(port: int) -> int:
-    from interlock_demo.payments import StripeEmulator
+def _emulator(port: int | None) -> int:
+    """Serve the emulator until Ctrl-C; its address and control token go to stderr only."""
+    import os
 
+    from interlock_demo.payments import StripeEmulator
+    from interlock_demo.payments.emulator import TOKEN_ENV
+
+    preset = os.environ.get(TOKEN_ENV) or None
     try:
-        emu = StripeEmulator(port)
+        emu = StripeEmulator(port or 0, control_token=preset)
     except OSError as e:
         print(f"interlock-demo: cannot listen on 127.0.0.1:{port}: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except ValueError as e:
+        print(f"interlock-demo: {TOKEN_ENV}: {e}; unset it for a random one", file=sys.stderr)
+        return EXIT_USAGE
     print(f"Stripe emulator on {emu.url} (test keys only; Ctrl-C stops it)", file=sys.stderr)
+    if preset is not None:
+        print(f"Control token: the one in {TOKEN_ENV}", file=sys.stderr)
+    else:
+        # For the person who started it: the engine's --stripe-base path needs it to arm
+        # faults. It is printed here once and never written anywhere else.
+        print(
+            f"Control token: {emu.control_token} (set {TOKEN_ENV} to it where you run "
+            f"--stripe-base {emu.url}; keep it to yourself)",
+            file=sys.stderr,
+        )
     try:
         emu.serve_forever()
     except KeyboardInterrupt:
