@@ -110,7 +110,8 @@ def _serve(args: argparse.Namespace) -> int:
     from interlock_demo.settings import EMULATOR_KEY, demo_timing
 
     def log(text: str) -> None:
-        print(f"interlock-demo mcp: {text}", file=sys.stderr, flush=True)
+        stamp = time.strftime("%H:%M:%S")
+        print(f"{stamp} interlock-demo mcp: {text}", file=sys.stderr, flush=True)
 
     def usage(text: str) -> int:
         log(text)

@@ -206,6 +206,10 @@ class RefundDesk:
             owner=owner or Owner.current("mcp-server"),
             on_event=self._gate_event,
             clock=clock,
+            # One send per call: a call that gets no settled answer waits out that send's
+            # in-flight window (looking its refund up) and then answers "unknown", within
+            # an MCP client's patience; the next call or a restart carries on.
+            max_sends=1,
         )
         # payment -> fingerprint of the refunds get_payment showed in this session
         self._shown: dict[str, str] = {}
@@ -403,7 +407,8 @@ def outcome_answer(outcome: Outcome, asked: Mapping[str, Any], *, retry: bool) -
             "server looks it up at Stripe before every call and on restart, and never sends "
             "it twice. Do not refund again with a new request_id; call issue_refund later "
             f"with the same request_id ({rid}) to learn the outcome, and tell the customer "
-            "the refund is being confirmed."
+            "the refund is being confirmed. If it stays unknown, ask a person to check the "
+            "payment in Stripe."
         )
     elif status == "refused" and outcome.reason == REASON_WORLD_CHANGED:
         text = f"Not refunded: {WORLD_CHANGED_WORDS}. Nothing was sent."

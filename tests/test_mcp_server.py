@@ -1,0 +1,283 @@
+"""`interlock-demo mcp` end to end: the MCP SDK's own stdio client against the real server.
+
+Each test spawns `python -m interlock_demo.cli mcp --offline --stripe-base URL` as a real
+process, pointed at a loopback emulator this test process runs (so the test can arm its
+faults and make a refund by hand), with the smallest useful timing (claim 6 s, Stripe
+deadline 1 s), and checks what ends up at the emulator, not only what the tool said.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psutil
+import pytest
+from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
+from mcp.types import CallToolResult
+
+from interlock import ACTION_METADATA_KEY, Refund
+from interlock_demo.mcp.desk import WORLD_CHANGED_WORDS
+from interlock_demo.payments import InProcessPayments, StripeEmulator
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parent.parent
+AMOUNT = 2000
+REQUEST_ID = "req-7f3a9c2e-retry"
+SETTLE_S = 30.0
+
+
+def _server_env() -> dict[str, str]:
+    return {
+        "INTERLOCK_HOME": os.environ["INTERLOCK_HOME"],
+        "INTERLOCK_CLAIM_TTL": "6",
+        "INTERLOCK_STRIPE_TIMEOUT": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+@pytest.fixture
+def payment(emulator: StripeEmulator) -> str:
+    """A $100 payment at the emulator."""
+    return InProcessPayments(emulator.model).create_payment(10_000).id
+
+
+@pytest.fixture
+def connect(emulator: StripeEmulator, payment: str, tmp_path: Path) -> Callable[[], Any]:
+    """Opens an MCP session with a fresh server process approved for $20 on `payment`."""
+
+    @asynccontextmanager
+    async def session() -> AsyncIterator[ClientSession]:
+        params = StdioServerParameters(
+            command=sys.executable,
+            args=[
+                "-m",
+                "interlock_demo.cli",
+                "mcp",
+                "--offline",
+                "--stripe-base",
+                emulator.url,
+                "--approve",
+                payment,
+                "--cap",
+                str(AMOUNT),
+            ],
+            env=_server_env(),
+            cwd=str(REPO),
+        )
+        with (tmp_path / "server-stderr.log").open("a") as errlog:
+            async with (
+                stdio_client(params, errlog=errlog) as (read, write),
+                ClientSession(read, write) as client,
+            ):
+                await client.initialize()
+                yield client
+
+    return session
+
+
+def refunds(emulator: StripeEmulator, payment: str) -> list[Refund]:
+    """The payment's refunds as the emulator holds them (Stripe's truth, not the tool's)."""
+    return InProcessPayments(emulator.model).list_refunds(payment)
+
+
+async def refund(client: ClientSession, payment: str, **extra: Any) -> CallToolResult:
+    """Call issue_refund for $20 under REQUEST_ID."""
+    args = {"payment_intent": payment, "amount": AMOUNT, "request_id": REQUEST_ID, **extra}
+    return await client.call_tool("issue_refund", args)
+
+
+def data(result: CallToolResult) -> dict[str, Any]:
+    """The structured answer of a tool call."""
+    assert isinstance(result.structured_content, dict), result
+    return result.structured_content
+
+
+def text(result: CallToolResult) -> str:
+    """The words of a tool call's answer."""
+    return " ".join(getattr(block, "text", "") for block in result.content)
+
+
+async def until_settled(call: Callable[[], Awaitable[CallToolResult]]) -> CallToolResult:
+    """Repeat a call while it answers `pending`, up to SETTLE_S."""
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        result = await call()
+        if data(result)["status"] != "pending" or time.monotonic() > deadline:
+            return result
+        await anyio.sleep(0.5)  # a poll interval: each answer is read, not assumed
+
+
+async def wait_event(event: threading.Event, seconds: float) -> bool:
+    """Wait for a threading event without blocking the event loop."""
+    return await anyio.to_thread.run_sync(event.wait, seconds)
+
+
+async def test_tools_show_the_payment_and_the_retry_rule(
+    connect: Callable[[], Any], payment: str
+) -> None:
+    """The tools are listed with the request_id rule, and get_payment shows the approval."""
+    async with connect() as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        assert set(tools) == {"get_payment", "issue_refund"}
+        schema = tools["issue_refund"].input_schema
+        assert set(schema["required"]) == {"payment_intent", "amount", "request_id"}
+        assert "SAME request_id" in (tools["issue_refund"].description or "")
+        seen = data(await client.call_tool("get_payment", {"payment_intent": payment}))
+    assert seen["id"] == payment and seen["amount"] == 10_000 and seen["refunds"] == []
+    assert seen["refunds_fingerprint"].startswith("sha256:")
+    assert seen["approval"]["state"] == "live" and seen["approval"]["left"] == AMOUNT
+
+
+async def test_a_retried_call_after_a_lost_answer_refunds_once(
+    connect: Callable[[], Any], emulator: StripeEmulator, payment: str
+) -> None:
+    """Stripe's answer to the create is lost (dropped connection) and the client retries.
+
+    The server finds its own refund at Stripe instead of sending another; the client's
+    retry of the same request_id gets the same refund back. One refund at Stripe.
+    """
+    fault = emulator.model.add_fault("drop", payment_intent=payment)
+    async with connect() as client:
+        await client.call_tool("get_payment", {"payment_intent": payment})
+        first = await refund(client, payment)
+        again = await refund(client, payment)
+    assert fault.fired == 1 and fault.committed.is_set()
+    at_stripe = refunds(emulator, payment)
+    assert len(at_stripe) == 1 and at_stripe[0].amount == AMOUNT
+    assert not first.is_error, text(first)
+    assert data(first)["status"] in ("adopted", "sent") and data(first)["refunded"] is True
+    assert data(first)["refund_id"] == at_stripe[0].id
+    assert data(first)["receipt"] is not None
+    assert data(again)["retry"] is True and data(again)["refund_id"] == at_stripe[0].id
+    assert "nothing was sent again" in text(again)
+    assert at_stripe[0].metadata[ACTION_METADATA_KEY] == data(first)["action_id"]
+
+
+async def test_a_retry_through_a_restarted_server_refunds_once(
+    connect: Callable[[], Any],
+    emulator: StripeEmulator,
+    payment: str,
+    release_hold: threading.Event,
+) -> None:
+    """The server is SIGKILLed after Stripe made the refund, before the tool answered.
+
+    The host starts a new server; the model retries with the same request_id and gets the
+    refund the first call made (found at Stripe), never a second one.
+    """
+    fault = emulator.model.add_fault("hold", hold_ms=60_000, payment_intent=payment)
+    async with connect() as client:
+        await client.call_tool("get_payment", {"payment_intent": payment})
+        server = _server_process()
+        lost: list[BaseException] = []
+
+        async def first_call() -> None:
+            try:
+                await refund(client, payment)
+            except (MCPError, anyio.ClosedResourceError, anyio.BrokenResourceError) as e:
+                lost.append(e)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(first_call)
+            assert await wait_event(fault.committed, 15), "the refund never reached Stripe"
+            server.send_signal(signal.SIGKILL)
+            server.wait(10)
+        assert lost, "the first call should have lost its answer with the server"
+    release_hold.set()
+    async with connect() as client:
+        result = await until_settled(lambda: refund(client, payment))
+    at_stripe = refunds(emulator, payment)
+    assert len(at_stripe) == 1, at_stripe
+    assert data(result)["status"] == "adopted", text(result)
+    assert data(result)["refund_id"] == at_stripe[0].id
+
+
+async def test_a_hand_refund_after_the_read_is_refused_with_the_reason(
+    connect: Callable[[], Any], emulator: StripeEmulator, payment: str
+) -> None:
+    """Support refunds by hand between get_payment and issue_refund: the tool refuses.
+
+    The words tell the model what to do (read again, ask a person); only the hand refund
+    is at Stripe.
+    """
+    async with connect() as client:
+        await client.call_tool("get_payment", {"payment_intent": payment})
+        hand = InProcessPayments(emulator.model).create_refund(payment, AMOUNT)
+        result = await refund(client, payment)
+    assert result.is_error
+    assert data(result)["status"] == "refused" and data(result)["refunded"] is False
+    assert WORLD_CHANGED_WORDS in text(result)
+    assert data(result)["receipt"] is not None
+    assert [r.id for r in refunds(emulator, payment)] == [hand.id]
+
+
+async def test_a_revoked_approval_is_refused(
+    connect: Callable[[], Any], emulator: StripeEmulator, payment: str
+) -> None:
+    """A person revokes the approval with `interlock-demo mcp revoke` after the model read.
+
+    The tool refuses, naming the revocation; nothing is refunded.
+    """
+    async with connect() as client:
+        await client.call_tool("get_payment", {"payment_intent": payment})
+        revoke = subprocess.run(
+            [sys.executable, "-m", "interlock_demo.cli", "mcp", "revoke", payment, "--by", "ana"],
+            env={**os.environ, **_server_env()},
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert revoke.returncode == 0, revoke.stderr
+        result = await refund(client, payment)
+    assert result.is_error
+    assert data(result)["status"] == "refused"
+    assert "approval revoked by ana" in text(result)
+    assert refunds(emulator, payment) == []
+
+
+async def test_an_ambiguous_answer_is_unknown_being_recovered_never_failed(
+    connect: Callable[[], Any],
+    emulator: StripeEmulator,
+    payment: str,
+    release_hold: threading.Event,
+) -> None:
+    """Stripe does not answer within the deadline (the request is still running there).
+
+    The tool says "unknown, being recovered", not an error; once the refund lands, the
+    same request_id reports it (found at Stripe). One refund.
+    """
+    fault = emulator.model.add_fault("hold", hold_ms=60_000, commit=False, payment_intent=payment)
+    async with connect() as client:
+        await client.call_tool("get_payment", {"payment_intent": payment})
+        first = await refund(client, payment)
+        assert not first.is_error, text(first)
+        assert data(first)["status"] == "pending" and data(first)["refunded"] is None
+        assert text(first).startswith("Unknown, being recovered")
+        assert refunds(emulator, payment) == []
+        release_hold.set()
+        assert await wait_event(fault.committed, 15)
+        settled = await until_settled(lambda: refund(client, payment))
+    at_stripe = refunds(emulator, payment)
+    assert len(at_stripe) == 1
+    assert data(settled)["status"] == "adopted", text(settled)
+    assert data(settled)["refund_id"] == at_stripe[0].id
+
+
+def _server_process() -> psutil.Process:
+    """The `interlock-demo mcp` process this test spawned."""
+    for child in psutil.Process().children(recursive=True):
+        if "interlock_demo.cli" in child.cmdline() and "mcp" in child.cmdline():
+            return child
+    raise AssertionError("no interlock-demo mcp process found")
