@@ -230,20 +230,36 @@ async def test_a_revoked_approval_is_refused(
     """
     async with connect() as client:
         await client.call_tool("get_payment", {"payment_intent": payment})
-        revoke = subprocess.run(
-            [sys.executable, "-m", "interlock_demo.cli", "mcp", "revoke", payment, "--by", "ana"],
-            env={**os.environ, **_server_env()},
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        revoke = _revoke(payment)
         assert revoke.returncode == 0, revoke.stderr
         result = await refund(client, payment)
     assert result.is_error
     assert data(result)["status"] == "refused"
     assert "approval revoked by ana" in text(result)
+    assert refunds(emulator, payment) == []
+
+
+async def test_a_restart_with_the_flag_does_not_undo_a_revocation(
+    connect: Callable[[], Any], emulator: StripeEmulator, payment: str
+) -> None:
+    """The host restarts the server with the same `--approve` after a person revoked it.
+
+    The flag grants only a first approval, so the revocation stands and the refund is
+    refused.
+    """
+    async with connect() as client:
+        assert (
+            data(await client.call_tool("get_payment", {"payment_intent": payment}))["approval"][
+                "state"
+            ]
+            == "live"
+        )
+    assert _revoke(payment).returncode == 0
+    async with connect() as client:
+        seen = data(await client.call_tool("get_payment", {"payment_intent": payment}))
+        result = await refund(client, payment)
+    assert seen["approval"]["state"] == "revoked"
+    assert data(result)["status"] == "refused" and "approval revoked" in text(result)
     assert refunds(emulator, payment) == []
 
 
@@ -281,3 +297,16 @@ def _server_process() -> psutil.Process:
         if "interlock_demo.cli" in child.cmdline() and "mcp" in child.cmdline():
             return child
     raise AssertionError("no interlock-demo mcp process found")
+
+
+def _revoke(payment: str) -> subprocess.CompletedProcess[str]:
+    """`interlock-demo mcp revoke PAYMENT --by ana`, as a person runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "interlock_demo.cli", "mcp", "revoke", payment, "--by", "ana"],
+        env={**os.environ, **_server_env()},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )

@@ -1,0 +1,197 @@
+"""The MCP server's refund desk and its command line, in-process (no MCP session).
+
+The desk runs over the in-process payments model and a memory store with the smallest
+useful timing; what the MCP tools add on top is covered in `test_mcp_server.py`.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from interlock import MemoryStore, Timing
+from interlock_demo.cli import main
+from interlock_demo.mcp.desk import (
+    WORLD_CHANGED_WORDS,
+    DeskError,
+    RefundDesk,
+    action_id_for,
+    current_approval,
+    grant_approval,
+    revoke_approval,
+)
+from interlock_demo.payments import InProcessPayments
+
+AMOUNT = 2000
+RID = "req-0001-abcdef"
+
+
+@pytest.fixture
+def payments() -> InProcessPayments:
+    """A fresh in-memory Stripe."""
+    return InProcessPayments()
+
+
+@pytest.fixture
+def store() -> MemoryStore:
+    """A fresh journal."""
+    return MemoryStore()
+
+
+@pytest.fixture
+def payment(payments: InProcessPayments, store: MemoryStore) -> str:
+    """A $100 payment approved for refunds up to $20."""
+    pi = payments.create_payment(10_000).id
+    grant_approval(store, pi, AMOUNT, hours=1, by="ana", now=time.time())
+    return pi
+
+
+def desk(payments: InProcessPayments, store: MemoryStore) -> RefundDesk:
+    """A desk for one session."""
+    return RefundDesk(payments, store, timing=Timing(claim_ttl_s=6, stripe_timeout_s=1))
+
+
+def test_the_action_id_is_stable_per_payment_and_request() -> None:
+    """The same payment and request_id give one action id; another payment another."""
+    assert action_id_for("pi_A", RID) == action_id_for("pi_A", RID)
+    assert action_id_for("pi_A", RID) != action_id_for("pi_B", RID)
+    assert action_id_for("pi_A", RID) != action_id_for("pi_A", RID + "x")
+
+
+def test_a_request_id_names_one_decision(
+    payments: InProcessPayments, store: MemoryStore, payment: str
+) -> None:
+    """Reusing a request_id with another amount is refused in words, and sends nothing."""
+    d = desk(payments, store)
+    d.get_payment(payment)
+    assert d.issue_refund(payment, 1000, RID).data["status"] == "sent"
+    other = d.issue_refund(payment, 500, RID)
+    assert other.is_error and other.data["status"] == "invalid"
+    assert "already names a refund of $10.00" in other.text and "new request_id" in other.text
+    assert [r.amount for r in payments.list_refunds(payment)] == [1000]
+
+
+def test_a_refund_needs_a_read_first(
+    payments: InProcessPayments, store: MemoryStore, payment: str
+) -> None:
+    """Without a get_payment in this session or a fingerprint in the call, nothing is journaled."""
+    answer = desk(payments, store).issue_refund(payment, AMOUNT, RID)
+    assert answer.is_error and "get_payment" in answer.text
+    assert store.action(action_id_for(payment, RID)) is None
+    assert payments.list_refunds(payment) == []
+
+
+def test_the_fingerprint_in_the_call_serves_a_new_session(
+    payments: InProcessPayments, store: MemoryStore, payment: str
+) -> None:
+    """A client that passes back the fingerprint it read is checked against it, in any session.
+
+    A stale one (read before a hand refund) is refused; the current one refunds.
+    """
+    stale = desk(payments, store).get_payment(payment).data["refunds_fingerprint"]
+    payments.create_refund(payment, 500)
+    later = desk(payments, store)
+    refused = later.issue_refund(payment, 1000, RID, seen_fingerprint=stale)
+    assert refused.data["status"] == "refused" and WORLD_CHANGED_WORDS in refused.text
+    fresh = desk(payments, store).get_payment(payment).data["refunds_fingerprint"]
+    sent = later.issue_refund(payment, 1000, RID + "-2", seen_fingerprint=fresh)
+    assert sent.data["status"] == "sent", sent.text
+    assert sorted(r.amount for r in payments.list_refunds(payment)) == [500, 1000]
+
+
+def test_no_approval_is_refused_and_nothing_journaled(
+    payments: InProcessPayments, store: MemoryStore
+) -> None:
+    """A payment nobody approved: the model is told to ask a person; no intent is written."""
+    pi = payments.create_payment(10_000).id
+    d = desk(payments, store)
+    assert d.get_payment(pi).data["approval"] is None
+    answer = d.issue_refund(pi, AMOUNT, RID)
+    assert answer.is_error and "no approval" in answer.text and "Ask a person" in answer.text
+    assert store.action(action_id_for(pi, RID)) is None
+
+
+def test_more_than_the_cap_is_refused_with_the_reason(
+    payments: InProcessPayments, store: MemoryStore, payment: str
+) -> None:
+    """$25 under a $20 approval: refused by the gate, with a receipt and the cap in words."""
+    d = desk(payments, store)
+    d.get_payment(payment)
+    answer = d.issue_refund(payment, 2500, RID)
+    assert answer.is_error and answer.data["status"] == "refused"
+    assert "2500" in answer.text and answer.data["receipt"] is not None
+    assert payments.list_refunds(payment) == []
+
+
+@pytest.mark.parametrize(
+    ("pi", "amount", "rid", "words"),
+    [
+        ("with", AMOUNT, RID, "not a PaymentIntent id"),
+        ("pi_ok", 0, RID, "positive number of cents"),
+        ("pi_ok", AMOUNT, "short", "request_id"),
+        ("pi_ok", AMOUNT, "has spaces in it", "request_id"),
+    ],
+)
+def test_bad_arguments_are_refused_in_words(
+    payments: InProcessPayments, store: MemoryStore, pi: str, amount: int, rid: str, words: str
+) -> None:
+    """A malformed payment id, amount or request_id is answered with what to fix."""
+    answer = desk(payments, store).issue_refund(pi, amount, rid)
+    assert answer.is_error and answer.data["status"] == "invalid" and words in answer.text
+
+
+def test_a_live_approval_is_not_replaced_silently(store: MemoryStore) -> None:
+    """A second grant while one is live is refused; after a revocation a new one is current."""
+    now = time.time()
+    first = grant_approval(store, "pi_X1", AMOUNT, hours=1, by="ana", now=now)
+    with pytest.raises(DeskError, match="revoke it first"):
+        grant_approval(store, "pi_X1", 5000, hours=1, by="ana", now=now)
+    revoke_approval(store, "pi_X1", by="ben", now=now)
+    with pytest.raises(DeskError, match="already revoked"):
+        revoke_approval(store, "pi_X1", by="ben", now=now)
+    second = grant_approval(store, "pi_X1", 5000, hours=1, by="ana", now=now)
+    assert second.id != first.id
+    assert current_approval(store, "pi_X1") == second
+
+
+def test_approve_and_revoke_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    """`interlock-demo mcp approve/revoke` grant and revoke in INTERLOCK_HOME, exit 2 on misuse."""
+    assert main(["mcp", "approve", "pi_Cmd1", "--cap", "2000", "--by", "ana"]) == 0
+    assert "up to $20.00" in capsys.readouterr().out
+    assert main(["mcp", "approve", "pi_Cmd1", "--cap", "2000"]) == 2
+    assert "revoke it first" in capsys.readouterr().err
+    assert main(["mcp", "revoke", "pi_Cmd1"]) == 0
+    assert main(["mcp", "revoke", "pi_Cmd1"]) == 2
+    assert "already revoked" in capsys.readouterr().err
+    assert main(["mcp", "approve", "not-a-payment", "--cap", "2000"]) == 2
+
+
+@pytest.mark.parametrize(
+    ("argv", "env_key", "words"),
+    [
+        (["mcp"], None, "STRIPE_SECRET_KEY"),
+        (["mcp"], "sk_live_MadeUpKeyForTests123", "live secret key"),
+        (["mcp", "--stripe-base", "http://127.0.0.1:9"], None, "add --offline"),
+        (["mcp", "--offline", "--approve", "pi_A1"], None, "go together"),
+    ],
+)
+def test_serve_refuses_bad_configuration(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    env_key: str | None,
+    words: str,
+) -> None:
+    """No test key, a live key, --stripe-base without --offline, a flag without its pair: exit 2.
+
+    A refused key is never echoed.
+    """
+    monkeypatch.setenv("PATH", "/nonexistent")  # no `stripe` CLI to find a key with
+    if env_key is not None:
+        monkeypatch.setenv("STRIPE_SECRET_KEY", env_key)
+    assert main(argv) == 2
+    out = capsys.readouterr()
+    assert words in out.err and out.out == ""
+    if env_key is not None:
+        assert env_key not in out.err
