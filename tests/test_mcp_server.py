@@ -248,12 +248,8 @@ async def test_a_restart_with_the_flag_does_not_undo_a_revocation(
     refused.
     """
     async with connect() as client:
-        assert (
-            data(await client.call_tool("get_payment", {"payment_intent": payment}))["approval"][
-                "state"
-            ]
-            == "live"
-        )
+        before = data(await client.call_tool("get_payment", {"payment_intent": payment}))
+    assert before["approval"]["state"] == "live"
     assert _revoke(payment).returncode == 0
     async with connect() as client:
         seen = data(await client.call_tool("get_payment", {"payment_intent": payment}))
