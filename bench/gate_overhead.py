@@ -150,8 +150,13 @@ def _crashed(store: SQLiteStore, payments: TimedPayments, timing: Timing, landed
     intent = _decision(payments, store)
     dead = Owner("crashed-worker", pid=0, started_at=0.0, host="elsewhere")
     long_ago = time.time() - 10 * timing.claim_ttl_s
-    store.begin(intent, dead, long_ago, timing.claim_ttl_s)
-    store.mark_sending(intent.action_id, dead, long_ago, timing.renewal_s)
+    # The dead worker wrote its claim long ago: a second handle on the file with that clock.
+    past = SQLiteStore(store.path, clock=lambda: long_ago)
+    try:
+        epoch = past.begin(intent, dead, timing.claim_ttl_s, timing.grace_s).epoch
+        past.mark_sending(intent.action_id, epoch, timing.renewal_s)
+    finally:
+        past.close()
     if landed:
         payments.create_refund(
             intent.target,

@@ -13,27 +13,29 @@ from interlock._effects import ACTION_METADATA_KEY, Effect, Found, Observation, 
 from interlock._errors import (
     ActionError,
     ConfigError,
+    IntentError,
     InterlockError,
     LeaseError,
+    PaymentsAuthError,
     PaymentsError,
     PaymentsRejectedError,
     PaymentsUnsettledError,
     SchemaVersionError,
     StoreError,
 )
-from interlock._gate import REASON_WORLD_CHANGED, Gate, Outcome, new_action_id
+from interlock._gate import REASON_NO_TARGET, REASON_WORLD_CHANGED, Gate, Outcome, new_action_id
 from interlock._journal import (
     ActionState,
     Intent,
     JournalRecord,
-    MemoryStore,
     Settlement,
-    SQLiteStore,
     Store,
 )
 from interlock._leases import Lease
 from interlock._payments import Payment, Payments, Refund, refunds_fingerprint
 from interlock._receipts import Check, Receipt
+from interlock._store_memory import MemoryStore
+from interlock._store_sqlite import SQLiteStore
 from interlock._stripe import DeadlineHTTPClient, StripePayments, make_stripe_client
 from interlock._verify import VerifyResult, verify
 
@@ -49,6 +51,7 @@ __all__ = [  # noqa: RUF022 - sorted case-insensitively, as httpx does
     "Found",
     "Gate",
     "Intent",
+    "IntentError",
     "InterlockError",
     "JournalRecord",
     "Lease",
@@ -61,9 +64,11 @@ __all__ = [  # noqa: RUF022 - sorted case-insensitively, as httpx does
     "Owner",
     "Payment",
     "Payments",
+    "PaymentsAuthError",
     "PaymentsError",
     "PaymentsRejectedError",
     "PaymentsUnsettledError",
+    "REASON_NO_TARGET",
     "REASON_WORLD_CHANGED",
     "Receipt",
     "Refund",

@@ -1,6 +1,7 @@
 """`python -m interlock verify [STORE]`: check a store's receipt chain.
 
-Exit 0 when the chain holds, 1 on any problem, 2 on bad usage (no such store file).
+Exit 0 when the chain holds, 1 on any problem, 2 on bad usage (no such file, or a file
+that is not an interlock store). The store is opened read-only and never written.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import sys
 from pathlib import Path
 
 from interlock._errors import StoreError
-from interlock._journal import SQLiteStore
+from interlock._store_sqlite import SQLiteStore
 from interlock._verify import verify
 
 DEFAULT_STORE_NAME = "interlock.sqlite3"
@@ -43,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no interlock store at {path}: give the path of a store file", file=sys.stderr)
         return 2
     try:
-        store = SQLiteStore(path)
+        # Read-only: checking a store must never change it (no schema, no migration).
+        store = SQLiteStore.open_read_only(path)
     except StoreError as e:
         print(str(e), file=sys.stderr)
         return 2

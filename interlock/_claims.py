@@ -1,10 +1,16 @@
 """Who holds an action: owner identities and claims.
 
-A claim says one worker may act on an action until `expires_at` (wall-clock seconds, so
-that processes on one machine agree). Taking one is a compare-and-set in the store; a live
-claim is never taken, with one exception that cannot put a send in flight twice: an owner
-that never journaled `sending` and whose process is provably gone (same host, its pid
-dead or reused) may be replaced at once.
+A claim says one worker may act on an action until `expires_at`, in the store's clock
+(read after its write lock is taken, so that every worker on the store agrees). Taking one
+is a compare-and-set in the store, and every take gets a new `epoch`: the gate's later
+commits compare the epoch, never the owner's identity, so two gates of one identity are
+told apart. The identity only tells whether the holder is alive.
+
+A live claim is never taken, with two exceptions that cannot put a send in flight twice,
+both only when the owner's process is provably gone (same host, its pid dead or reused):
+it never journaled `sending`, or the taker's lookup found the action's own refund (there
+is nothing in flight to wait for). A claim marked `sending` is taken otherwise only after
+its expiry plus a grace.
 """
 
 from __future__ import annotations
@@ -77,12 +83,13 @@ class Owner:
 
 @dataclass(frozen=True)
 class Claim:
-    """A claim on one action: who, since when, until when, and whether a send began."""
+    """A claim on one action: who, which take, since when, until when, whether it sends."""
 
     owner: Owner
     claimed_at: float
     expires_at: float
     sending: bool = False
+    epoch: int = 0
 
     def live(self, now: float) -> bool:
         """Whether the claim has not expired at `now`."""
@@ -92,11 +99,24 @@ class Claim:
         """Seconds of claim left at `now` (negative once expired)."""
         return self.expires_at - now
 
-    def replaceable_by(self, owner: Owner, now: float) -> bool:
-        """Whether `owner` may take this claim at `now`."""
+    def replaceable_by(
+        self, owner: Owner, now: float, *, grace_s: float, found_own: bool = False
+    ) -> bool:
+        """Whether `owner` may take this claim at `now`.
+
+        A `sending` claim may cover a request still in flight: nobody takes it before its
+        expiry plus `grace_s`, not even its own owner, unless that owner is provably gone
+        and the taker's lookup found the action's own refund (`found_own`). Any other claim
+        may be taken once expired, by its own owner (the epoch fences the older take), or
+        early when its owner is provably gone.
+        """
+        if self.sending:
+            if now >= self.expires_at + grace_s:
+                return True
+            return found_own and self.owner.is_gone()
         if owner == self.owner or not self.live(now):
             return True
-        return not self.sending and self.owner.is_gone()
+        return self.owner.is_gone()
 
     def to_dict(self) -> dict[str, Any]:
         """The claim as JSON-ready data."""
@@ -105,6 +125,7 @@ class Claim:
             "claimed_at": self.claimed_at,
             "expires_at": self.expires_at,
             "sending": self.sending,
+            "epoch": self.epoch,
         }
 
     @classmethod
@@ -115,4 +136,5 @@ class Claim:
             claimed_at=float(data["claimed_at"]),
             expires_at=float(data["expires_at"]),
             sending=bool(data.get("sending", False)),
+            epoch=int(data.get("epoch", 0)),
         )

@@ -3,6 +3,12 @@
 The gate must never take over a send that may still be in flight, so the Stripe timeout
 has to end at least `SAFETY_MARGIN_S` inside the claim: a claim outlives every request
 its owner may have started, plus the time Stripe may take past the client's deadline.
+
+Two more margins cover what a clock cannot see: the *slack* is asked for beyond the
+send window right before every create call (a worker delayed by less than it between its
+check and its write is still covered), and the *grace* is added to a `sending` claim's
+expiry before anyone may take it (a clock step between workers, or a request that overran
+its deadline by that much).
 """
 
 from __future__ import annotations
@@ -20,9 +26,16 @@ SAFETY_MARGIN_S = 5.0
 SEND_PREP_S = 1.0
 DEFAULT_CLAIM_TTL_S = 40.0
 DEFAULT_STRIPE_TIMEOUT_S = 30.0
+DEFAULT_GRACE_S = 2.0
+DEFAULT_SLACK_S = 2.0
+MIN_GRACE_S = MIN_SLACK_S = 1.0
+# Past these a typo is likelier than intent, and a demo would wait for hours.
+MAX_CLAIM_TTL_S = 24 * 3600.0
 
 ENV_CLAIM_TTL = "INTERLOCK_CLAIM_TTL"
 ENV_STRIPE_TIMEOUT = "INTERLOCK_STRIPE_TIMEOUT"
+ENV_CLAIM_GRACE = "INTERLOCK_CLAIM_GRACE"
+ENV_SEND_SLACK = "INTERLOCK_SEND_SLACK"
 ENV_EMULATE_24H = "INTERLOCK_EMULATE_24H"
 ENV_NO_LOOKUP = "INTERLOCK_NO_LOOKUP"
 EMULATED_SWITCHES = (ENV_EMULATE_24H, ENV_NO_LOOKUP)
@@ -30,18 +43,41 @@ EMULATED_SWITCHES = (ENV_EMULATE_24H, ENV_NO_LOOKUP)
 
 @dataclass(frozen=True)
 class Timing:
-    """How long a claim lasts and how long one Stripe request may take, in seconds."""
+    """How long a claim lasts and how long one Stripe request may take, in seconds.
+
+    `grace_s` is added to a `sending` claim's expiry before another worker may take it;
+    `slack_s` is asked for beyond the send window right before a create call. Neither may
+    be below one second.
+    """
 
     claim_ttl_s: float = DEFAULT_CLAIM_TTL_S
     stripe_timeout_s: float = DEFAULT_STRIPE_TIMEOUT_S
+    grace_s: float = DEFAULT_GRACE_S
+    slack_s: float = DEFAULT_SLACK_S
 
     def __post_init__(self) -> None:
         for name, value in (
             ("claim TTL", self.claim_ttl_s),
             ("Stripe timeout", self.stripe_timeout_s),
+            ("claim grace", self.grace_s),
+            ("send slack", self.slack_s),
         ):
             if not math.isfinite(value) or value <= 0:
                 raise ConfigError(f"the {name} must be a positive number of seconds, got {value}")
+        if self.claim_ttl_s > MAX_CLAIM_TTL_S:
+            raise ConfigError(
+                f"claim TTL {self.claim_ttl_s:g} s is refused: at most {MAX_CLAIM_TTL_S:g} s "
+                f"(a day); set {ENV_CLAIM_TTL} to a number of seconds such as 40"
+            )
+        for name, value, floor, env in (
+            ("claim grace", self.grace_s, MIN_GRACE_S, ENV_CLAIM_GRACE),
+            ("send slack", self.slack_s, MIN_SLACK_S, ENV_SEND_SLACK),
+        ):
+            if value < floor:
+                raise ConfigError(
+                    f"the {name} of {value:g} s is refused: it may not be below {floor:g} s, "
+                    f"which covers a one-second clock step or pause; raise {env}"
+                )
         if self.claim_ttl_s - self.stripe_timeout_s < SAFETY_MARGIN_S:
             raise ConfigError(
                 f"claim TTL {self.claim_ttl_s:g} s with Stripe timeout "
@@ -52,9 +88,14 @@ class Timing:
             )
 
     @property
+    def in_flight_s(self) -> float:
+        """How long after a create call starts it may still land: timeout + 5 s."""
+        return self.stripe_timeout_s + SAFETY_MARGIN_S
+
+    @property
     def send_window_s(self) -> float:
         """The claim time a worker must have left before it may start a send."""
-        return self.stripe_timeout_s + SAFETY_MARGIN_S
+        return self.in_flight_s + self.slack_s
 
     @property
     def renewal_s(self) -> float:
@@ -69,11 +110,17 @@ class Timing:
         claim_ttl_s: float = DEFAULT_CLAIM_TTL_S,
         stripe_timeout_s: float = DEFAULT_STRIPE_TIMEOUT_S,
     ) -> Timing:
-        """Timing from `INTERLOCK_CLAIM_TTL` and `INTERLOCK_STRIPE_TIMEOUT`, else the defaults."""
+        """Timing from the `INTERLOCK_*` settings, else the given defaults.
+
+        `INTERLOCK_CLAIM_TTL`, `INTERLOCK_STRIPE_TIMEOUT`, `INTERLOCK_CLAIM_GRACE` and
+        `INTERLOCK_SEND_SLACK`, in seconds.
+        """
         env = os.environ if env is None else env
         return cls(
             claim_ttl_s=_seconds(env, ENV_CLAIM_TTL, claim_ttl_s),
             stripe_timeout_s=_seconds(env, ENV_STRIPE_TIMEOUT, stripe_timeout_s),
+            grace_s=_seconds(env, ENV_CLAIM_GRACE, DEFAULT_GRACE_S),
+            slack_s=_seconds(env, ENV_SEND_SLACK, DEFAULT_SLACK_S),
         )
 
 

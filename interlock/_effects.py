@@ -19,10 +19,17 @@ ACTION_METADATA_KEY = "interlock_action"
 
 @dataclass(frozen=True)
 class Found:
-    """An earlier send of ours, found at the provider."""
+    """An earlier send of ours, found at the provider.
+
+    `counts` is False when the send happened but did not take effect (a refund that
+    failed or was canceled): the gate records `failed` and never sends under that key
+    again, since the provider would replay the old success.
+    """
 
     external_id: str
     amount: int
+    counts: bool = True
+    status: str = "succeeded"
 
 
 @dataclass(frozen=True)
@@ -57,19 +64,16 @@ class StripeRefund:
         self.payments = payments
 
     def observe(self, intent: Intent) -> Observation:
-        """List the payment's refunds once: our own (by metadata) and the fingerprint."""
+        """List the payment's refunds once: our own (by metadata) and the fingerprint.
+
+        Our own refund is found whatever its status; one that counts is preferred.
+        """
         refunds = self.payments.list_refunds(intent.target)
-        own = next(
-            (
-                r
-                for r in refunds
-                if r.counts and r.metadata.get(ACTION_METADATA_KEY) == intent.action_id
-            ),
-            None,
-        )
+        mine = [r for r in refunds if r.metadata.get(ACTION_METADATA_KEY) == intent.action_id]
+        own = next((r for r in mine if r.counts), mine[0] if mine else None)
         return Observation(
             fingerprint=refunds_fingerprint(refunds),
-            own=None if own is None else Found(own.id, own.amount),
+            own=None if own is None else Found(own.id, own.amount, own.counts, own.status),
             seen=[_seen(r) for r in refunds],
         )
 
@@ -81,7 +85,7 @@ class StripeRefund:
             idempotency_key=idempotency_key,
             metadata={**intent.metadata, ACTION_METADATA_KEY: intent.action_id},
         )
-        return Found(refund.id, refund.amount)
+        return Found(refund.id, refund.amount, refund.counts, refund.status)
 
 
 def _seen(r: Refund) -> dict[str, Any]:

@@ -4,13 +4,15 @@ Every error derives from one root, so a caller can catch the library as a whole:
 
     InterlockError
     ├── ConfigError (ValueError)             bad timing or switch settings
+    ├── IntentError (ValueError)             a decision that cannot be journaled as given
     ├── StoreError                           the journal cannot be used
     │   └── SchemaVersionError               the store was written by another schema
     ├── LeaseError (LookupError)             no such approval, or a bad operation on one
     ├── ActionError (LookupError)            no such action in the journal
     └── PaymentsError                        the payments provider answered badly
         ├── PaymentsUnsettledError           no answer, or one that settles nothing
-        └── PaymentsRejectedError            a definite "no": it was not and will not be done
+        ├── PaymentsRejectedError            a definite "no": it was not and will not be done
+        └── PaymentsAuthError                the key was refused (401/403): fix the key
 
 Each message says what happened and what to do about it; none carries a secret.
 """
@@ -24,6 +26,15 @@ class InterlockError(Exception):
 
 class ConfigError(InterlockError, ValueError):
     """A setting is invalid; the message names the setting, the value and the rule."""
+
+
+class IntentError(InterlockError, ValueError):
+    """A field of an `Intent` breaks its rules; nothing was journaled."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        self.field = field
+        self.problem = problem
+        super().__init__(f"intent {field}: {problem}; nothing was journaled")
 
 
 class StoreError(InterlockError):
@@ -102,3 +113,19 @@ class PaymentsRejectedError(PaymentsError):
         self.http_status = http_status
         self.param = param
         super().__init__(f"{operation} refused ({code}): {message}")
+
+
+class PaymentsAuthError(PaymentsError):
+    """The provider refused the key (401/403): a configuration error, never an outcome.
+
+    Nothing about the action is settled by it; fix the key and run recovery again.
+    """
+
+    def __init__(self, operation: str, http_status: int, detail: str) -> None:
+        self.operation = operation
+        self.http_status = http_status
+        self.detail = detail
+        super().__init__(
+            f"{operation}: the payments provider refused the key (HTTP {http_status}): {detail}; "
+            "check the key and its permissions, then run recovery again"
+        )

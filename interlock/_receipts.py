@@ -14,7 +14,7 @@ import hashlib
 import hmac
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,37 +115,75 @@ def seal(
     return text, digest, (sign(key, digest) if key is not None else None)
 
 
-def chain_problems(receipts: list[Receipt], key: bytes | None) -> list[str]:
-    """Every break in the chain: hashes, order, gaps and signatures."""
-    problems: list[str] = []
-    prev = GENESIS_HASH
-    for expected_seq, r in enumerate(receipts, start=1):
+def chain_problems(receipts: Iterable[Receipt], key: bytes | None) -> list[str]:
+    """Every break in the chain: hashes, order, gaps and signatures.
+
+    With a `key`, every receipt must carry a valid signature: one marked unsigned is a
+    downgrade. A body that cannot be parsed is a problem, never a crash.
+    """
+    return ChainCheck(key).feed_all(receipts)
+
+
+class ChainCheck:
+    """The chain check, one receipt at a time, so a large store is never loaded whole."""
+
+    def __init__(self, key: bytes | None) -> None:
+        self.key = key
+        self.problems: list[str] = []
+        self.length = 0
+        self.all_signed = True
+        self._prev = GENESIS_HASH
+
+    def feed_all(self, receipts: Iterable[Receipt]) -> list[str]:
+        """Check each receipt in order; returns the problems found so far."""
+        for r in receipts:
+            self.feed(r)
+        return self.problems
+
+    def feed(self, r: Receipt) -> dict[str, Any] | None:
+        """Check the next receipt; returns its parsed body, or None if it has none."""
+        self.length += 1
+        expected_seq = self.length
+        problems = self.problems
         where = f"receipt {r.seq} ({r.action_id})"
-        digest = hashlib.sha256(r.body_text.encode()).hexdigest()
+        digest = hashlib.sha256(str(r.body_text).encode()).hexdigest()
         if digest != r.hash:
             problems.append(f"{where}: its body does not match its hash (edited)")
         try:
-            body = r.body
-        except ValueError:
-            problems.append(f"{where}: its body is not JSON")
-            prev = r.hash
-            continue
+            body = json.loads(r.body_text)
+        except (ValueError, TypeError):
+            body = None
+        if not isinstance(body, dict):
+            problems.append(f"{where}: its body is not a JSON object")
+            self.all_signed = False
+            self._prev = r.hash
+            return None
         if r.seq != expected_seq or body.get("seq") != r.seq:
             problems.append(f"{where}: out of order or a gap: expected receipt {expected_seq} here")
-        if body.get("prev_hash") != prev or r.prev_hash != prev:
+        if body.get("prev_hash") != self._prev or r.prev_hash != self._prev:
             problems.append(
                 f"{where}: does not follow the receipt before it (reordered or dropped)"
             )
         if body.get("action_id") != r.action_id:
             problems.append(f"{where}: its action column does not match its body")
-        if body.get("signed"):
-            if key is None:
+        signed = body.get("signed") is True
+        self.all_signed = self.all_signed and signed
+        if signed:
+            if self.key is None:
                 problems.append(
                     f"{where}: signed, but no {ENV_RECEIPT_KEY} was given to check the signature"
                 )
-            elif r.signature is None or not hmac.compare_digest(sign(key, r.hash), r.signature):
+            elif not isinstance(r.signature, str) or not hmac.compare_digest(
+                sign(self.key, str(r.hash)), r.signature
+            ):
                 problems.append(f"{where}: bad signature")
-        elif r.signature is not None:
-            problems.append(f"{where}: says unsigned but carries a signature")
-        prev = r.hash
-    return problems
+        else:
+            if r.signature is not None:
+                problems.append(f"{where}: says unsigned but carries a signature")
+            if self.key is not None:
+                problems.append(
+                    f"{where}: unsigned, but receipts are signed with {ENV_RECEIPT_KEY}: "
+                    "a downgrade (re-sealed without the key)"
+                )
+        self._prev = r.hash
+        return body

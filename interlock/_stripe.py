@@ -9,9 +9,11 @@ before its claim could pass to another worker.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -19,19 +21,23 @@ from urllib.parse import urlsplit
 
 import stripe
 
-from interlock._errors import PaymentsRejectedError, PaymentsUnsettledError
+from interlock._errors import PaymentsAuthError, PaymentsRejectedError, PaymentsUnsettledError
 from interlock._payments import Payment, Refund
 
 T = TypeVar("T")
 
 # Answers that settle nothing: the request may have happened, or may yet.
 UNSETTLED_STATUSES = frozenset({409, 429})
+# The key was refused: a configuration error, never an outcome.
+AUTH_STATUSES = frozenset({401, 403})
 
 
 class DeadlineHTTPClient(stripe.HTTPClient):
     """A Stripe SDK transport whose timeout covers the whole request.
 
-    Each request opens its own connection, so no pooled socket outlives a deadline.
+    Each request opens its own connection, so no pooled socket outlives a deadline. A
+    socket timeout bounds one read only (a server that trickles a byte at a time resets
+    it with every byte), so a timer also shuts the socket down when the deadline passes.
     """
 
     name = "interlock-deadline"
@@ -64,6 +70,18 @@ class DeadlineHTTPClient(stripe.HTTPClient):
         path = parts.path + (f"?{parts.query}" if parts.query else "")
         body = post_data.encode() if isinstance(post_data, str) else post_data
         conn: http.client.HTTPConnection | None = None
+        expired = threading.Event()
+
+        def cut() -> None:
+            expired.set()
+            sock = conn.sock if conn is not None else None
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+        watchdog = threading.Timer(self.timeout_s, cut)
+        watchdog.daemon = True
+        watchdog.start()
         try:
             # Inside the try: the deadline may already be spent here, and that must come
             # out as an APIConnectionError like every other timeout, not a bare TimeoutError.
@@ -90,11 +108,17 @@ class DeadlineHTTPClient(stripe.HTTPClient):
             answer_headers = {k.lower(): v for k, v in resp.getheaders()}
             return b"".join(chunks), resp.status, answer_headers
         except (OSError, http.client.HTTPException) as e:
-            kind = "timed out" if isinstance(e, (TimeoutError, socket.timeout)) else "failed"
+            timed_out = expired.is_set() or isinstance(e, (TimeoutError, socket.timeout))
+            if timed_out:
+                detail = f"no complete answer within {self.timeout_s:g} s"
+            else:
+                detail = f"{type(e).__name__}: {e}"
             raise stripe.APIConnectionError(  # type: ignore[no-untyped-call]
-                f"request to Stripe {kind}: {type(e).__name__}: {e}", should_retry=False
+                f"request to Stripe {'timed out' if timed_out else 'failed'}: {detail}",
+                should_retry=False,
             ) from e
         finally:
+            watchdog.cancel()
             if conn is not None:
                 conn.close()
 
@@ -132,7 +156,9 @@ def make_stripe_client(
 
 
 def refund_from_stripe(obj: Mapping[str, Any]) -> Refund:
-    """A `Refund` from Stripe's refund object."""
+    """A `Refund` from Stripe's refund object; `ValueError` if it is not one."""
+    if not isinstance(obj, Mapping) or obj.get("object", "refund") != "refund" or "id" not in obj:
+        raise ValueError("the answer is not a refund object")
     return Refund(
         id=str(obj["id"]),
         amount=int(obj["amount"]),
@@ -157,21 +183,35 @@ def payment_from_stripe(obj: Mapping[str, Any], refunds: list[Refund]) -> Paymen
 
 
 def _call(operation: str, fn: Callable[[], T]) -> T:
-    """Run an SDK call, sorting its errors into settled refusals and unsettled answers."""
+    """Run an SDK call, sorting its errors into settled refusals and unsettled answers.
+
+    A 2xx the SDK cannot read (a body that is not JSON), or whose object is not what was
+    asked for, settles nothing: the request may well have been done.
+    """
     try:
         return fn()
     except stripe.APIConnectionError as e:
         raise PaymentsUnsettledError(operation, _first_line(e)) from e
     except stripe.StripeError as e:
         status = e.http_status
-        if status is None or status >= 500 or status in UNSETTLED_STATUSES:
+        if status is None or status >= 500 or status < 300 or status in UNSETTLED_STATUSES:
             raise PaymentsUnsettledError(operation, _first_line(e), status) from e
+        if status in AUTH_STATUSES:
+            raise PaymentsAuthError(operation, status, _first_line(e)) from e
         error = e.error
         code = (error.code if error is not None else None) or (
             error.type if error is not None and error.type else type(e).__name__
         )
         param = error.param if error is not None else None
         raise PaymentsRejectedError(operation, str(code), _first_line(e), status, param) from e
+
+
+def _parsed(operation: str, fn: Callable[[], T]) -> T:
+    """Parse an answer; one that is not what was asked for settles nothing."""
+    try:
+        return fn()
+    except (ValueError, KeyError, TypeError) as e:
+        raise PaymentsUnsettledError(operation, f"the answer could not be read: {e}") from e
 
 
 def _first_line(e: stripe.StripeError) -> str:
@@ -219,7 +259,7 @@ class StripePayments:
             )
             return [refund_from_stripe(r.to_dict()) for r in page.auto_paging_iter()]
 
-        return _call("list refunds", walk)
+        return _parsed("list refunds", lambda: _call("list refunds", walk))
 
     def create_refund(
         self,
@@ -242,4 +282,4 @@ class StripePayments:
             "create refund",
             lambda: self._client.v1.refunds.create(params=params, options=options),  # type: ignore[arg-type]
         )
-        return refund_from_stripe(refund.to_dict())
+        return _parsed("create refund", lambda: refund_from_stripe(refund.to_dict()))

@@ -370,11 +370,17 @@ class Engine:
 
     def _execute_mock(self, run: Run, sc: Scenario, config: DemoConfig) -> None:
         payments = InProcessPayments(PaymentsModel())
-        store = MemoryStore()
-        self._mock_parts = {run.run_id: (payments, store)}
-        self._columns(
-            run, lambda col: _MockColumn(run, col, sc, config, payments, store, self.mock_pace_s)
-        )
+
+        def make(col: Column) -> _ColumnRunner:
+            # Each column keeps claims in its own clock, which skips its simulated waits;
+            # one shared store would let one column's skipped wait expire another's claim.
+            clock = _MockClock()
+            store = MemoryStore(clock=clock.now)
+            if col.name == "interlock":
+                self._mock_parts = {run.run_id: (payments, store)}
+            return _MockColumn(run, col, sc, config, payments, store, self.mock_pace_s, clock)
+
+        self._columns(run, make)
 
     def _columns(self, run: Run, make: Callable[[Column], _ColumnRunner]) -> None:
         threads = []
@@ -510,7 +516,7 @@ class _ColumnRunner:
                 "outage", f"support refunds $20.00 by hand ({refund.id}), no key, no metadata"
             )
         elif outage == "revoke":
-            self.store.revoke_lease(self.case.lease_id, "support", time.time())
+            self.store.revoke_lease(self.case.lease_id, "support")
             self.event("outage", "support revokes the approval")
         else:
             self.event("outage", "nobody does anything during the outage")
@@ -768,11 +774,12 @@ class _MockColumn(_ColumnRunner):
         payments: Payments,
         store: Store,
         pace_s: float,
+        clock: _MockClock,
     ) -> None:
         super().__init__(run, col, sc, config, payments, store)
         self.pace_s = pace_s
         self.box = MemoryBox()
-        self.clock = _MockClock()
+        self.clock = clock
         self.n = 0
 
     def on_worker_event(self, ev: dict[str, Any], pid: int | None) -> None:

@@ -135,7 +135,7 @@ def _assert_one_truthful_refund(rig: Rig, outcome: Outcome) -> Refund:
     assert state is not None and state.settlement is not None
     assert state.settlement.status == outcome.status
     assert state.settlement.external_id == refund.id
-    assert [r.outcome for r in rig.store.receipts()] == [outcome.status]
+    assert [r.outcome for r in list(rig.store.receipts())] == [outcome.status]
     result = verify(rig.store, rig.payments)
     assert result.ok, result.problems
     return refund
@@ -157,27 +157,41 @@ def test_timeout_after_the_refund_landed_adopts_it(rig: Rig) -> None:
     assert [(a["step"], a["idempotency_key"]) for a in answers] == [("send", outcome.action_id)]
 
 
-def test_409_while_the_first_request_runs_is_not_a_failure(rig: Rig) -> None:
-    """A 409 `idempotency_key_in_use` on the retry settles nothing: one refund, never `failed`."""
-    # The first request holds before committing, longer than the deadline: its key stays
-    # in progress, so the gate's retries under the same key get 409.
-    fault = rig.emulator.model.add_fault("hold", hold_ms=4000, commit=False)
+def test_request_held_past_the_deadline_lands_in_the_window_and_is_adopted(rig: Rig) -> None:
+    """A create still running at Stripe when the client gives up is not resent meanwhile.
+
+    It commits 3 s later, inside the in-flight window (start + 1 s + 5 s), while the gate
+    polls its lookup: adopted, one create, never refused or failed.
+    """
+    fault = rig.emulator.model.add_fault("hold", hold_ms=3000, stage="before_commit")
     intent = rig.intent()
 
-    first = rig.gate.submit(intent)
+    outcome = rig.gate.submit(intent)
 
-    # One timeout, then 409 on each retry: the gate leaves the action to recovery.
-    assert rig.unsettled_statuses() == [None, 409, 409], rig.events
-    assert first.status == "pending", first
-    state = rig.store.action(intent.action_id)
-    assert state is not None and state.settlement is None
-    assert fault.committed.wait(WAIT_S), "the held refund never committed"
-    (outcome,) = rig.gate.recover()
+    assert fault.committed.is_set()
+    assert rig.unsettled_statuses() == [None], rig.events
     assert outcome.status == "adopted"
+    assert rig.creates() == 1
     _assert_one_truthful_refund(rig, outcome)
-    assert outcome.action_id == intent.action_id
+
+
+def test_409_while_the_first_request_still_runs_is_waited_out_and_adopted(rig: Rig) -> None:
+    """A resend after the window meets the first request still running: 409, maybe sent.
+
+    The gate waits that window out too; the first request lands and is adopted. One refund,
+    two creates, never `failed`.
+    """
+    fault = rig.emulator.model.add_fault("hold", hold_ms=8000, stage="before_commit")
+    intent = rig.intent()
+
+    outcome = rig.gate.submit(intent)
+
+    assert fault.committed.is_set()
+    assert rig.unsettled_statuses() == [None, 409], rig.events
+    assert outcome.status == "adopted"
     assert all(kind != "answer" for kind, _ in rig.events), "no answer may be taken as definite"
-    assert rig.creates() == 3
+    assert rig.creates() == 2
+    _assert_one_truthful_refund(rig, outcome)
 
 
 def test_500_after_commit_is_replayed_so_the_lookup_adopts(rig: Rig) -> None:
@@ -203,21 +217,26 @@ def test_500_after_commit_is_replayed_so_the_lookup_adopts(rig: Rig) -> None:
     assert replay.value.http_status == 500
 
 
-def test_500_without_commit_is_retried_under_the_same_key(rig: Rig) -> None:
-    """A 500 before anything committed is retried under the same key, which sends."""
-    fault = rig.emulator.model.add_fault("error_500", commit=False)
+@pytest.mark.parametrize("stage", ["before_execution", "no_refund"])
+def test_500_with_no_refund_is_unknown_and_never_resent(rig: Rig, stage: str) -> None:
+    """A 500 makes the action unknown: pending with its reservation, one create, no refund.
 
-    outcome = rig.gate.submit(rig.intent())
+    Stripe replays a saved 500 under the key and may reconcile the request later, so the
+    gate neither resends, refuses nor records a failure.
+    """
+    fault = rig.emulator.model.add_fault("error_500", stage=stage)
+    intent = rig.intent()
 
-    assert not fault.committed.is_set()
+    outcome = rig.gate.submit(intent)
+
+    assert fault.started.is_set() and not fault.committed.is_set()
     assert rig.unsettled_statuses() == [500]
-    assert outcome.status == "sent"
-    assert rig.creates() == 2
-    _assert_one_truthful_refund(rig, outcome)
-    assert outcome.receipt is not None
-    body = outcome.receipt.body
-    assert body["idempotency_key"] == outcome.action_id
-    assert [a["idempotency_key"] for a in body["unsettled_answers"]] == [outcome.action_id]
+    assert (outcome.status, outcome.unknown) == ("pending", True)
+    assert rig.creates() == 1 and rig.refunds() == []
+    state = rig.store.action(intent.action_id)
+    assert state is not None and state.unknown is not None and state.settlement is None
+    lease = rig.store.lease(intent.lease_id)
+    assert lease is not None and lease.reservations == {intent.action_id: intent.amount}
 
 
 def test_dropped_connection_after_commit_adopts_the_refund(rig: Rig) -> None:
@@ -248,7 +267,7 @@ def test_each_action_is_one_refund_across_faults(rig: Rig) -> None:
     )
     rig.emulator.model.add_fault("drop")
     first = rig.gate.submit(rig.intent())
-    rig.emulator.model.add_fault("error_500", commit=False)
+    rig.emulator.model.add_fault("error_429")
     second_intent = replace(
         rig.intent(),
         lease_id=f"lease-{rig.payment_intent}-more",

@@ -32,6 +32,8 @@ from interlock import (
     Lease,
     Outcome,
     Owner,
+    PaymentsUnsettledError,
+    Refund,
     SQLiteStore,
     verify,
 )
@@ -40,6 +42,7 @@ from interlock_demo.payments import InProcessPayments
 from tests.helpers.gate_rig import (
     AMOUNT,
     PAYMENT,
+    TIMING,
     Crash,
     GateWorld,
     Hook,
@@ -61,8 +64,21 @@ OUTAGES = (None, "hand-refund", "revoke", "expire")
 # When the outage action happens: after the decision but before the gate starts, inside
 # the first attempt right after commit 1 (before its read), while the worker is dead
 # (between the crash and the restart), or after every recoverer returned.
-OUTAGE_WHEN = ("before-submit", "at-journaled", "during-outage", "after-recovery")
-FAULTS = (None, ("error_500", True), ("error_500", False), ("drop", True))
+OUTAGE_WHEN = ("before-submit", "at-journaled", "while-held", "during-outage", "after-recovery")
+# Stripe's answer to the first create: a model fault (kind:stage), or `late:` a request
+# whose client deadline passes while Stripe still runs it, and that lands later (`lands`,
+# right after any outage action "while held") or dies at Stripe with nothing made (`never`).
+FAULTS = (
+    None,
+    "error_500:after_commit",
+    "error_500:before_execution",
+    "error_500:no_refund",
+    "drop",
+    "garbled_2xx",
+    "error_429",
+    "late:lands",
+    "late:never",
+)
 # Where the next recoverer starts inside the one before it (None: after it returns).
 NEST_POINTS = (None, "claim-wait", "claim", "check", "sending", "before-send", "after-answer")
 REFUSAL_REASON = {
@@ -130,6 +146,49 @@ def run_recoverers(world: World, nests: tuple[str | None, ...]) -> list[tuple[st
 # -- one action: crash, outage, faults, racing recoverers -------------------------------
 
 
+class LateStripe(InProcessPayments):
+    """A Stripe whose next create is still running when the client's deadline passes.
+
+    The client gets a timeout; a retry under the same key meanwhile gets a 409. `land()`
+    finishes it at Stripe (the refund is made), `die()` ends it with nothing made.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = 0
+        self.held: list[tuple[str, int | None, str | None, dict[str, str]]] = []
+
+    def create_refund(
+        self,
+        payment_intent: str,
+        amount: int | None = None,
+        *,
+        idempotency_key: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> Refund:
+        if any(key == idempotency_key for _, _, key, _ in self.held):
+            self.model.requests.append(("POST", "refunds"))
+            raise PaymentsUnsettledError("create refund", "idempotency_key_in_use", 409)
+        if self.armed:
+            self.armed -= 1
+            self.model.requests.append(("POST", "refunds"))
+            self.held.append((payment_intent, amount, idempotency_key, dict(metadata or {})))
+            raise PaymentsUnsettledError("create refund", "timed out")
+        return super().create_refund(
+            payment_intent, amount, idempotency_key=idempotency_key, metadata=metadata
+        )
+
+    def land(self) -> None:
+        """Every held request finishes at Stripe: its refund is made."""
+        held, self.held = self.held, []
+        for pi, amount, key, metadata in held:
+            super().create_refund(pi, amount, idempotency_key=key, metadata=metadata)
+
+    def die(self) -> None:
+        """Every held request ends at Stripe with nothing made."""
+        self.held = []
+
+
 @dataclass(frozen=True)
 class Story:
     """One run: where the first worker dies, what happens meanwhile, who recovers."""
@@ -138,7 +197,7 @@ class Story:
     crashed_owner: str
     outage: str | None
     when: str
-    fault: tuple[str, bool] | None
+    fault: str | None
     nests: tuple[str | None, ...]
 
 
@@ -171,18 +230,29 @@ stories = st.builds(
 
 def play(story: Story) -> Played:
     """Run the story: decide, submit (maybe crash), outage, restart with racing recoverers."""
-    world = World()
+    late = story.fault is not None and story.fault.startswith("late:")
+    payments = LateStripe()
+    world = World(payments=payments)
     lease = world.grant(AMOUNT)
     intent = world.decide(AMOUNT, lease.id)
     outage_seen: list[int] = []
 
+    def settle_held() -> None:
+        if story.fault == "late:lands":
+            payments.land()
+        else:
+            payments.die()
+
     def outage() -> None:
-        outage_seen.append(len(world.agent_refunds(intent.action_id)))
+        # A request that reached Stripe before the outage action counts as before it.
+        will_land = len(payments.held) if story.fault == "late:lands" else 0
+        outage_seen.append(len(world.agent_refunds(intent.action_id)) + will_land)
         if story.outage == "hand-refund":
             world.model.clear_faults()  # support works in the dashboard, not over the agent's link
-            world.payments.create_refund(world.pi, AMOUNT)
+            # By hand in the dashboard: not through the agent's (possibly slow) link.
+            InProcessPayments(world.model).create_refund(world.pi, AMOUNT)
         elif story.outage == "revoke":
-            world.store.revoke_lease(lease.id, "support", world.clock())
+            world.store.revoke_lease(lease.id, "support")
         elif story.outage == "expire":
             world.clock.now = max(world.clock.now, lease.expires_at + 1)
 
@@ -190,15 +260,32 @@ def play(story: Story) -> Played:
         if story.outage is not None and story.when == when:
             outage()
 
-    if story.fault is not None:
-        world.model.add_fault(story.fault[0], commit=story.fault[1])
+    if late:
+        payments.armed = 1
+    elif story.fault is not None:
+        kind, _, stage = story.fault.partition(":")
+        world.model.add_fault(kind, **({"stage": stage} if stage else {}))
     outage_at("before-submit")
     owner = gone_owner() if story.crashed_owner == "gone" else remote_owner()
-    hooks = once("journaled", outage) if story.outage and story.when == "at-journaled" else None
+    hooks: dict[str, Hook] = {}
+    if story.outage and story.when == "at-journaled":
+        hooks.update(once("journaled", outage))
+
+    def while_held() -> None:
+        outage_at("while-held")
+        settle_held()
+
+    # While the first create may still land: the gate waits out its in-flight window.
+    hooks.update(once("in-flight-wait", while_held))
     try:
         first: Outcome | None = world.gate(owner, crash_at=story.crash, hooks=hooks).submit(intent)
     except Crash:
         first = None
+    # The slow answer is the first worker's only; recoverers meet a prompt Stripe.
+    payments.armed = 0
+    if payments.held:
+        # The worker died while its request was still running at Stripe.
+        while_held()
     state = world.store.action(intent.action_id)
     assert state is not None
     claim_at_crash = state.claim if first is None and state.settlement is None else None
@@ -210,6 +297,12 @@ def play(story: Story) -> Played:
     requests = len(world.model.requests)
     played.recovered = run_recoverers(world, story.nests)
     played.recovery_requests = world.model.requests[requests:]
+    if world.store.pending():
+        # A recoverer paused inside another (a nest) can still send after the other took
+        # over and left (the stated limit of a paused worker): the last recovery, once
+        # every claim has run out, settles what it can.
+        world.clock.now += 10 * TIMING.claim_ttl_s
+        played.recovered.append(("last", world.gate(Owner.current("last")).recover()))
     outage_at("after-recovery")
     played.agent_refunds_at_outage = outage_seen[0] if outage_seen else None
     return played
@@ -221,7 +314,14 @@ def play(story: Story) -> Played:
 @example(Story("before-send", "gone", "hand-refund", "during-outage", None, ("claim-wait",)))
 @example(Story("before-send", "remote", "revoke", "during-outage", None, ("claim", "claim-wait")))
 @example(Story("journaled", "gone", "expire", "during-outage", None, ()))
-@example(Story("answer-unsettled", "gone", None, "during-outage", ("drop", True), ("sending",)))
+@example(Story("answer-unsettled", "gone", None, "during-outage", "drop", ("sending",)))
+@example(Story(None, "gone", "hand-refund", "while-held", "late:lands", ()))
+@example(Story(None, "gone", "revoke", "while-held", "late:lands", ()))
+@example(Story("answer-unsettled", "gone", "hand-refund", "while-held", "late:lands", ()))
+@example(Story(None, "gone", "hand-refund", "while-held", "late:never", ()))
+@example(Story(None, "remote", None, "during-outage", "error_500:no_refund", ()))
+@example(Story(None, "gone", "hand-refund", "while-held", "error_500:after_commit", ()))
+@example(Story(None, "gone", None, "during-outage", "garbled_2xx", ("claim-wait",)))
 @example(Story(None, "gone", "hand-refund", "at-journaled", None, ()))
 @example(Story("check", "gone", None, "during-outage", None, ("before-send", "after-answer")))
 def test_one_action_ends_as_the_truth_table_wants(story: Story) -> None:
@@ -229,23 +329,38 @@ def test_one_action_ends_as_the_truth_table_wants(story: Story) -> None:
     played = play(story)
     world, aid = played.world, played.intent.action_id
 
-    # Every recoverer is done and the action is settled, with a receipt that says so.
-    assert world.store.pending() == []
+    # Every recoverer is done and the action is settled, with a receipt that says so;
+    # only an action a 5xx made unknown may stay pending, and then no refund of it exists.
     state = world.store.action(aid)
-    assert state is not None and state.settlement is not None and state.receipt is not None
+    assert state is not None
+    agent = world.agent_refunds()
+    if state.settlement is None:
+        assert state.unknown is not None and story.fault is not None
+        assert story.fault.startswith("error_500") and agent == []
+        assert world.store.pending() == [aid]
+        lease = world.store.lease(played.lease.id)
+        assert lease is not None and lease.spent == 0
+        assert dict(lease.reservations) == {aid: AMOUNT}
+        for _, outs in played.recovered:
+            assert all(o.status == "pending" for o in outs)
+        result = verify(world.store, world.payments)
+        assert result.ok, result.problems
+        return
+    assert world.store.pending() == []
+    assert state.receipt is not None
     status = state.settlement.status
     assert state.receipt.outcome == status and state.receipt.action_id == aid
 
     # The agent's refund exists exactly once if it reached Stripe before the outage action,
     # or if there was none; otherwise it does not exist.
-    agent = world.agent_refunds()
     assert all(r.metadata[ACTION_METADATA_KEY] == aid for r in agent)
     if story.outage is not None and story.when == "during-outage" and story.fault is None:
         landed = played.first is not None or story.crash in ("after-answer", "settled")
         assert played.agent_refunds_at_outage == int(landed)
     if story.outage is not None and story.when in ("before-submit", "at-journaled"):
         assert played.agent_refunds_at_outage == 0
-    wanted = 1 if story.outage is None or played.agent_refunds_at_outage else 0
+    fired = played.agent_refunds_at_outage is not None
+    wanted = 1 if story.outage is None or not fired or played.agent_refunds_at_outage else 0
     assert len(agent) == wanted
 
     # The record is truthful: sent or adopted exactly when its refund exists.
@@ -255,6 +370,8 @@ def test_one_action_ends_as_the_truth_table_wants(story: Story) -> None:
     else:
         assert story.outage is not None
         assert (status, state.settlement.reason) == ("refused", REFUSAL_REASON[story.outage])
+    # Unsettled answers are never recorded as a failure: only a definite "no" is.
+    assert status != "failed"
     reported = [o for _, outs in played.recovered for o in outs if o.settled]
     if played.first is not None and played.first.settled:
         reported.append(played.first)
@@ -262,29 +379,46 @@ def test_one_action_ends_as_the_truth_table_wants(story: Story) -> None:
         assert (o.status, o.external_id) == (status, state.settlement.external_id)
 
     # A hand refund, once made, is always there; the lease is never overspent.
-    assert len(world.hand_refunds()) == (1 if story.outage == "hand-refund" else 0)
+    assert len(world.hand_refunds()) == (1 if story.outage == "hand-refund" and fired else 0)
     lease = world.store.lease(played.lease.id)
     assert lease is not None
     assert lease.spent == sum(r.amount for r in agent) <= lease.cap
     assert dict(lease.reservations) == {}
 
-    # A dead owner that may still be sending is waited out; one that provably is not, is not.
+    # A claim marked `sending` is waited out to its expiry plus the grace, unless its owner
+    # is provably gone and the lookup found its refund (adopted, nothing sent); a claim
+    # not sending is taken at once from a provably dead owner, never early from a remote one.
     claim = played.claim_at_crash
     recoverers = {worker for worker, _ in played.recovered}
     taken = [e for e in world.events if e.worker in recoverers and e.kind == "claim"]
     sends = [e for e in world.events if e.worker in recoverers and e.kind == "before-send"]
     if claim is not None:
-        if claim.sending or story.crashed_owner == "remote":
+        grace = TIMING.grace_s
+        if claim.sending:
+            assert all(e.t >= claim.expires_at + grace for e in sends)
+            early = [e for e in taken if e.t < claim.expires_at + grace]
+            if early:
+                assert story.crashed_owner == "gone" and status == "adopted"
+                assert [e.data["early"] for e in early] == [True] * len(early)
+        elif story.crashed_owner == "remote":
             assert all(e.t >= claim.expires_at for e in taken + sends)
         else:
             assert taken and taken[0].worker == "recoverer-0"
             assert taken[0].t == played.restart_at
 
-    # Recovery costs one list and at most one create, when nothing else interferes.
+    # Recovery costs one list and at most one create, when nothing else interferes (a
+    # dead owner's `sending` claim adds the one lookup that may end the wait early).
     if not story.nests and story.fault is None:
+        looked_early = (
+            claim is not None
+            and claim.sending
+            and story.crashed_owner == "gone"
+            and played.restart_at < claim.expires_at + TIMING.grace_s
+        )
+        lists = 2 if looked_early and status != "adopted" else 1
         if played.pending_at_restart:
-            assert played.recovery_requests[:1] == [("GET", "refunds")]
-            assert played.recovery_requests[1:] in ([], [("POST", "refunds")])
+            assert played.recovery_requests[:lists] == [("GET", "refunds")] * lists
+            assert played.recovery_requests[lists:] in ([], [("POST", "refunds")])
         else:
             assert played.recovery_requests == []
 
@@ -359,7 +493,7 @@ class History:
 
 
 def _honest_history(directory: Path, signing_key: bytes | None) -> History:
-    world = World(SQLiteStore(directory / "journal.db"))
+    world = World(lambda clock: SQLiteStore(directory / "journal.db", clock=clock))
     lease = world.grant(PAYMENT)
     for _ in range(HISTORY_LENGTH):
         world.gate(Owner.current("honest"), signing_key=signing_key).submit(
@@ -477,7 +611,7 @@ def test_signed_tail_edit_with_a_recomputed_hash_fails_verify(
         conn.close()
         store = SQLiteStore(path)
         try:
-            last = store.receipts()[-1]
+            last = list(store.receipts())[-1]
             result = verify(store, signing_key=b"receipt-key")
         finally:
             store.close()

@@ -38,7 +38,7 @@ from interlock import (
     refunds_fingerprint,
     verify,
 )
-from interlock._receipts import GENESIS_HASH, canonical_json, seal, sign
+from interlock._receipts import GENESIS_HASH, canonical_json, chain_problems, seal, sign
 from interlock_demo.payments import InProcessPayments
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,6 +60,7 @@ RECEIPT_FIELDS = {
     "checks",
     "owner",
     "attempt",
+    "epoch",
     "at",
     "context",
     "unsettled_answers",
@@ -100,10 +101,10 @@ class World:
 
     def record(self, intent: Intent, settlement: Settlement) -> Receipt:
         """Journal `intent` and record `settlement` for it without sending anything."""
-        now = time.time()
-        assert self.store.begin(intent, OWNER, now, 60.0).status == "taken"
+        attempt = self.store.begin(intent, OWNER, 60.0, 2.0)
+        assert attempt.status == "taken"
         receipt = self.store.settle(
-            intent.action_id, OWNER, now, settlement, [], {}, self.gate._key
+            intent.action_id, attempt.epoch, OWNER, settlement, [], {}, self.gate._key
         )
         assert receipt is not None
         return receipt
@@ -127,25 +128,15 @@ def world() -> World:
     return _world(MemoryStore())
 
 
-class Chain:
-    """Just enough of a store for `verify()` without payments: a list of receipts."""
-
-    def __init__(self, receipts: list[Receipt]) -> None:
-        self._receipts = receipts
-
-    def receipts(self) -> list[Receipt]:
-        """The receipts as given."""
-        return list(self._receipts)
-
-
 def _problems(receipts: list[Receipt], key: bytes | None = None) -> list[str]:
-    return verify(Chain(receipts), signing_key=key).problems  # type: ignore[arg-type]
+    """The chain's problems alone (what `verify()` reports of the chain)."""
+    return chain_problems(receipts, key)
 
 
 def _three_sends(world: World) -> list[Receipt]:
     for _ in range(3):
         assert world.gate.submit(world.decide()).status == "sent"
-    return world.store.receipts()
+    return list(world.store.receipts())
 
 
 def _edit_body(receipt: Receipt, field: str, value: object) -> Receipt:
@@ -319,8 +310,8 @@ def test_rehashing_an_edited_signed_chain_without_the_key_is_caught() -> None:
     assert problems == [f"receipt {r.seq} ({r.action_id}): bad signature" for r in forged]
 
 
-def test_a_chain_resealed_unsigned_is_not_reported_as_signed() -> None:
-    """An edit re-chained without signatures from there on can only pass as unsigned."""
+def test_a_chain_resealed_unsigned_is_a_downgrade_with_the_key() -> None:
+    """An edit re-chained without signatures from there on fails `verify()` given the key."""
     world = _world(MemoryStore(), signing_key=KEY)
     receipts = _three_sends(world)
     resealed: list[Receipt] = [receipts[0]]
@@ -333,10 +324,17 @@ def test_a_chain_resealed_unsigned_is_not_reported_as_signed() -> None:
         resealed.append(replace(r, body_text=text, prev_hash=prev, hash=digest, signature=None))
         prev = digest
 
-    result = verify(Chain(resealed), signing_key=KEY)  # type: ignore[arg-type]
+    assert verify(world.store, signing_key=KEY).ok
+    world.store._receipts[:] = resealed  # type: ignore[attr-defined]
 
-    assert result.signed is False
-    assert verify(world.store, signing_key=KEY).signed is True
+    result = verify(world.store, signing_key=KEY)
+
+    assert result.signed is False and not result.ok
+    assert [p for p in result.problems if "downgrade" in p] == [
+        f"receipt {r.seq} ({r.action_id}): unsigned, but receipts are signed with "
+        "INTERLOCK_RECEIPT_KEY: a downgrade (re-sealed without the key)"
+        for r in resealed[1:]
+    ]
 
 
 # -- Stripe against the receipts ---------------------------------------------------------

@@ -49,7 +49,7 @@ import json, sys, time
 from interlock import Intent, Owner, SQLiteStore
 store = SQLiteStore(sys.argv[1])
 intent = Intent.from_dict(json.loads(sys.argv[2]))
-store.begin(intent, Owner.current("crashed-worker"), time.time(), 60.0)
+store.begin(intent, Owner.current("crashed-worker"), 60.0, 2.0)
 print("journaled", flush=True)
 sys.stdin.readline()
 """
@@ -169,8 +169,11 @@ def test_two_recovering_processes_send_once(
     if abandoned == "claim-expired":
         # A worker that journaled `sending` long ago and never came back: only expiry frees it.
         owner, long_ago = Owner.current("crashed-worker"), time.time() - 100
-        assert store.begin(intent, owner, long_ago, 6.0).status == "taken"
-        assert store.mark_sending(intent.action_id, owner, long_ago, 7.0).status == "ok"
+        past = SQLiteStore(store_path, clock=lambda: long_ago)
+        epoch = past.begin(intent, owner, 6.0, 2.0).epoch
+        assert epoch > 0
+        assert past.mark_sending(intent.action_id, epoch, 7.0).status == "ok"
+        past.close()
     else:
         # A worker killed right after commit 1: its claim is live for 60 s, its process gone.
         crashed = _start(
@@ -216,7 +219,7 @@ def test_two_recovering_processes_send_once(
 
     store = SQLiteStore(store_path)
     try:
-        receipts = store.receipts()
+        receipts = list(store.receipts())
         assert [(r.action_id, r.outcome) for r in receipts] == [(intent.action_id, "sent")]
         assert receipts[0].body["owner"]["worker_id"] == winner["worker"]
         claims = [h.data for h in store.history(intent.action_id) if h.record == "claim"]
@@ -296,7 +299,7 @@ def test_sigkill_mid_write_keeps_every_committed_action_whole(
                 assert sending or reported.get(aid) != "sending", f"{aid}: `sending` is lost"
                 assert state.claim is not None and state.claim.sending == sending
                 assert (aid in lease.reservations) == sending, f"{aid}: reservation out of step"
-        receipts = store.receipts()
+        receipts = list(store.receipts())
         assert sorted(r.action_id for r in receipts) == sorted(settled)
         assert lease.spent == spent
         result = verify(store)
@@ -342,10 +345,10 @@ def test_store_with_another_schema_version_is_refused(layout: str, tmp_path: Pat
 
     err = info.value
     assert isinstance(err, StoreError)
-    assert (err.found, err.expected, err.path) == (99, 1, str(path))
+    assert (err.found, err.expected, err.path) == (99, 2, str(path))
     message = str(err)
     assert str(path) in message
-    assert "schema version 99" in message and "version 1" in message
+    assert "schema version 99" in message and "version 2" in message
     assert "use a new store file" in message
     assert _schema(path) == before
 

@@ -1,8 +1,8 @@
 """The payments model called in-process: the same model the emulator serves, no HTTP.
 
 Used by mock mode and unit tests. Answers are sorted exactly as `StripePayments` sorts
-the SDK's: 409, 429 and 5xx (and a dropped connection) settle nothing; other 4xx are
-definite refusals.
+the SDK's: 409, 429 and 5xx (and a dropped connection, or a 2xx that is not the object
+asked for) settle nothing; 401/403 are a refused key; other 4xx are definite refusals.
 """
 
 from __future__ import annotations
@@ -10,7 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from interlock import Payment, PaymentsRejectedError, PaymentsUnsettledError, Refund
+from interlock import (
+    Payment,
+    PaymentsAuthError,
+    PaymentsRejectedError,
+    PaymentsUnsettledError,
+    Refund,
+)
 from interlock._stripe import payment_from_stripe, refund_from_stripe
 from interlock_demo.payments.model import PaymentsModel, Reply
 
@@ -47,7 +53,7 @@ class InProcessPayments:
         query = {"payment_intent": payment_intent, "limit": "100"}
         while True:
             page = _settle("list refunds", self.model.list_refunds(query))
-            refunds.extend(refund_from_stripe(r) for r in page["data"])
+            refunds.extend(_parsed("list refunds", r) for r in page["data"])
             if not page["has_more"] or not page["data"]:
                 return refunds
             query["starting_after"] = page["data"][-1]["id"]
@@ -67,17 +73,30 @@ class InProcessPayments:
         if metadata:
             params["metadata"] = dict(metadata)
         reply = self.model.post("refunds", params, idempotency_key)
-        return refund_from_stripe(_settle("create refund", reply))
+        return _parsed("create refund", _settle("create refund", reply))
+
+
+def _parsed(operation: str, body: Any) -> Refund:
+    try:
+        return refund_from_stripe(body)
+    except (ValueError, KeyError, TypeError) as e:
+        raise PaymentsUnsettledError(operation, f"the answer could not be read: {e}") from e
 
 
 def _settle(operation: str, reply: Reply) -> dict[str, Any]:
     if reply.drop:
         raise PaymentsUnsettledError(operation, "the connection was dropped")
-    if reply.status == 200:
+    if reply.garbled:
+        raise PaymentsUnsettledError(operation, "the answer is not JSON", reply.status)
+    if 200 <= reply.status < 300:
+        if not isinstance(reply.body, dict):
+            raise PaymentsUnsettledError(operation, "the answer is not JSON", reply.status)
         return reply.body
-    error = reply.body.get("error", {})
+    error = reply.body.get("error", {}) if isinstance(reply.body, dict) else {}
     message = str(error.get("message", ""))
     if reply.status >= 500 or reply.status in (409, 429):
         raise PaymentsUnsettledError(operation, message, reply.status)
+    if reply.status in (401, 403):
+        raise PaymentsAuthError(operation, reply.status, message)
     code = str(error.get("code") or error.get("type") or "unknown")
     raise PaymentsRejectedError(operation, code, message, reply.status, error.get("param"))

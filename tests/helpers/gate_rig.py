@@ -100,12 +100,15 @@ class GateWorld:
     case = "gate-tests"
 
     def __init__(
-        self, store: Store | None = None, payments: InProcessPayments | None = None
+        self,
+        store: Callable[[Callable[[], float]], Store] | None = None,
+        payments: InProcessPayments | None = None,
     ) -> None:
+        """`store` builds the store on the world's fake clock (default: a `MemoryStore`)."""
         self.clock = Clock()
         self.payments = payments if payments is not None else InProcessPayments()
         self.model = self.payments.model
-        self.store: Store = store if store is not None else MemoryStore()
+        self.store: Store = (store or (lambda clock: MemoryStore(clock=clock)))(self.clock)
         self.pi = self.payments.create_payment(PAYMENT).id
         self.events: list[Event] = []
 

@@ -38,9 +38,9 @@ def main(store_path: str, lease_id: str, target: str) -> int:
             created_at=time.time(),
         )
         aid = intent.action_id
-        store.begin(intent, owner, time.time(), TTL_S)
+        epoch = store.begin(intent, owner, TTL_S, 2.0).epoch
         print(f"begun {aid}", flush=True)
-        sending = store.mark_sending(aid, owner, time.time(), TTL_S)
+        sending = store.mark_sending(aid, epoch, TTL_S)
         if sending.status != "ok":
             print(f"error {aid} {sending.status} {sending.reason}", flush=True)
             return 1
@@ -50,7 +50,7 @@ def main(store_path: str, lease_id: str, target: str) -> int:
         else:
             verdict = Settlement("sent", None, f"re_test_{n}", AMOUNT)
         checks = [Check("claim", "held", "held", True)]
-        receipt = store.settle(aid, owner, time.time(), verdict, checks, {"n": n}, None)
+        receipt = store.settle(aid, epoch, owner, verdict, checks, {"n": n}, None)
         if receipt is None:
             print(f"error {aid} settle fenced", flush=True)
             return 1

@@ -1,0 +1,422 @@
+"""The embedded store: one SQLite file in WAL mode with `synchronous=FULL`.
+
+Safe for many processes on one machine: every write is one `BEGIN IMMEDIATE`
+transaction, so the rules' compare-and-set steps are serialized by SQLite's write lock,
+and the clock is read after that lock is taken. Every SQLite error surfaces as a
+`StoreError` naming the file and what to do; a file that fails its integrity check on
+open is refused before anything can be sent against it.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from interlock._claims import Claim
+from interlock._errors import SchemaVersionError, StoreError
+from interlock._journal import (
+    GENESIS,
+    SCHEMA_VERSION,
+    ActionRow,
+    Clock,
+    Intent,
+    JournalRecord,
+    RuleStore,
+    SettledAction,
+    Settlement,
+    Tx,
+)
+from interlock._leases import Lease
+from interlock._receipts import Receipt, canonical_json
+
+_TABLES = ("meta", "actions", "journal", "leases", "receipts")
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS actions (
+    action_id TEXT PRIMARY KEY,
+    kind TEXT NOT NULL DEFAULT '',
+    intent TEXT NOT NULL,
+    claim TEXT,
+    settlement TEXT,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    receipt_seq INTEGER,
+    unknown TEXT,
+    created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS actions_pending ON actions (created_at) WHERE settlement IS NULL;
+CREATE TABLE IF NOT EXISTS journal (
+    seq INTEGER PRIMARY KEY,
+    action_id TEXT NOT NULL,
+    at REAL NOT NULL,
+    record TEXT NOT NULL,
+    data TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS journal_action ON journal (action_id, seq);
+CREATE TABLE IF NOT EXISTS leases (lease_id TEXT PRIMARY KEY, lease TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS receipts (
+    seq INTEGER PRIMARY KEY,
+    action_id TEXT NOT NULL,
+    body TEXT NOT NULL,
+    prev_hash TEXT NOT NULL,
+    hash TEXT NOT NULL,
+    signature TEXT
+);
+"""
+# Version 1 had no kind and no unknown mark; both are added in place.
+_MIGRATE_1_TO_2 = """
+ALTER TABLE actions ADD COLUMN kind TEXT NOT NULL DEFAULT '';
+ALTER TABLE actions ADD COLUMN unknown TEXT;
+UPDATE actions SET kind = json_extract(intent, '$.kind');
+"""
+_BATCH = 500
+
+
+def _problem(e: sqlite3.Error) -> str:
+    text = str(e)
+    if isinstance(e, sqlite3.OperationalError) and "full" in text:
+        return f"the disk is full ({text}); free space, then run recovery again"
+    if "not a database" in text:
+        return f"this file is not an SQLite database ({text}); check the path"
+    if isinstance(e, sqlite3.DatabaseError) and ("malformed" in text or "corrupt" in text):
+        return (
+            f"the file is corrupt ({text}); nothing was sent against it: restore it from a "
+            "backup, or move it aside and check Stripe with verify() before sending again"
+        )
+    if "readonly" in text or "read-only" in text:
+        return f"the store cannot be written ({text}); check the file's permissions"
+    return f"{text}; check the path, its permissions and free space"
+
+
+class _SQLiteTx:
+    def __init__(self, conn: sqlite3.Connection, now: float) -> None:
+        self.c = conn
+        self.now = now
+
+    def get_action(self, action_id: str) -> ActionRow | None:
+        r = self.c.execute(
+            "SELECT intent, claim, settlement, attempts, receipt_seq, unknown FROM actions"
+            " WHERE action_id=?",
+            (action_id,),
+        ).fetchone()
+        if r is None:
+            return None
+        return ActionRow(
+            intent=Intent.from_dict(json.loads(r[0])),
+            claim=None if r[1] is None else Claim.from_dict(json.loads(r[1])),
+            settlement=None if r[2] is None else Settlement.from_dict(json.loads(r[2])),
+            attempts=int(r[3]),
+            receipt_seq=r[4],
+            unknown=r[5],
+        )
+
+    def put_action(self, row: ActionRow, *, new: bool) -> None:
+        values = (
+            None if row.claim is None else canonical_json(row.claim.to_dict()),
+            None if row.settlement is None else canonical_json(row.settlement.to_dict()),
+            row.attempts,
+            row.receipt_seq,
+            row.unknown,
+        )
+        if new:
+            self.c.execute(
+                "INSERT INTO actions (claim, settlement, attempts, receipt_seq, unknown,"
+                " action_id, kind, intent, created_at) VALUES (?,?,?,?,?,?,?,?,?)",
+                (
+                    *values,
+                    row.intent.action_id,
+                    row.intent.kind,
+                    canonical_json(row.intent.to_dict()),
+                    row.intent.created_at,
+                ),
+            )
+        else:
+            # The intent never changes once journaled, so it is not written again.
+            self.c.execute(
+                "UPDATE actions SET claim=?, settlement=?, attempts=?, receipt_seq=?, unknown=?"
+                " WHERE action_id=?",
+                (*values, row.intent.action_id),
+            )
+
+    def get_lease(self, lease_id: str) -> Lease | None:
+        r = self.c.execute("SELECT lease FROM leases WHERE lease_id=?", (lease_id,)).fetchone()
+        return None if r is None else Lease.from_dict(json.loads(r[0]))
+
+    def put_lease(self, lease: Lease, *, new: bool) -> None:
+        text = canonical_json(lease.to_dict())
+        if new:
+            self.c.execute("INSERT INTO leases (lease_id, lease) VALUES (?, ?)", (lease.id, text))
+        else:
+            self.c.execute("UPDATE leases SET lease=? WHERE lease_id=?", (text, lease.id))
+
+    def journal(self, action_id: str, record: str, data: Mapping[str, Any]) -> None:
+        self.c.execute(
+            "INSERT INTO journal (action_id, at, record, data) VALUES (?,?,?,?)",
+            (action_id, self.now, record, canonical_json(dict(data))),
+        )
+
+    def last_receipt(self) -> tuple[int, str]:
+        r = self.c.execute("SELECT seq, hash FROM receipts ORDER BY seq DESC LIMIT 1").fetchone()
+        return GENESIS if r is None else (int(r[0]), str(r[1]))
+
+    def add_receipt(self, receipt: Receipt) -> None:
+        self.c.execute(
+            "INSERT INTO receipts (seq, action_id, body, prev_hash, hash, signature)"
+            " VALUES (?,?,?,?,?,?)",
+            (
+                receipt.seq,
+                receipt.action_id,
+                receipt.body_text,
+                receipt.prev_hash,
+                receipt.hash,
+                receipt.signature,
+            ),
+        )
+
+    def get_receipt(self, seq: int) -> Receipt | None:
+        r = self.c.execute(
+            "SELECT seq, action_id, body, prev_hash, hash, signature FROM receipts WHERE seq=?",
+            (seq,),
+        ).fetchone()
+        return None if r is None else Receipt(*r)
+
+
+class SQLiteStore(RuleStore):
+    """The embedded store: one SQLite file in WAL mode with `synchronous=FULL`.
+
+    Safe for many processes on one machine. `clock` is read inside each write
+    transaction, after the write lock is taken. `SQLiteStore.open_read_only(path)` opens
+    an existing store for reading only (as `python -m interlock verify` does): it never
+    creates, migrates or writes anything.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        busy_timeout_s: float = 30.0,
+        clock: Clock = time.time,
+        read_only: bool = False,
+    ) -> None:
+        self.path = Path(path)
+        self.commits = 0
+        self.read_only = read_only
+        self._clock = clock
+        self._lock = threading.RLock()
+        try:
+            if read_only:
+                if not self.path.is_file():
+                    raise StoreError(str(self.path), "no such file; give the path of a store")
+                uri = f"file:{quote(str(self.path.resolve()))}?mode=ro"
+                self._conn = sqlite3.connect(
+                    uri, uri=True, timeout=busy_timeout_s, isolation_level=None,
+                    check_same_thread=False,
+                )  # fmt: skip
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._conn = sqlite3.connect(
+                    str(self.path),
+                    timeout=busy_timeout_s,
+                    isolation_level=None,
+                    check_same_thread=False,
+                )
+        except (sqlite3.Error, OSError) as e:
+            raise StoreError(str(self.path), f"cannot open: {_describe(e)}") from e
+        try:
+            if not read_only:
+                self._conn.execute("PRAGMA journal_mode=WAL")
+                self._conn.execute("PRAGMA synchronous=FULL")
+            self._check_integrity()
+            self._check_schema()
+        except BaseException as e:
+            self._conn.close()
+            if isinstance(e, sqlite3.Error):
+                raise StoreError(str(self.path), f"cannot open: {_problem(e)}") from e
+            raise
+
+    @classmethod
+    def open_read_only(cls, path: str | Path) -> SQLiteStore:
+        """Open an existing interlock store for reading only."""
+        return cls(path, read_only=True)
+
+    def _error(self, e: sqlite3.Error, doing: str) -> StoreError:
+        return StoreError(str(self.path), f"{doing}: {_problem(e)}")
+
+    def _check_integrity(self) -> None:
+        # A corrupt page would otherwise surface only when a later commit touches it,
+        # possibly after a send: refuse the file before anything is sent against it.
+        rows = self._conn.execute("PRAGMA quick_check").fetchall()
+        if rows != [("ok",)]:
+            detail = "; ".join(str(r[0]) for r in rows[:3])
+            raise StoreError(
+                str(self.path),
+                f"the file is corrupt ({detail}); nothing was sent against it: restore it "
+                "from a backup, or move it aside and check Stripe with verify()",
+            )
+
+    def _version(self) -> int | None:
+        tables = {
+            str(r[0])
+            for r in self._conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
+        }
+        if "meta" not in tables:
+            if tables and not tables & set(_TABLES):
+                raise StoreError(
+                    str(self.path),
+                    "is a SQLite file, but not an interlock store; give the path of a store",
+                )
+            return None
+        r = self._conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        return None if r is None else int(r[0])
+
+    def _check_schema(self) -> None:
+        with self._lock:
+            version = self._version()
+            if self.read_only:
+                if version is None:
+                    raise StoreError(
+                        str(self.path),
+                        "is not an interlock store (no schema version); give the path of a store",
+                    )
+                if version != SCHEMA_VERSION:
+                    raise SchemaVersionError(str(self.path), version, SCHEMA_VERSION)
+                return
+            # Read the version before creating anything: a store of another version is
+            # refused as it is, not altered first (version 1 is migrated in place).
+            if version is not None and version not in (1, SCHEMA_VERSION):
+                raise SchemaVersionError(str(self.path), version, SCHEMA_VERSION)
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                version = self._version()
+                if version == 1:
+                    for statement in _MIGRATE_1_TO_2.strip().split(";\n"):
+                        self._conn.execute(statement)
+                for statement in _SCHEMA.strip().split(";\n"):
+                    self._conn.execute(statement)
+                self._conn.execute(
+                    "INSERT INTO meta (key, value) VALUES ('schema_version', ?)"
+                    " ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+                    (str(SCHEMA_VERSION),),
+                )
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+
+    @contextmanager
+    def _write(self) -> Iterator[Tx]:
+        if self.read_only:
+            raise StoreError(str(self.path), "opened read-only; nothing can be written")
+        with self._lock:
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as e:
+                raise self._error(e, "cannot start a write") from e
+            try:
+                yield _SQLiteTx(self._conn, self._clock())
+                self._conn.execute("COMMIT")
+            except BaseException as e:
+                with suppress(sqlite3.Error):
+                    self._conn.execute("ROLLBACK")
+                if isinstance(e, sqlite3.Error):
+                    raise self._error(e, "the write failed and was rolled back") from e
+                raise
+            self.commits += 1
+
+    @contextmanager
+    def _read(self) -> Iterator[Tx]:
+        with self._lock:
+            try:
+                self._conn.execute("BEGIN")
+            except sqlite3.Error as e:
+                raise self._error(e, "cannot read") from e
+            try:
+                yield _SQLiteTx(self._conn, self._clock())
+            except sqlite3.Error as e:
+                raise self._error(e, "cannot read") from e
+            finally:
+                with suppress(sqlite3.Error):
+                    self._conn.execute("COMMIT")
+
+    def _rows(self, sql: str, args: tuple[Any, ...] | list[Any] = ()) -> list[Any]:
+        with self._lock:
+            try:
+                return self._conn.execute(sql, args).fetchall()
+            except sqlite3.Error as e:
+                raise self._error(e, "cannot read") from e
+
+    def pending(self, kind: str | None = None) -> list[str]:
+        """Action ids (of `kind`, if given) with an intent and no outcome, oldest first."""
+        where = "" if kind is None else " AND kind=?"
+        rows = self._rows(
+            f"SELECT action_id FROM actions WHERE settlement IS NULL{where}"
+            " ORDER BY created_at, rowid",
+            () if kind is None else (kind,),
+        )
+        return [str(r[0]) for r in rows]
+
+    def actions(self, metadata: Mapping[str, str] | None = None) -> list[str]:
+        """Action ids, oldest first, whose intent metadata has all these key/value pairs."""
+        where, args = "", []
+        for key, value in (metadata or {}).items():
+            where += " AND json_extract(intent, ?) = ?"
+            args += [f'$.metadata."{key}"', value]
+        rows = self._rows(
+            f"SELECT action_id FROM actions WHERE 1=1{where} ORDER BY created_at, rowid", args
+        )
+        return [str(r[0]) for r in rows]
+
+    def receipts(self) -> Iterator[Receipt]:
+        """Every receipt, in chain order, read a batch at a time."""
+        after = 0
+        while True:
+            rows = self._rows(
+                "SELECT seq, action_id, body, prev_hash, hash, signature FROM receipts"
+                " WHERE seq > ? ORDER BY seq LIMIT ?",
+                (after, _BATCH),
+            )
+            for r in rows:
+                yield Receipt(*r)
+            if len(rows) < _BATCH:
+                return
+            after = int(rows[-1][0])
+
+    def settled(self) -> Iterator[SettledAction]:
+        """Every settled action with its receipt's sequence number, read a batch at a time."""
+        after = -1
+        while True:
+            rows = self._rows(
+                "SELECT rowid, action_id, settlement, receipt_seq FROM actions"
+                " WHERE settlement IS NOT NULL AND rowid > ? ORDER BY rowid LIMIT ?",
+                (after, _BATCH),
+            )
+            for r in rows:
+                yield SettledAction.parse(str(r[1]), r[2], r[3])
+            if len(rows) < _BATCH:
+                return
+            after = int(rows[-1][0])
+
+    def history(self, action_id: str) -> list[JournalRecord]:
+        """An action's journal records, in order."""
+        rows = self._rows(
+            "SELECT seq, action_id, at, record, data FROM journal WHERE action_id=? ORDER BY seq",
+            (action_id,),
+        )
+        return [JournalRecord(r[0], r[1], r[2], r[3], json.loads(r[4])) for r in rows]
+
+    def close(self) -> None:
+        """Close the connection."""
+        with self._lock:
+            self._conn.close()
+
+
+def _describe(e: BaseException) -> str:
+    if isinstance(e, sqlite3.Error):
+        return _problem(e)
+    return f"{e}; check the path and permissions"
