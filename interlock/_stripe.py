@@ -234,7 +234,7 @@ class StripePayments:
             "currency": currency,
             "confirm": True,
             "payment_method": "pm_card_visa",
-            "payment_method_types": ["card"],
+            "allowed_payment_method_types": ["card"],
             "metadata": dict(metadata or {}),
         }
         intent = _call(

@@ -36,7 +36,7 @@ class InProcessPayments:
             "currency": currency,
             "confirm": "true",
             "payment_method": "pm_card_visa",
-            "payment_method_types": ["card"],
+            "allowed_payment_method_types": ["card"],
             "metadata": dict(metadata or {}),
         }
         body = _settle("create payment", self.model.post("payment_intents", params))
