@@ -18,6 +18,17 @@ a key (run documents and settings carry labels, never keys; errors name what is 
 The exception: a request aiohttp's parser refuses before any of this runs (malformed, or
 HTTP/1.1 without a Host header, which RFC 9112 answers with 400) gets aiohttp's plain 400.
 
+Against clients that hold connections (another page in the browser, a stuck script):
+at most `max_connections` are open at once, one request each (no keep-alive). Each
+connection has `header_timeout_s` (10 s) to send its request's headers and each POST
+`body_timeout_s` (10 s) for its body, else 408 and closed. When the table is full the
+connection that has waited longest for its headers gives way to the newcomer, so
+clients that never finish cannot lock others out; a 503 only when every connection is
+being answered. A body that cannot be handled (not JSON, nested too deeply, wrong
+types) is a 400 that says why. Any other failure is a 500 with an error id; the
+traceback, with keys withheld and without the body, goes to `logs/http-api.log` under
+INTERLOCK_HOME, under that id.
+
 The server is aiohttp on its own asyncio loop in a background thread, so the Textual app
 and the headless path are not tied to its loop. It imports no Textual.
 """
@@ -25,18 +36,25 @@ and the headless path are not tied to its loop. It imports no Textual.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import errno
 import json
 import logging
+import os
+import re
+import secrets
 import threading
+import time
+import traceback
 from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
 from interlock_demo.engine import BusyError, Engine, RunRequest
 from interlock_demo.run import Run
-from interlock_demo.settings import MODES, UsageError
+from interlock_demo.settings import MODES, UsageError, open_private
 from scenarios import SCENARIOS
 
 HOST = "127.0.0.1"
@@ -45,6 +63,19 @@ DEFAULT_PORT = 8787
 MAX_BODY = 64 * 1024
 # How long stop() lets a request that is being answered finish.
 SHUTDOWN_TIMEOUT_S = 5.0
+# Far more than a presenter's tools need at once; far fewer than the file limit.
+MAX_CONNECTIONS = 64
+HEADER_TIMEOUT_S = 10.0
+BODY_TIMEOUT_S = 10.0
+# How long aiohttp keeps reading a body nobody will use, after an early answer.
+LINGER_S = 1.0
+ERROR_LOG = "http-api.log"
+# A body this short ("{}") says nothing private, and replacing it would garble the text.
+_SHORTEST_WITHHELD_BODY = 8
+# The body of the request this task answers (one task per connection, one request each).
+_body: contextvars.ContextVar[str] = contextvars.ContextVar("body", default="")
+# Keys look like this (Stripe's and Anthropic's); none is ever written to the error log.
+_KEY_LIKE = re.compile(r"(?:sk|rk|pk)_(?:test|live)_[A-Za-z0-9_]+|sk-ant-[A-Za-z0-9_-]+")
 BODY_HELP = (
     'send {"scenario": '
     + "|".join(f'"{s}"' for s in SCENARIOS)
@@ -90,12 +121,148 @@ def _answer(
     )
 
 
+def _raw_answer(status: int, reason: str, message: str) -> bytes:
+    """A whole HTTP answer, for a connection the application never saw."""
+    body = json.dumps({"error": message}).encode()
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json; charset=utf-8\r\n"
+        f"Content-Length: {len(body)}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+class _Connections:
+    """The endpoint's open connections: at most `limit`, each with a deadline for its headers.
+
+    A connection waits (in arrival order) from the moment it opens until its request's
+    headers are in and the application sees it (`started`). When the table is full, the
+    connection that has waited longest gives way to the newcomer; when none waits (every
+    one is being answered), the newcomer gets a 503. Runs on the server's loop only.
+    """
+
+    def __init__(self, limit: int, header_timeout_s: float) -> None:
+        self.limit = limit
+        self.header_timeout_s = header_timeout_s
+        self.open: set[asyncio.Transport] = set()
+        self.waiting: dict[asyncio.Transport, asyncio.TimerHandle] = {}
+
+    def factory(self, make_handler: Callable[[], asyncio.Protocol]) -> Callable[[], _Slot]:
+        """The protocol factory for the listening socket, around aiohttp's."""
+        return lambda: _Slot(self, make_handler)
+
+    def admit(self, transport: asyncio.Transport) -> bool:
+        """Take a new connection in, making room if need be; False when it was refused."""
+        if len(self.open) >= self.limit:
+            if not self.waiting:
+                transport.write(
+                    _raw_answer(
+                        503,
+                        "Service Unavailable",
+                        f"{self.limit} requests are being answered; try again in a moment",
+                    )
+                )
+                transport.close()
+                return False
+            oldest = next(iter(self.waiting))
+            self.release(oldest)
+            oldest.abort()
+        self.open.add(transport)
+        loop = asyncio.get_running_loop()
+        self.waiting[transport] = loop.call_later(self.header_timeout_s, self._late, transport)
+        return True
+
+    def started(self, transport: asyncio.Transport | None) -> None:
+        """The request's headers are in: its connection no longer waits."""
+        handle = self.waiting.pop(transport, None) if transport is not None else None
+        if handle is not None:
+            handle.cancel()
+
+    def release(self, transport: asyncio.Transport) -> None:
+        """The connection is gone (or going): its slot is free."""
+        self.open.discard(transport)
+        self.started(transport)
+
+    def _late(self, transport: asyncio.Transport) -> None:
+        self.waiting.pop(transport, None)
+        if transport.is_closing():
+            return
+        transport.write(
+            _raw_answer(
+                408,
+                "Request Timeout",
+                f"the request's headers did not arrive within {self.header_timeout_s:g} s",
+            )
+        )
+        transport.close()
+
+
+class _Slot(asyncio.Protocol):
+    """One connection: admitted by the table, then served by aiohttp's own handler."""
+
+    def __init__(self, table: _Connections, make_handler: Callable[[], asyncio.Protocol]) -> None:
+        self.table = table
+        self.make_handler = make_handler
+        self.inner: asyncio.Protocol | None = None
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        if self.table.admit(transport):
+            self.inner = self.make_handler()
+            self.inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        if self.inner is not None:
+            self.inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received() if self.inner is not None else None
+
+    def pause_writing(self) -> None:
+        if self.inner is not None:
+            self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self.inner is not None:
+            self.inner.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.transport is not None:
+            self.table.release(self.transport)
+        if self.inner is not None:
+            self.inner.connection_lost(exc)
+
+
+class _Site(web.BaseSite):
+    """Listens on 127.0.0.1 with the connection table in front of aiohttp's handler."""
+
+    def __init__(self, runner: web.BaseRunner, port: int, table: _Connections) -> None:
+        super().__init__(runner, backlog=table.limit)
+        self._port = port
+        self._table = table
+
+    @property
+    def name(self) -> str:
+        return f"http://{HOST}:{self._port}"
+
+    async def start(self) -> None:
+        await super().start()
+        handler = self._runner.server
+        assert handler is not None
+        self._server = await asyncio.get_running_loop().create_server(
+            self._table.factory(handler), HOST, self._port, backlog=self._backlog
+        )
+
+
 class RunApi:
     """Serves the engine's runs on loopback; `start()` it, read `url`, `stop()` it.
 
     `start_run` starts a run for a POST (default `engine.start`); the Textual app passes
     its own so that a run started over HTTP is shown like one started by keys. It is
-    called on the endpoint's thread and must return once the run is registered.
+    called on the endpoint's thread and must return once the run is registered. The
+    connection limit and the two read timeouts are arguments so that tests can shorten
+    them.
     """
 
     def __init__(
@@ -104,9 +271,16 @@ class RunApi:
         *,
         port: int = DEFAULT_PORT,
         start_run: Callable[[RunRequest], Run] | None = None,
+        max_connections: int = MAX_CONNECTIONS,
+        header_timeout_s: float = HEADER_TIMEOUT_S,
+        body_timeout_s: float = BODY_TIMEOUT_S,
     ) -> None:
         self.engine = engine
         self._start_run = start_run if start_run is not None else engine.start
+        self._max_connections = max_connections
+        self._header_timeout_s = header_timeout_s
+        self._body_timeout_s = body_timeout_s
+        self._log_lock = threading.Lock()
         self._requested_port = port
         self._port: int | None = None
         self._thread: threading.Thread | None = None
@@ -126,6 +300,11 @@ class RunApi:
     def url(self) -> str:
         """Its base address, e.g. `http://127.0.0.1:8787`."""
         return f"http://{HOST}:{self.port}"
+
+    @property
+    def error_log(self) -> Path:
+        """Where unexpected errors are recorded, each under the id its 500 answer gave."""
+        return self.engine.config.paths.logs / ERROR_LOG
 
     def start(self) -> RunApi:
         """Listen on 127.0.0.1 in a background thread; return once listening.
@@ -162,10 +341,16 @@ class RunApi:
     async def _serve(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
-        runner = web.AppRunner(self._app(), access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
+        table = _Connections(self._max_connections, self._header_timeout_s)
+        runner = web.AppRunner(
+            self._app(table),
+            access_log=None,
+            shutdown_timeout=SHUTDOWN_TIMEOUT_S,
+            lingering_time=LINGER_S,
+        )
         try:
             await runner.setup()
-            site = web.TCPSite(runner, HOST, self._requested_port)
+            site = _Site(runner, self._requested_port, table)
             try:
                 await site.start()
             except OSError as e:
@@ -186,9 +371,15 @@ class RunApi:
 
     # -- the application -----------------------------------------------------------------
 
-    def _app(self) -> web.Application:
+    def _app(self, table: _Connections) -> web.Application:
         @web.middleware
         async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+            table.started(request.transport)
+            response = await answer(request, handler)
+            response.force_close()  # one request per connection: its deadline is simple
+            return response
+
+        async def answer(request: web.Request, handler: Handler) -> web.StreamResponse:
             try:
                 self._check_host(request)
                 return await handler(request)
@@ -198,9 +389,16 @@ class RunApi:
                 allow = {"Allow": e.headers["Allow"]} if "Allow" in e.headers else None
                 return _answer(e.status, {"error": self._http_error(e, request)}, allow)
             except Exception as e:
-                log.exception("the HTTP endpoint failed on %s %s", request.method, request.path)
-                # The type only: an exception's text is not checked for keys.
-                return _answer(500, {"error": f"internal error ({type(e).__name__})"})
+                error_id = secrets.token_hex(6)
+                self._record_error(error_id, request, e)
+                return _answer(
+                    500,
+                    {
+                        "error": f"the endpoint failed unexpectedly (error {error_id}); the "
+                        f"details are in {self.error_log} under that id",
+                        "error_id": error_id,
+                    },
+                )
 
         app = web.Application(middlewares=[guard], client_max_size=MAX_BODY)
         app.router.add_get("/api/run", self._get_current)
@@ -287,17 +485,34 @@ class RunApi:
 
     async def _body_text(self, request: web.Request) -> str:
         try:
-            return await request.text()
+            raw = await asyncio.wait_for(request.read(), self._body_timeout_s)
+        except asyncio.TimeoutError:
+            raise _Refused(
+                408,
+                f"the body did not arrive within {self._body_timeout_s:g} s (Content-Length "
+                f"{request.content_length}); send the whole body with the request",
+            ) from None
+        try:
+            text = raw.decode(request.charset or "utf-8")
         except (UnicodeDecodeError, LookupError):
             raise _Refused(
                 400, f"the body is not text in its charset ({request.charset}); {BODY_HELP}"
             ) from None
+        _body.set(text)  # withheld from the error log
+        return text
 
     def _parse(self, text: str) -> RunRequest:
         try:
-            body = json.loads(text)
+            return self._run_request(json.loads(text))
+        except RecursionError:
+            raise _Refused(
+                400, f"the body is nested too deeply to be a run request; {BODY_HELP}"
+            ) from None
         except ValueError as e:
             raise _Refused(400, f"the body is not JSON ({e}); {BODY_HELP}") from None
+
+    def _run_request(self, body: Any) -> RunRequest:
+        """The run a parsed body asks for; `_Refused` (400) naming what is wrong with it."""
         if not isinstance(body, dict):
             raise _Refused(400, f"the body must be a JSON object; {BODY_HELP}")
         unknown = sorted(set(body) - {"scenario", "mode", "checked"})
@@ -321,6 +536,33 @@ class RunApi:
                 400, f"checked must be true or false (got {_shown(checked)}); {BODY_HELP}"
             )
         return RunRequest(scenario=scenario, checked=checked, mode=mode)
+
+    def _record_error(self, error_id: str, request: web.Request, e: Exception) -> None:
+        """Append an unexpected error to the error log: where, what, the traceback.
+
+        Never the body, which may hold anything, and never a key: the configured keys
+        and anything shaped like one are withheld from the text.
+        """
+        text = "".join(traceback.TracebackException.from_exception(e).format())
+        body = _body.get()
+        if len(body) >= _SHORTEST_WITHHELD_BODY:
+            text = text.replace(body, "[the request body, withheld]")
+        for secret in self._secrets():
+            text = text.replace(secret, "[a key, withheld]")
+        text = _KEY_LIKE.sub("[a key, withheld]", text)
+        when = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        entry = f"{when} error {error_id}: {request.method} {request.path[:200]!r}\n{text}\n"
+        try:
+            with self._log_lock, open_private(self.error_log, "a") as f:
+                f.write(entry)
+        except OSError:
+            log.exception("cannot write %s; error %s was:\n%s", self.error_log, error_id, text)
+
+    def _secrets(self) -> list[str]:
+        config = self.engine.config
+        found = [s.value for s in (config.stripe_key, config.anthropic_key) if s is not None]
+        receipt = os.environ.get("INTERLOCK_RECEIPT_KEY")
+        return [*found, receipt] if receipt else found
 
 
 def _shown(value: Any) -> str:

@@ -527,3 +527,144 @@ def test_serves_loopback_only_and_stop_frees_the_port(engine: Engine) -> None:
         assert Client(port).get("/api/run").status == 404
     finally:
         again.stop()
+
+
+# -- abuse: bodies that cannot be handled, slow clients, unexpected errors ------------------
+
+SHORT_S = 0.5
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"[" * 10_000 + b"]" * 10_000,
+        b'{"a":' * 10_000 + b"1" + b"}" * 10_000,
+        b'{"scenario": ' + b"[" * 5_000 + b"]" * 5_000 + b"}",
+    ],
+    ids=["array-10000", "object-10000", "scenario-5000"],
+)
+def test_deeply_nested_body_is_400_saying_so(client: Client, engine: Engine, body: bytes) -> None:
+    """A body nested 5,000 to 10,000 levels deep (under the size limit) is a 400 that says why."""
+    assert len(body) < 64 * 1024
+    answer = client.post(body)
+    assert answer.status == 400, answer.raw
+    assert "nested too deeply" in answer.error
+    assert engine.runs == {}
+
+
+def _slow_request(port: int, head: bytes) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=HTTP_TIMEOUT_S)
+    sock.sendall(head)
+    return sock
+
+
+def _read_until_closed(sock: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection (a reset counts as closed)."""
+    chunks = []
+    try:
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    except ConnectionResetError:
+        pass
+    finally:
+        sock.close()
+    return b"".join(chunks)
+
+
+@pytest.fixture
+def short_api(engine: Engine) -> Iterator[RunApi]:
+    """The endpoint with half-second header and body timeouts and room for 4 connections."""
+    server = RunApi(
+        engine, port=0, max_connections=4, header_timeout_s=SHORT_S, body_timeout_s=SHORT_S
+    ).start()
+    yield server
+    server.stop()
+
+
+def test_headers_that_never_finish_get_408_and_the_connection_closed(short_api: RunApi) -> None:
+    """A client that never finishes its headers is answered 408 and closed after the timeout."""
+    port = short_api.port
+    sock = _slow_request(port, f"GET /api/run HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n".encode())
+    raw = _read_until_closed(sock)
+    assert raw.startswith(b"HTTP/1.1 408 "), raw
+    assert b"did not arrive within 0.5 s" in raw
+
+
+def test_body_shorter_than_its_length_gets_408(short_api: RunApi, engine: Engine) -> None:
+    """A POST whose body never reaches its Content-Length is answered 408, and starts nothing."""
+    port = short_api.port
+    head = (
+        f"POST /api/runs HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+    )
+    sock = _slow_request(port, head.encode() + b'{"scenario":')
+    raw = _read_until_closed(sock)
+    assert raw.startswith(b"HTTP/1.1 408 "), raw
+    assert b"the body did not arrive within 0.5 s" in raw
+    assert engine.runs == {}
+
+
+def test_slow_clients_give_way_to_a_new_request(short_api: RunApi, engine: Engine) -> None:
+    """With every slot held by clients that never finish, a new request is still answered."""
+    port = short_api.port
+    head = f"GET /api/run HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n".encode()
+    slow = [_slow_request(port, head) for _ in range(4)]
+    client = Client(port)
+    assert client.get("/api/run").status == 404  # answered, not queued behind them
+    # The oldest gave way to the newcomer: the server closed it before its timeout.
+    assert _read_until_closed(slow[0]) == b""
+    run = started(client.post(), engine)
+    assert run.wait(WAIT_S)
+    for sock in slow[1:]:
+        sock.close()
+
+
+def test_a_full_table_of_requests_being_answered_gets_503(short_api: RunApi) -> None:
+    """When every slot is a request being answered (here: bodies still coming), a newcomer is
+    told 503 at once rather than left waiting."""
+    port = short_api.port
+    head = (
+        f"POST /api/runs HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nExpect: 100-continue\r\n"
+        "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+    ).encode()
+    busy = [_slow_request(port, head) for _ in range(4)]
+    for sock in busy:  # "100 Continue": the application has the request and reads its body
+        assert sock.recv(100).startswith(b"HTTP/1.1 100 Continue")
+    probe = Client(port).get("/api/run")
+    answers = [_read_until_closed(sock) for sock in busy]
+    assert all(a.startswith(b"HTTP/1.1 408 ") for a in answers), answers
+    assert probe.status == 503, probe.raw
+    assert "4 requests are being answered" in probe.error
+    assert Client(port).get("/api/run").status == 404  # and answered again once they are gone
+
+
+def test_unexpected_error_is_500_with_an_id_logged_without_key_or_body(
+    tmp_path: Path,
+) -> None:
+    """An unexpected failure answers 500 with an error id; the log under INTERLOCK_HOME has that
+    id and the traceback, 0600, and neither the key nor the request's body."""
+    body = json.dumps(GOOD_BODY)
+
+    def failing_start(request: RunRequest) -> Run:
+        raise RuntimeError(f"could not start with {STRIPE_KEY} for {body}")
+
+    eng = Engine(mock_config(tmp_path, STRIPE_SECRET_KEY=STRIPE_KEY))
+    server = RunApi(eng, port=0, start_run=failing_start).start()
+    try:
+        answer = Client(server.port).post(GOOD_BODY)
+    finally:
+        server.stop()
+        eng.close()
+    assert answer.status == 500
+    error_id = answer.json()["error_id"]
+    assert f"error {error_id}" in answer.error
+    assert str(server.error_log) in answer.error
+    assert STRIPE_KEY not in answer.raw.decode()
+    assert server.error_log.is_relative_to(tmp_path / "home")
+    assert server.error_log.stat().st_mode & 0o777 == 0o600
+    logged = server.error_log.read_text()
+    assert f"error {error_id}: POST '/api/runs'" in logged
+    assert "Traceback" in logged
+    assert "RuntimeError: could not start with [a key, withheld]" in logged
+    assert STRIPE_KEY not in logged
+    assert body not in logged

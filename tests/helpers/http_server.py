@@ -1,0 +1,38 @@
+"""Test helper: the HTTP endpoint alone in a process whose file limit is low.
+
+    python tests/helpers/http_server.py NOFILE HEADER_TIMEOUT_S INTERLOCK_HOME
+
+It lowers its own RLIMIT_NOFILE to NOFILE, serves a mock-mode engine on a free loopback
+port with that header timeout, prints the port, and serves until stdin closes. A client
+that could make it run out of file descriptors would show up on its stderr as
+"Too many open files".
+"""
+
+from __future__ import annotations
+
+import resource
+import sys
+
+from interlock_demo.engine import Engine
+from interlock_demo.http_api import RunApi
+from interlock_demo.settings import resolve
+
+
+def main() -> int:
+    """Serve until stdin closes."""
+    nofile, header_timeout_s, home = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, hard))
+    engine = Engine(resolve(mode="mock", env={"INTERLOCK_HOME": home, "PATH": ""}))
+    api = RunApi(engine, port=0, header_timeout_s=header_timeout_s).start()
+    print(api.port, flush=True)
+    try:
+        sys.stdin.read()
+    finally:
+        api.stop()
+        engine.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
