@@ -410,6 +410,15 @@ def gate_event_text(kind: str, d: Mapping[str, Any], *, answerer: str = STRIPE) 
         return f"receipt written: {d.get('status')}"
     if kind == "left-to-recovery":
         return f"left to recovery: {d.get('reason')}"
+    if kind == "in-flight-wait":
+        return (
+            f"the refund call may still land at {answerer}: looking it up for "
+            f"{float(d.get('seconds', 0)):.1f} s before anything else (never resent meanwhile)"
+        )
+    if kind == "unknown":
+        return f"unknown: {d.get('reason')}; from now on only looked up, never resent"
+    if kind == "recover-error":
+        return f"recovery of {short}… failed: {d.get('error')}; going on with the others"
     return None
 
 

@@ -39,6 +39,7 @@ from interlock import (
     InterlockError,
     Owner,
     SQLiteStore,
+    StoreError,
     StripePayments,
     Switches,
     Timing,
@@ -61,6 +62,9 @@ from workers.columns import (
 AGENT_NONE = "none"
 EXIT_ERROR = 1
 EXIT_USAGE = 2
+# sysexits' EX_IOERR: the journal cannot be used (disk full, corrupt file); nothing was sent
+# against it.
+EXIT_STORE = 74
 EXIT_ORPHANED = 75
 _PARENT_POLL_S = 0.5
 
@@ -208,6 +212,9 @@ def main(argv: list[str] | None = None) -> int:
             crash_point=crash_at,
         )
         run_worker(ctx)
+    except StoreError as e:
+        emit("store-error", f"the journal cannot be used: {e.problem}", path=e.path)
+        return EXIT_STORE
     except (InterlockError, AgentError, OSError, ValueError, KeyError) as e:
         emit("error", f"{type(e).__name__}: {e}")
         return EXIT_ERROR
