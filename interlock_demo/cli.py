@@ -2,6 +2,8 @@
 
     interlock-demo [--live|--offline|--mock] [--checked] [--http [PORT]]   the app
     interlock-demo --headless --json --scenario ID|all [...]               for CI
+    interlock-demo doctor                                                   the venue check
+    interlock-demo serve [--port 8000]                                      the app in a browser
     interlock-demo stripe-emulator [--port N]                               the emulator alone
     interlock-demo mcp [--offline] [--approve PAYMENT --cap CENTS]        refunds over MCP
     interlock-demo e2e-report [--out FILE] [--parallel N]                   both engines, offline
@@ -14,6 +16,7 @@ not finish.
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
 from pathlib import Path
 
@@ -23,6 +26,37 @@ from interlock_demo.settings import UsageError, resolve
 from scenarios import SCENARIOS
 
 EXIT_USAGE = 2
+SCENARIO_HELP = (
+    ", ".join(SCENARIOS)
+    + " or all (the app's keys "
+    + ", ".join(sc.key for sc in SCENARIOS.values())
+    + " name them too)"
+)
+
+
+def port(text: str) -> int:
+    """A TCP port number from the command line; argparse turns the error into exit 2."""
+    try:
+        number = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 1 <= number <= 65535:
+        raise argparse.ArgumentTypeError(
+            f"{number} is not a port: use a number from 1 to 65535, such as 8787"
+        )
+    return number
+
+
+def scenario_id(text: str) -> str:
+    """A scenario id, `all`, or the app's key for it (`1` is hand-refund); else `UsageError`."""
+    if text == "all" or text in SCENARIOS:
+        return text
+    for sid, sc in SCENARIOS.items():
+        if text == sc.key:
+            return sid
+    close = difflib.get_close_matches(text, [*SCENARIOS, "all"], n=1)
+    hint = f" Did you mean {close[0]}?" if close else ""
+    raise UsageError(f"unknown scenario {text!r}: use one of {SCENARIO_HELP}.{hint}")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -56,7 +90,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--checked", action="store_true", help="add the hand-written check column")
     p.add_argument("--headless", action="store_true", help="run without the app")
     p.add_argument("--json", action="store_true", help="headless: print the run as JSON")
-    p.add_argument("--scenario", help="headless: hand-refund, revoked, after-answer or all")
+    p.add_argument("--scenario", help=f"headless: {SCENARIO_HELP}")
     p.add_argument(
         "--emulate-24h",
         action="store_true",
@@ -70,13 +104,19 @@ def _parser() -> argparse.ArgumentParser:
         "--http",
         nargs="?",
         const=8787,
-        type=int,
+        type=port,
         metavar="PORT",
         help="serve the run as JSON on 127.0.0.1 (default port 8787)",
     )
     sub = p.add_subparsers(dest="command")
     emu = sub.add_parser("stripe-emulator", help="run the loopback Stripe emulator alone")
-    emu.add_argument("--port", type=int, help="default: a free port, printed on start")
+    emu.add_argument("--port", type=port, help="default: a free port, printed on start")
+    sub.add_parser(
+        "doctor",
+        help="check the venue before the talk: mode, keys, network, emulator, Temporal, terminal",
+    )
+    serve = sub.add_parser("serve", help="the same app in a browser tab on 127.0.0.1")
+    serve.add_argument("--port", type=port, default=8000, help="default 8000")
     report = sub.add_parser(
         "e2e-report",
         help="offline runs of every scenario on both engines, compared in results/e2e_offline.md",
@@ -133,6 +173,10 @@ def main(argv: list[str] | None = None) -> int:
         from interlock_demo.mcp.cli import run as run_mcp
 
         return run_mcp(args)
+    if args.command == "doctor":
+        from interlock_demo.doctor import main_doctor
+
+        return main_doctor(mode=args.mode, engine=args.engine)
     if args.command == "e2e-report":
         from interlock_demo import e2e_report
 
@@ -155,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"interlock-demo: {e}", file=sys.stderr)
             return EXIT_USAGE
     try:
+        _check_headless_usage(args)
         config = resolve(
             mode=args.mode,
             engine=args.engine,
@@ -171,19 +216,57 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     if args.headless:
         from interlock_demo.headless import run_headless
-        from scenarios import SCENARIOS
 
-        if args.scenario is None or (args.scenario != "all" and args.scenario not in SCENARIOS):
-            print(
-                "interlock-demo: --headless needs --scenario with one of "
-                f"{', '.join(SCENARIOS)} or all",
-                file=sys.stderr,
-            )
-            return EXIT_USAGE
-        return run_headless(config, args.scenario, checked=args.checked, as_json=args.json)
+        return run_headless(
+            config, scenario_id(args.scenario), checked=args.checked, as_json=args.json
+        )
+    if args.command == "serve":
+        from interlock_demo.serve import serve
+
+        return serve(args.port, argv=_app_argv(args))
     from interlock_demo.app import run_app
 
     return run_app(config, checked=args.checked, http_port=args.http)
+
+
+def _check_headless_usage(args: argparse.Namespace) -> None:
+    """Options that only mean something headless are refused without it, and vice versa.
+
+    A CI job that forgets `--headless` would otherwise open the app and hang.
+    """
+    if args.headless:
+        if args.command is not None:
+            raise UsageError(f"--headless runs scenarios; drop it for `{args.command}`")
+        if args.scenario is None:
+            raise UsageError(f"--headless needs --scenario with one of {SCENARIO_HELP}")
+        scenario_id(args.scenario)
+        return
+    if args.json:
+        raise UsageError(
+            "--json prints a headless run and opens no app: add --headless --scenario ID|all"
+        )
+    if args.scenario is not None:
+        scenario_id(args.scenario)
+        raise UsageError(
+            "--scenario chooses what --headless runs: add --headless, or open the app and "
+            "press " + ", ".join(sc.key for sc in SCENARIOS.values()) + " to choose"
+        )
+
+
+def _app_argv(args: argparse.Namespace) -> list[str]:
+    """The app's own options, for the command `serve` starts for each browser tab."""
+    argv = [f"--{args.mode}"] if args.mode else []
+    if args.engine != "standalone":
+        argv += ["--engine", args.engine]
+    if args.checked:
+        argv.append("--checked")
+    if args.emulate_24h:
+        argv.append("--emulate-24h")
+    if args.no_lookup:
+        argv.append("--no-lookup")
+    if args.stripe_base:
+        argv += ["--stripe-base", args.stripe_base]
+    return argv
 
 
 def _sweep(mode: str, as_json: bool, parallel: int) -> int:

@@ -78,7 +78,8 @@ def run_headless(
                 sys.stderr.write("MOCK. simulated run: in-memory payments, no processes\n")
             run = engine.start(RunRequest(sid, checked=checked), listeners=(_Progress(sys.stderr),))
             runs.append(run)
-            while not run.wait(0.2):
+            # A mock run has no processes for stop() to kill: Ctrl-C must not wait for it.
+            while not run.wait(0.2) and not interrupted.is_set():
                 pass
             sys.stderr.write(_summary(run))
     finally:

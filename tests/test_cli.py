@@ -148,7 +148,8 @@ def test_live_never_inherits_switches_from_the_environment() -> None:
     live = resolve(env=env)
     assert live.mode == "live"
     assert live.switches.names == []
-    assert not {"INTERLOCK_EMULATE_24H", "INTERLOCK_NO_LOOKUP"} & set(worker_env(live, None))
+    launched = worker_env(live, None, column="interlock", asks_model=True, parent=env)
+    assert not {"INTERLOCK_EMULATE_24H", "INTERLOCK_NO_LOOKUP"} & set(launched)
     offline = resolve(mode="offline", env=env)
     assert offline.switches.names == ["INTERLOCK_EMULATE_24H", "INTERLOCK_NO_LOOKUP"]
 
@@ -276,3 +277,74 @@ def test_default_mode_without_keys_is_offline_and_says_why(tmp_path: Path) -> No
     (note,) = stripe_only["notes"]
     assert "ANTHROPIC_API_KEY" in note and "Stripe" not in note
     assert _shows_no_part_of(STRIPE_TEST_KEY, json.dumps(stripe_only))
+
+
+def test_scenario_by_the_apps_key_runs_that_scenario(tmp_path: Path) -> None:
+    """`--scenario 1` (the key the app uses for hand-refund) runs hand-refund headless."""
+    done = _run(["--mock", "--headless", "--json", "--scenario", "1"], tmp_path)
+    assert done.returncode != 2, done.stderr  # not a usage error: the run's verdict is its own
+    assert json.loads(done.stdout)["scenario"] == "hand-refund"
+
+
+def test_unknown_scenario_says_what_is_wrong_and_suggests(tmp_path: Path) -> None:
+    """A misspelt scenario is named as unknown, with the valid ids, the keys and a suggestion."""
+    done = _run(["--mock", "--headless", "--json", "--scenario", "handrefund"], tmp_path)
+    assert done.returncode == 2
+    assert "unknown scenario 'handrefund'" in done.stderr
+    assert "hand-refund, revoked, after-answer or all" in done.stderr
+    assert "1, 2, 3" in done.stderr
+    assert "Did you mean hand-refund?" in done.stderr
+    assert "needs --scenario" not in done.stderr
+    assert done.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--json"], "--json prints a headless run"),
+        (["--json", "--scenario", "all"], "--json prints a headless run"),
+        (["--scenario", "2"], "--scenario chooses what --headless runs"),
+    ],
+)
+def test_headless_options_without_headless_are_usage_errors(
+    tmp_path: Path, args: list[str], says: str
+) -> None:
+    """`--json` or `--scenario` without `--headless` exit 2 at once instead of opening the app.
+
+    A CI job that forgets `--headless` would otherwise hang on the app.
+    """
+    done = subprocess.run(
+        [sys.executable, "-m", "interlock_demo.cli", "--mock", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=_env(tmp_path),
+        stdin=subprocess.DEVNULL,
+        timeout=20,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert says in done.stderr
+    assert "--headless" in done.stderr
+    assert done.stdout == ""
+
+
+@pytest.mark.parametrize("value", ["99999", "0", "-1", "eighty"])
+def test_bad_http_port_is_a_usage_error(tmp_path: Path, value: str) -> None:
+    """`--http 99999` exits 2 saying the port is not one, without a traceback."""
+    done = _run(["--mock", "--http", value], tmp_path)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert "--http" in done.stderr
+    assert "port" in done.stderr
+
+
+@pytest.mark.parametrize("value", ["1e9", "100000"])
+def test_absurd_claim_ttl_is_refused(tmp_path: Path, value: str) -> None:
+    """An absurd claim TTL is refused at once (exit 2) naming the variable, instead of a run
+    that waits for hours."""
+    done = _run(["--mock", *HEADLESS], tmp_path, INTERLOCK_CLAIM_TTL=value)
+    assert done.returncode == 2
+    assert "INTERLOCK_CLAIM_TTL" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stdout == ""
