@@ -190,8 +190,8 @@ async def test_a_retry_through_a_restarted_server_refunds_once(
         async with anyio.create_task_group() as tg:
             tg.start_soon(first_call)
             assert await wait_event(fault.committed, 15), "the refund never reached Stripe"
+            # The SDK's transport reaps its child; the call ends when the pipe closes.
             server.send_signal(signal.SIGKILL)
-            server.wait(10)
         assert lost, "the first call should have lost its answer with the server"
     release_hold.set()
     async with connect() as client:
