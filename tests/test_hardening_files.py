@@ -1,0 +1,133 @@
+"""Files a run writes under INTERLOCK_HOME are the user's alone (issue 13).
+
+A real offline headless run (real workers, the loopback emulator, short timings) runs
+under a permissive umask (0o022): every folder it leaves under INTERLOCK_HOME must be
+0700 and every file 0600, the journal's `-wal` and `-shm` included (looked at while the
+run holds the journal open). The app's screenshot key, and the Temporal dev server's
+database, go under INTERLOCK_HOME too. What the user saves elsewhere (`screenshots --out`)
+keeps the user's umask.
+"""
+
+from __future__ import annotations
+
+import json
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from interlock_demo.app import make_app
+from interlock_demo.settings import Paths, resolve
+from interlock_demo.temporal_engine import TemporalRuntime, temporal_unavailable
+from tests.helpers.headless import CLI, ROOT, Lines, cli_env, reap
+
+pytestmark = pytest.mark.e2e
+
+DEADLINE_S = 90.0
+PERMISSIVE_UMASK = 0o022
+SCREENSHOTS = [sys.executable, "-m", "interlock_demo.cli", "screenshots"]
+
+
+def modes(home: Path) -> dict[str, int]:
+    """Every path under `home` (and `home` itself), relative, with its permission bits."""
+    return {
+        str(p.relative_to(home.parent)): stat.S_IMODE(p.lstat().st_mode)
+        for p in [home, *home.rglob("*")]
+    }
+
+
+def open_to_others(found: dict[str, int], home: Path) -> list[str]:
+    """Paths whose mode is not 0700 for a folder or 0600 for a file."""
+    wrong = []
+    for rel, mode in found.items():
+        path = home.parent / rel
+        want = 0o700 if path.is_dir() else 0o600
+        if mode != want:
+            wrong.append(f"{rel}: {mode:o}")
+    return wrong
+
+
+@pytest.mark.timeout(150)
+def test_offline_run_leaves_only_private_files(tmp_path: Path) -> None:
+    """Under umask 022, a real offline run's journal (with -wal and -shm), case files, logs
+    and decision files are 0600 in 0700 folders."""
+    home = tmp_path / "interlock-home"
+    proc = subprocess.Popen(
+        [*CLI, "--checked", "--scenario", "hand-refund"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=cli_env(home),
+        umask=PERMISSIVE_UMASK,
+    )
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        lines = Lines(proc.stderr, DEADLINE_S)
+        lines.until("outcome:")  # a worker has written to the journal the CLI holds open
+        during = modes(home)
+        doc = json.loads(proc.stdout.read())
+        assert proc.wait(DEADLINE_S) == 0, lines.rest()
+    finally:
+        reap(proc)
+    assert doc["error"] is None
+    after = modes(home)
+    journal = "interlock-home/demo/interlock.sqlite3"
+    assert {journal, f"{journal}-wal", f"{journal}-shm"} <= set(during), sorted(during)
+    for kind in ("cases", "logs", "decisions"):
+        assert any(rel.startswith(f"interlock-home/demo/{kind}/") for rel in after), kind
+    assert open_to_others(during, home) == []
+    assert open_to_others(after, home) == []
+
+
+async def test_screenshot_key_saves_a_private_file(tmp_path: Path) -> None:
+    """The app's screenshot key writes its SVG 0600 in a 0700 folder under INTERLOCK_HOME."""
+    home = tmp_path / "interlock-home"
+    app = make_app(resolve(mode="mock", env={"INTERLOCK_HOME": str(home), "PATH": ""}))
+    async with app.run_test(size=(160, 45)) as pilot:
+        await pilot.press("s")
+        await pilot.pause()
+    shots = list((home / "demo" / "screenshots").glob("*.svg"))
+    assert len(shots) == 1
+    assert shots[0].read_text().startswith("<svg")
+    assert open_to_others(modes(home), home) == []
+
+
+@pytest.mark.skipif(temporal_unavailable() is not None, reason=str(temporal_unavailable()))
+@pytest.mark.timeout(120)
+def test_temporal_dev_server_files_are_private(tmp_path: Path) -> None:
+    """The Temporal dev server's database, lock and log are 0600 in a 0700 folder."""
+    home = tmp_path / "interlock-home"
+    runtime = TemporalRuntime(Paths(home)).start()
+    try:
+        during = modes(home)
+    finally:
+        runtime.stop()
+    names = {Path(rel).name for rel in during}
+    assert {"dev-server.sqlite3", "dev-server.lock", "server.log"} <= names, sorted(names)
+    assert open_to_others(during, home) == []
+
+
+@pytest.mark.timeout(150)
+def test_screenshots_out_keeps_the_users_umask(tmp_path: Path) -> None:
+    """`screenshots --out DIR` (outside INTERLOCK_HOME) writes with the user's umask (027 here:
+    folders 0750, files 0640), not the demo's private one."""
+    out = tmp_path / "shots"
+    done = subprocess.run(
+        [*SCREENSHOTS, "--out", str(out), "--scenario", "hand-refund"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=cli_env(tmp_path / "interlock-home"),
+        umask=0o027,
+        timeout=DEADLINE_S,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert stat.S_IMODE(out.stat().st_mode) == 0o750
+    svgs = sorted(out.glob("*.svg"))
+    assert [p.stem for p in svgs] == ["hand-refund", "idle"]
+    assert {stat.S_IMODE(p.stat().st_mode) for p in svgs} == {0o640}
