@@ -27,7 +27,6 @@ import re
 import shutil
 import socket
 import ssl
-import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -424,5 +423,5 @@ def main_doctor(mode: str | None = None, engine: str = "standalone") -> int:
         print(line.render(), flush=True)
         blocked = blocked or line.blocks
     verdict = "NOT READY: fix the FAIL lines above" if blocked else "ready"
-    print(verdict, file=sys.stderr)
+    print(verdict)
     return EXIT_NOT_READY if blocked else EXIT_READY
