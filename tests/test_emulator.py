@@ -51,7 +51,7 @@ def _paid(client: Any, amount: int = 5000, **extra: Any) -> Any:
         "currency": "usd",
         "confirm": True,
         "payment_method": "pm_card_visa",
-        "payment_method_types": ["card"],
+        "allowed_payment_method_types": ["card"],
     }
     params.update(extra)
     return client.v1.payment_intents.create(params=params)
@@ -585,8 +585,8 @@ def test_decode_form(body: str, decoded: dict[str, Any]) -> None:
 
 
 def test_sdk_list_params_round_trip(emu: StripeEmulator) -> None:
-    """A payment_method_types list sent by the SDK (a[0]=) comes back as the same list."""
-    pi = _paid(_client(emu), payment_method_types=["card", "link", "us_bank_account"])
+    """An allowed_payment_method_types list sent by the SDK (a[0]=) comes back as the types."""
+    pi = _paid(_client(emu), allowed_payment_method_types=["card", "link", "us_bank_account"])
     assert pi.payment_method_types == ["card", "link", "us_bank_account"]
 
 
@@ -594,7 +594,7 @@ def test_bracket_array_form_over_http(emu: StripeEmulator) -> None:
     """The a[]= array form and metadata[k]= work on the wire, not only in decode_form."""
     body = (
         "amount=2500&currency=usd&confirm=true&payment_method=pm_card_visa"
-        "&payment_method_types[]=card&payment_method_types[]=link"
+        "&allowed_payment_method_types[]=card&allowed_payment_method_types[]=link"
         "&metadata[case]=c9&metadata[by]=hand"
     )
     status, pi, _ = _http(emu, "POST", "/v1/payment_intents", body, _form())

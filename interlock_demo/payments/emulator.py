@@ -266,9 +266,9 @@ class _Handler(BaseHTTPRequestHandler):
             key = self.headers.get("Idempotency-Key")
             return model.post(parts[1], decode_form(body), key)
         if method == "GET" and parts[:2] == ["v1", "payment_intents"] and len(parts) == 3:
-            return model.get_payment_intent(parts[2])
+            return model.get_payment_intent(parts[2], decode_form(query))
         if method == "GET" and parts == ["v1", "refunds"]:
-            return model.list_refunds(dict(parse_qsl(query)))
+            return model.list_refunds(decode_form(query))
         raise StripeModelError(404, f"Unrecognized request URL ({method}: {path}).")
 
     def _control_refusal(self, method: str, body: bytes) -> tuple[int, str] | None:

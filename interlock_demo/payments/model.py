@@ -73,6 +73,64 @@ _COMMIT_STAGES = {
 REFUND_STATUSES = ("pending", "requires_action", "succeeded", "failed", "canceled")
 _COUNTING = ("pending", "requires_action", "succeeded")
 
+# What each endpoint the demo uses accepts, as Stripe names it: a parameter, and for a
+# hash the names inside it (metadata's are free). tests/test_emulator_strict.py holds
+# these against the stripe SDK's params TypedDicts (`SDK_PARAMS`), so offline cannot
+# accept what live refuses. A parameter Stripe knows but the emulator does not model is
+# refused in words, never silently ignored.
+ACCEPTED_PARAMS: dict[str, dict[str, frozenset[str]]] = {
+    "POST /v1/payment_intents": {
+        "amount": frozenset(),
+        "currency": frozenset(),
+        "confirm": frozenset(),
+        "payment_method": frozenset(),
+        "allowed_payment_method_types": frozenset(),
+        "automatic_payment_methods": frozenset({"enabled", "allow_redirects"}),
+        "description": frozenset(),
+        "metadata": frozenset(),
+    },
+    "GET /v1/payment_intents/{id}": {},
+    "POST /v1/refunds": {
+        "payment_intent": frozenset(),
+        "amount": frozenset(),
+        "reason": frozenset(),
+        "metadata": frozenset(),
+    },
+    "GET /v1/refunds": {
+        "payment_intent": frozenset(),
+        "limit": frozenset(),
+        "starting_after": frozenset(),
+        "ending_before": frozenset(),
+    },
+}
+# The SDK's TypedDict listing what each endpoint accepts: (module, class).
+SDK_PARAMS = {
+    "POST /v1/payment_intents": (
+        "stripe.params._payment_intent_create_params",
+        "PaymentIntentCreateParams",
+    ),
+    "GET /v1/payment_intents/{id}": (
+        "stripe.params._payment_intent_retrieve_params",
+        "PaymentIntentRetrieveParams",
+    ),
+    "POST /v1/refunds": ("stripe.params._refund_create_params", "RefundCreateParams"),
+    "GET /v1/refunds": ("stripe.params._refund_list_params", "RefundListParams"),
+}
+METADATA_MAX_KEYS = 50
+METADATA_KEY_MAX = 40
+METADATA_VALUE_MAX = 500
+# Stripe's largest amount for a charge, in the smallest unit (eight digits).
+AMOUNT_MAX = 99_999_999
+# Currencies the emulator models: symbol, decimals, minimum charge in the smallest unit.
+CURRENCIES: dict[str, tuple[str, int, int]] = {
+    "aud": ("$", 2, 50),
+    "cad": ("$", 2, 50),
+    "eur": ("€", 2, 50),
+    "gbp": ("£", 2, 30),
+    "jpy": ("¥", 0, 50),
+    "usd": ("$", 2, 50),
+}
+
 JSONObj = dict[str, Any]
 
 
@@ -449,30 +507,41 @@ class PaymentsModel:
         fault.ended.set()
         return Reply(err.status, err.envelope())
 
-    def get_payment_intent(self, intent_id: str) -> Reply:
+    def get_payment_intent(self, intent_id: str, query: Mapping[str, Any] | None = None) -> Reply:
         """GET /v1/payment_intents/{id}."""
         with self._lock:
             self.requests.append(("GET", "payment_intents"))
         failed = self._read_fault(intent_id)
         if failed is not None:
             return failed
+        try:
+            _check_params("GET /v1/payment_intents/{id}", query or {})
+        except StripeModelError as e:
+            return Reply(e.status, e.envelope())
         with self._lock:
             intent = self._intents.get(intent_id)
             if intent is None:
                 err = _missing("payment_intent", intent_id, param="intent")
                 return Reply(err.status, err.envelope())
-            return Reply(200, dict(intent))
+            return Reply(200, _copy(intent))
 
-    def list_refunds(self, query: Mapping[str, str]) -> Reply:
+    def list_refunds(self, query: Mapping[str, Any]) -> Reply:
         """GET /v1/refunds with payment_intent, limit, starting_after and ending_before."""
         with self._lock:
             self.requests.append(("GET", "refunds"))
         failed = self._read_fault(query.get("payment_intent"))
         if failed is not None:
             return failed
+        try:
+            _check_params("GET /v1/refunds", query)
+            for name in ("payment_intent", "starting_after", "ending_before"):
+                if name in query:
+                    _string(query, name)
+        except StripeModelError as e:
+            return Reply(e.status, e.envelope())
         with self._lock:
             try:
-                limit = int(query.get("limit", "10"))
+                limit = int(str(query.get("limit", "10")))
             except ValueError:
                 limit = -1
             if not 1 <= limit <= 100:
@@ -506,7 +575,7 @@ class PaymentsModel:
                 200,
                 {
                     "object": "list",
-                    "data": [dict(r) for r in page],
+                    "data": [_copy(r) for r in page],
                     "has_more": has_more,
                     "url": "/v1/refunds",
                 },
@@ -521,34 +590,36 @@ class PaymentsModel:
             if refund is None:
                 raise KeyError(refund_id)
             refund["status"] = status
-            return dict(refund)
+            return _copy(refund)
 
     # -- handlers (called outside the idempotency lock, each takes the lock itself) -----
 
     def _create_payment_intent(self, p: JSONObj) -> JSONObj:
-        amount = _positive_int(p, "amount")
-        currency = p.get("currency")
-        if not isinstance(currency, str) or not currency:
-            raise StripeModelError(
-                400, "Missing required param: currency.", code="parameter_missing", param="currency"
-            )
-        if amount < 50:
+        _check_params("POST /v1/payment_intents", p)
+        amount = _amount(p, "amount")
+        currency = _currency(p)
+        minimum = CURRENCIES[currency][2]
+        if amount < minimum:
             raise StripeModelError(
                 400,
-                "Amount must be at least $0.50 usd",
+                f"Amount must be at least {_money(minimum, currency)} {currency}",
                 code="amount_too_small",
                 param="amount",
             )
+        if amount > AMOUNT_MAX:
+            raise StripeModelError(
+                400,
+                f"Amount must be no more than {_money(AMOUNT_MAX, currency)}",
+                code="amount_too_large",
+                param="amount",
+            )
         metadata = _metadata(p)
-        pm = p.get("payment_method")
-        confirm = str(p.get("confirm", "false")).lower() == "true"
-        types = p.get("payment_method_types")
-        if isinstance(types, dict):
-            types = list(types.values())
-        if types is None:
-            types = ["card"]
-        if pm is not None and not (isinstance(pm, str) and pm.startswith("pm_card_")):
-            raise _missing("payment_method", str(pm), param="payment_method")
+        description = _string(p, "description") if "description" in p else None
+        pm = _string(p, "payment_method") if "payment_method" in p else None
+        confirm = _boolean(p, "confirm", False)
+        types, automatic = _payment_method_types(p)
+        if pm is not None and not pm.startswith("pm_card_"):
+            raise _missing("payment_method", pm, param="payment_method")
         with self._lock:
             now = int(self.now())
             intent_id = new_id("pi")
@@ -573,31 +644,60 @@ class PaymentsModel:
                 "id": intent_id,
                 "object": "payment_intent",
                 "amount": amount,
+                "amount_capturable": 0,
+                "amount_details": {"tip": {}},
                 "amount_received": amount if status == "succeeded" else 0,
-                "currency": currency.lower(),
-                "status": status,
-                "latest_charge": charge,
-                "payment_method": new_id("pm") if pm is not None else None,
-                "payment_method_types": types,
+                "application": None,
+                "application_fee_amount": None,
+                "automatic_payment_methods": automatic,
+                "canceled_at": None,
+                "cancellation_reason": None,
                 "capture_method": "automatic",
+                "client_secret": f"{intent_id}_secret_{secrets.token_urlsafe(18)}",
                 "confirmation_method": "automatic",
-                "metadata": metadata,
                 "created": now,
+                "currency": currency,
+                "customer": None,
+                "customer_account": None,
+                "description": description,
+                "excluded_payment_method_types": None,
+                "last_payment_error": None,
+                "latest_charge": charge,
                 "livemode": False,
+                "managed_payments": None,
+                "metadata": metadata,
+                "next_action": None,
+                "on_behalf_of": None,
+                "payment_method": new_id("pm") if pm is not None else None,
+                "payment_method_configuration_details": None,
+                "payment_method_options": {},
+                "payment_method_types": types,
+                "processing": None,
+                "receipt_email": None,
+                "review": None,
+                "setup_future_usage": None,
+                "shipping": None,
+                "source": None,
+                "statement_descriptor": None,
+                "statement_descriptor_suffix": None,
+                "status": status,
+                "transfer_data": None,
+                "transfer_group": None,
             }
             self._intents[intent_id] = intent
-            return dict(intent)
+            return _copy(intent)
 
     def _create_refund(self, p: JSONObj) -> JSONObj:
-        pi = p.get("payment_intent")
-        if not isinstance(pi, str) or not pi:
+        _check_params("POST /v1/refunds", p)
+        if not p.get("payment_intent"):
             raise StripeModelError(
                 400,
                 "One of the following params should be provided for this request: "
                 "payment_intent or charge.",
                 code="parameter_missing",
             )
-        amount = _positive_int(p, "amount") if "amount" in p else None
+        pi = _string(p, "payment_intent")
+        amount = _amount(p, "amount") if "amount" in p else None
         metadata = _metadata(p)
         reason = p.get("reason")
         if reason is not None and reason not in (
@@ -653,14 +753,21 @@ class PaymentsModel:
                 "charge": intent["latest_charge"],
                 "created": int(self.now()),
                 "currency": intent["currency"],
+                "customer": None,
+                "customer_account": None,
+                "destination_details": {"card": {"type": "refund"}, "type": "card"},
                 "metadata": metadata,
                 "payment_intent": pi,
+                "payment_method": intent["payment_method"],
                 "reason": reason,
+                "receipt_number": None,
+                "source_transfer_reversal": None,
                 "status": "succeeded",
+                "transfer_reversal": None,
             }
             self._refunds[refund_id] = refund
             self._seq[refund_id] = next(self._order)
-            return dict(refund)
+            return _copy(refund)
 
 
 def _server_error() -> StripeModelError:
@@ -708,24 +815,165 @@ def _missing(kind: str, object_id: str, *, param: str) -> StripeModelError:
     )
 
 
-def _positive_int(p: JSONObj, name: str) -> int:
+def _copy(obj: JSONObj) -> JSONObj:
+    """A copy deep enough that a caller cannot change the model's nested objects."""
+    return {
+        k: _copy(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v
+        for k, v in obj.items()
+    }
+
+
+def _check_params(endpoint: str, params: Mapping[str, Any]) -> None:
+    """Refuse what `endpoint` does not accept, as Stripe does, before anything else."""
+    accepted = ACCEPTED_PARAMS[endpoint]
+    for name, value in params.items():
+        if name not in accepted:
+            raise _unaccepted(endpoint, name)
+        inner = accepted[name]
+        if inner and value != "":
+            if not isinstance(value, dict):
+                raise StripeModelError(
+                    400, "Invalid object", code="parameter_invalid_object", param=name
+                )
+            for key in value:
+                if key not in inner:
+                    raise _unaccepted(endpoint, f"{name}[{key}]")
+
+
+def sdk_params(endpoint: str) -> frozenset[str]:
+    """The parameters the installed stripe SDK lists for `endpoint` (request options aside)."""
+    import importlib
+
+    from stripe._request_options import RequestOptions
+
+    module, name = SDK_PARAMS[endpoint]
+    typed = getattr(importlib.import_module(module), name)
+    keys: frozenset[str] = typed.__required_keys__ | typed.__optional_keys__
+    return keys - (RequestOptions.__required_keys__ | RequestOptions.__optional_keys__)
+
+
+def _unaccepted(endpoint: str, name: str) -> StripeModelError:
+    if endpoint == "POST /v1/payment_intents" and name == "payment_method_types":
+        # Stripe removed it as a writable parameter (API 2026-09-30.endive, the SDK's).
+        return StripeModelError(
+            400,
+            "payment_method_types is no longer supported on this API version. Use "
+            "allowed_payment_method_types or excluded_payment_method_types, or dynamic "
+            "payment methods.",
+            code="payment_method_types_no_longer_supported",
+            param=name,
+        )
+    if "[" not in name and name in sdk_params(endpoint):
+        return StripeModelError(
+            400,
+            f"The emulator does not model parameter {name} ({endpoint}), which Stripe "
+            "accepts: leave it out offline, or teach interlock_demo/payments/model.py.",
+            code="parameter_unknown",
+            param=name,
+        )
+    return StripeModelError(
+        400, f"Received unknown parameter: {name}", code="parameter_unknown", param=name
+    )
+
+
+def _string(p: Mapping[str, Any], name: str) -> str:
+    value = p.get(name)
+    if not isinstance(value, str):
+        raise StripeModelError(
+            400, f"Invalid string: {value!r}", code="parameter_invalid_string", param=name
+        )
+    return value
+
+
+def _amount(p: JSONObj, name: str) -> int:
     raw = p.get(name)
-    if raw is None:
+    if raw is None or raw == "":
         raise StripeModelError(
             400, f"Missing required param: {name}.", code="parameter_missing", param=name
         )
-    try:
-        value = int(str(raw))
-    except ValueError:
-        value = -1
-    if value <= 0:
+    text = str(raw)
+    if isinstance(raw, bool) or not text.lstrip("-").isdigit():
+        raise StripeModelError(
+            400, f"Invalid integer: {text[:100]}", code="parameter_invalid_integer", param=name
+        )
+    value = int(text)
+    if value < 1:
         raise StripeModelError(
             400,
-            f"Invalid {name}: must be a positive integer",
+            "This value must be greater than or equal to 1.",
             code="parameter_invalid_integer",
             param=name,
         )
     return value
+
+
+def _currency(p: JSONObj) -> str:
+    raw = p.get("currency")
+    if raw is None or raw == "":
+        raise StripeModelError(
+            400, "Missing required param: currency.", code="parameter_missing", param="currency"
+        )
+    currency = str(raw).lower()
+    if currency not in CURRENCIES:
+        raise StripeModelError(
+            400,
+            f"Invalid currency: {str(raw)[:20]}. The emulator models "
+            f"{', '.join(CURRENCIES)} (Stripe supports more).",
+            code="parameter_invalid_string",
+            param="currency",
+        )
+    return currency
+
+
+def _money(amount: int, currency: str) -> str:
+    symbol, decimals, _ = CURRENCIES[currency]
+    if decimals == 0:
+        return f"{symbol}{amount:,}"
+    return f"{symbol}{amount // 100:,}.{amount % 100:02d}"
+
+
+def _boolean(p: JSONObj, name: str, default: bool) -> bool:
+    raw = p.get(name, default)
+    if isinstance(raw, bool):
+        return raw
+    if raw in ("true", "false"):
+        return bool(raw == "true")
+    raise StripeModelError(
+        400, f"Invalid boolean: {str(raw)[:100]}", code="parameter_invalid_boolean", param=name
+    )
+
+
+def _payment_method_types(p: JSONObj) -> tuple[list[str], JSONObj | None]:
+    """The intent's payment_method_types and automatic_payment_methods, from what was asked."""
+    allowed, automatic = p.get("allowed_payment_method_types"), p.get("automatic_payment_methods")
+    if allowed is not None and automatic is not None:
+        raise StripeModelError(
+            400,
+            "You may only specify one of these parameters: allowed_payment_method_types, "
+            "automatic_payment_methods.",
+            param="allowed_payment_method_types",
+        )
+    if automatic is not None:
+        enabled = _boolean(automatic, "enabled", False)
+        redirects = automatic.get("allow_redirects", "always")
+        if redirects not in ("always", "never"):
+            raise StripeModelError(
+                400,
+                "Invalid automatic_payment_methods[allow_redirects]: must be one of always or "
+                "never",
+                param="automatic_payment_methods[allow_redirects]",
+            )
+        return ["card"], {"allow_redirects": redirects, "enabled": enabled}
+    if allowed is None:
+        return ["card"], None
+    if not isinstance(allowed, list) or not all(isinstance(t, str) and t for t in allowed):
+        raise StripeModelError(
+            400,
+            "Invalid array",
+            code="parameter_invalid_array",
+            param="allowed_payment_method_types",
+        )
+    return list(allowed), None
 
 
 def _metadata(p: JSONObj) -> dict[str, str]:
@@ -736,7 +984,41 @@ def _metadata(p: JSONObj) -> dict[str, str]:
         raise StripeModelError(
             400, "Invalid object", code="parameter_invalid_object", param="metadata"
         )
-    return {str(k): str(v) for k, v in raw.items() if v != ""}
+    metadata: dict[str, str] = {}
+    for key, value in raw.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise StripeModelError(
+                400,
+                f"Invalid metadata[{key}]: metadata keys and values must be strings",
+                param="metadata",
+            )
+        if "[" in key or "]" in key:
+            raise StripeModelError(
+                400, "Metadata keys can't contain square brackets ([ or ]).", param="metadata"
+            )
+        if len(key) > METADATA_KEY_MAX:
+            raise StripeModelError(
+                400,
+                f"Metadata keys can have up to {METADATA_KEY_MAX} characters, but you passed "
+                f"in a key that is {len(key)} characters. Invalid key: {key[:100]}",
+                param="metadata",
+            )
+        if len(value) > METADATA_VALUE_MAX:
+            raise StripeModelError(
+                400,
+                f"Metadata values can have up to {METADATA_VALUE_MAX} characters, but you "
+                f"passed in a value that is {len(value)} characters.",
+                param="metadata",
+            )
+        if value != "":
+            metadata[key] = value
+    if len(metadata) > METADATA_MAX_KEYS:
+        raise StripeModelError(
+            400,
+            f"Metadata can have up to {METADATA_MAX_KEYS} keys, but you've set {len(metadata)}.",
+            param="metadata",
+        )
+    return metadata
 
 
 def _dollars(cents: int) -> str:
