@@ -260,11 +260,12 @@ class SQLiteStore(RuleStore):
                 "from a backup, or move it aside and check Stripe with verify()",
             )
 
+    def _tables(self) -> set[str]:
+        rows = self._conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
+        return {str(r[0]) for r in rows}
+
     def _version(self) -> int | None:
-        tables = {
-            str(r[0])
-            for r in self._conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
-        }
+        tables = self._tables()
         if "meta" not in tables:
             if tables and not tables & set(_TABLES):
                 raise StoreError(
@@ -286,6 +287,13 @@ class SQLiteStore(RuleStore):
                     )
                 if version != SCHEMA_VERSION:
                     raise SchemaVersionError(str(self.path), version, SCHEMA_VERSION)
+                missing = set(_TABLES) - self._tables()
+                if missing:
+                    raise StoreError(
+                        str(self.path),
+                        f"is a damaged interlock store: its {', '.join(sorted(missing))} "
+                        "table is missing; restore it from a backup",
+                    )
                 return
             # Read the version before creating anything: a store of another version is
             # refused as it is, not altered first (version 1 is migrated in place).

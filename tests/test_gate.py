@@ -8,8 +8,10 @@ property tests: `tests/helpers/gate_rig.py`).
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ from interlock import (
     Claim,
     ConfigError,
     Intent,
+    IntentError,
     MemoryStore,
     Outcome,
     Owner,
@@ -29,6 +32,7 @@ from interlock import (
     Refund,
     SQLiteStore,
     Store,
+    StoreError,
     Switches,
     Timing,
     verify,
@@ -801,3 +805,220 @@ def test_unsigned_receipts_say_so(world: World) -> None:
     assert outcome.receipt.body["signed"] is False and outcome.receipt.signature is None
     result = verify(world.store, world.payments)
     assert result.ok and not result.signed
+
+
+# -- inputs, kinds and recovery that goes on ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [
+        ("amount", -2_000, "must be positive"),
+        ("amount", 0, "must be positive"),
+        ("amount", 10**10, "below"),
+        ("amount", True, "integer number of cents"),
+        ("amount", 20.0, "integer number of cents"),
+        ("action_id", "act_é", "printable ASCII"),
+        ("action_id", "act_1\r\nX-Evil: 1", "printable ASCII"),
+        ("action_id", "act with space", "printable ASCII"),
+        ("action_id", "a" * 201, "at most 200"),
+        ("lease_id", "", "non-empty"),
+        ("target", "pi_\x00", "printable ASCII"),
+        ("kind", " ", "kind of action"),
+    ],
+)
+def test_a_bad_intent_is_refused_before_anything_is_journaled(
+    world: World, field: str, value: object, says: str
+) -> None:
+    """A negative amount or an id that cannot go into a header raises IntentError naming it.
+
+    Before, a negative amount reserved a negative sum (raising the lease's cap) and a CR/LF
+    id failed after commit 2 and then blocked every later recovery.
+    """
+    good = world.decide()
+    commits = world.store.commits
+
+    with pytest.raises(IntentError) as caught:
+        replace(good, **{field: value})
+
+    assert caught.value.field == field and says in str(caught.value)
+    assert isinstance(caught.value, ValueError)
+    assert world.store.commits == commits and world.store.pending() == []
+
+
+def test_recover_action_refuses_an_action_of_another_kind(world: World) -> None:
+    """`recover_action` never drives an action of another kind through this gate's effect."""
+    other = replace(world.decide(), kind="webhook")
+    world.store.begin(other, gone_owner(), 6.0, 2.0)
+    gate = world.gate(Owner.current("refunds"))
+
+    with pytest.raises(ActionError, match="is a webhook, this gate sends refund"):
+        gate.recover_action(other.action_id)
+
+    assert gate.recover() == []
+    assert world.store.pending() == [other.action_id]
+    assert world.model.requests.count(("POST", "refunds")) == 0
+
+
+def test_recover_reports_an_action_that_raises_and_goes_on(tmp_path: Path) -> None:
+    """An unreadable journaled action (written before inputs were checked) stops nothing.
+
+    It is reported (an event and a pending outcome naming the error); the next action is
+    recovered.
+    """
+    world = World(lambda clock: SQLiteStore(tmp_path / "j.db", clock=clock))
+    bad, good = world.decide(), world.decide()
+    for intent in (bad, good):
+        world.store.begin(intent, gone_owner(), TIMING.claim_ttl_s, TIMING.grace_s)
+    conn = sqlite3.connect(tmp_path / "j.db")
+    with conn:
+        conn.execute(
+            "UPDATE actions SET intent=json_set(intent, '$.action_id', 'act_\r\nX: y')"
+            " WHERE action_id=?",
+            (bad.action_id,),
+        )
+    conn.close()
+
+    outcomes = world.gate(Owner.current("restart")).recover()
+
+    by_id = {o.action_id: o for o in outcomes}
+    assert by_id[bad.action_id].status == "pending"
+    assert "IntentError" in str(by_id[bad.action_id].reason)
+    assert by_id[good.action_id].status == "sent"
+    assert [e.data["action_id"] for e in world.of("restart", "recover-error")] == [bad.action_id]
+
+
+# -- claims: epochs, the same owner, grace, taking early -----------------------------------
+
+
+def test_the_same_owner_cannot_retake_its_own_claim_while_its_send_may_be_in_flight(
+    world: World,
+) -> None:
+    """A `recover()` in the same process, during the gate's own in-flight window, waits.
+
+    Before, the same owner re-took its own `sending` claim at once, read the world while
+    its request was still running and could refuse.
+    """
+    world.model.add_fault("drop")
+    owner = Owner.current("one-process")
+    intent = world.decide()
+    seen: list[Outcome] = []
+
+    def meanwhile(_data: Mapping[str, Any]) -> None:
+        seen.append(world.gate(owner).recover_action(intent.action_id, wait=False))
+
+    outcome = world.gate(owner, hooks={"in-flight-wait": meanwhile}).submit(intent)
+
+    assert [o.status for o in seen] == ["pending"]
+    assert outcome.status == "adopted"
+    assert len(world.agent_refunds(intent.action_id)) == 1
+
+
+def test_two_gates_of_one_identity_are_fenced_by_epoch(world: World) -> None:
+    """A gate delayed between its checks and commit 2 cannot send after another took over.
+
+    Both gates share one owner identity (threads of one process); the second takes the
+    expired claim (a new epoch) and sends; the first's commit 2 then fails on the epoch.
+    """
+    owner = Owner.current("shared-id")
+    intent = world.decide()
+    second: list[Outcome] = []
+
+    def stall(data: Mapping[str, Any]) -> None:
+        if data.get("name") == "approval" and not second:
+            world.clock.now += TIMING.claim_ttl_s + 1
+            second.append(world.gate(owner).recover_action(intent.action_id))
+
+    first = world.gate(owner, hooks={"check": stall}).submit(intent)
+
+    assert second[0].status == "sent"
+    assert first.status in ("pending", "sent")
+    assert first.status == "pending" or first.external_id == second[0].external_id
+    assert world.model.requests.count(("POST", "refunds")) == 1
+    assert len(world.agent_refunds(intent.action_id)) == 1
+
+
+def test_a_sending_claim_is_waited_out_to_its_expiry_plus_the_grace(world: World) -> None:
+    """Nobody takes a `sending` claim until expiry + grace (a clock step, an overrun)."""
+    intent = world.decide()
+    claim = world.crash(intent, "before-send", owner=remote_owner())
+    assert claim.sending
+
+    world.clock.now = claim.expires_at + TIMING.grace_s - 0.5
+    [held] = world.gate(Owner.current("early")).recover(wait=False)
+    world.clock.now = claim.expires_at + TIMING.grace_s
+    [taken] = world.gate(Owner.current("later")).recover(wait=False)
+
+    assert held.status == "pending"
+    assert taken.status == "sent"
+
+
+def test_a_dead_owner_whose_refund_landed_is_adopted_without_waiting(world: World) -> None:
+    """After-answer: the lookup finds the dead worker's refund, so its claim is taken at once."""
+    intent = world.decide()
+    claim = world.crash(intent, "after-answer")
+    started = world.clock()
+
+    [outcome] = world.gate(Owner.current("restart")).recover()
+
+    assert outcome.status == "adopted"
+    assert world.clock() == started < claim.expires_at
+    assert world.of("restart", "claim-wait") == []
+    assert [e.data["early"] for e in world.of("restart", "claim")] == [True]
+    assert world.model.requests.count(("POST", "refunds")) == 1
+
+
+def test_a_dead_owner_whose_send_did_not_land_is_still_waited_out(world: World) -> None:
+    """A dead owner with `sending` and no refund found: its request may still land, so wait."""
+    intent = world.decide()
+    claim = world.crash(intent, "before-send")
+
+    [outcome] = world.gate(Owner.current("restart")).recover()
+
+    assert outcome.status == "sent"
+    [send] = world.of("restart", "before-send")
+    assert send.t >= claim.expires_at + TIMING.grace_s
+
+
+# -- a store that cannot be used ------------------------------------------------------------
+
+
+def test_a_full_disk_is_a_store_error_and_nothing_is_sent(tmp_path: Path) -> None:
+    """SQLITE_FULL surfaces as StoreError saying the disk is full; no refund call is made."""
+    world = World(lambda clock: SQLiteStore(tmp_path / "j.db", clock=clock))
+    # A decision too large for the pages the "disk" has left.
+    intent = replace(world.decide(), context={"notes": "x" * 100_000})
+    store = world.store
+    assert isinstance(store, SQLiteStore)
+    pages = store._conn.execute("PRAGMA page_count").fetchone()[0]
+    store._conn.execute(f"PRAGMA max_page_count={pages}")
+
+    with pytest.raises(StoreError) as caught:
+        world.gate(Owner.current("first")).submit(intent)
+
+    assert "disk is full" in str(caught.value)
+    assert isinstance(caught.value.__cause__, sqlite3.OperationalError)
+    assert world.model.requests.count(("POST", "refunds")) == 0
+
+
+def test_a_corrupt_store_is_refused_on_open_before_anything_is_sent(tmp_path: Path) -> None:
+    """A file with a corrupt page is a StoreError when opened, so no gate can send against it."""
+    path = tmp_path / "j.db"
+    world = World(lambda clock: SQLiteStore(path, clock=clock))
+    for _ in range(30):
+        world.gate(Owner.current("honest")).submit(world.decide(1, world.grant(1).id))
+    world.store.close()
+    conn = sqlite3.connect(path)
+    root, page = conn.execute(
+        "SELECT rootpage, (SELECT page_size FROM pragma_page_size) FROM sqlite_master"
+        " WHERE name='actions'"
+    ).fetchone()
+    conn.close()
+    data = bytearray(path.read_bytes())
+    data[(root - 1) * page : root * page] = b"\xff" * page
+    path.write_bytes(bytes(data))
+
+    with pytest.raises(StoreError) as caught:
+        SQLiteStore(path)
+
+    assert "corrupt" in str(caught.value) and "nothing was sent" in str(caught.value)

@@ -24,6 +24,8 @@ from interlock import (
     Intent,
     Lease,
     Outcome,
+    Owner,
+    PaymentsAuthError,
     PaymentsUnsettledError,
     Refund,
     SQLiteStore,
@@ -282,3 +284,107 @@ def test_each_action_is_one_refund_across_faults(rig: Rig) -> None:
     result = verify(rig.store, rig.payments)
     assert result.ok, result.problems
     assert result.chain_length == 2
+
+
+# -- the reproductions of issue 10, through the real SDK --------------------------------
+
+
+def _hand_refund(rig: Rig) -> None:
+    """Support refunds $20 in the dashboard: no metadata, no derived key."""
+    rig.emulator.model.post("refunds", {"payment_intent": rig.payment_intent, "amount": "2000"})
+
+
+@pytest.mark.parametrize("outage", ["hand-refund", "revoke"])
+def test_outage_while_its_own_create_is_held_adopts_and_never_overspends(
+    rig: Rig, outage: str
+) -> None:
+    """Support acts while the gate's create is still running at Stripe (past the deadline).
+
+    Before the maybe-sent rule the gate re-read right after the timeout, saw the hand
+    refund, refused and released its reservation; its own refund then landed, and a
+    second action on the same lease sent again: $40 of agent refunds under a $20 cap.
+    Now the request counts as before the outage: adopted, and the cap holds.
+    """
+
+    def act() -> None:
+        if outage == "hand-refund":
+            _hand_refund(rig)
+        else:
+            rig.store.revoke_lease(f"lease-{rig.payment_intent}", "support")
+
+    rig.emulator.model.add_fault("hold", hold_ms=3000, stage="before_commit", on_start=act)
+    intent = rig.intent()
+
+    outcome = rig.gate.submit(intent)
+
+    assert rig.unsettled_statuses() == [None], rig.events
+    agent = [r for r in rig.refunds() if ACTION_METADATA_KEY in r.metadata]
+    assert len(agent) == 1
+    assert len([r for r in rig.refunds() if not r.metadata]) == (outage == "hand-refund")
+    assert (outcome.status, outcome.external_id) == ("adopted", agent[0].id)
+    lease = rig.store.lease(intent.lease_id)
+    assert lease is not None and lease.spent == AMOUNT and not lease.reservations
+    # Another decision on the same lease (as a re-approval would make) is refused.
+    again = rig.gate.submit(replace(rig.intent(), action_id=new_action_id()))
+    assert again.status == "refused"
+    assert len([r for r in rig.refunds() if ACTION_METADATA_KEY in r.metadata]) == 1
+    assert verify(rig.store, rig.payments).ok
+
+
+def test_garbled_2xx_over_http_is_adopted_not_failed(rig: Rig) -> None:
+    """A 200 whose body is not JSON (the refund was made) settles nothing: adopted, not failed."""
+    rig.emulator.model.add_fault("garbled_2xx")
+
+    outcome = rig.gate.submit(rig.intent())
+
+    assert rig.unsettled_statuses() == [200]
+    assert outcome.status == "adopted"
+    _assert_one_truthful_refund(rig, outcome)
+
+
+def test_401_on_the_recovery_read_is_raised_and_settles_nothing(rig: Rig) -> None:
+    """A refused key on recovery's read is a configuration error, never `refused` for good.
+
+    The dead worker's refund exists; once the key works again, recovery adopts it.
+    """
+    intent = rig.intent()
+    refund = rig.payments.create_refund(
+        intent.target,
+        intent.amount,
+        idempotency_key=intent.action_id,
+        metadata={ACTION_METADATA_KEY: intent.action_id},
+    )
+    # The worker died after Stripe answered: a claim that has long run out.
+    past = SQLiteStore(rig.store.path, clock=lambda: time.time() - 100)
+    epoch = past.begin(intent, Owner.current("dead"), 6.0, 2.0).epoch
+    assert past.mark_sending(intent.action_id, epoch, 9.0).status == "ok"
+    past.close()
+    rig.emulator.model.add_fault("read_401")
+
+    with pytest.raises(PaymentsAuthError) as caught:
+        rig.gate.recover()
+
+    assert caught.value.http_status == 401
+    state = rig.store.action(intent.action_id)
+    assert state is not None and state.settlement is None
+    (outcome,) = rig.gate.recover()
+    assert (outcome.status, outcome.external_id) == ("adopted", refund.id)
+
+
+def test_total_deadline_holds_against_a_server_that_trickles(rig: Rig) -> None:
+    """A server that trickles its answer byte by byte cannot keep a 1 s call open.
+
+    A per-read socket timeout restarts with every byte; the watchdog ends the call at the
+    deadline (it kept one open for 12.9 s before).
+    """
+    rig.emulator.model.add_fault("trickle", hold_ms=10_000)
+    intent = rig.intent()
+    started = time.monotonic()
+
+    with pytest.raises(PaymentsUnsettledError) as caught:
+        rig.payments.create_refund(intent.target, intent.amount, idempotency_key=intent.action_id)
+
+    elapsed = time.monotonic() - started
+    assert "within 1 s" in caught.value.detail
+    # The deadline is 1 s; the bound leaves room for a loaded machine, not for 10 s.
+    assert elapsed < 3.0, elapsed

@@ -571,3 +571,89 @@ def test_cli_exits_2_on_bad_usage(tmp_path: Path, args: list[str]) -> None:
     assert done.stdout == ""
     assert done.stderr.strip()
     assert not (tmp_path / "missing.sqlite3").exists(), "verify must not create a store"
+
+
+# -- the whole store, read-only ----------------------------------------------------------
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_deleted_last_receipt_of_a_settled_action_is_a_problem(tmp_path: Path) -> None:
+    """A cut tail passes the chain alone, but the journal still records the outcome it lost."""
+    path = tmp_path / "journal.sqlite3"
+    receipts = _store_with_receipts(path)
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("DELETE FROM receipts WHERE seq=3")
+    conn.close()
+
+    store = SQLiteStore.open_read_only(path)
+    result = verify(store)
+    store.close()
+
+    assert not result.ok and result.chain_length == 2
+    assert result.problems == [
+        f"action {receipts[2].action_id}: settled sent, but its receipt 3 is gone "
+        "(deleted, or the chain's tail was cut)"
+    ]
+
+
+@pytest.mark.parametrize("body", ["[1, 2]", "5", "null", "{not json"])
+def test_a_receipt_body_that_is_not_a_json_object_is_a_problem_not_a_crash(
+    tmp_path: Path, body: str
+) -> None:
+    """A body that parses to a list, a number or nothing is reported, and verify goes on."""
+    path = tmp_path / "journal.sqlite3"
+    receipts = _store_with_receipts(path)
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("UPDATE receipts SET body=? WHERE seq=2", (body,))
+    conn.close()
+
+    store = SQLiteStore.open_read_only(path)
+    result = verify(store)
+    store.close()
+
+    where = f"receipt 2 ({receipts[1].action_id})"
+    assert f"{where}: its body is not a JSON object" in result.problems
+    assert f"{where}: its body does not match its hash (edited)" in result.problems
+
+
+def test_cli_never_writes_to_the_store_it_checks(tmp_path: Path) -> None:
+    """`python -m interlock verify` opens read-only: the file is byte for byte the same."""
+    path = tmp_path / "journal.sqlite3"
+    _store_with_receipts(path)
+    before = _sha(path)
+
+    done = _cli("verify", str(path))
+
+    assert done.returncode == 0, done.stderr
+    assert _sha(path) == before
+
+
+@pytest.mark.parametrize("damage", ["dropped-receipts", "empty-file", "other-sqlite"])
+def test_cli_exits_2_for_a_file_that_is_not_an_interlock_store_and_leaves_it_alone(
+    tmp_path: Path, damage: str
+) -> None:
+    """A dropped receipts table is not re-created, an empty file gets no schema: exit 2."""
+    path = tmp_path / "journal.sqlite3"
+    if damage == "empty-file":
+        path.write_bytes(b"")
+    elif damage == "other-sqlite":
+        conn = sqlite3.connect(path)
+        conn.execute("CREATE TABLE notes (text TEXT)")
+        conn.close()
+    else:
+        _store_with_receipts(path)
+        conn = sqlite3.connect(path)
+        conn.execute("DROP TABLE receipts")
+        conn.close()
+    before = _sha(path)
+
+    done = _cli("verify", str(path))
+
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "not an interlock store" in done.stderr or "damaged" in done.stderr
+    assert _sha(path) == before
