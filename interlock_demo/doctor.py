@@ -91,6 +91,8 @@ _TEXT_STAGES = (
 )
 
 
+# How a failure that reached the model reads (the agent wraps Anthropic's errors).
+_MODEL = re.compile(r"model call failed|AgentError|anthropic", re.IGNORECASE)
 _NETWORK_ERRNOS = {errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ENETDOWN, errno.ETIMEDOUT}
 
 
@@ -132,6 +134,16 @@ def network_line(problem: BaseException | str, service: str) -> str | None:
     """`network_failure(problem)` as one line naming `service`, or None if it is not one."""
     failure = network_failure(problem)
     return None if failure is None else failure.line(service)
+
+
+def live_failure_line(problem: BaseException | str) -> str | None:
+    """For a live run: a network failure as one line naming Stripe or the model, else None."""
+    if isinstance(problem, BaseException):
+        text = " ".join(f"{type(e).__name__}: {e}" for e in _chain(problem))
+    else:
+        text = problem
+    service = "the model (api.anthropic.com)" if _MODEL.search(text) else "Stripe (api.stripe.com)"
+    return network_line(problem, service)
 
 
 def _failure(stage: str, detail: str) -> NetworkFailure:

@@ -39,6 +39,7 @@ from interlock import (
     make_stripe_client,
     verify,
 )
+from interlock_demo.doctor import live_failure_line
 from interlock_demo.payments import InProcessPayments, PaymentsModel, StripeEmulator
 from interlock_demo.payments.model import Fault
 from interlock_demo.run import Column, Listener, Pacer, Run, WorkerInfo
@@ -332,7 +333,12 @@ class Engine:
         except Exception as e:  # an infrastructure error: report it in the run, exit 3
             run.finish(error=error_text(e))
             return
-        errors = [f"{c.name}: {c.error}" for c in run.columns if c.error]
+        # Columns failing the same way (the network is down) are named once, together.
+        failed: dict[str, list[str]] = {}
+        for c in run.columns:
+            if c.error:
+                failed.setdefault(c.error, []).append(c.name)
+        errors = [f"{', '.join(names)}: {error}" for error, names in failed.items()]
         run.finish(error="; ".join(errors) or None)
 
     def _execute_processes(self, run: Run, sc: Scenario, config: DemoConfig) -> None:
@@ -417,8 +423,23 @@ class _ColumnRunner:
         try:
             self._steps()
         except Exception as e:
-            msg = error_text(e)
+            msg = self._network_failure(e) or error_text(e)
             self.run_.update(self.col.name, lambda: self._fail(msg))
+
+    def _network_failure(self, e: Exception) -> str | None:
+        """Live only: a failure to reach Stripe or the model, in one line, or None.
+
+        The engine's own Stripe calls raise it here; a worker's arrives as its error event.
+        """
+        if self.config.mode != "live":
+            return None
+        worker_errors = [ev.text for ev in reversed(self.col.events) if ev.kind == "error"]
+        problems: list[BaseException | str] = [e, *worker_errors]
+        for problem in problems:
+            line = live_failure_line(problem)
+            if line is not None:
+                return line
+        return None
 
     def _fail(self, msg: str) -> None:
         self.col.error = msg

@@ -318,3 +318,29 @@ def test_doctor_names_a_refused_key_by_kind_only(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert "a live secret key" in done.stdout
     assert live[8:20] not in done.stdout + done.stderr
+
+
+def test_a_live_run_without_network_says_so_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A live run whose Stripe name does not resolve fails with one line saying the network
+    failed, at DNS, with the fix, instead of a gaierror deep in the events."""
+    from interlock_demo.engine import Engine, RunRequest
+    from interlock_demo.settings import resolve
+
+    monkeypatch.setattr(socket, "getaddrinfo", NO_DNS)  # every name fails, no DNS is asked
+    config = resolve(env={**LIVE_ENV, "INTERLOCK_HOME": str(tmp_path)})
+    assert config.mode == "live"
+    engine = Engine(config)
+    try:
+        run = engine.start(RunRequest("revoked"))
+        assert run.wait(60)
+    finally:
+        engine.close()
+    doc = run.to_json()
+    expected = "the network failed: Stripe (api.stripe.com): DNS: the name did not resolve"
+    assert doc["error"].startswith(f"standard, interlock: {expected}")
+    assert doc["error"].count("the network failed") == 1
+    assert "\n" not in doc["error"] and "gaierror" not in doc["error"]
+    assert {c["error"].split(" (")[0] for c in doc["columns"]} == {"the network failed: Stripe"}
+    assert STRIPE_KEY[8:] not in str(doc) and ANTHROPIC_KEY[7:] not in str(doc)
