@@ -1,0 +1,203 @@
+"""Least-privilege workers (issue 13): each launch gets an allow-list and only its secrets.
+
+The end-to-end test runs real offline runs in-process, with each worker started through a
+thin wrapper that records the environment it received and then runs the real worker
+module. Planted in the demo's environment: an unrelated cloud secret, a token, and a
+receipt key, each a made-up marker. The unit tests hold the one builder,
+`settings.worker_env`, to the same rules in live mode (made-up keys; no network).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from interlock_demo import engine as engine_module
+from interlock_demo.engine import Engine, RunRequest
+from interlock_demo.settings import resolve, worker_env
+from scenarios import sweep_scenario
+
+pytestmark = pytest.mark.e2e
+
+RUN_DEADLINE_S = 90.0
+AWS = "MadeUpAwsSecretAccessKey0000000000"
+TOKEN = "ghp_MadeUpTokenForTheWorkerTests0000"
+RECEIPT = "MadeUpReceiptKeyForTheWorkerTests"
+STRIPE = "sk_test_MadeUpForWorkerEnvTests0000000000"
+ANTHROPIC = "sk-ant-api03-MadeUpForWorkerEnvTests-0000"
+# Written out by hand (not imported from the code under test): what a worker may see.
+ALLOWED = {
+    "PATH",
+    "HOME",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "TMPDIR",
+    "TEMP",
+    "TMP",
+    "PYTHONPATH",
+    "SYSTEMROOT",
+    "WINDIR",
+    "COMSPEC",
+    "PATHEXT",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+    "PYTHONUNBUFFERED",
+    "STRIPE_SECRET_KEY",
+    "ANTHROPIC_API_KEY",
+    "INTERLOCK_HOME",
+    "INTERLOCK_STORE",
+    "INTERLOCK_CLAIM_TTL",
+    "INTERLOCK_STRIPE_TIMEOUT",
+    "INTERLOCK_CLAIM_GRACE",
+    "INTERLOCK_SEND_SLACK",
+    "INTERLOCK_MODEL",
+    "INTERLOCK_EMULATE_24H",
+    "INTERLOCK_NO_LOOKUP",
+    "INTERLOCK_CRASH",
+    "INTERLOCK_AGENT",
+    "INTERLOCK_STRIPE_BASE",
+    "INTERLOCK_RECEIPT_KEY",
+}
+# Records the environment the worker got (as JSON, named by its pid), then runs it.
+RECORD_AND_RUN = """
+import json, os, runpy, sys
+folder, module, *args = sys.argv[1:]
+with open(os.path.join(folder, f"{os.getpid()}.json"), "w") as f:
+    json.dump(dict(os.environ), f)
+sys.argv = [module, *args]
+runpy.run_module(module, run_name="__main__", alter_sys=True)
+"""
+
+
+def _allowed(name: str) -> bool:
+    return name in ALLOWED or name.startswith("LC_")
+
+
+@pytest.fixture
+def planted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Secrets of other programs and a receipt key in the demo's own environment."""
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", AWS)
+    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+    monkeypatch.setenv("INTERLOCK_RECEIPT_KEY", RECEIPT)
+    monkeypatch.setenv("LC_ALL", "C.UTF-8")
+    monkeypatch.setenv("INTERLOCK_CLAIM_TTL", "6")
+    monkeypatch.setenv("INTERLOCK_STRIPE_TIMEOUT", "1")
+
+
+@pytest.mark.timeout(240)
+def test_real_workers_get_the_allow_list_and_only_the_secrets_they_need(
+    planted: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In real offline runs no worker gets the planted secrets or anything off the allow-list;
+    only interlock's workers get the receipt key; a restart that acts on a saved decision is
+    started without the model (hand-refund), one with nothing saved asks again
+    (after-decision), and every column still ends as predicted."""
+    folder = tmp_path / "environments"
+    folder.mkdir()
+
+    def recorded_argv(self: engine_module._ProcessColumn, case_file: Path) -> list[str]:
+        return [
+            sys.executable,
+            "-c",
+            RECORD_AND_RUN,
+            str(folder),
+            "workers.standalone",
+            str(case_file),
+        ]
+
+    monkeypatch.setattr(engine_module._ProcessColumn, "argv", recorded_argv)
+    after_decision = sweep_scenario("after-decision", "none").id
+    engine = Engine(resolve(mode="offline"))
+    try:
+        docs = [
+            engine.run(RunRequest(sid, checked=True), RUN_DEADLINE_S).to_json()
+            for sid in ("hand-refund", after_decision)
+        ]
+    finally:
+        engine.close()
+    environments = {int(p.stem): json.loads(p.read_text()) for p in folder.glob("*.json")}
+    # Whether each launch (first, restart) asks the model: hand-refund saves the decision
+    # before its kill at before-send; after-decision dies before anything is saved.
+    asks = {"hand-refund": (True, False), after_decision: (True, True)}
+    seen = 0
+    for doc in docs:
+        assert doc["status"] == "finished" and doc["error"] is None, doc["error"]
+        for col in doc["columns"]:
+            where = f"{doc['scenario']}/{col['name']}"
+            assert len(col["workers"]) == 2, where
+            for launch, worker in enumerate(col["workers"]):
+                env: dict[str, Any] = environments[worker["pid"]]
+                seen += 1
+                assert sorted(k for k in env if not _allowed(k)) == [], where
+                values = " ".join(env.values())
+                assert AWS not in values and TOKEN not in values, where
+                assert "ANTHROPIC_API_KEY" not in env, where
+                assert env["LC_ALL"] == "C.UTF-8", where
+                if col["name"] == "interlock":
+                    assert env["INTERLOCK_RECEIPT_KEY"] == RECEIPT, where
+                else:
+                    assert RECEIPT not in values, where
+                want = "scripted" if asks[doc["scenario"]][launch] else "none"
+                assert env["INTERLOCK_AGENT"] == want, (where, launch)
+            if doc["scenario"] == "hand-refund":
+                assert col["as_predicted"] is True, (where, col["deviations"])
+            assert col["truthful"] is True, where
+            if col["name"] == "interlock":
+                assert col["verify"]["signed"] is True, where
+    assert seen == len(environments) == 12
+
+
+def _live_config() -> Any:
+    env = {
+        "STRIPE_SECRET_KEY": STRIPE,
+        "ANTHROPIC_API_KEY": ANTHROPIC,
+        "INTERLOCK_HOME": "/nonexistent/interlock-home",
+        "PATH": "",
+    }
+    return resolve(mode="live", env=env)
+
+
+PARENT = {
+    "PATH": "/usr/bin",
+    "HOME": "/home/presenter",
+    "LANG": "en_GB.UTF-8",
+    "LC_TIME": "en_GB.UTF-8",
+    "AWS_SECRET_ACCESS_KEY": AWS,
+    "GITHUB_TOKEN": TOKEN,
+    "INTERLOCK_RECEIPT_KEY": RECEIPT,
+    "STRIPE_SECRET_KEY": STRIPE,
+    "ANTHROPIC_API_KEY": ANTHROPIC,
+    "INTERLOCK_EMULATE_24H": "1",
+}
+
+
+@pytest.mark.parametrize("column", ["standard", "interlock", "checked"])
+def test_live_worker_that_asks_the_model_gets_its_key_and_no_other_secret(column: str) -> None:
+    """Live, first launch: the Stripe key, the model and its key; the receipt key only for
+    interlock; none of the other programs' secrets; no inherited switch."""
+    env = worker_env(_live_config(), None, column=column, asks_model=True, parent=PARENT)
+    assert env["STRIPE_SECRET_KEY"] == STRIPE
+    assert (env["INTERLOCK_AGENT"], env["ANTHROPIC_API_KEY"]) == ("anthropic", ANTHROPIC)
+    assert ("INTERLOCK_RECEIPT_KEY" in env) == (column == "interlock")
+    assert sorted(k for k in env if not _allowed(k)) == []
+    assert AWS not in env.values() and TOKEN not in env.values()
+    assert "INTERLOCK_EMULATE_24H" not in env
+    assert (env["HOME"], env["LC_TIME"]) == ("/home/presenter", "en_GB.UTF-8")
+
+
+@pytest.mark.parametrize("column", ["standard", "interlock", "checked"])
+def test_live_restart_on_a_saved_decision_gets_no_model_key(column: str) -> None:
+    """Live, a restart that only acts on its saved decision: the Stripe key, no model key."""
+    env = worker_env(
+        _live_config(), None, column=column, asks_model=False, crash_point=None, parent=PARENT
+    )
+    assert env["STRIPE_SECRET_KEY"] == STRIPE
+    assert env["INTERLOCK_AGENT"] == "none"
+    assert "ANTHROPIC_API_KEY" not in env
+    assert ANTHROPIC not in env.values()
