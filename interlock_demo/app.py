@@ -467,9 +467,9 @@ def run_app(config: DemoConfig, *, checked: bool = False, http_port: int | None 
     app = make_app(config, checked=checked)
     api = None
     if http_port is not None:
-        from interlock_demo.http_api import RunApi
+        from interlock_demo.http_api import for_view
 
-        api = RunApi(app.engine, port=http_port, start_run=app.start_run)
+        api = for_view(app, port=http_port)
         try:
             api.start()
         except OSError as e:

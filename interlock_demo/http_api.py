@@ -5,7 +5,8 @@
     POST /api/runs        {"scenario": ..., "mode": "mock"|"offline"|"live", "checked": bool}
                           starts a run: 202 {"run_id", "url"}, the run registered before
                           the answer; "mode" defaults to the configured one, "checked" to
-                          false
+                          what the view shows (the app's `c`), so leaving it out
+                          never switches the column off
 
 There is no auth. What keeps another web page in the presenter's browser out: the server
 binds 127.0.0.1 only; every request must be addressed to `127.0.0.1:<port>` or
@@ -48,7 +49,7 @@ import time
 import traceback
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
@@ -260,7 +261,9 @@ class RunApi:
 
     `start_run` starts a run for a POST (default `engine.start`); the Textual app passes
     its own so that a run started over HTTP is shown like one started by keys. It is
-    called on the endpoint's thread and must return once the run is registered. The
+    called on the endpoint's thread and must return once the run is registered.
+    `checked` says whether the view shows the checked column now: a POST without
+    "checked" runs with that (default: off). The
     connection limit and the two read timeouts are arguments so that tests can shorten
     them.
     """
@@ -271,12 +274,14 @@ class RunApi:
         *,
         port: int = DEFAULT_PORT,
         start_run: Callable[[RunRequest], Run] | None = None,
+        checked: Callable[[], bool] = lambda: False,
         max_connections: int = MAX_CONNECTIONS,
         header_timeout_s: float = HEADER_TIMEOUT_S,
         body_timeout_s: float = BODY_TIMEOUT_S,
     ) -> None:
         self.engine = engine
         self._start_run = start_run if start_run is not None else engine.start
+        self._checked = checked
         self._max_connections = max_connections
         self._header_timeout_s = header_timeout_s
         self._body_timeout_s = body_timeout_s
@@ -530,7 +535,7 @@ class RunApi:
             raise _Refused(
                 400, f"mode must be one of {', '.join(MODES)} (got {_shown(mode)}); {BODY_HELP}"
             )
-        checked = body.get("checked", False)
+        checked = body["checked"] if "checked" in body else self._checked()
         if not isinstance(checked, bool):
             raise _Refused(
                 400, f"checked must be true or false (got {_shown(checked)}); {BODY_HELP}"
@@ -569,3 +574,19 @@ def _shown(value: Any) -> str:
     """A value from the body, short, as JSON."""
     text = json.dumps(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+class View(Protocol):
+    """A view that starts runs itself and shows the checked column or not (the app)."""
+
+    engine: Engine
+    checked: bool
+
+    def start_run(self, request: RunRequest) -> Run:
+        """Start a run and show it."""
+        ...
+
+
+def for_view(view: View, *, port: int = DEFAULT_PORT) -> RunApi:
+    """The endpoint for `view`: its runs shown like key-started ones, "checked" as it shows."""
+    return RunApi(view.engine, port=port, start_run=view.start_run, checked=lambda: view.checked)

@@ -1,0 +1,56 @@
+"""A run started over HTTP without "checked" keeps the app's checked column as it is.
+
+The endpoint is built the way `run_app` builds it (`http_api.for_view`), around the app
+under Pilot; requests go through the stdlib `http.client`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+from pathlib import Path
+
+import pytest
+
+from interlock_demo.app import make_app
+from interlock_demo.http_api import for_view
+from interlock_demo.settings import resolve
+
+WAIT_S = 30.0
+
+
+def _post(port: int, body: dict[str, object]) -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request(
+            "POST",
+            "/api/runs",
+            body=json.dumps(body),
+            headers={"Host": f"127.0.0.1:{port}", "Content-Type": "application/json"},
+        )
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("checked", [True, False])
+async def test_post_without_checked_keeps_the_apps_column(tmp_path: Path, checked: bool) -> None:
+    """With the column shown (or hidden) in the app, a POST that leaves "checked" out runs
+    with the same columns and leaves the app's setting alone."""
+    app = make_app(resolve(mode="mock", env={"INTERLOCK_HOME": str(tmp_path)}), checked=checked)
+    api = for_view(app, port=0)
+    async with app.run_test(size=(160, 45)) as pilot:
+        api.start()
+        try:
+            assert await asyncio.to_thread(_post, api.port, {"scenario": "revoked"}) == 202
+            run = app.engine.current
+            assert run is not None
+            assert await asyncio.to_thread(run.wait, WAIT_S)
+            await pilot.pause()
+            assert app.run_on_screen is run
+        finally:
+            api.stop()
+    expected = ["standard", "interlock", "checked"] if checked else ["standard", "interlock"]
+    assert [c.name for c in run.columns] == expected
+    assert app.checked is checked
