@@ -20,8 +20,10 @@ DEFAULT_STORE_NAME = "interlock.sqlite3"
 
 
 def default_store_path() -> Path:
-    """The store under `INTERLOCK_HOME` (default `.interlock/`)."""
-    return Path(os.environ.get("INTERLOCK_HOME", ".interlock")) / DEFAULT_STORE_NAME
+    """The store under `INTERLOCK_HOME` (default `.interlock/`), else the demo's under `demo/`."""
+    home = Path(os.environ.get("INTERLOCK_HOME") or ".interlock")
+    own, demo = home / DEFAULT_STORE_NAME, home / "demo" / DEFAULT_STORE_NAME
+    return demo if demo.is_file() and not own.is_file() else own
 
 
 def main(argv: list[str] | None = None) -> int:
