@@ -3,35 +3,46 @@
 The app is a view: the engine runs the workers and the app subscribes to the run. Updates
 arrive as `RunUpdated` messages from the engine's threads; an update from any run but the
 one on screen is dropped, so a late update can never repaint over a new run.
+
+It fits any projector: three columns side by side from 160 cells wide, the same with
+compact cards from 100, one column at a time below that (left/right switch), and `z`
+zooms the chosen column at any size. Presenter mode (`p`) makes a run wait before each
+phase until `space`; the app's messages go to a line of their own, never over a verdict.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterator
 from datetime import datetime
+from functools import partial
 from typing import Any, ClassVar
 
 from textual import work
-from textual.app import App, ComposeResult, SystemCommand
+from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Container
-from textual.screen import Screen
-from textual.widgets import Footer
+from textual.notifications import SeverityLevel
+from textual.widgets import Footer, Static
 
 from interlock import Switches
+from interlock_demo.commands import DemoCommands
 from interlock_demo.engine import TEMPORAL_TITLES, TITLES, BusyError, Engine, RunRequest
 from interlock_demo.messages import RunUpdated
-from interlock_demo.run import Run
+from interlock_demo.run import Pacer, Run
 from interlock_demo.settings import DemoConfig, UsageError, open_private
 from interlock_demo.temporal_engine import temporal_unavailable
-from interlock_demo.widgets import ColumnPane, ModeBanner, RunHeader
+from interlock_demo.widgets import ColumnPane, MessageLine, ModeBanner, RunHeader, VerdictStrip
 from scenarios import COLUMNS, SCENARIOS
 
 APP_TITLE = "Interlock demo"
 # A mock run's events are spaced out so the room can follow; it still ends in a few seconds.
 MOCK_PACE_S = 0.08
+# Below these widths the columns get compact cards, then show one at a time.
+WIDE = 160
+COMPACT = 100
+PaletteCommand = tuple[str, str, Callable[[], Any]]
 
 
 class DemoApp(App[int]):
@@ -39,7 +50,17 @@ class DemoApp(App[int]):
 
     CSS_PATH = "app.tcss"
     TITLE = APP_TITLE
+    COMMANDS = App.COMMANDS | {DemoCommands}
+    # The footer shows bindings in this order: what a presenter needs first.
     BINDINGS: ClassVar[list[BindingType]] = [
+        Binding(
+            "enter",
+            "run",
+            "Run",
+            id="run",
+            priority=True,
+            tooltip="Run the chosen scenario in every column at once",
+        ),
         Binding(
             "1",
             "pick('hand-refund')",
@@ -62,33 +83,47 @@ class DemoApp(App[int]):
             tooltip="Scenario 3 (control): crash right after Stripe answered",
         ),
         Binding(
-            "enter",
-            "run",
-            "Run",
-            id="run",
+            "space",
+            "next_phase",
+            "Next",
+            id="next-phase",
+            tooltip="Presenter mode: let the run go on to its next phase",
+        ),
+        Binding(
+            "q",
+            "quit_now",
+            "Quit",
+            id="quit",
             priority=True,
-            tooltip="Run the chosen scenario in every column at once",
+            tooltip="Quit at once and stop every worker",
         ),
         Binding(
-            "m",
-            "toggle_mock",
-            "Mock",
-            id="toggle-mock",
-            tooltip="Toggle mock mode: simulated in-process, no Stripe, no processes",
+            "p",
+            "toggle_presenter",
+            "Presenter",
+            id="toggle-presenter",
+            tooltip="Presenter mode: each run waits before every phase until space",
         ),
         Binding(
-            "c",
-            "toggle_checked",
-            "Checked",
-            id="toggle-checked",
-            tooltip="Show or hide the third column: a hand-written re-check",
+            "left",
+            "select_column(-1)",
+            "Prev",
+            id="column-previous",
+            tooltip="Show the column to the left (one column at a time, or zoomed)",
         ),
         Binding(
-            "t",
-            "switch_engine",
-            "Engine",
-            id="switch-engine",
-            tooltip="Switch between the standalone and the Temporal engine",
+            "right",
+            "select_column(1)",
+            "Next col",
+            id="column-next",
+            tooltip="Show the column to the right (one column at a time, or zoomed)",
+        ),
+        Binding(
+            "z",
+            "zoom",
+            "Zoom",
+            id="zoom",
+            tooltip="Zoom the chosen column to the whole width, or back",
         ),
         Binding(
             "a",
@@ -98,19 +133,32 @@ class DemoApp(App[int]):
             tooltip="After Interlock refused: a person approves the refund again",
         ),
         Binding(
+            "c",
+            "toggle_checked",
+            "Checked",
+            id="toggle-checked",
+            tooltip="Show or hide the third column: a hand-written re-check",
+        ),
+        Binding(
+            "m",
+            "toggle_mock",
+            "Mock",
+            id="toggle-mock",
+            tooltip="Toggle mock mode: simulated in-process, no Stripe, no processes",
+        ),
+        Binding(
+            "t",
+            "switch_engine",
+            "Engine",
+            id="switch-engine",
+            tooltip="Switch between the standalone and the Temporal engine",
+        ),
+        Binding(
             "s",
             "save_screenshot",
             "Screenshot",
             id="screenshot",
             tooltip="Save an SVG screenshot under INTERLOCK_HOME",
-        ),
-        Binding(
-            "q",
-            "quit_now",
-            "Quit",
-            id="quit",
-            priority=True,
-            tooltip="Quit at once and stop every worker",
         ),
     ]
 
@@ -127,41 +175,94 @@ class DemoApp(App[int]):
         # Why `t` cannot switch to Temporal here (the extra is missing), or None.
         self.temporal_missing = temporal_unavailable()
         self.temporal_ui: str | None = None
+        # Presenter mode: runs started from the keyboard wait for `space` before each phase.
+        self.presenter = False
+        # The column that `left`/`right` chose: shown alone below COMPACT, or zoomed.
+        self.selected = "interlock"
+        self.zoomed = False
+        # How long `exit -9 (SIGKILL)` and `restarting` stay on screen at least.
+        self.phase_hold_s: float | None = None
 
     # -- layout ----------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
         yield ModeBanner(id="banner")
         yield RunHeader(id="header")
+        yield Static("", id="story")
         with Container(id="columns"):
             for name in COLUMNS:
                 yield ColumnPane(name, self._titles()[name])
+        yield VerdictStrip("", id="verdicts")
+        yield MessageLine("", id="messages")
         yield Footer()
 
     def on_mount(self) -> None:
+        if self.phase_hold_s is not None:
+            for pane in self.query(ColumnPane):
+                pane.hold_s = self.phase_hold_s
         self._apply_config()
         self.set_interval(0.1, self._tick)
+        hint = "ctrl+p: commands (switches: emulate 24h, no lookup) · p: presenter mode"
+        if self.http_url is not None:
+            hint = f"JSON of the run: {self.http_url}/api/run · {hint}"
+        self.notify(hint)
         if self.config.engine == "temporal":
             self._start_temporal()
 
     def on_resize(self) -> None:
-        self.query_one("#columns").set_class(self.size.width < 120, "-narrow")
+        self._layout()
+
+    @property
+    def layout_name(self) -> str:
+        """`wide` (full cards), `compact` (compact cards) or `single` (one column at a time)."""
+        width = self.size.width
+        return "wide" if width >= WIDE else "compact" if width >= COMPACT else "single"
+
+    def _layout(self) -> None:
+        """Show the columns as the terminal's width allows; one alone when single or zoomed."""
+        layout = self.layout_name
+        self.screen.set_class(layout == "compact", "-compact")
+        self.screen.set_class(layout == "single", "-single")
+        self.screen.set_class(self.zoomed, "-zoom")
+        alone = layout == "single" or self.zoomed
+        shown = self._column_names()
+        if self.selected not in shown:
+            self.selected = "interlock"
+        for pane in self.query(ColumnPane):
+            pane.display = pane.column_name in shown and (
+                not alone or pane.column_name == self.selected
+            )
+            pane.set_class(pane.column_name == self.selected and not alone, "-selected")
+            pane.relayout(compact=layout != "wide" and not self.zoomed)
+            place = None
+            if alone and pane.column_name in shown:
+                place = f"{shown.index(pane.column_name) + 1}/{len(shown)}"
+            pane.set_place(place)
+        self.query_one(ModeBanner).show(self.config, width=self.size.width)
+        footer = self.query_one(Footer)
+        footer.compact = layout != "wide"
+        self.refresh_bindings()
+
+    def _column_names(self) -> list[str]:
+        if self.run_on_screen is not None:
+            return [c.name for c in self.run_on_screen.columns]
+        return [c for c in COLUMNS if c != "checked" or self.checked]
 
     def _apply_config(self) -> None:
         """Redraw everything that depends on the mode, the switches and the selection."""
         mock = self.config.mode == "mock"
-        self.query_one(ModeBanner).show(self.config)
         titles = self._titles()
         for pane in self.query(ColumnPane):
-            pane.display = pane.column_name != "checked" or self.checked
             pane.column_title = titles[pane.column_name]
             if self.run_on_screen is None:
                 pane.reset(mock=mock)
         self.screen.set_class(mock, "-mock")
         self.screen.set_class(self.config.mode == "offline", "-offline")
+        sc = SCENARIOS[self.run_on_screen.scenario if self.run_on_screen else self.scenario]
+        self.query_one("#story", Static).update(f"{sc.story}  Wanted in Stripe: {sc.wanted_text}.")
         self._set_title()
+        self._layout()
         self._render_run()
-        self.refresh_bindings()
 
     def _set_title(self) -> None:
         mode = self.run_on_screen.mode if self.run_on_screen else self.config.mode
@@ -170,6 +271,24 @@ class DemoApp(App[int]):
         driver = self._driver
         if driver is not None and not self.is_headless:
             driver.write(f"\x1b]0;{self.title}\x07")
+
+    # -- messages --------------------------------------------------------------------------
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = True,
+    ) -> None:
+        """Say `message` on the message line above the footer, where no verdict is."""
+        lines = self.query(MessageLine)
+        if not lines:
+            super().notify(message, title=title, severity=severity, timeout=timeout)
+            return
+        lines.first().say(f"{title}: {message}" if title else message, severity)
 
     # -- run updates -----------------------------------------------------------------------
 
@@ -183,44 +302,66 @@ class DemoApp(App[int]):
     def _render_run(self) -> None:
         run = self.run_on_screen
         snapshot = run.to_json() if run is not None else None
-        mode = snapshot["mode"] if snapshot else self.config.mode
-        self.query_one(RunHeader).show(
-            scenario=snapshot["scenario"] if snapshot else self.scenario,
-            mode=mode,
-            engine=self._engine_label(),
-            checked=self.checked,
-            run=snapshot,
-        )
+        self._show_header(snapshot)
+        self.query_one(VerdictStrip).show(snapshot)
         if snapshot is None:
             return
         for col in snapshot["columns"]:
             self.query_one(f"#col-{col['name']}", ColumnPane).show(snapshot, col)
+
+    def _show_header(self, snapshot: dict[str, Any] | None) -> None:
+        self.query_one(RunHeader).show(
+            scenario=snapshot["scenario"] if snapshot else self.scenario,
+            mode=snapshot["mode"] if snapshot else self.config.mode,
+            engine=self._engine_label(),
+            checked=self.checked,
+            run=snapshot,
+            presenter=self._presenter_hint(),
+        )
+
+    def _presenter_hint(self) -> str | None:
+        """What `space` does next in presenter mode, for the header; None when it is off."""
+        if not self.presenter:
+            return None
+        run = self.run_on_screen
+        pacer = run.pacer if run is not None else None
+        if run is None or run.finished or pacer is None:
+            return "on: enter, then space for each phase"
+        phase = pacer.next_phase
+        if phase is None:
+            return "every phase open"
+        return f"space: {phase}" + (" (the run waits)" if pacer.held else "")
 
     def _tick(self) -> None:
         run = self.run_on_screen
         if run is None or run.finished:
             return
         snapshot = run.to_json()
-        self.query_one(RunHeader).show(
-            scenario=snapshot["scenario"],
-            mode=snapshot["mode"],
-            engine=self._engine_label(),
-            checked=self.checked,
-            run=snapshot,
-        )
+        self._show_header(snapshot)
         now = run.now()
         for col in snapshot["columns"]:
-            if col["state"] == "waiting":
-                self.query_one(f"#col-{col['name']}", ColumnPane).tick(now, col)
+            self.query_one(f"#col-{col['name']}", ColumnPane).tick(now, col)
 
     # -- actions ---------------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action == "switch_engine":
-            return True if self._temporal_blocker() is None else None
+        if len(self.screen_stack) > 1:
+            # A dialog (the command palette) is open: its keys are its own, enter included.
+            return False
         if action == "reapprove":
             return self._refused_interlock() is not None
+        if action == "next_phase":
+            return self._pacer() is not None
+        if action == "select_column":
+            return self.layout_name == "single" or self.zoomed
         return True
+
+    def _pacer(self) -> Pacer | None:
+        """The pacer of the run on screen while it is going, in presenter mode."""
+        run = self.run_on_screen
+        if run is None or run.finished or run.pacer is None:
+            return None
+        return run.pacer
 
     def _run_is_going(self) -> bool:
         return self.run_on_screen is not None and not self.run_on_screen.finished
@@ -250,8 +391,9 @@ class DemoApp(App[int]):
 
     def action_run(self) -> None:
         """Start the chosen scenario; a second start while one runs is refused."""
+        pacer = Pacer() if self.presenter else None
         try:
-            self.start_run(RunRequest(self.scenario, checked=self.checked))
+            self.start_run(RunRequest(self.scenario, checked=self.checked, pacer=pacer))
         except BusyError as e:
             self.notify(f"Not started: {e}.", severity="warning")
         except UsageError as e:
@@ -276,6 +418,50 @@ class DemoApp(App[int]):
         for pane in self.query(ColumnPane):
             pane.reset(mock=run.mode == "mock")
         self._apply_config()
+        if run.pacer is not None:
+            self.notify("Presenter mode: the run waits before each phase; space opens the next.")
+
+    def action_next_phase(self) -> None:
+        """Presenter mode: open the run's next phase (decision, kill, outage, restart, result)."""
+        pacer = self._pacer()
+        if pacer is None:
+            return
+        phase = pacer.advance()
+        if phase is not None:
+            self.notify(f"Presenter: {phase}.")
+        self._show_header(self.run_on_screen.to_json() if self.run_on_screen else None)
+
+    def action_toggle_presenter(self) -> None:
+        """Presenter mode on or off (for the next run); headless runs never wait."""
+        if self._refuse_while_running("switch presenter mode"):
+            return
+        self.presenter = not self.presenter
+        self.notify(
+            "Presenter mode on: enter starts, then space opens each phase "
+            "(decision, kill, outage, restart, result)."
+            if self.presenter
+            else "Presenter mode off: runs go straight through."
+        )
+        self._show_header(self.run_on_screen.to_json() if self.run_on_screen else None)
+        self.refresh_bindings()
+
+    def action_select_column(self, step: int) -> None:
+        """Show the next column to the left or right (one at a time, or zoomed)."""
+        names = self._column_names()
+        at = names.index(self.selected) if self.selected in names else 0
+        self.selected = names[(at + step) % len(names)]
+        self._layout()
+
+    def action_zoom(self) -> None:
+        """Zoom the chosen column to the whole width, or show every column again."""
+        self.zoomed = not self.zoomed
+        self._layout()
+        title = self._titles()[self.selected]
+        self.notify(
+            f"Zoomed: {title} (left/right for another column, z for all)."
+            if self.zoomed
+            else "All columns."
+        )
 
     def action_toggle_mock(self) -> None:
         """Switch between mock and the mode the app started in."""
@@ -320,16 +506,10 @@ class DemoApp(App[int]):
         return TEMPORAL_TITLES if self.config.engine == "temporal" else TITLES
 
     def _engine_label(self) -> str:
-        """The engine for the header (Temporal's web UI, or why `t` is off), and the JSON URL."""
+        """The engine for the header (with Temporal's web UI when it runs)."""
         if self.config.engine == "temporal":
-            label = f"temporal (web UI {self.temporal_ui or 'starting…'})"
-        elif self.temporal_missing is not None and self.config.mode != "mock":
-            label = f"standalone (t off: {self.temporal_missing})"
-        else:
-            label = "standalone"
-        if self.http_url is not None:
-            label += f" · JSON {self.http_url}/api/run"
-        return label
+            return f"temporal (web UI {self.temporal_ui or 'starting…'})"
+        return "standalone"
 
     def _temporal_blocker(self) -> str | None:
         """Why `t` cannot switch engines now, or None."""
@@ -393,6 +573,8 @@ class DemoApp(App[int]):
         self.engine.config = self.config
         self.run_on_screen = None
         self._apply_config()
+        on = ", ".join(switches.names) or "none"
+        self.notify(f"Emulated switches for the next run: {on}.")
 
     def action_reapprove(self) -> None:
         """A person approves the refused refund again; interlock sends under the new lease."""
@@ -413,9 +595,17 @@ class DemoApp(App[int]):
         """Save an SVG screenshot under INTERLOCK_HOME and say where."""
         folder = self.config.paths.screenshots
         name = f"{self.scenario}-{datetime.now().strftime('%Y%m%d-%H%M%S')}.svg"
-        # Created 0600 (in a 0700 folder) first: Textual then writes into it as it is.
-        open_private(folder / name, "w").close()
-        path = self.save_screenshot(name, str(folder))
+        try:
+            # Created 0600 (in a 0700 folder) first: Textual then writes into it as it is.
+            open_private(folder / name, "w").close()
+            path = self.save_screenshot(name, str(folder))
+        except OSError as e:
+            self.notify(
+                f"Screenshot not saved: {e.strerror or e} ({folder}); set INTERLOCK_HOME "
+                "to a folder you can write.",
+                severity="error",
+            )
+            return
         self.notify(f"Screenshot saved: {path}")
 
     def action_quit_now(self) -> None:
@@ -423,38 +613,42 @@ class DemoApp(App[int]):
         self.engine.close()
         self.exit(0)
 
-    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
+    def palette_commands(self) -> Iterator[PaletteCommand]:
+        """The domain commands for the palette (ctrl+p): name, help, what it does."""
         for sid, sc in SCENARIOS.items():
-            yield SystemCommand(f"scenario: {sid}", sc.story, lambda sid=sid: self.action_pick(sid))
-        yield SystemCommand("run: start", "Run the chosen scenario", self.action_run)
-        yield SystemCommand(
-            "mode: mock", "Simulated in-process run", lambda: self._set_mode("mock")
+            yield (f"scenario: {sid}", sc.story, partial(self.action_pick, sid))
+        yield ("run: start", "Run the chosen scenario", self.action_run)
+        yield (
+            "run: presenter mode",
+            "Each run waits before every phase until space (on/off)",
+            self.action_toggle_presenter,
         )
-        yield SystemCommand(
+        yield ("mode: mock", "Simulated in-process run", lambda: self._set_mode("mock"))
+        yield (
             "mode: offline",
             "Local Stripe emulator, scripted model",
             lambda: self._set_mode("offline"),
         )
-        yield SystemCommand(
-            "mode: live", "Stripe test mode and the real model", lambda: self._set_mode("live")
-        )
-        yield SystemCommand(
+        yield ("mode: live", "Stripe test mode and the real model", lambda: self._set_mode("live"))
+        yield (
             "switch: emulate 24h",
             "Retry as if Stripe pruned the key (offline/mock)",
             lambda: self.set_switch("emulate-24h"),
         )
-        yield SystemCommand(
+        yield (
             "switch: no lookup",
             "The gate skips its lookup (offline/mock)",
             lambda: self.set_switch("no-lookup"),
         )
-        yield SystemCommand(
-            "view: checked column", "Show or hide the third column", self.action_toggle_checked
+        blocked = self._temporal_blocker()
+        yield (
+            "engine: switch",
+            "Standalone or Temporal" + (f" (off: {blocked})" if blocked else ""),
+            self.action_switch_engine,
         )
-        yield SystemCommand(
-            "screenshot: save", "SVG under INTERLOCK_HOME", self.action_save_screenshot
-        )
+        yield ("view: checked column", "Show or hide the third column", self.action_toggle_checked)
+        yield ("view: zoom column", "The chosen column alone, or all", self.action_zoom)
+        yield ("screenshot: save", "SVG under INTERLOCK_HOME", self.action_save_screenshot)
 
 
 def make_app(config: DemoConfig, *, checked: bool = False) -> DemoApp:

@@ -20,17 +20,20 @@ from typing import Any
 import psutil
 import pytest
 from rich.text import Text
+from textual.command import Command, CommandList, CommandPalette
 from textual.pilot import Pilot
-from textual.widgets import Static
+from textual.widgets import Digits, Static
 from textual.widgets._footer import FooterKey
+from textual.widgets._toast import Toast
 
 from interlock_demo import cli
 from interlock_demo import engine as engine_module
 from interlock_demo.app import DemoApp, make_app
+from interlock_demo.commands import DemoCommands
 from interlock_demo.messages import RunUpdated
 from interlock_demo.run import Run
 from interlock_demo.settings import DemoConfig, resolve
-from interlock_demo.widgets import ColumnPane, ModeBanner, RunHeader
+from interlock_demo.widgets import ColumnPane, MessageLine, ModeBanner, RunHeader, VerdictStrip
 from scenarios import SCENARIOS
 
 SIZE = (160, 45)
@@ -40,7 +43,11 @@ SHORT_TIMING = {"INTERLOCK_CLAIM_TTL": "6", "INTERLOCK_STRIPE_TIMEOUT": "1"}
 VERDICTS = {
     "hand-refund": {"standard": "✗ wrong", "interlock": "✓ right", "checked": "✓ right"},
     "revoked": {"standard": "✗ wrong", "interlock": "✓ right", "checked": "✓ right"},
-    "after-answer": {"standard": "✓ right", "interlock": "✓ right", "checked": "✓ right"},
+    "after-answer": {
+        "standard": "✓ right",
+        "interlock": "✓ right",
+        "checked": "⚠ right money, false alarm",
+    },
 }
 REPORTED = {
     "hand-refund": {"standard": "sent", "interlock": "refused", "checked": "stopped"},
@@ -63,10 +70,11 @@ def mock_config(home: Path) -> DemoConfig:
     return resolve(mode="mock", env={"INTERLOCK_HOME": str(home)})
 
 
-def new_app(config: DemoConfig, *, checked: bool = False) -> DemoApp:
-    """The app as the CLI makes it, with mock runs unpaced."""
+def new_app(config: DemoConfig, *, checked: bool = False, hold_s: float = 0.0) -> DemoApp:
+    """The app as the CLI makes it, with mock runs unpaced and states held `hold_s`."""
     app = make_app(config, checked=checked)
     app.engine.mock_pace_s = 0.0
+    app.phase_hold_s = hold_s
     return app
 
 
@@ -79,6 +87,21 @@ def plain(widget: Static) -> str:
 def header(app: DemoApp) -> str:
     """The run header's text."""
     return plain(app.query_one(RunHeader))
+
+
+def story(app: DemoApp) -> str:
+    """The scenario's story line under the header."""
+    return plain(app.query_one("#story", Static))
+
+
+def message(app: DemoApp) -> str:
+    """The message line's text."""
+    return plain(app.query_one(MessageLine))
+
+
+def verdicts(app: DemoApp) -> str:
+    """The verdict strip's text."""
+    return plain(app.query_one(VerdictStrip))
 
 
 def banner(app: DemoApp) -> str:
@@ -193,7 +216,7 @@ async def test_number_keys_pick_the_scenario_and_the_header_shows_it(home: Path)
             sc = SCENARIOS[sid]
             assert app.scenario == sid
             assert f"[{key}] {sc.title}" in header(app)
-            assert sc.story in header(app)
+            assert sc.story in story(app)
             assert app.title.endswith(sc.title)
 
 
@@ -218,7 +241,7 @@ async def test_enter_runs_the_scenario_and_every_column_shows_its_result(
             assert "done" in pane_part(app, column, "status")
             # Only the checked column's stop after Stripe answered is a false alarm.
             false_alarm = (sid, column) == ("after-answer", "checked")
-            assert ("⚠ report not truthful: a false alarm" in card) == false_alarm
+            assert ("but its own refund went through" in card) == false_alarm
 
 
 async def test_m_toggles_mock_and_labels_everything_mock(
@@ -305,31 +328,35 @@ async def test_c_toggles_the_checked_column(home: Path) -> None:
 
 
 @pytest.mark.parametrize("mode", ["mock", "offline"])
-async def test_t_is_shown_but_disabled_where_temporal_cannot_run(
+async def test_t_says_why_temporal_cannot_run_here(
     home: Path, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
-    """t is in the footer, greyed out, in mock mode or without the Temporal extra; inert."""
+    """Where Temporal cannot run, t says why on the message line and the palette says it too;
+    the header stays one line, without that note."""
     app = new_app(resolve(mode=mode, env={"INTERLOCK_HOME": str(home)}))
     if mode == "offline":
         app.temporal_missing = "the Temporal engine needs temporalio"
+    why = (
+        "the Temporal engine needs temporalio"
+        if mode == "offline"
+        else "mock runs are simulated in-process, without Temporal"
+    )
     async with app.run_test(size=SIZE) as pilot:
         seen = notices(app, monkeypatch)
         await settle(pilot)
-        assert app.check_action("switch_engine", ()) is None
         keys = {k.key: k for k in app.query(FooterKey)}
         assert "t" in keys
-        assert keys["t"].has_class("-disabled")
-        assert not keys["enter"].has_class("-disabled")
-
-        if mode == "offline":
-            assert "standalone (t off: the Temporal engine needs temporalio)" in header(app)
+        assert "t off" not in header(app) and "temporalio" not in header(app)
+        palette = {name: help_text for name, help_text, _ in app.palette_commands()}
+        assert palette["engine: switch"].endswith(f"(off: {why})")
 
         await pilot.press("t")
         await settle(pilot)
         assert app.config.engine == "standalone"
         assert app.run_on_screen is None
         assert app.engine.runs == {}
-        assert seen == []
+        assert seen == [f"Temporal is off: {why}."]
+        assert message(app) == f"Temporal is off: {why}."
 
 
 async def test_s_saves_an_svg_under_interlock_home_and_says_where(
@@ -415,7 +442,14 @@ async def test_a_reapproves_after_interlock_refused(home: Path, sid: str) -> Non
         assert col.lease_id is not None
         card = pane_part(app, "interlock", "card")
         assert "reported: sent" in card
-        assert f"re-approves the refused {refused[:12]}…" in card
+        assert f"re-approves the refused {refused[:12]}… (receipt 1)" in card
+        assert "Receipt 2 of this run: sent" in card
+        assert (
+            "Re-approved: a person approved $20 again; Interlock sent a second refund "
+            "under the new approval ($40.00 in all, as the person chose)"
+            if sid == "hand-refund"
+            else "Re-approved: a person approved $20 again"
+        ) in card.replace("\nMOCK. ", " ")
         assert col.stripe is not None
         agent_rows = [r for r in col.stripe["refunds"] if r["by"] == "agent"]
         assert [r["id"] for r in agent_rows] == [col.outcome["refund_id"]]
@@ -566,23 +600,66 @@ async def test_the_newest_event_stays_in_view_when_the_card_appears(home: Path) 
 
 
 @pytest.mark.parametrize("theme", ["textual-dark", "textual-light"])
-async def test_at_80x24_every_verdict_is_reachable_by_scrolling(home: Path, theme: str) -> None:
-    """On a small terminal the columns stack and each result card's verdict scrolls into view."""
+async def test_at_80x24_one_column_at_a_time_and_every_verdict_in_the_strip(
+    home: Path, theme: str
+) -> None:
+    """At 80x24: one column at a time (left/right switch it), and the verdict strip shows all
+    three verdicts at once, with the money and a reason, above the footer."""
     app = new_app(mock_config(home), checked=True)
     async with app.run_test(size=(80, 24)) as pilot:
         app.theme = theme
         run = await start(pilot)
         await finish(pilot, run)
-        assert app.query_one("#columns").has_class("-narrow")
         assert "MOCK" in screen_text(app).splitlines()[0]
-        for column in ("standard", "interlock", "checked"):
-            card = app.query_one(f"#col-{column} .card", Static)
-            app.query_one("#columns").scroll_to_widget(card, animate=False, top=False)
+        shown = [p.column_name for p in app.query(ColumnPane) if p.display]
+        assert shown == ["interlock"]
+        text = screen_text(app)
+        assert "◀ Interlock (2/3) ▶" in text
+        for line in (
+            "Standard   $40.00 in memory  ✗ retried blindly: $40.00",
+            "Interlock  $20.00 in memory  ✓ saw the hand refund: refused",
+            "Checked    $20.00 in memory  ✓ re-checked, saw the hand refund: stopped",
+        ):
+            assert line in text, line
+        for key, column in (("right", "checked"), ("right", "standard"), ("left", "checked")):
+            await pilot.press(key)
             await settle(pilot)
-            verdict = (
-                f"{VERDICTS['hand-refund'][column]}   reported: {REPORTED['hand-refund'][column]}"
-            )
-            assert verdict in screen_text(app), column
+            assert [p.column_name for p in app.query(ColumnPane) if p.display] == [column]
+            assert VERDICTS["hand-refund"][column] in screen_text(app), column
+
+
+@pytest.mark.parametrize(("size", "layout"), [((100, 30), "compact"), ((160, 45), "wide")])
+async def test_three_columns_side_by_side_down_to_100_wide(
+    home: Path, size: tuple[int, int], layout: str
+) -> None:
+    """From 100 cells wide the three columns sit side by side (compact cards below 160); the
+    header is one line; the footer keeps run, scenarios and quit; z zooms one column."""
+    app = new_app(mock_config(home), checked=True)
+    async with app.run_test(size=size) as pilot:
+        run = await start(pilot)
+        await finish(pilot, run)
+        assert app.layout_name == layout
+        panes = [p for p in app.query(ColumnPane) if p.display]
+        assert [p.column_name for p in panes] == ["standard", "interlock", "checked"]
+        assert len({p.region.y for p in panes}) == 1  # one row, side by side
+        assert app.query_one(RunHeader).region.height == 1
+        text = screen_text(app)
+        footer = text.splitlines()[-1]
+        for key in ("⏎ Run", "1 Hand refund", "3 After answer", "q Quit"):
+            assert key in footer, key
+        card = pane_part(app, "standard", "card")
+        assert ("$40.00: agent $20 + hand $20" in card) == (layout == "compact")
+        assert "Standard   $40.00 in memory  ✗ retried blindly: $40.00" in text
+
+        await pilot.press("z")
+        await settle(pilot)
+        assert [p.column_name for p in app.query(ColumnPane) if p.display] == ["interlock"]
+        await pilot.press("right")
+        await settle(pilot)
+        assert [p.column_name for p in app.query(ColumnPane) if p.display] == ["checked"]
+        await pilot.press("z")
+        await settle(pilot)
+        assert len([p for p in app.query(ColumnPane) if p.display]) == 3
 
 
 async def test_at_200x50_every_verdict_is_on_screen_at_once(home: Path) -> None:
@@ -622,3 +699,313 @@ def test_screenshots_command_saves_the_finished_run_of_a_scenario(
     if shutil.which("rsvg-convert"):
         assert (out / "hand-refund.png").read_bytes().startswith(b"\x89PNG")
     assert not (tmp_path / "results").exists()
+
+
+# -- the command palette -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("typed", "switch"), [("emulate 24h", "emulate_24h"), ("no lookup", "no_lookup")]
+)
+async def test_enter_in_the_palette_chooses_the_command(
+    home: Path, typed: str, switch: str
+) -> None:
+    """In the command palette, enter chooses the highlighted command: the switch is set and no
+    run starts behind the palette."""
+    app = new_app(mock_config(home))
+    assert DemoCommands in app.COMMANDS
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+p")
+        await settle(pilot)
+        assert isinstance(app.screen, CommandPalette)
+        await pilot.press(*typed)
+
+        def highlighted() -> bool:
+            # The palette searches in a worker: wait until it highlights the command.
+            hits = app.screen.query_one(CommandList)
+            if hits.highlighted is None:
+                return False
+            option = hits.get_option_at_index(hits.highlighted)
+            return isinstance(option, Command) and option.hit.text == f"switch: {typed}"
+
+        await _until(pilot, highlighted, "the palette's hit")
+        await pilot.press("enter")
+        await settle(pilot)
+        assert not isinstance(app.screen, CommandPalette)
+        assert app.engine.runs == {}, "enter started a run behind the palette"
+        assert getattr(app.config.switches, switch) is True
+        assert "EMULATED" in banner(app)
+        assert message(app).startswith("Emulated switches for the next run:")
+
+
+# -- the lesson: the wait, the phases, the verdicts ----------------------------------------
+
+
+async def test_offline_run_counts_the_claim_wait_down_with_honest_labels(home: Path) -> None:
+    """Offline, real workers: while Interlock waits for the dead worker's claim, large digits
+    count down every tick under a caption that says why; events and cards name the emulator,
+    and Interlock never shows a POST before a kill at before-send."""
+    config = resolve(mode="offline", env={"INTERLOCK_HOME": str(home), **SHORT_TIMING})
+    app = new_app(config, hold_s=0.3)
+    async with app.run_test(size=SIZE) as pilot:
+        run = await start(pilot)
+        pane = app.query_one("#col-interlock", ColumnPane)
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while pane.shown_state != "waiting":
+            assert time.monotonic() < deadline, "the countdown never showed"
+            await pilot.pause(0.05)
+        readings = []
+        for _ in range(3):
+            await pilot.pause(0.35)
+            if pane.shown_state != "waiting":
+                break
+            readings.append(float(str(pane.query_one(Digits).value).rstrip("s")))
+        assert len(readings) >= 2, "the wait ended before the countdown could be read twice"
+        assert readings == sorted(readings, reverse=True) and len(set(readings)) == len(readings)
+        caption = pane_part(app, "interlock", "caption")
+        assert caption == "waiting: the dead worker's refund request could still land"
+        await finish(pilot, run)
+        assert run.error is None, run.error
+        for col in run.columns:
+            texts = [e.text for e in col.events]
+            assert not any("Stripe answered" in t for t in texts), col.name
+            assert "read back from the emulator" in pane_part(app, col.name, "card")
+        interlock = [e.text for e in run.column("interlock").events]
+        kill = interlock.index("SIGKILL at before-send")
+        assert not any("POST /v1/refunds" in t for t in interlock[:kill])
+        standard = [e.text for e in run.column("standard").events]
+        assert any(t.startswith("the emulator answered: refund") for t in standard)
+
+
+async def test_mock_says_its_claim_wait_is_simulated_and_names_no_stripe(home: Path) -> None:
+    """Mock: the claim wait is said to be simulated (no "pid 0" countdown), and no event says
+    Stripe answered or shows a POST to it."""
+    app = new_app(mock_config(home), checked=True)
+    async with app.run_test(size=SIZE) as pilot:
+        run = await start(pilot)
+        await finish(pilot, run)
+        texts = [e.text for c in run.columns for e in c.events]
+        assert not any("Stripe" in t or "POST" in t or "(pid 0)" in t for t in texts)
+        assert (
+            "simulated: a real worker would wait 16.0 s here for the dead worker's claim; "
+            "mock skips the wait"
+        ) in texts
+        assert "wait  skipped (simulated)" in pane_part(app, "interlock", "story")
+
+
+def _snapshot(state: str, exit_code: int | None, claim_wait: dict[str, Any] | None = None) -> Any:
+    col = {
+        "name": "interlock",
+        "state": state,
+        "events": [],
+        "workers": [{"pid": 4242, "exit_code": exit_code}],
+        "stripe": None,
+        "claim_wait": claim_wait,
+    }
+    run = {"run_id": "run_held", "mode": "offline", "elapsed_s": 1.0}
+    return run, col
+
+
+async def test_sigkill_and_restarting_stay_on_screen_for_the_hold(home: Path) -> None:
+    """States that follow each other within milliseconds are shown in order, `exit -9
+    (SIGKILL)` and `restarting` each for at least the hold time; the run is not slowed."""
+    hold = 0.4
+    app = new_app(mock_config(home), hold_s=hold)
+    async with app.run_test(size=SIZE) as pilot:
+        pane = app.query_one("#col-interlock", ColumnPane)
+        for state, code in (("running", None), ("killed", -9), ("restarting", -9), ("done", 0)):
+            pane.show(*_snapshot(state, code))
+        assert pane.shown_state == "killed"
+        assert "exit -9 (SIGKILL)" in pane_part(app, "interlock", "status")
+        seen: list[tuple[str, float]] = [("killed", time.monotonic())]
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while pane.shown_state != "done":
+            assert time.monotonic() < deadline
+            await pilot.pause(0.02)
+            if pane.shown_state != seen[-1][0]:
+                seen.append((pane.shown_state, time.monotonic()))
+        assert [s for s, _ in seen] == ["killed", "restarting", "done"]
+        for (_, began), (_, ended) in itertools.pairwise(seen):
+            assert ended - began >= hold - 0.02
+        assert "exit 0 · done" in pane_part(app, "interlock", "status")
+
+
+async def test_each_phase_is_a_line_of_its_own(home: Path) -> None:
+    """Every column tells its phases in short bold lines: decision, SIGKILL, outage, restart,
+    checks, outcome, in that order."""
+    app = new_app(mock_config(home), checked=True)
+    async with app.run_test(size=SIZE) as pilot:
+        run = await start(pilot)
+        await finish(pilot, run)
+        expected = {
+            "standard": ["decided", "SIGKILL", "outage", "restart", "checks", "sends", "outcome"],
+            "interlock": ["decided", "SIGKILL", "outage", "restart", "wait", "checks", "outcome"],
+            "checked": ["decided", "SIGKILL", "outage", "restart", "checks", "outcome"],
+        }
+        for column, labels in expected.items():
+            lines = pane_part(app, column, "story").splitlines()
+            assert [line.split()[1] for line in lines] == labels, column
+        assert "checks  refunds CHANGED" in pane_part(app, "interlock", "story")
+        assert "outcome  refused" in pane_part(app, "interlock", "story")
+
+
+@pytest.mark.parametrize("sid", list(SCENARIOS))
+async def test_the_verdict_strip_gives_money_mark_and_reason(home: Path, sid: str) -> None:
+    """When a run ends, one line per column: the money, ✓/⚠/✗ and a short reason."""
+    expected = {
+        "hand-refund": [
+            "Standard   $40.00 in memory  ✗ retried blindly: $40.00",
+            "Interlock  $20.00 in memory  ✓ saw the hand refund: refused",
+            "Checked    $20.00 in memory  ✓ re-checked, saw the hand refund: stopped",
+        ],
+        "revoked": [
+            "Standard   $20.00 in memory  ✗ retried blindly: $20.00 despite the revocation",
+            "Interlock   $0.00 in memory  ✓ saw the revocation: refused",
+            "Checked     $0.00 in memory  ✓ re-checked, saw the revocation: stopped",
+        ],
+        "after-answer": [
+            "Standard   $20.00 in memory  ✓ sent once",
+            "Interlock  $20.00 in memory  ✓ found its own refund: adopted",
+            "Checked    $20.00 in memory  ⚠ re-checked, but stopped on its own refund",
+        ],
+    }
+    app = new_app(mock_config(home), checked=True)
+    async with app.run_test(size=SIZE) as pilot:
+        assert not app.query_one(VerdictStrip).display
+        run = await start(pilot, SCENARIOS[sid].key)
+        await finish(pilot, run)
+        assert verdicts(app).splitlines() == [f" {line}" for line in expected[sid]]
+
+
+async def test_messages_never_cover_a_verdict(home: Path) -> None:
+    """At 80x24 after a run, messages go to the message line: no toast over the verdicts."""
+    app = new_app(mock_config(home), checked=True)
+    async with app.run_test(size=(80, 24)) as pilot:
+        run = await start(pilot)
+        await finish(pilot, run)
+        before = verdicts(app)
+        await pilot.press("s")
+        await settle(pilot)
+        assert message(app).startswith("Screenshot saved: ")
+        await pilot.press("t")
+        await settle(pilot)
+        assert list(app.screen.query(Toast)) == []
+        assert message(app).startswith("Temporal is off: ")
+        text = screen_text(app)
+        for line in before.splitlines():
+            assert line.rstrip() in text
+
+
+async def test_cards_send_no_mixed_signals(home: Path) -> None:
+    """A winning Interlock card shows no red ✗ (the check that refused did its job); an adopted
+    one says the lookup found its refund; the checked false alarm is one ⚠ verdict."""
+    app = new_app(mock_config(home), checked=True)
+    async with app.run_test(size=SIZE) as pilot:
+        run = await start(pilot, "1")
+        await finish(pilot, run)
+        card = pane_part(app, "interlock", "card")
+        assert "✗" not in card
+        assert "→ world check: refunds CHANGED" in card
+        assert "→ refused  (approval: not reached)" in card
+        run = await start(pilot, "3")
+        await finish(pilot, run)
+        card = pane_part(app, "interlock", "card")
+        assert "✓ lookup: found its own refund" in card
+        assert "→ adopted  (world check, approval: not needed)" in card
+        checked = pane_part(app, "checked", "card")
+        assert "⚠ right money, false alarm   reported: stopped" in checked
+        assert "✓ right" not in checked
+        assert "it said stopped, but its own refund went through" in checked
+
+
+async def test_a_receipt_is_numbered_within_its_run(home: Path) -> None:
+    """The receipt is named by its place in this run (1), not by the journal's sequence."""
+    app = new_app(mock_config(home))
+    async with app.run_test(size=SIZE) as pilot:
+        run = await start(pilot)
+        await finish(pilot, run)
+        snapshot = run.to_json()
+        col = snapshot["columns"][1]
+        col["receipt"] = {**col["receipt"], "seq": 9}
+        app.query_one("#col-interlock", ColumnPane).show(snapshot, col)
+        await settle(pilot)
+        card = pane_part(app, "interlock", "card")
+        assert "Receipt 1 of this run: refused" in card
+        assert "#9" not in card
+
+
+async def test_a_failed_run_says_why_on_screen(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run that fails as a whole shows its reason in the header and the strip."""
+
+    def broken(*args: Any) -> None:
+        raise RuntimeError("the emulator did not start: port 12111 is taken")
+
+    monkeypatch.setattr(engine_module.Engine, "_execute_mock", broken)
+    app = new_app(mock_config(home))
+    async with app.run_test(size=SIZE) as pilot:
+        run = await start(pilot)
+        await finish(pilot, run)
+        assert "failed (MOCK) · " in header(app)
+        assert header(app).count("the emulator did not start: port 12111 is taken") == 1
+        assert "run failed: the emulator did not start: port 12111 is taken" in verdicts(app)
+
+
+async def test_s_with_an_unwritable_home_says_so_and_the_app_goes_on(tmp_path: Path) -> None:
+    """s where INTERLOCK_HOME cannot be written: a message in words, no traceback, no exit."""
+    home = tmp_path / "home"
+    home.write_text("a file, not a folder")
+    app = new_app(mock_config(home))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("s")
+        await settle(pilot)
+        assert app.is_running
+        assert message(app).startswith("Screenshot not saved: ")
+        assert "set INTERLOCK_HOME to a folder you can write" in message(app)
+
+
+# -- presenter mode ------------------------------------------------------------------------
+
+
+async def _until(pilot: Pilot[Any], ok: Any, what: str) -> None:
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while not ok():
+        assert time.monotonic() < deadline, f"{what} did not happen"
+        await pilot.pause(0.02)
+    await settle(pilot)
+
+
+async def test_presenter_mode_advances_one_phase_per_press(home: Path) -> None:
+    """With p on, the run waits before each phase; each space opens one: decision, kill,
+    outage, restart, result. Off by default."""
+    app = new_app(mock_config(home))
+    async with app.run_test(size=SIZE) as pilot:
+        assert app.presenter is False
+        await pilot.press("p")
+        run = await start(pilot)
+        assert run.pacer is not None
+        col = run.column("interlock")
+
+        def kinds() -> list[str]:
+            return [e.kind for e in col.events]
+
+        def waiting() -> bool:
+            return run.pacer is not None and run.pacer.held
+
+        await _until(pilot, waiting, "the wait before the decision")
+        assert "space: decision" in header(app)
+        assert "decision" not in kinds()
+        steps = [
+            ("decision", lambda: "decision" in kinds() and "crash" not in kinds()),
+            ("crash", lambda: "crash" in kinds() and "outage" not in kinds()),
+            ("outage", lambda: "outage" in kinds() and kinds().count("start") == 1),
+            ("outcome", lambda: "outcome" in kinds() and col.stripe is None),
+        ]
+        for what, shown in steps:
+            await pilot.press("space")
+            await _until(pilot, waiting, f"the wait after the {what}")
+            assert shown(), what
+        assert not run.finished
+        await pilot.press("space")
+        await finish(pilot, run)
+        assert run.all_as_predicted
+        assert "RESULT" in pane_part(app, "interlock", "card")

@@ -1,15 +1,26 @@
-"""One column of the run: status line, claim countdown, events as they happen, result card."""
+"""One column of the run: status, phase lines, claim countdown, events, result card.
+
+The status line holds `exit -9 (SIGKILL)` and `restarting` on screen for a minimum time
+(`hold_s`) even when the run moves on within milliseconds: the view lags a moment behind,
+the run is never slowed. Later states queue behind a held one and are shown in order.
+"""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
-from textual.widgets import Label, ProgressBar, Static
+from textual.timer import Timer
+from textual.widgets import Label, Static
 
 from interlock_demo.supervisor import describe_exit
+from interlock_demo.widgets.countdown import ClaimCountdown
+from interlock_demo.widgets.story import PhaseLines
+from interlock_demo.widgets.verdict_strip import mark
 
 STATE_TEXT = {
     "idle": "idle",
@@ -21,6 +32,16 @@ STATE_TEXT = {
     "done": "done",
     "error": "error",
 }
+# States a room must be able to read before the next one replaces them.
+HELD_STATES = ("killed", "restarting")
+HOLD_S = 2.0
+READ_BACK = {
+    "live": "read back from Stripe",
+    "offline": "read back from the emulator",
+    "mock": "MOCK: in-memory payments",
+}
+SHORT_READ_BACK = {"live": "Stripe", "offline": "emulator", "mock": "MOCK: in memory"}
+CHECK_NAMES = {"lookup": "lookup", "world_unchanged": "world check", "approval": "approval"}
 
 
 class _EventList(VerticalScroll):
@@ -45,15 +66,26 @@ class ColumnPane(Vertical):
         super().__init__(id=f"col-{name}", classes="column")
         self.column_name = name
         self.column_title = title
+        # How long a held state stays on screen, and the clock that measures it.
+        self.hold_s = HOLD_S
+        self.clock: Callable[[], float] = time.monotonic
+        self.compact = False
+        self._place: str | None = None
         self._events_shown = 0
         self._lines = Text()
         self._card_text = ""
         self._run_id: str | None = None
+        self._shown_state = "idle"
+        self._shown_at = 0.0
+        self._queue: list[tuple[str, Text]] = []
+        self._timer: Timer | None = None
+        self._last: tuple[dict[str, Any], dict[str, Any]] | None = None
 
     def compose(self) -> ComposeResult:
         yield Label(self.column_title, classes="title")
         yield Static("idle", classes="status")
-        yield ProgressBar(total=100, show_eta=False, show_percentage=False, classes="countdown")
+        yield PhaseLines("", classes="story")
+        yield ClaimCountdown(classes="countdown")
         with _EventList(classes="events"):
             yield Static("", classes="event-lines")
         yield Static("", classes="card")
@@ -64,17 +96,38 @@ class ColumnPane(Vertical):
         self._lines = Text()
         self._card_text = ""
         self._run_id = None
+        self._queue = []
+        self._last = None
+        if self._timer is not None:
+            self._timer.stop()
+            self._timer = None
+        self._shown_state = "idle"
         self.set_class(mock, "-mock")
-        self.set_class(False, "-killed", "-waiting", "-done", "-wrong", "-right")
+        self.set_class(False, "-killed", "-waiting", "-done", "-wrong", "-right", "-alarm")
+        self._show_title()
+        self.query_one(".status", Static).update("idle")
+        self.query_one(".story", PhaseLines).update("")
+        self.query_one(".event-lines", Static).update("")
+        self.query_one(".card", Static).update("")
+
+    def set_place(self, place: str | None) -> None:
+        """Shown alone: say which column of how many, and how to reach the others."""
+        self._place = place
+        self._show_title()
+
+    def _show_title(self) -> None:
         title = Text(self.column_title, style="bold")
-        if mock:
+        if self._place is not None:
+            title = Text.assemble(("◀ ", "bold"), title, f" ({self._place}) ", ("▶", "bold"))
+        if self.has_class("-mock"):
             title.append(" ")
             title.append(" MOCK ", style="bold reverse")
         self.query_one(".title", Label).update(title)
-        self.query_one(".status", Static).update("idle")
-        self.query_one(".event-lines", Static).update("")
-        self.query_one(".card", Static).update("")
-        self.query_one(".countdown", ProgressBar).update(progress=0)
+
+    @property
+    def shown_state(self) -> str:
+        """The state the status line shows now (it may lag the run while one is held)."""
+        return self._shown_state
 
     def show(self, run: dict[str, Any], col: dict[str, Any]) -> None:
         """Render a snapshot of the column; events are appended, never redrawn."""
@@ -82,6 +135,7 @@ class ColumnPane(Vertical):
         if self._run_id != run["run_id"]:
             self.reset(mock=mock)
             self._run_id = run["run_id"]
+        self._last = (run, col)
         prefix = "MOCK. " if mock else ""
         new = col["events"][self._events_shown :]
         for event in new:
@@ -95,30 +149,65 @@ class ColumnPane(Vertical):
         self._events_shown = len(col["events"])
         if new:
             self.query_one(".event-lines", Static).update(self._lines)
-        card = _card(run, col, prefix)
+            self.query_one(".story", PhaseLines).show(col, prefix)
+        self._render_card(run, col, prefix)
+        self._want(_shown_state(col), _status(col, prefix))
+
+    def relayout(self, *, compact: bool) -> None:
+        """Switch between the full and the compact card."""
+        if compact == self.compact:
+            return
+        self.compact = compact
+        if self._last is not None:
+            run, col = self._last
+            self._render_card(run, col, "MOCK. " if run["mode"] == "mock" else "")
+
+    def _render_card(self, run: dict[str, Any], col: dict[str, Any], prefix: str) -> None:
+        card = _card(run, col, prefix, compact=self.compact)
         if card.plain != self._card_text:
             self._card_text = card.plain
             self.query_one(".card", Static).update(card)
-        state = col["state"]
-        self.set_class(state == "killed", "-killed")
-        self.set_class(state == "waiting", "-waiting")
-        self.set_class(state == "done", "-done")
-        self.set_class(col.get("ok") is False, "-wrong")
-        self.set_class(col.get("ok") is True, "-right")
-        self.query_one(".status", Static).update(_status(col, prefix))
+        sign = mark(col)[0] if col.get("stripe") is not None else None
+        self.set_class(sign == "✗", "-wrong")
+        self.set_class(sign == "✓", "-right")
+        self.set_class(sign == "⚠", "-alarm")
+
+    def _want(self, state: str, text: Text) -> None:
+        """Ask for `state` on the status line; it waits behind a held state."""
+        if self._queue and self._queue[-1][0] == state:
+            self._queue[-1] = (state, text)
+        elif not self._queue and state == self._shown_state:
+            self.query_one(".status", Static).update(text)
+            return
+        else:
+            self._queue.append((state, text))
+        self._advance()
+
+    def _advance(self) -> None:
+        self._timer = None
+        while self._queue:
+            if self._shown_state in HELD_STATES:
+                left = self.hold_s - (self.clock() - self._shown_at)
+                if left > 0:
+                    if self._timer is None:
+                        self._timer = self.set_timer(left, self._advance)
+                    return
+            state, text = self._queue.pop(0)
+            self._shown_state = state
+            self._shown_at = self.clock()
+            self.query_one(".status", Static).update(text)
+            self.set_class(state == "killed", "-killed")
+            self.set_class(state == "waiting", "-waiting")
+            self.set_class(state == "done", "-done")
+            if state == "waiting" and self._last is not None:
+                self.tick(self._last[0]["elapsed_s"], self._last[1])
 
     def tick(self, run_now: float, col: dict[str, Any] | None) -> None:
-        """Move the claim countdown bar to `run_now` (seconds since the run started)."""
-        bar = self.query_one(".countdown", ProgressBar)
+        """Move the claim countdown to `run_now` (seconds since the run started)."""
         wait = (col or {}).get("claim_wait")
-        if not wait:
-            bar.update(progress=0)
+        if self._shown_state != "waiting" or not wait:
             return
-        span = max(wait["until"] - wait["from"], 1e-6)
-        done = min(max((run_now - wait["from"]) / span, 0.0), 1.0)
-        bar.update(progress=100 * done)
-        left = max(wait["until"] - run_now, 0.0)
-        self.query_one(".status", Static).update(f"waiting for the claim: {left:4.1f} s left")
+        self.query_one(ClaimCountdown).show(wait, run_now)
 
 
 def _event_style(kind: str) -> str:
@@ -133,6 +222,15 @@ def _event_style(kind: str) -> str:
     return ""
 
 
+def _shown_state(col: dict[str, Any]) -> str:
+    """The column's state for the status line: a worker just seen dying counts as killed."""
+    state = str(col["state"])
+    workers = col.get("workers") or []
+    if state == "running" and workers and (workers[-1].get("exit_code") or 0) < 0:
+        return "killed"
+    return state
+
+
 def _status(col: dict[str, Any], prefix: str) -> Text:
     workers = col.get("workers") or []
     text = Text(prefix, style="bold")
@@ -142,10 +240,11 @@ def _status(col: dict[str, Any], prefix: str) -> Text:
         text.append(f"{pid} · ")
         if last.get("exit_code") is not None:
             text.append(
-                describe_exit(last["exit_code"]), style="bold red" if last["exit_code"] < 0 else ""
+                describe_exit(last["exit_code"]),
+                style="bold white on red" if last["exit_code"] < 0 else "",
             )
             text.append(" · ")
-    state = col["state"]
+    state = _shown_state(col)
     text.append(STATE_TEXT.get(state, state), style="bold")
     if col.get("error"):
         text.append(f": {col['error']}", style="red")
@@ -156,58 +255,61 @@ def _money(cents: int) -> str:
     return f"${cents / 100:.2f}"
 
 
-def _card(run: dict[str, Any], col: dict[str, Any], prefix: str) -> Text:
+def _card(run: dict[str, Any], col: dict[str, Any], prefix: str, *, compact: bool) -> Text:
     stripe = col.get("stripe")
     if stripe is None:
         return Text("")
-    mock = run["mode"] == "mock"
     text = Text()
     text.append(f"{prefix}RESULT", style="bold underline")
-    text.append("  (MOCK: in-memory payments)\n" if mock else "  (read back from Stripe)\n")
+    source = (SHORT_READ_BACK if compact else READ_BACK).get(run["mode"], "")
+    text.append(f"  ({source})\n")
     refunds = [
         r for r in stripe["refunds"] if r["status"] in ("pending", "requires_action", "succeeded")
     ]
-    if not refunds:
-        text.append(f"{prefix}  no refunds\n")
-    for r in refunds:
-        text.append(f"{prefix}  {_money(r['amount'])}  {r['by']:<5}  {r['id']}\n")
-    text.append(f"{prefix}Total {_money(stripe['refunded_total'])}", style="bold")
-    text.append(f" · wanted: {col['wanted'].get('text')}\n")
-    if col.get("ok"):
-        text.append(f"{prefix}✓ right", style="bold green")
+    total = _money(stripe["refunded_total"])
+    if compact:
+        parts = " + ".join(f"{r['by']} ${r['amount'] / 100:g}" for r in refunds) or "no refunds"
+        text.append(f"{prefix}{total}", style="bold")
+        text.append(f": {parts}\n")
     else:
-        text.append(f"{prefix}✗ wrong", style="bold red")
+        if not refunds:
+            text.append(f"{prefix}  no refunds\n")
+        for r in refunds:
+            text.append(f"{prefix}  {_money(r['amount'])}  {r['by']:<5}  {r['id']}\n")
+        text.append(f"{prefix}Total {total}", style="bold")
+        text.append(f" · wanted: {col['wanted'].get('text')}\n")
     outcome = col.get("outcome") or {}
     reported = outcome.get("status")
+    sign, style = mark(col)
+    verdict = {"✓": "✓ right", "⚠": "⚠ right money, false alarm", "✗": "✗ wrong"}[sign]
+    text.append(f"{prefix}{verdict}", style=style)
     text.append(f"   reported: {reported}")
-    if outcome.get("reason"):
+    if outcome.get("reason") and not compact:
         text.append(f" ({outcome['reason']})")
     text.append("\n")
     if col.get("truthful") is False:
         own = any(r["by"] == "agent" for r in refunds)
         why = (
-            "a false alarm: its own refund is at Stripe"
+            f"it said {reported}, but its own refund went through"
             if own and reported not in ("sent", "adopted")
-            else "it reports a refund that Stripe does not have"
+            else "it reports a refund that is not there"
         )
-        text.append(f"{prefix}⚠ report not truthful: {why}\n", style="bold yellow")
+        text.append(f"{prefix}  {why}\n", style="yellow")
+    if outcome.get("reapproves"):
+        text.append(
+            f"{prefix}Re-approved: a person approved $20 again; Interlock sent a second "
+            f"refund under the new approval ({total} in all, as the person chose)\n",
+            style="bold",
+        )
     receipt = col.get("receipt")
     if receipt:
-        text.append(f"{prefix}Receipt #{receipt['seq']}: {receipt['outcome']}\n", style="bold")
-        reapproves = (receipt.get("context") or {}).get("reapproves")
-        if reapproves:
-            text.append(f"{prefix}  re-approves the refused {str(reapproves)[:12]}…\n")
-        for check in receipt.get("checks", []):
-            mark = "✓" if check["passed"] else "✗"
-            text.append(
-                f"{prefix}  {mark} {check['name']}\n", style="green" if check["passed"] else "red"
-            )
+        _receipt(text, receipt, outcome, prefix, compact=compact)
     verify = col.get("verify")
     if verify:
-        mark = "✓" if verify["ok"] else "✗"
+        vmark = "✓" if verify["ok"] else "✗"
         signed = "signed" if verify["signed"] else "unsigned"
         text.append(
-            f"{prefix}verify(): {mark} chain of {verify['chain_length']} ({signed})\n",
+            f"{prefix}verify(): {vmark} chain of {verify['chain_length']} ({signed})\n",
             style="bold green" if verify["ok"] else "bold red",
         )
         for problem in verify["problems"]:
@@ -216,3 +318,45 @@ def _card(run: dict[str, Any], col: dict[str, Any], prefix: str) -> Text:
         for d in col.get("deviations", []):
             text.append(f"{prefix}DEVIATION: {d}\n", style="bold red")
     return text
+
+
+def _receipt(
+    text: Text, receipt: dict[str, Any], outcome: dict[str, Any], prefix: str, *, compact: bool
+) -> None:
+    """The receipt's checks: which passed, which one decided, which were not needed."""
+    reapproves = (receipt.get("context") or {}).get("reapproves")
+    # Numbered within this run's column, not by the journal's global sequence.
+    number = 2 if reapproves else 1
+    of_run = "" if compact else " of this run"
+    text.append(f"{prefix}Receipt {number}{of_run}: {receipt['outcome']}\n", style="bold")
+    if reapproves and not compact:
+        text.append(f"{prefix}  re-approves the refused {str(reapproves)[:12]}… (receipt 1)\n")
+    checks = receipt.get("checks", [])
+    steps = []
+    for check in checks:
+        name = CHECK_NAMES.get(check["name"], check["name"])
+        if check["name"] == "lookup":
+            found = receipt["outcome"] == "adopted"
+            steps.append(
+                ("✓", "lookup: found its own refund" if found else "lookup: none of its own")
+            )
+        elif check["passed"]:
+            steps.append(("✓", f"{name}: ok"))
+        else:
+            # The check that stopped the send: the gate doing its job, not a failure.
+            words = "refunds CHANGED" if check["name"] == "world_unchanged" else "not valid"
+            steps.append(("→", f"{name}: {words}"))
+    done = {c["name"] for c in checks}
+    skipped = [CHECK_NAMES[n] for n in CHECK_NAMES if n not in done]
+    end = f"→ {receipt['outcome']}"
+    if compact:
+        line = " · ".join(f"{m} {w}" for m, w in steps)
+        text.append(f"{prefix}  {line} {end}\n")
+        return
+    for m, words in steps:
+        text.append(f"{prefix}  {m} {words}\n", style="green" if m == "✓" else "bold")
+    text.append(f"{prefix}  {end}", style="bold")
+    if skipped and receipt["outcome"] in ("adopted", "refused"):
+        why = "not needed" if receipt["outcome"] == "adopted" else "not reached"
+        text.append(f"  ({', '.join(skipped)}: {why})")
+    text.append("\n")

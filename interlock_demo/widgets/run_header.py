@@ -1,4 +1,4 @@
-"""The run's header: scenario, engine, mode, status and elapsed time."""
+"""The run's header, one line: scenario, mode, engine, status, time, presenter's next step."""
 
 from __future__ import annotations
 
@@ -14,22 +14,34 @@ class RunHeader(Static):
     """One line about the chosen scenario, and the run once it started."""
 
     def show(
-        self, *, scenario: str, mode: str, engine: str, checked: bool, run: dict[str, Any] | None
+        self,
+        *,
+        scenario: str,
+        mode: str,
+        engine: str,
+        checked: bool,
+        run: dict[str, Any] | None,
+        presenter: str | None = None,
     ) -> None:
-        """Render the header from the selection and the run's snapshot (or None when idle)."""
+        """Render the header from the selection and the run's snapshot (or None when idle).
+
+        `presenter` is what the presenter's next key press does, when presenter mode is on.
+        """
         sc = SCENARIOS[scenario]
         mock = mode == "mock"
-        text = Text()
+        text = Text(no_wrap=True, overflow="ellipsis")
         if mock:
             text.append("MOCK ", style="bold reverse")
         text.append(f"[{sc.key}] {sc.title}", style="bold")
-        text.append(f"   engine {engine} · mode {mode}")
-        text.append(" · checked column" if checked else "")
         if run is None:
-            text.append("   ready: press enter to run", style="italic")
+            text.append("  ready: press enter to run", style="italic")
         else:
-            status = run["status"] if not run["error"] else "failed"
+            status = "failed" if run["error"] else run["status"]
             label = f"{status}{' (MOCK)' if mock else ''}"
-            text.append(f"   {label} · {run['elapsed_s']:.1f} s", style="bold")
-        text.append(f"\n{sc.story}  Wanted in Stripe: {sc.wanted_text}.")
+            text.append(f"  {label} · {run['elapsed_s']:.1f} s", style="bold")
+            if run["error"]:
+                text.append(f": {run['error']}", style="bold red")
+        if presenter:
+            text.append(f"  PRESENTER: {presenter}", style="bold reverse")
+        text.append(f"  · {mode} · {engine}" + (" · checked column" if checked else ""))
         self.update(text)

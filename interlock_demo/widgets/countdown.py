@@ -1,0 +1,57 @@
+"""The claim-wait countdown: large seconds left, a one-line caption saying why, and a bar.
+
+While a restarted worker waits out the dead worker's claim, nothing else moves on screen;
+this is the lesson of the demo, so it is large and it moves every tick. In mock runs the
+wait is not waited: the widget says so instead of counting down.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import Digits, ProgressBar, Static
+
+# Why the column waits, longest first: the widest that fits the column is shown.
+CAPTIONS = (
+    "waiting: the dead worker's refund request could still land",
+    "the dead worker's request could still land",
+    "dead worker's send may land",
+    "its send may land",
+)
+
+
+def caption_for(width: int) -> str:
+    """The longest caption that fits in `width` cells."""
+    return next((c for c in CAPTIONS if len(c) <= width), CAPTIONS[-1])
+
+
+class ClaimCountdown(Vertical):
+    """Seconds left of a claim wait, as large digits with a caption and a progress bar."""
+
+    def compose(self) -> ComposeResult:
+        yield Digits("", classes="seconds")
+        yield Static("", classes="caption")
+        yield ProgressBar(total=100, show_eta=False, show_percentage=False, classes="bar")
+
+    def show(self, wait: dict[str, Any], run_now: float) -> None:
+        """Move to `run_now` (seconds since the run started) in the wait `wait`."""
+        caption = self.query_one(".caption", Static)
+        digits = self.query_one(".seconds", Digits)
+        bar = self.query_one(".bar", ProgressBar)
+        if wait.get("simulated"):
+            digits.display = False
+            bar.display = False
+            caption.update(
+                f"simulated: a real worker waits {float(wait['seconds']):.1f} s here "
+                "for the dead worker's claim; mock skips it"
+            )
+            return
+        digits.display = True
+        bar.display = True
+        left = max(float(wait["until"]) - run_now, 0.0)
+        span = max(float(wait["until"]) - float(wait["from"]), 1e-6)
+        digits.update(f"{left:4.1f}s")
+        caption.update(caption_for(max(self.size.width, 1)))
+        bar.update(progress=100 * min(max((run_now - float(wait["from"])) / span, 0.0), 1.0))
