@@ -6,6 +6,7 @@ useful timing; what the MCP tools add on top is covered in `test_mcp_server.py`.
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -14,6 +15,7 @@ from interlock import MemoryStore, Timing
 from interlock_demo.cli import main
 from interlock_demo.mcp.desk import (
     WORLD_CHANGED_WORDS,
+    Answer,
     DeskError,
     RefundDesk,
     action_id_for,
@@ -70,6 +72,35 @@ def test_a_request_id_names_one_decision(
     assert other.is_error and other.data["status"] == "invalid"
     assert "already names a refund of $10.00" in other.text and "new request_id" in other.text
     assert [r.amount for r in payments.list_refunds(payment)] == [1000]
+
+
+def test_two_calls_of_one_request_at_once_refund_once(
+    payments: InProcessPayments, store: MemoryStore, payment: str
+) -> None:
+    """The same call twice at once (the SDK runs tool calls in threads): one refund, one answer.
+
+    The second call starts right after the first journaled the action. Neither may be told
+    "pending" because the other one took the action from under it.
+    """
+    answers: dict[str, Answer] = {}
+    second = threading.Thread(
+        target=lambda: answers.__setitem__("second", d.issue_refund(payment, AMOUNT, RID))
+    )
+
+    def log(text: str) -> None:
+        if text.startswith("journaled intent") and second.ident is None:
+            second.start()
+            second.join(1.0)  # it may have to wait for this call: give it a second, no more
+
+    d = RefundDesk(payments, store, timing=Timing(claim_ttl_s=6, stripe_timeout_s=1), log=log)
+    d.get_payment(payment)
+    answers["first"] = d.issue_refund(payment, AMOUNT, RID)
+    second.join(30)
+    (only,) = payments.list_refunds(payment)
+    texts = {k: a.text for k, a in answers.items()}
+    assert {k: a.data["refund_id"] for k, a in answers.items()} == dict.fromkeys(
+        ("first", "second"), only.id
+    ), texts
 
 
 def test_a_refund_needs_a_read_first(

@@ -214,13 +214,26 @@ class RefundDesk:
         # payment -> fingerprint of the refunds get_payment showed in this session
         self._shown: dict[str, str] = {}
         self._lock = threading.Lock()
+        # The SDK runs tool calls in threads, maybe at once. One gate step at a time: two
+        # steps of one owner on one action would fence each other out and answer
+        # "pending" for nothing.
+        self._gate_lock = threading.Lock()
 
     def recover(self) -> list[Outcome]:
         """Finish this server's journaled refunds that have no outcome yet, without waiting.
 
         Runs on start and before every tool call: an unknown answer is looked up at Stripe
         (and settled when its refund shows) while the claim rules allow, never sent twice.
+        Skipped while another call is at the gate; it runs again before the next call.
         """
+        if not self._gate_lock.acquire(blocking=False):
+            return []
+        try:
+            return self._recover()
+        finally:
+            self._gate_lock.release()
+
+    def _recover(self) -> list[Outcome]:
         outcomes = []
         for aid in self.store.pending():
             state = self.store.action(aid)
@@ -352,7 +365,8 @@ class RefundDesk:
     def _run(self, action_id: str, step: Callable[[], Outcome]) -> Outcome:
         """Run a gate step; if it raises, report what the journal holds, never a guess."""
         try:
-            return step()
+            with self._gate_lock:
+                return step()
         except InterlockError as e:
             self._log(f"{action_id}: {type(e).__name__}: {e}")
             state = self.store.action(action_id)
