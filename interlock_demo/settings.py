@@ -17,6 +17,7 @@ Two rules for what a run leaves behind and hands on, each written once here:
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,7 +107,8 @@ class Paths:
             self.demo.chmod(0o700)
         for folder in (self.cases, self.logs):
             private_dir(folder)
-        os.close(os.open(self.store, os.O_WRONLY | os.O_CREAT, 0o600))
+        if not self.store.exists():
+            _create_private_journal(self.store)
         return self
 
     @classmethod
@@ -238,6 +240,24 @@ def resolve(
         fallback_reason=fallback,
         missing=missing,
     )
+
+
+def _create_private_journal(path: Path) -> None:
+    """Create an empty 0600 journal at `path` unless one appeared meanwhile.
+
+    Made under another name and linked into place, so that no descriptor on the journal
+    itself is ever opened and closed here: closing one would drop every SQLite lock this
+    process holds on it (POSIX locks belong to the process), and another engine in this
+    process may be writing to it.
+    """
+    fresh = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.new")
+    os.close(os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    try:
+        os.link(fresh, path)
+    except FileExistsError:
+        pass
+    finally:
+        fresh.unlink()
 
 
 def private_dir(path: Path) -> Path:

@@ -11,6 +11,7 @@ keeps the user's umask.
 from __future__ import annotations
 
 import json
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -28,6 +29,18 @@ pytestmark = pytest.mark.e2e
 DEADLINE_S = 90.0
 PERMISSIVE_UMASK = 0o022
 SCREENSHOTS = [sys.executable, "-m", "interlock_demo.cli", "screenshots"]
+# Another process trying to write to a SQLite file at once: prints "locked" or "wrote".
+TRY_TO_WRITE = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=0)
+try:
+    conn.execute("BEGIN IMMEDIATE")
+    conn.execute("INSERT INTO t VALUES (1)")
+    conn.execute("COMMIT")
+    print("wrote")
+except sqlite3.OperationalError:
+    print("locked")
+"""
 
 
 def modes(home: Path) -> dict[str, int]:
@@ -131,3 +144,27 @@ def test_screenshots_out_keeps_the_users_umask(tmp_path: Path) -> None:
     svgs = sorted(out.glob("*.svg"))
     assert [p.stem for p in svgs] == ["hand-refund", "idle"]
     assert {stat.S_IMODE(p.stat().st_mode) for p in svgs} == {0o640}
+
+
+def test_preparing_the_home_never_drops_this_process_sqlite_locks(tmp_path: Path) -> None:
+    """`Paths.prepare()` while this process holds a lock on the journal leaves the lock held:
+    opening and closing the file would drop it (POSIX locks belong to the process), and with
+    several engines in one process (the sweep) that corrupted the journal."""
+    paths = Paths(tmp_path / "interlock-home").prepare()
+    conn = sqlite3.connect(paths.store, isolation_level=None, timeout=0)
+    try:
+        conn.execute("CREATE TABLE t (x)")
+        conn.execute("BEGIN EXCLUSIVE")
+        paths.prepare()
+        other = subprocess.run(
+            [sys.executable, "-c", TRY_TO_WRITE, str(paths.store)],
+            capture_output=True,
+            text=True,
+            timeout=DEADLINE_S,
+            check=False,
+        )
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+    assert other.stdout.strip() == "locked", other.stderr
+    assert stat.S_IMODE(paths.store.stat().st_mode) == 0o600
