@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from interlock_demo.engine import Engine, RunRequest
 from interlock_demo.run import Run
@@ -45,8 +47,9 @@ def write_runs(config: DemoConfig, out: Path) -> Path:
         f"# Every scenario, {config.mode}",
         "",
         _stamp(config.mode, "Runs of every scenario with the checked column"),
-        "| scenario | column | in Stripe (read back) | reported | wanted | verdict | predicted |",
-        "|---|---|---|---|---|---|---|",
+        "| scenario | column | in Stripe (read back) | reported | wanted | verdict | truthful "
+        "| predicted |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for doc in docs:
         for col in doc["columns"]:
@@ -60,9 +63,13 @@ def write_runs(config: DemoConfig, out: Path) -> Path:
             predicted = "yes" if col["as_predicted"] else "NO"
             lines.append(
                 f"| {doc['scenario']} | {col['name']} | {refunds} | {outcome.get('status')} | "
-                f"{col['wanted'].get('text')} | {verdict} | {predicted} |"
+                f"{col['wanted'].get('text')} | {verdict} | {truthful_text(col)} | {predicted} |"
             )
     lines += [
+        "",
+        "*Verdict* compares Stripe with what was wanted; *truthful* says whether the column's "
+        "report matches Stripe (a report of no refund of its own while its refund exists is "
+        "a false alarm, even when the money is right).",
         "",
         f"Full run documents (`interlock-demo/run@1`): `runs_{config.mode}.json`.",
         "",
@@ -70,6 +77,20 @@ def write_runs(config: DemoConfig, out: Path) -> Path:
     path = out / f"runs_{config.mode}.md"
     path.write_text("\n".join(lines))
     return path
+
+
+def truthful_text(col: dict[str, Any]) -> str:
+    """Whether a column's report was true, and if not, which way it was wrong."""
+    truthful = col.get("truthful")
+    if truthful is None:
+        return "n/a"
+    if truthful:
+        return "yes"
+    stripe = col.get("stripe") or {"refunds": []}
+    own = any(r.get("by") == "agent" for r in stripe["refunds"])
+    if own:
+        return "NO: a false alarm (its own refund exists)"
+    return "NO: it claims a refund that is not there"
 
 
 def write_sweep(config: DemoConfig, out: Path) -> Path:
@@ -98,27 +119,48 @@ def write_sweep(config: DemoConfig, out: Path) -> Path:
     return path
 
 
-def main_results(out: Path) -> int:
-    """Write every result file; returns the exit code (non-zero if a step failed)."""
-    from interlock_demo import e2e_report, screenshots
+@dataclass(frozen=True)
+class Step:
+    """One part of `results/`: how to write it, or why it is skipped here."""
 
-    out.mkdir(parents=True, exist_ok=True)
+    name: str
+    write: Callable[[], object]
+    skipped: str | None = None
+
+
+def plan(out: Path) -> list[Step]:
+    """The steps, in order; the engine comparison is skipped without the temporal extra."""
+    from interlock_demo import e2e_report, screenshots
+    from interlock_demo.temporal_engine import temporal_unavailable
+
     offline = resolve(mode="offline")
     mock = resolve(mode="mock")
-    steps: list[tuple[str, Callable[[], object]]] = [
-        ("mock runs", lambda: write_runs(mock, out)),
-        ("offline runs", lambda: write_runs(offline, out)),
-        ("sweep (offline)", lambda: write_sweep(offline, out)),
-        (
+    comparison = out / "e2e_offline.md"
+    missing = temporal_unavailable()
+    return [
+        Step("mock runs", lambda: write_runs(mock, out)),
+        Step("offline runs", lambda: write_runs(offline, out)),
+        Step("sweep (offline)", lambda: write_sweep(offline, out)),
+        Step(
             "engine comparison (offline)",
-            lambda: e2e_report.main(out / "e2e_offline.md", parallel=5),
+            lambda: e2e_report.main(comparison, parallel=5),
+            None if missing is None else f"{missing}; {comparison} is left as it was",
         ),
-        ("screenshots (offline)", lambda: screenshots.main(out / "screenshots")),
+        Step("screenshots (offline)", lambda: screenshots.main(out / "screenshots")),
     ]
+
+
+def main_results(out: Path) -> int:
+    """Write every result file; returns the exit code (non-zero if a step failed)."""
+    out.mkdir(parents=True, exist_ok=True)
     code = 0
-    for name, step in steps:
+    for step in plan(out):
+        if step.skipped is not None:
+            sys.stderr.write(f"results: {step.name} skipped: {step.skipped}\n")
+            continue
+        name = step.name
         sys.stderr.write(f"results: {name}...\n")
-        written = step()
+        written = step.write()
         if isinstance(written, int) and written != 0:
             sys.stderr.write(f"results: {name} failed (exit {written})\n")
             code = written

@@ -113,9 +113,25 @@ def main(out: Path = DEFAULT_OUT, scenario: str = "all") -> int:
     except ScreenshotError as e:
         print(f"interlock-demo screenshots: {e}", file=sys.stderr)
         return 3
-    for svg in svgs:
-        png = to_png(svg)
-        print(svg if png is None else f"{svg}\n{png}")
+    for line in pngs_for(svgs):
+        print(line)
     if shutil.which("rsvg-convert") is None:
-        print("(no PNGs: rsvg-convert not found; install librsvg2-bin)", file=sys.stderr)
+        print(
+            "(no PNGs: rsvg-convert not found; install librsvg2-bin. Older PNGs next to "
+            "these SVGs were removed, so none shows an earlier screen.)",
+            file=sys.stderr,
+        )
     return 0
+
+
+def pngs_for(svgs: Sequence[Path]) -> list[Path]:
+    """Each SVG and its PNG; without `rsvg-convert` an older PNG is removed, never left stale."""
+    written: list[Path] = []
+    for svg in svgs:
+        written.append(svg)
+        png = to_png(svg)
+        if png is not None:
+            written.append(png)
+        else:
+            svg.with_suffix(".png").unlink(missing_ok=True)
+    return written
