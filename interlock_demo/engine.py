@@ -53,6 +53,7 @@ from interlock_demo.settings import (
 from interlock_demo.supervisor import SIGKILL_EXIT, Supervisor, WorkerProcess, WorkerState
 from scenarios import (
     COLUMNS,
+    FAULTS,
     LEASE_CAP,
     PAYMENT_AMOUNT,
     REFUND_AMOUNT,
@@ -65,6 +66,7 @@ from workers.agent import ScriptedModel
 from workers.columns import (
     EMULATOR,
     MOCK,
+    READS_ON_RESTART,
     STRIPE,
     Case,
     MemoryBox,
@@ -93,6 +95,8 @@ IN_FLIGHT = "in-flight"
 IN_FLIGHT_HOLD_MS = 500
 # How long a worker may take beyond the claim wait before the run counts as stuck.
 WORKER_GRACE_S = 90.0
+# Reports that settle nothing: the gate's `pending` and the other workers' `unknown`.
+UNSETTLED = ("pending", "unknown")
 
 
 class BusyError(RuntimeError):
@@ -496,6 +500,9 @@ class _ColumnRunner:
 
         run.update(col.name, set_case)
         self.event("setup", f"new $100.00 payment {payment.id}; approval for refunds up to $20.00")
+        if sc.fault is not None:
+            self._fault_steps()
+            return
 
         for n, point in enumerate(sc.kills):
             if n == 0:
@@ -528,19 +535,101 @@ class _ColumnRunner:
         pacer = self.run_.pacer
         return pacer is not None and pacer.held
 
-    def _outage(self) -> None:
+    def _outage(self, *, held: bool = False) -> None:
         assert self.case is not None
         outage = self.sc.outage
+        when = "while the refund call is held at Stripe, " if held else ""
         if outage == "hand-refund":
             refund = self.payments.create_refund(self.case.payment_intent, REFUND_AMOUNT)
             self.event(
-                "outage", f"support refunds $20.00 by hand ({refund.id}), no key, no metadata"
+                "outage",
+                f"{when}support refunds $20.00 by hand ({refund.id}), no key, no metadata",
             )
         elif outage == "revoke":
             self.store.revoke_lease(self.case.lease_id, "support")
-            self.event("outage", "support revokes the approval")
+            self.event("outage", f"{when}support revokes the approval")
         else:
-            self.event("outage", "nobody does anything during the outage")
+            self.event(
+                "outage",
+                f"{when}nobody does anything" if held else "nobody does anything during the outage",
+            )
+
+    def fault_model(self) -> PaymentsModel:
+        """The emulator's model, to arm faults on; fault cells need one this engine runs."""
+        raise _ColumnFailed(
+            "fault cells need real workers against the emulator this engine started "
+            "(offline mode, standalone engine)"
+        )
+
+    def _fault_steps(self) -> None:
+        """A fault-axis cell (`scenarios.FAULTS`): Stripe answers the first refund call
+        with the cell's fault, and the outage action runs while that call is held.
+
+        The first worker lives (or dies where the fault says) and handles the answer
+        itself. A worker whose report settles nothing, or that died, is restarted once, as
+        a supervisor would; a report of a refused key gets one more restart once support
+        fixed the key. The card is read once the held call has ended at Stripe.
+        """
+        sc, col = self.sc, self.col
+        assert self.case is not None and sc.fault is not None
+        spec = FAULTS[sc.fault]
+        model = self.fault_model()
+        hold_ms = spec.hold_for(self.config.timing.stripe_timeout_s)
+        failed: list[Exception] = []
+
+        def while_held() -> None:
+            # The emulator's request thread: the call has reached Stripe and waits for this.
+            try:
+                self._outage(held=True)
+            except Exception as e:
+                failed.append(e)
+
+        held = model.add_fault(
+            spec.kind,
+            stage=spec.stage,
+            hold_ms=hold_ms,
+            payment_intent=self.case.payment_intent,
+            on_start=while_held,
+        )
+        self.event("fault", f"armed for the first refund call: {spec.story}")
+        self.pace("decision")
+        first = None if spec.crash_point == "none" else spec.crash_point
+        code = self.launch(first)
+        if code != (SIGKILL_EXIT if first else 0):
+            raise _ColumnFailed(f"the first worker exited {code}; see its events")
+        if not held.started.is_set():
+            raise _ColumnFailed("the worker's first refund call never reached the emulator")
+        if failed:
+            raise _ColumnFailed(f"the outage action failed: {error_text(failed[0])}")
+        # Long enough for the held call, the gate's in-flight window and a slow machine.
+        limit = hold_ms / 1000 + self.config.timing.in_flight_s + WORKER_GRACE_S
+        restarts = 1 if first or self._unsettled() else 0
+        key_fixed = False
+        while restarts:
+            restarts -= 1
+            if first:
+                self.run_.set_state(col.name, "killed")
+            if spec.restart_after_landing and not held.ended.wait(limit):
+                raise _ColumnFailed(f"the held refund call did not end within {limit:g} s")
+            if spec.read_fault and col.name in READS_ON_RESTART and not key_fixed:
+                model.add_fault(spec.read_fault, payment_intent=self.case.payment_intent)
+            self.run_.set_state(col.name, "restarting")
+            seen = len(col.events)
+            code = self.launch(None)
+            if code != 0:
+                raise _ColumnFailed(f"the restarted worker exited {code}; see its events")
+            if not key_fixed and any(e.kind == "key-refused" for e in col.events[seen:]):
+                key_fixed = True
+                restarts = 1
+                self.event("key-fixed", "support fixes the key and runs the worker again")
+        if not held.ended.wait(limit):
+            raise _ColumnFailed(f"the held refund call did not end within {limit:g} s")
+        self.pace("result")
+        self._card()
+
+    def _unsettled(self) -> bool:
+        """Whether the column's last report settles nothing (unknown or pending)."""
+        return (self.col.outcome or {}).get("status") in UNSETTLED
 
     def launch(self, crash_point: str | None) -> int | None:
         """Run one worker to its end; returns its exit code."""
@@ -608,8 +697,10 @@ class _ColumnRunner:
         agent_ids = {r["id"] for r in counting if r["by"] == "agent"}
         claims_own = outcome.get("status") in ("sent", "adopted")
         # Truthful: it says a refund of its own exists exactly when one does, and names it.
-        truthful = claims_own == bool(agent_ids) and (
-            not claims_own or outcome.get("refund_id") in agent_ids
+        # Pending or unknown claims nothing either way (DESIGN §3): truthful, shown as unknown.
+        truthful = outcome.get("status") in UNSETTLED or (
+            claims_own == bool(agent_ids)
+            and (not claims_own or outcome.get("refund_id") in agent_ids)
         )
         deviations = []
         if exp is None:
@@ -678,6 +769,12 @@ class _ProcessColumn(_ColumnRunner):
         self.supervisor = supervisor
         self.stripe_base = stripe_base
         self.emulator = emulator
+
+    def fault_model(self) -> PaymentsModel:
+        """The emulator this engine started; a fault cell cannot run against another."""
+        if self.emulator is None:
+            return super().fault_model()
+        return self.emulator
 
     def launch(self, crash_point: str | None) -> int | None:
         assert self.case is not None

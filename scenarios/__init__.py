@@ -38,6 +38,8 @@ class Scenario:
     # Further crash points for the restarted workers (a kill during recovery).
     later_kills: tuple[str, ...] = ()
     sweep: bool = False
+    # A fault-axis cell: the id of the `FAULTS` entry Stripe answers the first call with.
+    fault: str | None = None
 
     @property
     def kills(self) -> tuple[str, ...]:
@@ -196,8 +198,147 @@ def sweep_scenario(crash_point: str, outage: Outage) -> Scenario:
     )
 
 
+# The fault axis (issue 10): what Stripe answers to the first refund call of each
+# column's worker, x every outage action, done while that call is held at Stripe.
+@dataclass(frozen=True)
+class FaultSpec:
+    """One kind of answer to the first refund call, as the emulator provokes it.
+
+    `hold_over_timeout_s`: a hold lasts the client's Stripe timeout plus this, so that it
+    ends after the client gave up and inside the 5 s in-flight margin (DESIGN §4).
+    `lands`: Stripe began executing the first call, so its refund is made whatever the
+    answer said; a call that never began (a 429) did not reach Stripe in §3's sense.
+    `crash_point`: where the first worker dies ("none": it lives and handles the answer).
+    `restart_after_landing`: a restart waits until the held call has landed (else it comes
+    at once, while the call may still be running). `read_fault`: armed for the restarted
+    worker's first read.
+    """
+
+    id: str
+    kind: str
+    stage: str | None
+    lands: bool
+    story: str
+    hold_over_timeout_s: float | None = None
+    hold_ms: int = 0
+    crash_point: str = "none"
+    restart_after_landing: bool = False
+    read_fault: str | None = None
+
+    def hold_for(self, stripe_timeout_s: float) -> int:
+        """The hold in milliseconds for a client with this Stripe timeout."""
+        if self.hold_over_timeout_s is None:
+            return self.hold_ms
+        return round((stripe_timeout_s + self.hold_over_timeout_s) * 1000)
+
+
+FAULTS: dict[str, FaultSpec] = {
+    f.id: f
+    for f in (
+        FaultSpec(
+            id="timeout-then-lands",
+            kind="hold",
+            stage="before_commit",
+            lands=True,
+            hold_over_timeout_s=1.0,
+            restart_after_landing=True,
+            story="Stripe holds the call past the client's timeout, then makes the refund",
+        ),
+        FaultSpec(
+            id="in-progress-409",
+            kind="hold",
+            stage="before_commit",
+            lands=True,
+            hold_over_timeout_s=3.0,
+            story="Stripe holds the call long enough that a resend meets it still running (409)",
+        ),
+        FaultSpec(
+            id="5xx-after-commit",
+            kind="error_500",
+            stage="after_commit",
+            lands=True,
+            story="Stripe makes the refund, then answers 500 (saved and replayed under the key)",
+        ),
+        FaultSpec(
+            id="lost-answer",
+            kind="drop",
+            stage=None,
+            lands=True,
+            story="Stripe makes the refund; the connection closes with no answer",
+        ),
+        FaultSpec(
+            id="429",
+            kind="error_429",
+            stage=None,
+            lands=False,
+            story="Stripe rate-limits the call: nothing made, nothing saved",
+        ),
+        FaultSpec(
+            id="garbled-2xx",
+            kind="garbled_2xx",
+            stage=None,
+            lands=True,
+            story="Stripe makes the refund; the 200's body is not JSON",
+        ),
+        FaultSpec(
+            id="read-401-on-recovery",
+            kind="hold",
+            stage="after_commit",
+            lands=True,
+            hold_ms=500,
+            crash_point="after-answer",
+            read_fault="read_401",
+            story="the worker dies after Stripe's answer; the restarted worker's first read "
+            "gets a 401 (a key problem), and a later one works once the key is fixed",
+        ),
+    )
+}
+SWEEP_FAULTS = tuple(FAULTS)
+_FAULT_PREFIX = "sweep-fault/"
+
+
+def fault_scenario(fault: str, outage: Outage) -> Scenario:
+    """One cell of the fault sweep, with what is wanted by the rule of DESIGN §3.
+
+    The outage action happens while the first refund call is held at Stripe, so a call
+    Stripe began executing reached it before the action: its refund is wanted once. A
+    call that never began (`lands` false) did not: the refund is wanted only if nobody
+    acted (a resend makes it).
+    """
+    spec = FAULTS.get(fault)
+    if spec is None or outage not in SWEEP_OUTAGES:
+        raise KeyError(f"no fault sweep cell {fault}/{outage}")
+    agent = 1 if outage == "none" or spec.lands else 0
+    hand = 1 if outage == "hand-refund" else 0
+    wanted = " and ".join(
+        part
+        for part in (
+            "the agent's $20 refund once" if agent else "",
+            "the hand refund" if hand else "",
+        )
+        if part
+    )
+    return Scenario(
+        id=f"{_FAULT_PREFIX}{fault}/{outage}",
+        key="",
+        title=f"Fault sweep: {fault}, outage {outage}",
+        crash_point=spec.crash_point,
+        outage=outage,
+        story=f"{spec.story}; while the call is held: {outage}.",
+        wanted_text=wanted or "no refund",
+        wanted_agent_refunds=agent,
+        wanted_hand_refunds=hand,
+        sweep=True,
+        fault=fault,
+    )
+
+
 def scenario(scenario_id: str) -> Scenario:
-    """The scenario with this id, or a `sweep/CRASH/OUTAGE` cell; `KeyError` names valid ones."""
+    """The scenario with this id, a `sweep/CRASH/OUTAGE` or a `sweep-fault/FAULT/OUTAGE`
+    cell; `KeyError` names valid ones."""
+    if scenario_id.startswith(_FAULT_PREFIX):
+        fault, _, outage = scenario_id[len(_FAULT_PREFIX) :].partition("/")
+        return fault_scenario(fault, outage)  # type: ignore[arg-type]
     if scenario_id.startswith(_SWEEP_PREFIX):
         crash, _, outage = scenario_id[len(_SWEEP_PREFIX) :].partition("/")
         return sweep_scenario(crash, outage)  # type: ignore[arg-type]
@@ -211,7 +352,7 @@ def scenario(scenario_id: str) -> Scenario:
 
 def expectation(scenario_id: str, column: str, emulated: list[str]) -> Expectation | None:
     """The truth table's row for this column, for the switches in use (None for a sweep cell)."""
-    if scenario_id.startswith(_SWEEP_PREFIX):
+    if scenario_id.startswith((_SWEEP_PREFIX, _FAULT_PREFIX)):
         return None
     for switch in emulated:
         row = TRUTH.get((scenario_id, switch))

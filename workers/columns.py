@@ -27,6 +27,7 @@ from interlock import (
     Outcome,
     Owner,
     Payments,
+    PaymentsAuthError,
     PaymentsRejectedError,
     PaymentsUnsettledError,
     Store,
@@ -49,6 +50,10 @@ CRASH_POINTS = (
     "after-outcome",
     "during-recovery",
 )
+
+# Columns whose restarted worker reads the payment before it acts (a read fault can hit
+# it); the standard worker resends on its saved decision without reading anything.
+READS_ON_RESTART = frozenset({"interlock", "checked"})
 
 # Gate events that are crash points for the interlock worker.
 _GATE_CRASH_POINTS = {
@@ -249,7 +254,18 @@ def _plain(ctx: WorkerContext, *, checked: bool) -> dict[str, Any]:
         ctx.crash("during-recovery")
         retry = True
         if checked:
-            stop = _recheck(ctx, decision)
+            try:
+                stop = _recheck(ctx, decision)
+            except PaymentsAuthError as e:
+                return _key_refused(ctx, e)
+            except PaymentsUnsettledError as e:
+                # No answer to the re-check is no reason to stop, nor to send: say so.
+                ctx.emit("recheck", f"could not re-read the refunds: {e.detail}; nothing sent")
+                return {
+                    "status": "unknown",
+                    "reason": f"could not re-check: {e.detail}",
+                    "refund_id": None,
+                }
             if stop is not None:
                 return {"status": "stopped", "reason": stop, "refund_id": None}
     key = str(saved["key"])
@@ -268,6 +284,8 @@ def _plain(ctx: WorkerContext, *, checked: bool) -> dict[str, Any]:
         # The common pattern has no answer for this: it reports what it knows, nothing more.
         ctx.emit("answer", f"no settled answer from {ctx.answerer}: {e.detail}")
         return {"status": "unknown", "reason": e.detail, "refund_id": None}
+    except PaymentsAuthError as e:
+        return _key_refused(ctx, e)
     except PaymentsRejectedError as e:
         ctx.emit("answer", f"{ctx.answerer} refused: {e.code}: {e.provider_message}")
         return {"status": "failed", "reason": f"{e.code}: {e.provider_message}", "refund_id": None}
@@ -283,8 +301,23 @@ def _plain(ctx: WorkerContext, *, checked: bool) -> dict[str, Any]:
     return {"status": "sent", "reason": None, "refund_id": refund.id}
 
 
+def _key_refused(ctx: WorkerContext, e: PaymentsAuthError) -> dict[str, Any]:
+    """A refused key settles nothing: report it as unknown, naming the key problem.
+
+    It is a configuration error: whether the refund exists is not known from here, so the
+    report claims nothing; whoever fixes the key runs the worker again.
+    """
+    reason = f"the key was refused (HTTP {e.http_status}) on {e.operation}; nothing settled"
+    ctx.emit("key-refused", f"{reason}: fix the key and run the worker again")
+    return {"status": "unknown", "reason": reason, "refund_id": None}
+
+
 def _recheck(ctx: WorkerContext, decision: Decision) -> str | None:
-    """The hand-written check: stop if the refunds or the approval changed."""
+    """The hand-written check: stop if the refunds or the approval changed.
+
+    A read that fails raises (`PaymentsAuthError`, `PaymentsUnsettledError`): then nothing
+    was checked.
+    """
     payment = ctx.payments.get_payment(ctx.case.payment_intent)
     lease = ctx.store.lease(ctx.case.lease_id)
     if refunds_fingerprint(payment.refunds) != decision.fingerprint:
@@ -310,6 +343,25 @@ def _interlock(ctx: WorkerContext) -> dict[str, Any]:
         clock=ctx.clock,
         sleep=ctx.sleep,
     )
+    try:
+        return _gate_outcome(ctx, gate)
+    except PaymentsAuthError as e:
+        # The gate settles nothing on a refused key (DESIGN §4 "Reads"): the action stays
+        # pending, its reservation kept, and recovery finishes it once the key works.
+        reason = f"the key was refused (HTTP {e.http_status}) on {e.operation}; nothing settled"
+        ctx.emit("key-refused", f"{reason}: fix the key and run recovery again")
+        mine = ctx.store.actions(case.metadata)
+        return {
+            "status": "pending",
+            "reason": reason,
+            "refund_id": None,
+            "action_id": mine[-1] if mine else None,
+        }
+
+
+def _gate_outcome(ctx: WorkerContext, gate: Gate) -> dict[str, Any]:
+    """Recover this case's journaled action, or decide and submit a new one."""
+    case = ctx.case
     mine = ctx.store.actions(case.metadata)
     pending = [aid for aid in mine if aid in set(ctx.store.pending())]
     if pending:
