@@ -46,12 +46,13 @@ answer are in; `on_commit` runs then) and `ended` (the model is done with the re
 
 from __future__ import annotations
 
-import itertools
+import bisect
 import json
 import math
 import secrets
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -279,10 +280,17 @@ class PaymentsModel:
         self._lock = threading.RLock()
         self._intents: dict[str, JSONObj] = {}
         self._refunds: dict[str, JSONObj] = {}
-        self._order = itertools.count()
+        # Indexes, so that no create or list scans every refund or key: refund ids in
+        # creation order (all, and per payment), each refund's place in that order, and
+        # per payment the amount its counting refunds hold.
+        self._order: list[str] = []
+        self._by_payment: dict[str, list[str]] = {}
         self._seq: dict[str, int] = {}
-        self._keys: dict[str, _KeyEntry] = {}
-        self._faults: list[Fault] = []
+        self._refunded: dict[str, int] = {}
+        self._last_created = 0
+        # Ordered by first use, so pruning pops expired keys from the front.
+        self._keys: OrderedDict[str, _KeyEntry] = OrderedDict()
+        self._faults: dict[str, Fault] = {}
         self._armed: list[Fault] = []
         self.requests: list[tuple[str, str]] = []
 
@@ -348,19 +356,19 @@ class PaymentsModel:
             on_commit=on_commit,
         )
         with self._lock:
-            self._faults.append(fault)
+            self._faults[fault.id] = fault
             self._armed.append(fault)
         return fault
 
     def faults(self) -> list[Fault]:
         """Every fault armed so far, spent ones included."""
         with self._lock:
-            return list(self._faults)
+            return list(self._faults.values())
 
     def fault(self, fault_id: str) -> Fault | None:
         """One fault by id."""
         with self._lock:
-            return next((f for f in self._faults if f.id == fault_id), None)
+            return self._faults.get(fault_id)
 
     def clear_faults(self) -> None:
         """Disarm every fault."""
@@ -439,9 +447,16 @@ class PaymentsModel:
 
     def _idempotency_check(self, endpoint: str, params: JSONObj, key: str) -> Reply | None:
         now = self.now()
-        for k in [k for k, e in self._keys.items() if now - e.created >= IDEMPOTENCY_KEY_TTL_S]:
-            del self._keys[k]
+        while self._keys:
+            oldest = next(iter(self._keys.values()))
+            if now - oldest.created < IDEMPOTENCY_KEY_TTL_S:
+                break
+            self._keys.popitem(last=False)
         entry = self._keys.get(key)
+        if entry is not None and now - entry.created >= IDEMPOTENCY_KEY_TTL_S:
+            # First used before a step back of the clock: the pruning above stopped short.
+            del self._keys[key]
+            entry = None
         if entry is None:
             self._keys[key] = _KeyEntry(endpoint, params, created=now)
             return None
@@ -555,22 +570,23 @@ class PaymentsModel:
             if pi is not None and pi not in self._intents:
                 err = _missing("payment_intent", pi, param="payment_intent")
                 return Reply(err.status, err.envelope())
-            rows = [r for r in self._refunds.values() if pi is None or r["payment_intent"] == pi]
-            rows.sort(key=lambda r: (r["created"], self._seq[r["id"]]), reverse=True)
+            ids = self._order if pi is None else self._by_payment.get(pi, [])
             after, before = query.get("starting_after"), query.get("ending_before")
-            ids = [r["id"] for r in rows]
-            for cursor, name in ((after, "starting_after"), (before, "ending_before")):
-                if cursor is not None and cursor not in ids:
-                    err = _missing("refund", cursor, param=name)
-                    return Reply(err.status, err.envelope())
+            # `ids` runs oldest first; a page runs newest first.
             if after is not None:
-                rows = rows[ids.index(after) + 1 :]
-                page, has_more = rows[:limit], len(rows) > limit
+                at = self._position(ids, after, "starting_after")
+                if isinstance(at, Reply):
+                    return at
+                start = max(0, at - limit)
+                chosen, has_more = ids[start:at], start > 0
             elif before is not None:
-                rows = rows[: ids.index(before)]
-                page, has_more = rows[-limit:], len(rows) > limit
+                at = self._position(ids, before, "ending_before")
+                if isinstance(at, Reply):
+                    return at
+                chosen, has_more = ids[at + 1 : at + 1 + limit], len(ids) - at - 1 > limit
             else:
-                page, has_more = rows[:limit], len(rows) > limit
+                chosen, has_more = ids[-limit:], len(ids) > limit
+            page = [self._refunds[rid] for rid in reversed(chosen)]
             return Reply(
                 200,
                 {
@@ -581,6 +597,15 @@ class PaymentsModel:
                 },
             )
 
+    def _position(self, ids: list[str], cursor: str, param: str) -> int | Reply:
+        """Where a cursor refund stands in `ids` (a creation-ordered list), by bisection."""
+        seq = self._seq.get(cursor)
+        at = -1 if seq is None else bisect.bisect_left(ids, seq, key=self._seq.__getitem__)
+        if at < 0 or at >= len(ids) or ids[at] != cursor:
+            err = _missing("refund", cursor, param=param)
+            return Reply(err.status, err.envelope())
+        return at
+
     def set_refund_status(self, refund_id: str, status: str) -> JSONObj:
         """Move a refund to another status (as Stripe does when a refund settles or fails)."""
         if status not in REFUND_STATUSES:
@@ -589,6 +614,10 @@ class PaymentsModel:
             refund = self._refunds.get(refund_id)
             if refund is None:
                 raise KeyError(refund_id)
+            was, now = refund["status"] in _COUNTING, status in _COUNTING
+            if was != now:
+                change = refund["amount"] if now else -refund["amount"]
+                self._refunded[refund["payment_intent"]] += change
             refund["status"] = status
             return _copy(refund)
 
@@ -721,12 +750,7 @@ class PaymentsModel:
                     code="charge_not_refundable",
                     saved=True,
                 )
-            refunded = sum(
-                r["amount"]
-                for r in self._refunds.values()
-                if r["payment_intent"] == pi and r["status"] in _COUNTING
-            )
-            left = intent["amount"] - refunded
+            left = intent["amount"] - self._refunded.get(pi, 0)
             if left <= 0:
                 raise StripeModelError(
                     400,
@@ -751,7 +775,7 @@ class PaymentsModel:
                 "amount": amount,
                 "balance_transaction": new_id("txn"),
                 "charge": intent["latest_charge"],
-                "created": int(self.now()),
+                "created": self._created(),
                 "currency": intent["currency"],
                 "customer": None,
                 "customer_account": None,
@@ -766,8 +790,16 @@ class PaymentsModel:
                 "transfer_reversal": None,
             }
             self._refunds[refund_id] = refund
-            self._seq[refund_id] = next(self._order)
+            self._seq[refund_id] = len(self._order)
+            self._order.append(refund_id)
+            self._by_payment.setdefault(pi, []).append(refund_id)
+            self._refunded[pi] = self._refunded.get(pi, 0) + amount
             return _copy(refund)
+
+    def _created(self) -> int:
+        """A refund's `created`: now, never before the last one, so creation order is time order."""
+        self._last_created = max(self._last_created, int(self.now()))
+        return self._last_created
 
 
 def _server_error() -> StripeModelError:
