@@ -35,7 +35,9 @@ from interlock._leases import Lease
 from interlock._payments import Payment, Payments, Refund, refunds_fingerprint
 from interlock._receipts import Check, Receipt
 from interlock._store_memory import MemoryStore
+from interlock._store_postgres import PostgresStore
 from interlock._store_sqlite import SQLiteStore
+from interlock._stores import open_store
 from interlock._stripe import DeadlineHTTPClient, StripePayments, make_stripe_client
 from interlock._verify import VerifyResult, verify
 
@@ -60,6 +62,7 @@ __all__ = [  # noqa: RUF022 - sorted case-insensitively, as httpx does
     "MemoryStore",
     "new_action_id",
     "Observation",
+    "open_store",
     "Outcome",
     "Owner",
     "Payment",
@@ -68,6 +71,7 @@ __all__ = [  # noqa: RUF022 - sorted case-insensitively, as httpx does
     "PaymentsError",
     "PaymentsRejectedError",
     "PaymentsUnsettledError",
+    "PostgresStore",
     "REASON_NO_TARGET",
     "REASON_WORLD_CHANGED",
     "Receipt",

@@ -1,7 +1,9 @@
 """`python -m interlock verify [STORE]`: check a store's receipt chain.
 
-Exit 0 when the chain holds, 1 on any problem, 2 on bad usage (no such file, or a file
-that is not an interlock store). The store is opened read-only and never written.
+STORE is a SQLite file's path or a `postgresql://` URL. Exit 0 when the chain holds, 1 on
+any problem, 2 on bad usage (no such file or database, or one that is not an interlock
+store). The store is opened read-only (PostgreSQL: `READ ONLY` transactions) and never
+written.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import sys
 from pathlib import Path
 
 from interlock._errors import StoreError
-from interlock._store_sqlite import SQLiteStore
+from interlock._store_postgres import is_postgres_url
+from interlock._stores import describe_store, open_store
 from interlock._verify import verify
 
 DEFAULT_STORE_NAME = "interlock.sqlite3"
@@ -34,20 +37,22 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     v = sub.add_parser("verify", help="check the receipt chain of a store")
     v.add_argument(
-        "store", nargs="?", help="path of the SQLite store (default: under INTERLOCK_HOME)"
+        "store",
+        nargs="?",
+        help="path of the SQLite store or a postgresql:// URL (default: under INTERLOCK_HOME)",
     )
     v.add_argument("--json", action="store_true", help="print the result as JSON")
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:
         return 2 if e.code else 0
-    path = Path(args.store) if args.store else default_store_path()
-    if not path.is_file():
-        print(f"no interlock store at {path}: give the path of a store file", file=sys.stderr)
+    location = args.store or str(default_store_path())
+    if not is_postgres_url(location) and not Path(location).is_file():
+        print(f"no interlock store at {location}: give the path of a store file", file=sys.stderr)
         return 2
     try:
         # Read-only: checking a store must never change it (no schema, no migration).
-        store = SQLiteStore.open_read_only(path)
+        store = open_store(location, read_only=True)
     except StoreError as e:
         print(str(e), file=sys.stderr)
         return 2
@@ -60,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         state = "holds" if result.ok else "is BROKEN"
         signed = "signed" if result.signed else "unsigned"
-        print(f"{path}: chain of {result.chain_length} receipts ({signed}) {state}")
+        where = describe_store(location)
+        print(f"{where}: chain of {result.chain_length} receipts ({signed}) {state}")
         for problem in result.problems:
             print(f"  - {problem}")
     return 0 if result.ok else 1

@@ -98,3 +98,45 @@ def release_hold(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
     monkeypatch.setattr(model_module, "time", shim)
     yield shim.release
     shim.release.set()
+
+
+# -- PostgreSQL ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def pg_dsn() -> Iterator[str]:
+    """A PostgreSQL server for the session: INTERLOCK_TEST_PG_DSN, else one pgserver starts.
+
+    pgserver ships PostgreSQL's binaries in its wheel (the `test` extra installs it); the
+    server runs from a fresh temporary directory and is stopped and deleted at the end.
+    """
+    given = os.environ.get("INTERLOCK_TEST_PG_DSN")
+    if given:
+        yield given
+        return
+    import tempfile
+    import warnings
+
+    with warnings.catch_warnings():
+        # platformdirs warns at import when XDG_RUNTIME_DIR is unset (CI): harmless here.
+        warnings.simplefilter("ignore")
+        import pgserver
+
+        server = pgserver.get_server(tempfile.mkdtemp(prefix="ilpg-"), cleanup_mode="delete")
+    try:
+        yield server.get_uri()
+    finally:
+        server.cleanup()
+
+
+@pytest.fixture
+def pg_schema(pg_dsn: str) -> Iterator[str]:
+    """A schema of its own for one test (dropped afterwards), so tests never share rows."""
+    import uuid
+
+    import psycopg
+
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    yield schema
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

@@ -1,9 +1,9 @@
 """Test helper: a worker process that runs `gate.recover()` once, after a start barrier.
 
-    python tests/helpers/recoverer.py STORE BASE_URL WORKER_ID
+    python tests/helpers/recoverer.py STORE BASE_URL WORKER_ID   (STORE: a path or a URL)
 
-It opens the SQLite store, builds a gate over the real `stripe` SDK pointed at the
-emulator (key from `STRIPE_SECRET_KEY`, Timing(8, 3)), prints `ready`, and waits for one
+It opens the store (a SQLite path or a PostgreSQL URL), builds a gate over the real
+`stripe` SDK pointed at the emulator (key from `STRIPE_SECRET_KEY`, Timing(8, 3)), prints `ready`, and waits for one
 line on stdin: the barrier, so that two recoverers start together. Then it recovers and
 prints one JSON line: its outcomes, how many creates it sent, and whether it waited on
 another worker's claim.
@@ -19,12 +19,12 @@ from typing import Any
 from interlock import (
     Gate,
     Owner,
-    SQLiteStore,
     StripePayments,
     StripeRefund,
     Switches,
     Timing,
     make_stripe_client,
+    open_store,
 )
 
 
@@ -32,7 +32,7 @@ def main(store_path: str, base_url: str, worker_id: str) -> int:
     """Recover every pending action once the barrier opens; report on stdout."""
     events: list[str] = []
     client = make_stripe_client(os.environ["STRIPE_SECRET_KEY"], timeout_s=3.0, base_url=base_url)
-    store = SQLiteStore(store_path)
+    store = open_store(store_path)
     gate = Gate(
         store,
         StripeRefund(StripePayments(client)),

@@ -1,0 +1,791 @@
+"""One contract for every store: memory, SQLite and PostgreSQL pass the same tests.
+
+The rules live once (`RuleStore`); these tests hold each backend to them, so that no
+backend can drift: the store's calls one by one (claims, fencing by epoch, the grace on
+a `sending` claim, leases, receipts, scans), the gate's truth-table rows through the
+shared rig, a property test that runs random histories against each backend and the
+in-memory reference side by side, and a race of real processes (threads for memory,
+which lives in one process).
+
+Tests that move time use the fake clock of `tests/helpers/gate_rig.py`. On PostgreSQL
+the store's clock is the database's; the clock seam (`clock_source=`) puts the fake
+clock in its place, read at the same point (after the write lock), so these tests
+exercise PostgreSQL's rows, locks and transactions under the same rules. What the
+database clock itself brings is tested in `tests/test_store_postgres.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from interlock import (
+    ACTION_METADATA_KEY,
+    ActionError,
+    Check,
+    Intent,
+    Lease,
+    LeaseError,
+    MemoryStore,
+    Owner,
+    PostgresStore,
+    Settlement,
+    SQLiteStore,
+    Store,
+    StripePayments,
+    make_stripe_client,
+    new_action_id,
+    open_store,
+    refunds_fingerprint,
+    verify,
+)
+from interlock_demo.payments import StripeEmulator
+from tests.conftest import TEST_KEY
+from tests.helpers.gate_rig import (
+    AMOUNT,
+    TIMING,
+    Clock,
+    Crash,
+    GateWorld,
+    gone_owner,
+    remote_owner,
+)
+from tests.test_store_processes import HELPERS, Child
+
+BACKENDS = ("memory", "sqlite", "postgres")
+TTL = 6.0
+GRACE = 2.0
+
+
+@dataclass
+class Backend:
+    """A store under test: handles on one store, on a given clock or on the store's own."""
+
+    name: str
+    # Where processes find it: a SQLite path or a PostgreSQL URL (None for memory).
+    location: str | None
+    _make: Callable[[Callable[[], float] | None], Store]
+    opened: list[Store] = field(default_factory=list)
+    # One clock and one handle for all of a property test's examples.
+    clock: Clock = field(default_factory=Clock)
+    _on_clock: Store | None = None
+
+    def on_clock(self) -> Store:
+        """The one handle on `clock`, opened at the first call."""
+        if self._on_clock is None:
+            self._on_clock = self.make(self.clock)
+        return self._on_clock
+
+    def make(self, clock: Callable[[], float] | None = None) -> Store:
+        """A handle on this backend's store, on `clock` (None: the store's own clock)."""
+        store = self._make(clock)
+        self.opened.append(store)
+        return store
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    """Each store kind in turn; every handle it opened is closed afterwards."""
+    name = request.param
+    if name == "memory":
+        shared: list[MemoryStore] = []
+
+        def memory(clock: Callable[[], float] | None) -> Store:
+            # One store in one process: every handle is the same, on the first clock given.
+            if not shared:
+                shared.append(MemoryStore(clock=clock or time.time))
+            return shared[0]
+
+        b = Backend(name, None, memory)
+    elif name == "sqlite":
+        path = tmp_path / "journal.sqlite3"
+        b = Backend(
+            name,
+            str(path),
+            lambda clock: SQLiteStore(path, clock=clock or time.time),
+        )
+    else:
+        dsn: str = request.getfixturevalue("pg_dsn")
+        schema: str = request.getfixturevalue("pg_schema")
+        b = Backend(
+            name,
+            f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}",
+            lambda clock: PostgresStore(dsn, schema=schema, clock_source=clock or "database"),
+        )
+    yield b
+    for store in b.opened:
+        store.close()
+
+
+def _lease(store: Store, now: float, cap: int = 2_000, target: str = "pi_contract") -> Lease:
+    return store.grant_lease(
+        Lease(
+            id=f"lease_{uuid.uuid4().hex[:10]}",
+            kind="refund",
+            target=target,
+            cap=cap,
+            expires_at=now + 3600,
+            granted_by="support",
+            granted_at=now,
+        )
+    )
+
+
+def _intent(lease: Lease, amount: int = AMOUNT, created_at: float = 0.0, **meta: str) -> Intent:
+    return Intent(
+        new_action_id(),
+        "refund",
+        lease.target,
+        amount,
+        lease.id,
+        "sha256:seen",
+        metadata=meta,
+        created_at=created_at,
+    )
+
+
+def _sent(external_id: str = "re_1", amount: int = AMOUNT) -> Settlement:
+    return Settlement("sent", None, external_id, amount)
+
+
+CHECKS = [Check("claim", "held", "held", True)]
+
+
+# -- the store's calls, one by one -------------------------------------------------------
+
+
+def test_begin_journals_the_intent_and_takes_the_claim_with_epoch_1(backend: Backend) -> None:
+    """Commit 1 journals the intent and takes its claim, timed by the store's clock."""
+    clock = Clock()
+    store = backend.make(clock)
+    intent = _intent(_lease(store, clock()))
+    owner = gone_owner("w1")
+
+    attempt = store.begin(intent, owner, TTL, GRACE)
+
+    assert (attempt.status, attempt.epoch, attempt.now) == ("taken", 1, clock())
+    state = store.action(intent.action_id)
+    assert state is not None and state.intent == intent and state.settlement is None
+    assert state.claim is not None
+    assert (state.claim.owner, state.claim.claimed_at, state.claim.expires_at) == (
+        owner,
+        clock(),
+        clock() + TTL,
+    )
+    assert [h.record for h in store.history(intent.action_id)] == ["intent", "claim"]
+    assert store.pending() == [intent.action_id]
+
+
+def test_a_live_claim_is_held_against_another_owner(backend: Backend) -> None:
+    """A second owner meets a live claim held by a remote owner: nothing changes."""
+    clock = Clock()
+    store = backend.make(clock)
+    intent = _intent(_lease(store, clock()))
+    store.begin(intent, remote_owner(), TTL, GRACE)
+    clock.sleep(TTL - 0.5)
+
+    attempt = store.take_claim(intent.action_id, remote_owner(), TTL, GRACE)
+
+    assert attempt.status == "held" and attempt.state.attempts == 1
+
+
+def test_an_expired_claim_is_taken_with_a_new_epoch(backend: Backend) -> None:
+    """Once expired, another owner takes the claim; the journal names whom it took over."""
+    clock = Clock()
+    store = backend.make(clock)
+    intent = _intent(_lease(store, clock()))
+    first = remote_owner("first")
+    store.begin(intent, first, TTL, GRACE)
+    clock.sleep(TTL)
+
+    attempt = store.take_claim(intent.action_id, remote_owner("second"), TTL, GRACE)
+
+    assert (attempt.status, attempt.epoch) == ("taken", 2)
+    claims = [h.data for h in store.history(intent.action_id) if h.record == "claim"]
+    assert claims[-1]["took_over"] == first.to_dict() and claims[-1]["early"] is False
+
+
+def test_an_action_id_names_one_decision(backend: Backend) -> None:
+    """The same action id with another decision is refused, and nothing is changed."""
+    clock = Clock()
+    store = backend.make(clock)
+    intent = _intent(_lease(store, clock()))
+    store.begin(intent, gone_owner(), TTL, GRACE)
+    other = Intent.from_dict({**intent.to_dict(), "amount": AMOUNT + 1})
+
+    with pytest.raises(ActionError, match="different decision"):
+        store.begin(other, gone_owner(), TTL, GRACE)
+
+    state = store.action(intent.action_id)
+    assert state is not None and state.intent.amount == AMOUNT and state.attempts == 1
+
+
+def test_commits_2_and_3_are_fenced_on_the_epoch(backend: Backend) -> None:
+    """A gate whose take was followed by another writes nothing: not `sending`, not an outcome."""
+    clock = Clock()
+    store = backend.make(clock)
+    intent = _intent(_lease(store, clock()))
+    owner = remote_owner()
+    old = store.begin(intent, owner, TTL, GRACE).epoch
+    clock.sleep(TTL)
+    # The same identity takes again (a restarted worker id): only the epoch tells them apart.
+    new = store.take_claim(intent.action_id, owner, TTL, GRACE).epoch
+    assert new == old + 1
+
+    assert store.mark_sending(intent.action_id, old, TTL + 1).status == "claim_lost"
+    assert store.settle(intent.action_id, old, owner, _sent(), CHECKS, {}, None) is None
+    assert store.mark_sending(intent.action_id, new, TTL + 1).status == "ok"
+    receipt = store.settle(intent.action_id, new, owner, _sent(), CHECKS, {}, None)
+    assert receipt is not None and receipt.body["epoch"] == new
+
+
+def test_mark_sending_renews_the_claim_and_reserves_the_lease(backend: Backend) -> None:
+    """Commit 2 renews the claim to at least now + ttl, marks it sending and reserves."""
+    clock = Clock()
+    store = backend.make(clock)
+    lease = _lease(store, clock())
+    intent = _intent(lease)
+    epoch = store.begin(intent, remote_owner(), TTL, GRACE).epoch
+    clock.sleep(2.0)
+
+    sending = store.mark_sending(intent.action_id, epoch, 9.0)
+
+    assert sending.status == "ok" and sending.claim is not None
+    assert sending.claim.sending and sending.claim.expires_at == clock() + 9.0
+    assert sending.left_s == pytest.approx(9.0)
+    stored = store.lease(lease.id)
+    assert stored is not None and dict(stored.reservations) == {intent.action_id: AMOUNT}
+
+
+def test_an_expired_claim_cannot_mark_sending(backend: Backend) -> None:
+    """A claim that expired before commit 2 sends nothing, even if nobody took it since."""
+    clock = Clock()
+    store = backend.make(clock)
+    intent = _intent(_lease(store, clock()))
+    epoch = store.begin(intent, remote_owner(), TTL, GRACE).epoch
+    clock.sleep(TTL)
+
+    assert store.mark_sending(intent.action_id, epoch, TTL).status == "claim_lost"
+
+
+def test_a_sending_claim_waits_for_expiry_plus_grace(backend: Backend) -> None:
+    """Nobody takes a `sending` claim before its expiry plus the grace, its own owner included."""
+    clock = Clock()
+    store = backend.make(clock)
+    intent = _intent(_lease(store, clock()))
+    owner = gone_owner()
+    epoch = store.begin(intent, owner, TTL, GRACE).epoch
+    expires = store.mark_sending(intent.action_id, epoch, TTL).claim
+    assert expires is not None
+    clock.now = expires.expires_at + GRACE - 0.01
+
+    for taker in (owner, gone_owner(), remote_owner()):
+        assert store.take_claim(intent.action_id, taker, TTL, GRACE).status == "held"
+    clock.now = expires.expires_at + GRACE
+    assert store.take_claim(intent.action_id, remote_owner(), TTL, GRACE).status == "taken"
+
+
+def test_a_dead_owners_sending_claim_is_taken_early_only_when_its_refund_was_found(
+    backend: Backend,
+) -> None:
+    """Same host, owner gone: taken early with `found_own`, never without it."""
+    clock = Clock()
+    store = backend.make(clock)
+    intent = _intent(_lease(store, clock()))
+    epoch = store.begin(intent, gone_owner(), TTL, GRACE).epoch
+    assert store.mark_sending(intent.action_id, epoch, TTL).status == "ok"
+
+    assert store.take_claim(intent.action_id, gone_owner(), TTL, GRACE).status == "held"
+    taken = store.take_claim(intent.action_id, gone_owner(), TTL, GRACE, found_own=True)
+    assert taken.status == "taken"
+    claims = [h.data for h in store.history(intent.action_id) if h.record == "claim"]
+    assert claims[-1]["early"] is True
+
+
+def test_early_takeover_is_same_host_only(backend: Backend) -> None:
+    """An owner on another host is never taken over early, whatever the lookup found."""
+    clock = Clock()
+    store = backend.make(clock)
+    for sending in (False, True):
+        intent = _intent(_lease(store, clock()))
+        epoch = store.begin(intent, remote_owner(), TTL, GRACE).epoch
+        if sending:
+            assert store.mark_sending(intent.action_id, epoch, TTL).status == "ok"
+        attempt = store.take_claim(intent.action_id, gone_owner(), TTL, GRACE, found_own=True)
+        assert attempt.status == "held", sending
+
+
+def test_a_gone_owners_claim_before_sending_is_taken_at_once(backend: Backend) -> None:
+    """Same host, pid gone, never `sending`: the claim is taken before it expires."""
+    clock = Clock()
+    store = backend.make(clock)
+    intent = _intent(_lease(store, clock()))
+    store.begin(intent, gone_owner(), TTL, GRACE)
+
+    assert store.take_claim(intent.action_id, remote_owner(), TTL, GRACE).status == "taken"
+
+
+def test_two_actions_on_one_lease_cannot_reserve_past_its_cap(backend: Backend) -> None:
+    """The second reservation that would pass the cap is refused at commit 2."""
+    clock = Clock()
+    store = backend.make(clock)
+    lease = _lease(store, clock(), cap=3_000)
+    a, b = _intent(lease), _intent(lease)
+    ea = store.begin(a, remote_owner(), TTL, GRACE).epoch
+    eb = store.begin(b, remote_owner(), TTL, GRACE).epoch
+
+    assert store.mark_sending(a.action_id, ea, TTL).status == "ok"
+    refused = store.mark_sending(b.action_id, eb, TTL)
+
+    assert refused.status == "lease_refused" and refused.reason
+    stored = store.lease(lease.id)
+    assert stored is not None and dict(stored.reservations) == {a.action_id: AMOUNT}
+
+
+def test_settle_writes_outcome_receipt_and_spend_together(backend: Backend) -> None:
+    """Commit 3: the outcome, a chained receipt, the spend; the reservation is released."""
+    clock = Clock()
+    store = backend.make(clock)
+    lease = _lease(store, clock())
+    owner = remote_owner()
+    receipts = []
+    for status in ("sent", "refused"):
+        intent = _intent(lease, amount=500)
+        epoch = store.begin(intent, owner, TTL, GRACE).epoch
+        assert store.mark_sending(intent.action_id, epoch, TTL).status == "ok"
+        clock.sleep(0.25)
+        verdict = _sent(amount=500) if status == "sent" else Settlement("refused", "changed")
+        receipt = store.settle(intent.action_id, epoch, owner, verdict, CHECKS, {"x": 1}, None)
+        assert receipt is not None
+        receipts.append(receipt)
+        state = store.action(intent.action_id)
+        assert state is not None and state.settlement is not None
+        assert (state.settlement.status, state.settlement.at) == (status, clock())
+        assert state.receipt == receipt and state.claim is not None
+        assert not state.claim.sending and not state.claim.live(clock())
+
+    assert [r.seq for r in receipts] == [1, 2]
+    assert receipts[1].prev_hash == receipts[0].hash
+    assert list(store.receipts()) == receipts
+    stored = store.lease(lease.id)
+    assert stored is not None and (stored.spent, dict(stored.reservations)) == (500, {})
+    assert store.pending() == []
+    assert sorted(s.action_id for s in store.settled()) == sorted(r.action_id for r in receipts)
+    result = verify(store)
+    assert result.ok and result.chain_length == 2, result.problems
+
+
+def test_an_unknown_action_settles_only_by_finding_its_refund(backend: Backend) -> None:
+    """The unknown mark is unfenced and for good; a refusal is refused, a found refund settles."""
+    clock = Clock()
+    store = backend.make(clock)
+    intent = _intent(_lease(store, clock()))
+    owner = remote_owner()
+    epoch = store.begin(intent, owner, TTL, GRACE).epoch
+    assert store.mark_sending(intent.action_id, epoch, TTL).status == "ok"
+    clock.sleep(TTL + GRACE)
+    store.take_claim(intent.action_id, remote_owner(), TTL, GRACE)
+
+    store.mark_unknown(intent.action_id, "500 after execution began")  # by the fenced owner
+
+    state = store.action(intent.action_id)
+    assert state is not None and state.unknown == "500 after execution began"
+    assert store.mark_sending(intent.action_id, state.attempts, TTL).status == "unknown"
+    with pytest.raises(ActionError, match="unknown"):
+        store.settle(
+            intent.action_id, state.attempts, owner, Settlement("refused", "x"), [], {}, None
+        )
+    assert store.settle(intent.action_id, state.attempts, owner, _sent(), [], {}, None)
+
+
+def test_release_ends_a_claim_that_is_not_sending(backend: Backend) -> None:
+    """A released claim is taken at once by anyone; a `sending` one is not released."""
+    clock = Clock()
+    store = backend.make(clock)
+    intent = _intent(_lease(store, clock()))
+    epoch = store.begin(intent, remote_owner(), TTL, GRACE).epoch
+
+    store.release(intent.action_id, epoch)
+
+    taken = store.take_claim(intent.action_id, remote_owner(), TTL, GRACE)
+    assert taken.status == "taken"
+    assert store.mark_sending(intent.action_id, taken.epoch, TTL).status == "ok"
+    store.release(intent.action_id, taken.epoch)
+    assert store.take_claim(intent.action_id, remote_owner(), TTL, GRACE).status == "held"
+
+
+def test_leases_grant_revoke_and_refuse_a_second_grant(backend: Backend) -> None:
+    """A lease is granted once, revoked at the store's clock, and checks refuse under it."""
+    clock = Clock()
+    store = backend.make(clock)
+    lease = _lease(store, clock())
+    with pytest.raises(LeaseError, match="already exists"):
+        store.grant_lease(lease)
+    clock.sleep(1)
+
+    revoked = store.revoke_lease(lease.id, "support")
+
+    assert (revoked.revoked_at, revoked.revoked_by) == (clock(), "support")
+    assert store.lease(lease.id) == revoked
+    intent = _intent(lease)
+    epoch = store.begin(intent, remote_owner(), TTL, GRACE).epoch
+    assert store.mark_sending(intent.action_id, epoch, TTL).status == "lease_refused"
+    with pytest.raises(LeaseError, match="no such lease"):
+        store.revoke_lease("lease_missing", "support")
+
+
+def test_scans_list_oldest_first_and_filter_by_kind_and_metadata(backend: Backend) -> None:
+    """`pending` and `actions` list oldest first; `actions` filters on intent metadata."""
+    clock = Clock()
+    store = backend.make(clock)
+    lease = _lease(store, clock())
+    late = _intent(lease, created_at=20.0, case="a", column="interlock")
+    early = _intent(lease, created_at=10.0, case="a", column="standard")
+    other = _intent(lease, created_at=15.0, case="b", column="interlock")
+    for intent in (late, early, other):
+        store.begin(intent, remote_owner(), TTL, GRACE)
+    ids = [early.action_id, other.action_id, late.action_id]
+
+    assert store.pending() == ids and store.pending("refund") == ids
+    assert store.pending("payout") == []
+    assert store.actions() == ids
+    assert store.actions({"case": "a"}) == [early.action_id, late.action_id]
+    assert store.actions({"case": "a", "column": "interlock"}) == [late.action_id]
+    assert store.actions({"case": "zzz"}) == []
+
+
+def test_every_write_is_one_commit(backend: Backend) -> None:
+    """`commits` counts the durable commits: three for begin, mark_sending and settle."""
+    clock = Clock()
+    store = backend.make(clock)
+    intent = _intent(_lease(store, clock()))
+    owner = remote_owner()
+    before = store.commits
+
+    epoch = store.begin(intent, owner, TTL, GRACE).epoch
+    store.mark_sending(intent.action_id, epoch, TTL)
+    store.settle(intent.action_id, epoch, owner, _sent(), CHECKS, {}, None)
+    store.action(intent.action_id)
+    store.pending()
+
+    assert store.commits - before == 3
+
+
+def test_a_write_that_raises_leaves_nothing_behind(backend: Backend) -> None:
+    """A rule refusing in the middle of a write rolls the whole transaction back."""
+    clock = Clock()
+    store = backend.make(clock)
+    intent = _intent(_lease(store, clock()))
+    owner = remote_owner()
+    epoch = store.begin(intent, owner, TTL, GRACE).epoch
+    store.mark_unknown(intent.action_id, "5xx")
+    history = store.history(intent.action_id)
+    commits = store.commits
+
+    with pytest.raises(ActionError):
+        store.settle(intent.action_id, epoch, owner, Settlement("refused", "x"), [], {}, None)
+
+    assert store.history(intent.action_id) == history and list(store.receipts()) == []
+    assert store.commits == commits
+
+
+# -- the gate's truth table through the shared rig ----------------------------------------
+
+
+def _world(backend: Backend) -> GateWorld:
+    return GateWorld(backend.make)
+
+
+def test_gate_hand_refund_during_the_outage_is_refused(backend: Backend) -> None:
+    """Crash before the send, a hand refund, recovery: refused, one refund (the hand one)."""
+    world = _world(backend)
+    lease = world.grant(AMOUNT)
+    intent = world.decide(AMOUNT, lease.id)
+    with pytest.raises(Crash):
+        world.gate(gone_owner(), crash_at="before-send").submit(intent)
+    world.payments.create_refund(world.pi, AMOUNT)
+
+    outcome = world.gate(gone_owner()).recover_action(intent.action_id)
+
+    assert outcome.status == "refused"
+    assert world.agent_refunds() == [] and len(world.hand_refunds()) == 1
+    assert verify(world.store, world.payments).ok
+
+
+def test_gate_revoked_during_the_outage_sends_nothing(backend: Backend) -> None:
+    """Crash before the send, the approval revoked, recovery: refused, no refund."""
+    world = _world(backend)
+    lease = world.grant(AMOUNT)
+    intent = world.decide(AMOUNT, lease.id)
+    with pytest.raises(Crash):
+        world.gate(gone_owner(), crash_at="before-send").submit(intent)
+    world.store.revoke_lease(lease.id, "support")
+
+    outcome = world.gate(gone_owner()).recover_action(intent.action_id)
+
+    assert outcome.status == "refused" and world.refunds() == []
+
+
+def test_gate_after_the_answer_adopts_its_refund_at_once(backend: Backend) -> None:
+    """Crash after Stripe's answer: recovery finds its own refund and sends nothing more."""
+    world = _world(backend)
+    lease = world.grant(AMOUNT)
+    intent = world.decide(AMOUNT, lease.id)
+    with pytest.raises(Crash):
+        world.gate(gone_owner(), crash_at="after-answer").submit(intent)
+    started = world.clock()
+
+    outcome = world.gate(gone_owner()).recover_action(intent.action_id)
+
+    assert outcome.status == "adopted" and len(world.agent_refunds(intent.action_id)) == 1
+    assert world.clock() == started  # no claim wait: the dead owner's send had landed
+    assert verify(world.store, world.payments).ok
+
+
+def test_gate_waits_out_a_remote_owner_that_may_still_send(backend: Backend) -> None:
+    """A claim marked `sending` by another host is waited out (expiry + grace), then sent once."""
+    world = _world(backend)
+    lease = world.grant(AMOUNT)
+    intent = world.decide(AMOUNT, lease.id)
+    with pytest.raises(Crash):
+        world.gate(remote_owner(), crash_at="before-send").submit(intent)
+    state = world.store.action(intent.action_id)
+    assert state is not None and state.claim is not None and state.claim.sending
+
+    outcome = world.gate(gone_owner()).recover_action(intent.action_id)
+
+    assert outcome.status == "sent" and len(world.agent_refunds(intent.action_id)) == 1
+    assert world.clock() >= state.claim.expires_at + TIMING.grace_s
+
+
+# -- property: random histories, each backend against the in-memory reference -------------
+
+OWNERS = ("a", "b")
+Step = tuple[str, str, float]  # (operation, owner, seconds the clock moves first)
+steps = st.lists(
+    st.tuples(
+        st.sampled_from(["begin", "take", "sending", "settle", "refuse", "release", "unknown"]),
+        st.sampled_from(OWNERS),
+        st.sampled_from([0.0, 0.5, 3.0, 7.0]),
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+def _play(store: Store, clock: Clock, lease: Lease, intent: Intent, story: list[Step]) -> list[str]:
+    """Run one story on a store; what each step answered, as text to compare."""
+    owners = {n: Owner(f"owner-{n}", 2**22 + i, 0.0, "host-" + n) for i, n in enumerate(OWNERS)}
+    epochs: dict[str, int] = {}
+    seen: list[str] = []
+    for op, who, dt in story:
+        clock.sleep(dt)
+        owner, aid = owners[who], intent.action_id
+        try:
+            if op == "begin":
+                a = store.begin(intent, owner, TTL, GRACE)
+                epochs[who] = a.epoch or epochs.get(who, 0)
+                seen.append(f"{a.status}:{a.epoch}")
+            elif store.action(aid) is None:
+                seen.append("absent")
+            elif op == "take":
+                a = store.take_claim(aid, owner, TTL, GRACE)
+                epochs[who] = a.epoch or epochs.get(who, 0)
+                seen.append(f"{a.status}:{a.epoch}")
+            elif op == "sending":
+                s = store.mark_sending(aid, epochs.get(who, 0), TTL + 1)
+                seen.append(f"{s.status}:{s.left_s:.3f}")
+            elif op in ("settle", "refuse"):
+                v = _sent() if op == "settle" else Settlement("refused", "changed")
+                r = store.settle(aid, epochs.get(who, 0), owner, v, CHECKS, {}, None)
+                seen.append("fenced" if r is None else f"receipt:{r.body['outcome']}")
+            elif op == "release":
+                store.release(aid, epochs.get(who, 0))
+                seen.append("released")
+            else:
+                store.mark_unknown(aid, "5xx")
+                seen.append("unknown")
+        except ActionError as e:
+            seen.append(f"error:{e}")
+    state = store.action(intent.action_id)
+    if state is not None:
+        claim = state.claim
+        seen.append(
+            json.dumps(
+                {
+                    "attempts": state.attempts,
+                    "settled": None if state.settlement is None else state.settlement.status,
+                    "claim": None if claim is None else [claim.epoch, claim.sending],
+                    "unknown": state.unknown,
+                    "records": [h.record for h in store.history(intent.action_id)],
+                    "lease": dict((store.lease(lease.id) or lease).reservations),
+                    "spent": (store.lease(lease.id) or lease).spent,
+                }
+            )
+        )
+    return seen
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(story=steps)
+def test_random_histories_answer_as_the_reference_does(backend: Backend, story: list[Step]) -> None:
+    """Any history of claims, sends, outcomes, releases and 5xx marks by two owners on two
+    hosts: the backend answers every step as the in-memory reference does, and at most one
+    outcome and one receipt exist (one store per test; fresh action and lease per example)."""
+    clock, ref_clock = backend.clock, Clock()
+    store = backend.on_clock()
+    ref_clock.now = clock.now
+    reference = MemoryStore(clock=ref_clock)
+    lease = Lease(f"lease_{uuid.uuid4().hex[:10]}", "refund", "pi_p", 5_000, clock() + 3600,
+                  "support", clock())  # fmt: skip
+    store.grant_lease(lease)
+    reference.grant_lease(lease)
+    intent = _intent(lease)
+
+    got = _play(store, clock, lease, intent, story)
+    wanted = _play(reference, ref_clock, lease, intent, story)
+
+    assert got == wanted
+    outcomes = [s for s in got if s.startswith("receipt:")]
+    assert len(outcomes) <= 1
+    assert [r.action_id for r in store.receipts()].count(intent.action_id) == len(outcomes)
+
+
+# -- a race of real processes (threads for memory) ----------------------------------------
+
+
+def _payments(emulator: StripeEmulator) -> StripePayments:
+    return StripePayments(make_stripe_client(TEST_KEY, timeout_s=2.0, base_url=emulator.url))
+
+
+def test_racing_recoverers_send_once(
+    backend: Backend, emulator: StripeEmulator, tmp_path: Path, spawn: list[Child]
+) -> None:
+    """Two recoverers (processes; threads on memory) race for one abandoned action: one send."""
+    payments = _payments(emulator)
+    payment = payments.create_payment(5_000)
+    store = backend.make()
+    lease = _lease(store, time.time(), target=payment.id)
+    intent = Intent(
+        new_action_id(),
+        "refund",
+        payment.id,
+        AMOUNT,
+        lease.id,
+        refunds_fingerprint(payments.list_refunds(payment.id)),
+        created_at=time.time(),
+    )
+    # A worker on this host that journaled its claim and died before `sending`.
+    dead = Owner("crashed-worker", 2**22 + 7, 0.0, socket.gethostname())
+    assert store.begin(intent, dead, 60.0, GRACE).status == "taken"
+    # The winner's answer is held a little, so the loser surely meets the winner's claim.
+    emulator.model.add_fault("hold", hold_ms=700, commit=True)
+
+    if backend.location is None:
+        reports = _race_in_threads(store, emulator)
+    else:
+        workers = [
+            spawn_child(spawn, tmp_path, wid, backend.location, emulator.url)
+            for wid in ("recoverer-a", "recoverer-b")
+        ]
+        for w in workers:
+            assert w.line() == "ready"
+        for w in workers:
+            w.send("go")
+        reports = [json.loads(w.line()) for w in workers]
+        assert [w.finish() for w in workers] == [0, 0]
+
+    refunds = payments.list_refunds(payment.id)
+    assert len(refunds) == 1 and refunds[0].metadata[ACTION_METADATA_KEY] == intent.action_id
+    assert emulator.model.requests.count(("POST", "refunds")) == 1
+    assert sorted(r["sends"] for r in reports) == [0, 1], reports
+    check = backend.make()
+    assert [(r.action_id, r.outcome) for r in check.receipts()] == [(intent.action_id, "sent")]
+    stored = check.lease(lease.id)
+    assert stored is not None and (stored.spent, dict(stored.reservations)) == (AMOUNT, {})
+    assert verify(check, payments).ok
+
+
+def spawn_child(
+    spawn: list[Child], tmp_path: Path, worker_id: str, location: str, base_url: str
+) -> Child:
+    """A recoverer process on the store at `location`, waiting at its start barrier."""
+    child = Child(
+        [str(HELPERS / "recoverer.py"), location, base_url, worker_id],
+        tmp_path / f"{worker_id}.stderr",
+    )
+    spawn.append(child)
+    return child
+
+
+def _race_in_threads(store: Store, emulator: StripeEmulator) -> list[dict[str, object]]:
+    from interlock import Gate, StripeRefund, Switches, Timing
+
+    barrier = threading.Barrier(2)
+    reports: list[dict[str, object]] = []
+    failures: list[BaseException] = []
+
+    def run(worker_id: str) -> None:
+        events: list[str] = []
+        gate = Gate(
+            store,
+            StripeRefund(_payments(emulator)),
+            timing=Timing(claim_ttl_s=8, stripe_timeout_s=3),
+            switches=Switches(),
+            owner=Owner.current(worker_id),
+            on_event=lambda kind, _data: events.append(kind),
+        )
+        try:
+            barrier.wait(timeout=10)
+            gate.recover()
+            reports.append({"worker": worker_id, "sends": events.count("before-send")})
+        except BaseException as e:
+            failures.append(e)
+
+    threads = [threading.Thread(target=run, args=(w,)) for w in ("thread-a", "thread-b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+        assert not t.is_alive()
+    assert failures == []
+    return reports
+
+
+@pytest.fixture
+def spawn() -> Iterator[list[Child]]:
+    """Children started by a test; each is killed (if still running) and reaped afterwards."""
+    children: list[Child] = []
+    yield children
+    for child in children:
+        child.close()
+
+
+def test_open_store_opens_each_kind_by_its_location(backend: Backend) -> None:
+    """`open_store` opens a SQLite path or a PostgreSQL URL (its schema in the query)."""
+    if backend.location is None:
+        pytest.skip("a memory store has no location")
+    clock = Clock()
+    store = backend.make(clock)
+    lease = _lease(store, clock())
+
+    opened = open_store(backend.location)
+    try:
+        assert opened.lease(lease.id) == lease
+        assert type(opened) is type(store)
+    finally:
+        opened.close()
