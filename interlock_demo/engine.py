@@ -910,8 +910,8 @@ class _MockColumn(_ColumnRunner):
             seconds = float(ev.get("seconds", 0.0))
             ev = {
                 **ev,
-                "text": f"simulated: a real worker would wait {seconds:.1f} s here for the "
-                "dead worker's claim; mock skips the wait",
+                "text": f"simulated: waits out the dead worker's claim, {seconds:.1f} s on "
+                "the mock clock (no real time passes)",
             }
         super().on_worker_event(ev, pid)
         if self.pace_s > 0:
