@@ -3,8 +3,9 @@
     python tests/helpers/recoverer.py STORE BASE_URL WORKER_ID   (STORE: a path or a URL)
 
 It opens the store (a SQLite path or a PostgreSQL URL), builds a gate over the real
-`stripe` SDK pointed at the emulator (key from `STRIPE_SECRET_KEY`, Timing(8, 3)), prints `ready`, and waits for one
-line on stdin: the barrier, so that two recoverers start together. Then it recovers and
+`stripe` SDK pointed at the emulator (key from `STRIPE_SECRET_KEY`, Timing(8, 3)), prints
+`ready`, and waits for one line on stdin: the barrier, so that two recoverers start
+together. Then it recovers and
 prints one JSON line: its outcomes, how many creates it sent, and whether it waited on
 another worker's claim.
 """
