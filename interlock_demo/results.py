@@ -19,7 +19,7 @@ from interlock_demo.engine import Engine, RunRequest
 from interlock_demo.run import Run
 from interlock_demo.settings import DemoConfig, resolve
 from interlock_demo.sweep import interlock_failures, run_sweep, table
-from scenarios import SCENARIOS
+from scenarios import FAULTS, SCENARIOS, SWEEP_FAULTS
 
 COMMAND = "interlock-demo results"
 
@@ -119,6 +119,44 @@ def write_sweep(config: DemoConfig, out: Path) -> Path:
     return path
 
 
+def write_sweep_faults(config: DemoConfig, out: Path) -> Path:
+    """The fault sweep (Stripe's answer to the first refund call x outage x column)."""
+    cells = run_sweep(config, faults=SWEEP_FAULTS, progress=sys.stderr)
+    failures = interlock_failures(cells)
+    verdict = (
+        "Interlock is right and truthful in every cell, its approval never spent past its cap."
+        if not failures
+        else f"Interlock is WRONG, untruthful or over its cap in {len(failures)} cells."
+    )
+    faults = "\n".join(f"- `{f.id}`: {f.story}." for f in FAULTS.values())
+    text = (
+        "# Answer it every way: the fault sweep\n\n"
+        + _stamp(
+            config.mode,
+            "Every Stripe answer to the first refund call x every outage x every column, "
+            "each a real run",
+        )
+        + "The emulator answers the first refund call of each column's worker with the "
+        "fault, and the outage action happens while that call is held at Stripe. Faults:\n\n"
+        + faults
+        + "\n\nEach cell: what ended up in Stripe, and what each worker reported in turn (a "
+        "worker whose answer settled nothing is restarted once). *Wanted*: the agent's refund "
+        "exactly once if its call reached Stripe (began executing) before the outage action "
+        "or there was none, else not at all; a hand refund always stays. `unknown` and "
+        "`pending` claim nothing, so they count as truthful, and are shown as unknown. "
+        "*Untruthful*: the report claims a refund of its own exactly when none exists, or the "
+        "reverse (a 'stopped' over its own refund is a false alarm).\n\n"
+        + table(cells)
+        + f"\n{verdict}\n"
+    )
+    (out / "sweep_faults.json").write_text(
+        json.dumps({"mode": config.mode, "cells": [c.to_json() for c in cells]}, indent=2) + "\n"
+    )
+    path = out / "sweep_faults.md"
+    path.write_text(text)
+    return path
+
+
 @dataclass(frozen=True)
 class Step:
     """One part of `results/`: how to write it, or why it is skipped here."""
@@ -141,6 +179,7 @@ def plan(out: Path) -> list[Step]:
         Step("mock runs", lambda: write_runs(mock, out)),
         Step("offline runs", lambda: write_runs(offline, out)),
         Step("sweep (offline)", lambda: write_sweep(offline, out)),
+        Step("fault sweep (offline)", lambda: write_sweep_faults(offline, out)),
         Step(
             "engine comparison (offline)",
             lambda: e2e_report.main(comparison, parallel=5),

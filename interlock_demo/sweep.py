@@ -1,11 +1,33 @@
-"""`interlock-demo sweep`: kill it everywhere.
+"""`interlock-demo sweep`: kill it everywhere, and answer it every way.
 
 Every crash point on a refund's path x every outage action (none, a refund by hand, a
 revocation) x every column, each a real run (offline: real processes and real SIGKILL).
 For each cell: what is in Stripe against what is wanted (DESIGN §3's rule), the outcome
 the column reported, and whether that report was true. Exits 1 when interlock is wrong
-or untruthful in any cell (the standard and checked columns are expected to be wrong in
-some cells: that is what the table shows).
+or untruthful in any cell, or its lease was spent past its cap (the standard and checked
+columns are expected to be wrong in some cells: that is what the table shows).
+
+`--faults` sweeps Stripe's answer instead of the crash point (`scenarios.FAULTS`): the
+emulator answers the first refund call of each column's worker with the fault, and the
+outage action runs while that call is held at Stripe (the fault's `on_start`, in the
+emulator's request thread), so the call reached Stripe before the action. Offline only:
+only the emulator can give these answers on demand.
+
+Fault cells have no crash point: the fault is the event, and the worker lives to handle
+the answer, since what is tested is what a worker does with an answer that settles
+nothing while the world changes. Killing it as well would hand the answer to recovery
+and test the crash axis again. The standard and checked workers report such an answer
+as `unknown` and a supervisor restarts them once, as after a crash: their restart
+resends on the saved decision (checked re-checks first). A restart comes at once (in
+`in-progress-409` it meets the first call still running), or after the call landed in
+`timeout-then-lands`. One fault needs a restart by nature: in `read-401-on-recovery` the
+worker dies right after Stripe's answer (`after-answer`), and the restarted worker's first
+read gets a 401. A refused key is a configuration error, not an answer about the refund:
+the gate raises it and settles nothing, so the honest report is `pending` (`unknown` for
+the other workers) naming the key problem; support then fixes the key and the worker runs
+once more, and the cell's final report is what that run settles. Both reports are in the
+cell (`reports`). The standard worker's restart reads nothing, so no read fault is armed
+for it. Every card is read once the held call has ended at Stripe.
 """
 
 from __future__ import annotations
@@ -18,13 +40,24 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from interlock_demo.engine import Engine, RunRequest
-from interlock_demo.run import Run
+from interlock import SQLiteStore, Store
+from interlock_demo.engine import UNSETTLED, Engine, RunRequest
+from interlock_demo.run import Column, Run
 from interlock_demo.settings import DemoConfig
-from scenarios import COLUMNS, SWEEP_CRASH_POINTS, SWEEP_OUTAGES, sweep_scenario
+from scenarios import (
+    COLUMNS,
+    FAULTS,
+    SWEEP_CRASH_POINTS,
+    SWEEP_FAULTS,
+    SWEEP_OUTAGES,
+    Scenario,
+    fault_scenario,
+    sweep_scenario,
+)
 
 EXIT_OK = 0
 EXIT_INTERLOCK_WRONG = 1
+EXIT_USAGE = 2
 EXIT_UNFINISHED = 3
 # Runs at once: each run is three columns of worker processes on a 2-core machine.
 DEFAULT_PARALLEL = 3
@@ -32,7 +65,12 @@ DEFAULT_PARALLEL = 3
 
 @dataclass(frozen=True)
 class Cell:
-    """One column's result in one (crash point, outage) run."""
+    """One column's result in one (crash point or fault, outage) run.
+
+    `reported` is the column's last report; `reports` every worker's, in order. `lease`
+    (interlock only): the approval's cap, spent and reserved cents, read from the store;
+    `verified` (interlock only): whether `verify()` with the Stripe reader found no problem.
+    """
 
     crash_point: str
     outage: str
@@ -44,11 +82,28 @@ class Cell:
     reported: str
     reason: str | None
     error: str | None
+    fault: str | None = None
+    reports: tuple[str, ...] = ()
+    lease: dict[str, int] | None = None
+    verified: bool | None = None
+
+    @property
+    def overspent(self) -> bool:
+        """Whether the approval was spent (or reserved) past its cap."""
+        return self.lease is not None and (
+            self.lease["spent"] + self.lease["reserved"] > self.lease["cap"]
+        )
+
+    @property
+    def axis(self) -> str:
+        """What the row varies: the fault, or the crash point."""
+        return self.fault if self.fault is not None else self.crash_point
 
     def to_json(self) -> dict[str, Any]:
         """The cell as JSON."""
         return {
             "crash_point": self.crash_point,
+            "fault": self.fault,
             "outage": self.outage,
             "column": self.column,
             "ok": self.ok,
@@ -56,13 +111,23 @@ class Cell:
             "wanted": self.wanted,
             "got": self.got,
             "reported": self.reported,
+            "reports": list(self.reports),
             "reason": self.reason,
+            "lease": self.lease,
+            "verified": self.verified,
             "error": self.error,
         }
 
 
-def cells_of(run: Run, crash_point: str, outage: str) -> list[Cell]:
-    """The cells a finished sweep run produced, one per column."""
+def cells_of(
+    run: Run,
+    crash_point: str,
+    outage: str,
+    *,
+    fault: str | None = None,
+    store: Store | None = None,
+) -> list[Cell]:
+    """The cells a finished sweep run produced, one per column (`store`: for the lease)."""
     cells = []
     for col in run.columns:
         refunds = [r for r in (col.stripe or {}).get("refunds", []) if _counts(r)]
@@ -89,6 +154,10 @@ def cells_of(run: Run, crash_point: str, outage: str) -> list[Cell]:
                 reported=str(outcome.get("status") or "none"),
                 reason=outcome.get("reason"),
                 error=col.error or run.error,
+                fault=fault,
+                reports=_reports(col),
+                lease=_lease(store, col) if col.name == "interlock" else None,
+                verified=(col.verify or {}).get("ok") if col.name == "interlock" else None,
             )
         )
     return cells
@@ -98,42 +167,76 @@ def _counts(refund: dict[str, Any]) -> bool:
     return refund.get("status") in ("pending", "requires_action", "succeeded")
 
 
+def _reports(col: Column) -> tuple[str, ...]:
+    # Each worker's report is its `outcome` event, whose text starts "outcome: STATUS".
+    return tuple(
+        e.text.removeprefix("outcome: ").split(" ")[0].rstrip(":")
+        for e in col.events
+        if e.kind == "outcome"
+    )
+
+
+def _lease(store: Store | None, col: Column) -> dict[str, int] | None:
+    lease = store.lease(col.lease_id) if store is not None and col.lease_id else None
+    if lease is None:
+        return None
+    return {
+        "cap": lease.cap,
+        "spent": lease.spent,
+        "reserved": sum(lease.reservations.values()),
+    }
+
+
 def run_sweep(
     config: DemoConfig,
     *,
     crash_points: Iterable[str] = SWEEP_CRASH_POINTS,
     outages: Iterable[str] = SWEEP_OUTAGES,
+    faults: Iterable[str] | None = None,
     parallel: int = DEFAULT_PARALLEL,
     progress: TextIO | None = None,
 ) -> list[Cell]:
-    """Run every cell; returns the cells in table order."""
-    plan = [(c, o) for c in crash_points for o in outages]
+    """Run every cell; returns the cells in table order.
+
+    With `faults` (ids of `scenarios.FAULTS`) the rows are faults instead of crash points.
+    """
+    rows = list(faults) if faults is not None else list(crash_points)
+    plan = [(r, o) for r in rows for o in outages]
     results: dict[tuple[str, str], list[Cell]] = {}
     lock = threading.Lock()
     engines = [Engine(config) for _ in range(max(1, parallel))]
     free = list(engines)
+    store = SQLiteStore(config.paths.prepare().store)
 
     def one(cell: tuple[str, str]) -> None:
-        crash, outage = cell
+        row, outage = cell
         with lock:
             engine = free.pop()
         try:
-            sc = sweep_scenario(crash, outage)  # type: ignore[arg-type]
+            sc: Scenario = (
+                sweep_scenario(row, outage)  # type: ignore[arg-type]
+                if faults is None
+                else fault_scenario(row, outage)  # type: ignore[arg-type]
+            )
             run = engine.run(RunRequest(sc.id, checked=True))
-            found = cells_of(run, crash, outage)
         finally:
             with lock:
                 free.append(engine)
         with lock:
-            results[cell] = found
+            results[cell] = found = cells_of(
+                run,
+                row if faults is None else FAULTS[row].crash_point,
+                outage,
+                fault=None if faults is None else row,
+                store=store,
+            )
             if progress is not None:
                 marks = " ".join(
                     f"{c.column}:{'ok' if c.ok else 'WRONG'}{'' if c.truthful else '/UNTRUE'}"
+                    f"{'/OVERSPENT' if c.overspent else ''}"
                     for c in found
                 )
-                progress.write(
-                    f"[{len(results):2d}/{len(plan)}] {crash:<16} {outage:<12} {marks}\n"
-                )
+                progress.write(f"[{len(results):2d}/{len(plan)}] {row:<20} {outage:<12} {marks}\n")
                 progress.flush()
 
     try:
@@ -143,29 +246,32 @@ def run_sweep(
     finally:
         for engine in engines:
             engine.close()
+        store.close()
     return [cell for key in plan for cell in results[key]]
 
 
 def table(cells: list[Cell]) -> str:
-    """The sweep as a Markdown table: one row per (crash point, outage), a cell per column."""
+    """The sweep as a Markdown table: one row per (crash point or fault, outage), a cell
+    per column."""
     columns = [c for c in COLUMNS if any(cell.column == c for cell in cells)]
-    head = "| crash point | outage | wanted | " + " | ".join(columns) + " |"
+    axis = "fault" if any(c.fault is not None for c in cells) else "crash point"
+    head = f"| {axis} | outage | wanted | " + " | ".join(columns) + " |"
     rule = "|---|---|---|" + "---|" * len(columns)
-    rows = [head, rule]
-    keyed = {(c.crash_point, c.outage, c.column): c for c in cells}
+    lines = [head, rule]
+    keyed = {(c.axis, c.outage, c.column): c for c in cells}
     seen: list[tuple[str, str]] = []
     for c in cells:
-        if (c.crash_point, c.outage) not in seen:
-            seen.append((c.crash_point, c.outage))
-    for crash, outage in seen:
-        first = next(c for c in cells if (c.crash_point, c.outage) == (crash, outage))
+        if (c.axis, c.outage) not in seen:
+            seen.append((c.axis, c.outage))
+    for row, outage in seen:
+        first = next(c for c in cells if (c.axis, c.outage) == (row, outage))
         wanted = _money(first.wanted)
         parts = []
         for column in columns:
-            cell = keyed.get((crash, outage, column))
+            cell = keyed.get((row, outage, column))
             parts.append(_cell_text(cell) if cell else "")
-        rows.append(f"| {crash} | {outage} | {wanted} | " + " | ".join(parts) + " |")
-    return "\n".join(rows) + "\n"
+        lines.append(f"| {row} | {outage} | {wanted} | " + " | ".join(parts) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def _money(counts: dict[str, int]) -> str:
@@ -182,23 +288,54 @@ def _cell_text(cell: Cell) -> str:
         return f"ERROR: {cell.error}"
     verdict = "✓" if cell.ok else "✗ wrong"
     truth = "" if cell.truthful else ", untruthful"
-    return f"{verdict}{truth}: {_money(cell.got)}; reported {cell.reported}"
+    lease = ""
+    if cell.overspent and cell.lease is not None:
+        lease = f", LEASE OVERSPENT ({cell.lease['spent'] + cell.lease['reserved']} cents)"
+    if cell.verified is False:
+        lease += ", verify() found problems"
+    reports = " → ".join(_shown(r) for r in cell.reports or (cell.reported,))
+    return f"{verdict}{truth}{lease}: {_money(cell.got)}; reported {reports}"
+
+
+def _shown(report: str) -> str:
+    # Pending and unknown claim nothing: shown as unknown, never as done (DESIGN §3).
+    return f"unknown ({report})" if report in UNSETTLED and report != "unknown" else report
 
 
 def interlock_failures(cells: list[Cell]) -> list[Cell]:
-    """Cells where interlock is wrong or untruthful."""
-    return [c for c in cells if c.column == "interlock" and not (c.ok and c.truthful)]
+    """Cells where interlock is wrong or untruthful, its lease was overspent, or `verify()`
+    found a problem."""
+    return [
+        c
+        for c in cells
+        if c.column == "interlock"
+        and (not (c.ok and c.truthful) or c.overspent or c.verified is False)
+    ]
 
 
 def main_sweep(
-    config: DemoConfig, *, as_json: bool, parallel: int, out: TextIO = sys.stdout
+    config: DemoConfig,
+    *,
+    as_json: bool,
+    parallel: int,
+    faults: bool = False,
+    out: TextIO = sys.stdout,
 ) -> int:
     """The command: run, print the table (or JSON), and return the exit code."""
+    if faults and (config.mode != "offline" or config.engine != "standalone"):
+        sys.stderr.write(
+            "interlock-demo: sweep --faults needs --offline with the standalone engine: only "
+            "the loopback emulator can give Stripe's faulty answers on demand\n"
+        )
+        return EXIT_USAGE
+    rows = f"{len(SWEEP_FAULTS)} faults" if faults else f"{len(SWEEP_CRASH_POINTS)} crash points"
     sys.stderr.write(
-        f"sweep: {len(SWEEP_CRASH_POINTS)} crash points x {len(SWEEP_OUTAGES)} outages x "
+        f"sweep: {rows} x {len(SWEEP_OUTAGES)} outages x "
         f"{len(COLUMNS)} columns, {config.mode} mode, {parallel} runs at a time\n"
     )
-    cells = run_sweep(config, parallel=parallel, progress=sys.stderr)
+    cells = run_sweep(
+        config, faults=SWEEP_FAULTS if faults else None, parallel=parallel, progress=sys.stderr
+    )
     failures = interlock_failures(cells)
     if as_json:
         out.write(
