@@ -133,6 +133,12 @@ def _parser() -> argparse.ArgumentParser:
         )
     sweep.add_argument("--json", action="store_true", dest="sweep_json", help="print JSON")
     sweep.add_argument("--parallel", type=int, default=3, help="runs at a time (default 3)")
+    sweep.add_argument(
+        "--faults",
+        action="store_true",
+        help="sweep Stripe's answer to the first refund call instead of the crash point "
+        "(offline only)",
+    )
     results = sub.add_parser(
         "results",
         help="regenerate results/: every scenario, the sweep, the engine report, screenshots",
@@ -189,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return screenshots(args.out, args.shot_scenario)
     if args.command == "sweep":
-        return _sweep(args.sweep_mode or "offline", args.sweep_json, args.parallel)
+        return _sweep(args.sweep_mode or "offline", args.sweep_json, args.parallel, args.faults)
     if args.command == "results":
         from interlock_demo.results import main_results
 
@@ -269,7 +275,7 @@ def _app_argv(args: argparse.Namespace) -> list[str]:
     return argv
 
 
-def _sweep(mode: str, as_json: bool, parallel: int) -> int:
+def _sweep(mode: str, as_json: bool, parallel: int, faults: bool = False) -> int:
     from interlock_demo.sweep import main_sweep
 
     try:
@@ -280,7 +286,7 @@ def _sweep(mode: str, as_json: bool, parallel: int) -> int:
     if parallel < 1:
         print("interlock-demo: --parallel needs 1 or more", file=sys.stderr)
         return EXIT_USAGE
-    return main_sweep(config, as_json=as_json, parallel=parallel)
+    return main_sweep(config, as_json=as_json, parallel=parallel, faults=faults)
 
 
 def _emulator(port: int | None) -> int:
