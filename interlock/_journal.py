@@ -388,6 +388,8 @@ class RuleStore:
         ttl_s: float,
         grace_s: float,
         found_own: bool,
+        *,
+        new: bool = False,
     ) -> ClaimAttempt:
         now = tx.now
         if row.settlement is not None:
@@ -399,7 +401,7 @@ class RuleStore:
             return ClaimAttempt("held", self._state(tx, row), now)
         row.attempts += 1
         row.claim = Claim(owner, claimed_at=now, expires_at=now + ttl_s, epoch=row.attempts)
-        tx.put_action(row, new=False)
+        tx.put_action(row, new=new)
         tx.journal(
             row.intent.action_id,
             "claim",
@@ -425,10 +427,12 @@ class RuleStore:
         with self._write() as tx:
             row = tx.get_action(intent.action_id)
             if row is None:
-                row = ActionRow(intent=intent)
-                tx.put_action(row, new=True)
+                # A new action is written once, with its claim.
                 tx.journal(intent.action_id, "intent", intent.to_dict())
-            elif not row.intent.same_decision(intent):
+                return self._claim(
+                    tx, ActionRow(intent=intent), owner, ttl_s, grace_s, False, new=True
+                )
+            if not row.intent.same_decision(intent):
                 raise ActionError(
                     intent.action_id,
                     "already journaled with a different decision; an action id names one "

@@ -359,6 +359,11 @@ class SQLiteStore(RuleStore):
             except sqlite3.Error as e:
                 raise self._error(e, "cannot read") from e
 
+    def lease(self, lease_id: str) -> Lease | None:
+        """One lease, with its spend and reservations (one statement, no transaction)."""
+        rows = self._rows("SELECT lease FROM leases WHERE lease_id=?", (lease_id,))
+        return Lease.from_dict(json.loads(rows[0][0])) if rows else None
+
     def pending(self, kind: str | None = None) -> list[str]:
         """Action ids (of `kind`, if given) with an intent and no outcome, oldest first."""
         where = "" if kind is None else " AND kind=?"
