@@ -111,12 +111,14 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command")
     emu = sub.add_parser("stripe-emulator", help="run the loopback Stripe emulator alone")
     emu.add_argument("--port", type=port, help="default: a free port, printed on start")
-    sub.add_parser(
+    doctor = sub.add_parser(
         "doctor",
         help="check the venue before the talk: mode, keys, network, emulator, Temporal, terminal",
     )
+    _app_options_again(doctor, checked=False)
     serve = sub.add_parser("serve", help="the same app in a browser tab on 127.0.0.1")
     serve.add_argument("--port", type=port, default=8000, help="default 8000")
+    _app_options_again(serve, checked=True)
     report = sub.add_parser(
         "e2e-report",
         help="offline runs of every scenario on both engines, compared in results/e2e_offline.md",
@@ -164,6 +166,31 @@ def _parser() -> argparse.ArgumentParser:
     )
     add_mcp_parser(sub)
     return p
+
+
+def _app_options_again(sub: argparse.ArgumentParser, *, checked: bool) -> None:
+    """Let `doctor --live` and `serve --offline --checked` mean what `--live doctor` does.
+
+    Left out, they leave the value given before the subcommand alone (SUPPRESS).
+    """
+    modes = sub.add_mutually_exclusive_group()
+    for mode in ("live", "offline", "mock"):
+        modes.add_argument(
+            f"--{mode}",
+            action="store_const",
+            const=mode,
+            dest="mode",
+            default=argparse.SUPPRESS,
+            help=f"check {mode} mode" if not checked else f"serve the app in {mode} mode",
+        )
+    sub.add_argument("--engine", choices=["standalone", "temporal"], default=argparse.SUPPRESS)
+    if checked:
+        sub.add_argument(
+            "--checked",
+            action="store_true",
+            default=argparse.SUPPRESS,
+            help="add the hand-written check column",
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -348,3 +348,28 @@ def test_absurd_claim_ttl_is_refused(tmp_path: Path, value: str) -> None:
     assert "INTERLOCK_CLAIM_TTL" in done.stderr
     assert "Traceback" not in done.stderr
     assert done.stdout == ""
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--offline", "--checked", "serve", "--port", "8123"],
+        ["serve", "--offline", "--checked", "--port", "8123"],
+    ],
+)
+def test_serve_takes_the_apps_options_before_or_after(argv: list[str]) -> None:
+    """`serve --offline --checked` means what `--offline --checked serve` does."""
+    from interlock_demo.cli import _app_argv, _parser
+
+    args = _parser().parse_args(argv)
+    assert (args.command, args.port) == ("serve", 8123)
+    assert _app_argv(args) == ["--offline", "--checked"]
+
+
+@pytest.mark.parametrize("argv", [["--mock", "doctor"], ["doctor", "--mock"]])
+def test_doctor_takes_the_mode_before_or_after(argv: list[str]) -> None:
+    """`doctor --mock` checks mock mode, as `--mock doctor` does; left out, no mode is set."""
+    from interlock_demo.cli import _parser
+
+    assert _parser().parse_args(argv).mode == "mock"
+    assert _parser().parse_args(["doctor"]).mode is None
