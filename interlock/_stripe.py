@@ -105,8 +105,14 @@ class DeadlineHTTPClient(stripe.HTTPClient):
                 if not chunk:
                     break
                 chunks.append(chunk)
+            body = b"".join(chunks)
             answer_headers = {k.lower(): v for k, v in resp.getheaders()}
-            return b"".join(chunks), resp.status, answer_headers
+            # The watchdog's shutdown ends a read as if the body were complete: an answer
+            # cut off at the deadline (or short of its length) is no answer at all.
+            length = answer_headers.get("content-length", "")
+            if expired.is_set() or (length.isdigit() and len(body) < int(length)):
+                raise TimeoutError(f"the answer was cut off after {len(body)} bytes")
+            return body, resp.status, answer_headers
         except (OSError, http.client.HTTPException) as e:
             timed_out = expired.is_set() or isinstance(e, (TimeoutError, socket.timeout))
             if timed_out:

@@ -22,6 +22,8 @@ import stripe
 from interlock import (
     Payment,
     Payments,
+    PaymentsAuthError,
+    PaymentsError,
     PaymentsRejectedError,
     PaymentsUnsettledError,
     Refund,
@@ -432,15 +434,9 @@ def _err(type_: str, code: str | None = None, param: str | None = None) -> dict[
         ),
         (400, _err("idempotency_error"), "rejected", "idempotency_error", None),
         (400, _err("invalid_request_error", "rate_limit"), "rejected", "rate_limit", None),
-        (401, _err("invalid_request_error"), "rejected", "invalid_request_error", None),
+        (401, _err("invalid_request_error"), "auth", None, None),
         (402, _err("card_error", "card_declined"), "rejected", "card_declined", None),
-        (
-            403,
-            _err("invalid_request_error", "secret_key_required"),
-            "rejected",
-            "secret_key_required",
-            None,
-        ),
+        (403, _err("invalid_request_error", "secret_key_required"), "auth", None, None),
         (
             404,
             _err("invalid_request_error", "resource_missing", "intent"),
@@ -458,7 +454,8 @@ def _err(type_: str, code: str | None = None, param: str | None = None) -> dict[
 def test_error_sorting_agrees(
     status: int, error: dict[str, Any], kind: str, code: str | None, param: str | None
 ) -> None:
-    """409, 429 and 5xx are unsettled; other 4xx are rejections with a code, on both faces alike."""
+    """409, 429 and 5xx are unsettled; 401/403 a refused key; other 4xx are rejections with a
+    code, on both faces alike."""
     sdk = stripe.StripeClient(
         TEST_KEY, http_client=_Canned(status, {"error": error}), max_network_retries=0
     )
@@ -467,12 +464,18 @@ def test_error_sorting_agrees(
         StripePayments(sdk),
         InProcessPayments(_CannedModel(Reply(status, {"error": error}))),  # type: ignore[arg-type]
     ):
-        with pytest.raises((PaymentsRejectedError, PaymentsUnsettledError)) as err:
+        with pytest.raises(PaymentsError) as err:
             payments.get_payment("pi_x")
         errors.append(err.value)
     via_sdk, in_process = errors
-    expected = PaymentsRejectedError if kind == "rejected" else PaymentsUnsettledError
+    expected = {
+        "rejected": PaymentsRejectedError,
+        "unsettled": PaymentsUnsettledError,
+        "auth": PaymentsAuthError,
+    }[kind]
     assert type(via_sdk) is type(in_process) is expected
+    assert isinstance(via_sdk, (PaymentsRejectedError, PaymentsUnsettledError, PaymentsAuthError))
+    assert isinstance(in_process, type(via_sdk))
     assert via_sdk.http_status == in_process.http_status == status
     assert str(via_sdk) == str(in_process)
     if isinstance(via_sdk, PaymentsRejectedError):
