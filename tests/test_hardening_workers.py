@@ -10,7 +10,6 @@ receipt key, each a made-up marker. The unit tests hold the one builder,
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ import pytest
 from interlock_demo import engine as engine_module
 from interlock_demo.engine import Engine, RunRequest
 from interlock_demo.settings import resolve, worker_env
+from interlock_demo.temporal_engine import TemporalColumn, temporal_unavailable
 from scenarios import sweep_scenario
 
 pytestmark = pytest.mark.e2e
@@ -90,41 +90,25 @@ def planted(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("INTERLOCK_STRIPE_TIMEOUT", "1")
 
 
-@pytest.mark.timeout(240)
-def test_real_workers_get_the_allow_list_and_only_the_secrets_they_need(
-    planted: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def _record_environments(
+    monkeypatch: pytest.MonkeyPatch, column_class: type[Any], folder: Path
 ) -> None:
-    """In real offline runs no worker gets the planted secrets or anything off the allow-list;
-    only interlock's workers get the receipt key; a restart that acts on a saved decision is
-    started without the model (hand-refund), one with nothing saved asks again
-    (after-decision), and every column still ends as predicted."""
-    folder = tmp_path / "environments"
-    folder.mkdir()
+    """Start each worker of `column_class` through RECORD_AND_RUN, into `folder`."""
+    original = column_class.argv
 
-    def recorded_argv(self: engine_module._ProcessColumn, case_file: Path) -> list[str]:
-        return [
-            sys.executable,
-            "-c",
-            RECORD_AND_RUN,
-            str(folder),
-            "workers.standalone",
-            str(case_file),
-        ]
+    def recorded(self: Any, case_file: Path) -> list[str]:
+        python, dash_m, module, *args = original(self, case_file)
+        assert dash_m == "-m"
+        return [python, "-c", RECORD_AND_RUN, str(folder), module, *args]
 
-    monkeypatch.setattr(engine_module._ProcessColumn, "argv", recorded_argv)
-    after_decision = sweep_scenario("after-decision", "none").id
-    engine = Engine(resolve(mode="offline"))
-    try:
-        docs = [
-            engine.run(RunRequest(sid, checked=True), RUN_DEADLINE_S).to_json()
-            for sid in ("hand-refund", after_decision)
-        ]
-    finally:
-        engine.close()
+    monkeypatch.setattr(column_class, "argv", recorded)
+
+
+def _check_workers(
+    docs: list[dict[str, Any]], folder: Path, asks: dict[str, tuple[bool, bool]]
+) -> None:
+    """Every worker of every run got the allow-list and only the secrets it needed."""
     environments = {int(p.stem): json.loads(p.read_text()) for p in folder.glob("*.json")}
-    # Whether each launch (first, restart) asks the model: hand-refund saves the decision
-    # before its kill at before-send; after-decision dies before anything is saved.
-    asks = {"hand-refund": (True, False), after_decision: (True, True)}
     seen = 0
     for doc in docs:
         assert doc["status"] == "finished" and doc["error"] is None, doc["error"]
@@ -132,7 +116,7 @@ def test_real_workers_get_the_allow_list_and_only_the_secrets_they_need(
             where = f"{doc['scenario']}/{col['name']}"
             assert len(col["workers"]) == 2, where
             for launch, worker in enumerate(col["workers"]):
-                env: dict[str, Any] = environments[worker["pid"]]
+                env: dict[str, str] = environments[worker["pid"]]
                 seen += 1
                 assert sorted(k for k in env if not _allowed(k)) == [], where
                 values = " ".join(env.values())
@@ -150,7 +134,51 @@ def test_real_workers_get_the_allow_list_and_only_the_secrets_they_need(
             assert col["truthful"] is True, where
             if col["name"] == "interlock":
                 assert col["verify"]["signed"] is True, where
-    assert seen == len(environments) == 12
+    assert seen == len(environments)
+
+
+@pytest.mark.timeout(240)
+def test_real_workers_get_the_allow_list_and_only_the_secrets_they_need(
+    planted: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In real offline runs no worker gets the planted secrets or anything off the allow-list;
+    only interlock's workers get the receipt key; a restart that acts on a saved decision is
+    started without the model (hand-refund), one with nothing saved asks again
+    (after-decision), and every column still ends as predicted."""
+    folder = tmp_path / "environments"
+    folder.mkdir()
+    _record_environments(monkeypatch, engine_module._ProcessColumn, folder)
+    after_decision = sweep_scenario("after-decision", "none").id
+    engine = Engine(resolve(mode="offline"))
+    try:
+        docs = [
+            engine.run(RunRequest(sid, checked=True), RUN_DEADLINE_S).to_json()
+            for sid in ("hand-refund", after_decision)
+        ]
+    finally:
+        engine.close()
+    # Whether each launch (first, restart) asks the model: hand-refund saves the decision
+    # before its kill at before-send; after-decision dies before anything is saved.
+    _check_workers(docs, folder, {"hand-refund": (True, False), after_decision: (True, True)})
+
+
+@pytest.mark.skipif(temporal_unavailable() is not None, reason=str(temporal_unavailable()))
+@pytest.mark.timeout(240)
+def test_temporal_workers_get_the_allow_list_and_only_the_secrets_they_need(
+    planted: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same under the Temporal engine, where the restart's decision is ask_model's result
+    in the workflow's history: the restarted worker is started without the model."""
+    folder = tmp_path / "environments"
+    folder.mkdir()
+    _record_environments(monkeypatch, TemporalColumn, folder)
+    monkeypatch.setenv("INTERLOCK_ACTIVITY_TIMEOUT", "12")
+    engine = Engine(resolve(mode="offline", engine="temporal"))
+    try:
+        doc = engine.run(RunRequest("hand-refund", checked=True), RUN_DEADLINE_S).to_json()
+    finally:
+        engine.close()
+    _check_workers([doc], folder, {"hand-refund": (True, False)})
 
 
 def _live_config() -> Any:
