@@ -1,4 +1,4 @@
-"""How fast a SIGKILLed worker's case recovers, in offline runs (DESIGN §7).
+"""How fast a SIGKILLed worker's case recovers, in offline runs (docs/design.md §7).
 
     python bench/recovery.py [--runs N] [--scenario ID|all]
 

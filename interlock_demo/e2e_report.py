@@ -411,11 +411,12 @@ def _differences(runs: list[CaseRun]) -> list[str]:
         "",
         "### A worker that was paused, not killed",
         "",
-        "Not demonstrated by these runs: every worker here was killed. The limit, as DESIGN "
-        "§4 states it: Stripe cannot check a fencing token, so a worker paused (not killed) "
-        "between its last claim check and the HTTP write, for longer than the claim TTL "
-        "minus the Stripe timeout, can still send once more after another worker took over; "
-        "the other worker may then have refused (a hand refund meanwhile), so the money and "
+        "Not demonstrated by these runs: every worker here was killed. The limit, as "
+        "docs/design.md §4 states it: Stripe cannot check a fencing token, so a worker "
+        "paused (not killed) between its last claim check and the HTTP write, for longer "
+        "than the slack plus the grace (4 s by default), can still send once "
+        "more after another worker took over; the other worker may then have refused (a "
+        "hand refund meanwhile), so the money and "
         "the receipt can both be wrong. Stripe's idempotency key deduplicates that send "
         "while Stripe keeps the key (at least 24 h); after that nothing prevents it, and "
         "only a later lookup or `verify()` shows it. The hand-written check has no claim at "

@@ -1,4 +1,4 @@
-"""The optional loopback HTTP endpoint (`--http [PORT]`): the run as JSON (DESIGN §6).
+"""The optional loopback HTTP endpoint (`--http [PORT]`): the run as JSON (docs/design.md §6).
 
     GET  /api/run         the current or last run, the bare run@1 document (404 before any)
     GET  /api/runs/{id}   that run (404 when this process has no such run)

@@ -2,7 +2,7 @@
 
 The engine writes it; views (the Textual app, the headless JSON printer, the HTTP
 endpoint) subscribe and read snapshots. Nothing here imports Textual. `to_json()` is the
-`interlock-demo/run@1` document of DESIGN §6; amounts are integer cents, times are
+`interlock-demo/run@1` document of docs/design.md §6; amounts are integer cents, times are
 seconds since the run started.
 """
 

@@ -2,7 +2,7 @@
 
 Every crash point on a refund's path x every outage action (none, a refund by hand, a
 revocation) x every column, each a real run (offline: real processes and real SIGKILL).
-For each cell: what is in Stripe against what is wanted (DESIGN §3's rule), the outcome
+For each cell: what is in Stripe against what is wanted (docs/design.md §3's rule), the outcome
 the column reported, and whether that report was true. Exits 1 when interlock is wrong
 or untruthful in any cell, or its lease was spent past its cap (the standard and checked
 columns are expected to be wrong in some cells: that is what the table shows).
@@ -298,7 +298,7 @@ def _cell_text(cell: Cell) -> str:
 
 
 def _shown(report: str) -> str:
-    # Pending and unknown claim nothing: shown as unknown, never as done (DESIGN §3).
+    # Pending and unknown claim nothing: shown as unknown, never as done (docs/design.md §3).
     return f"unknown ({report})" if report in UNSETTLED and report != "unknown" else report
 
 

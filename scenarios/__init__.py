@@ -1,4 +1,4 @@
-"""The demo's scenarios and the truth table (DESIGN §3), as data.
+"""The demo's scenarios and the truth table (docs/design.md §3), as data.
 
 A scenario is a crash point and an outage action. The truth table says what each column
 must end with in Stripe and what it must report; a run that differs is a deviation.
@@ -141,7 +141,7 @@ TRUTH: dict[tuple[str, str], dict[str, Expectation]] = {
 }
 
 
-# The sweep: every crash point on a refund's path x every outage action (DESIGN §3).
+# The sweep: every crash point on a refund's path x every outage action (docs/design.md §3).
 SWEEP_CRASH_POINTS = (
     "after-decision",
     "after-journal",
@@ -159,7 +159,7 @@ _SWEEP_PREFIX = "sweep/"
 
 
 def sweep_scenario(crash_point: str, outage: Outage) -> Scenario:
-    """One cell of the sweep, with what is wanted by the rule of DESIGN §3.
+    """One cell of the sweep, with what is wanted by the rule of docs/design.md §3.
 
     The agent's refund must exist exactly once if it reached Stripe before the outage
     action, or if there was no outage action; otherwise it must not exist. A hand refund
@@ -205,7 +205,7 @@ class FaultSpec:
     """One kind of answer to the first refund call, as the emulator provokes it.
 
     `hold_over_timeout_s`: a hold lasts the client's Stripe timeout plus this, so that it
-    ends after the client gave up and inside the 5 s in-flight margin (DESIGN §4).
+    ends after the client gave up and inside the 5 s in-flight margin (docs/design.md §4).
     `lands`: Stripe began executing the first call, so its refund is made whatever the
     answer said; a call that never began (a 429) did not reach Stripe in §3's sense.
     `crash_point`: where the first worker dies ("none": it lives and handles the answer).
@@ -298,7 +298,7 @@ _FAULT_PREFIX = "sweep-fault/"
 
 
 def fault_scenario(fault: str, outage: Outage) -> Scenario:
-    """One cell of the fault sweep, with what is wanted by the rule of DESIGN §3.
+    """One cell of the fault sweep, with what is wanted by the rule of docs/design.md §3.
 
     The outage action happens while the first refund call is held at Stripe, so a call
     Stripe began executing reached it before the action: its refund is wanted once. A

@@ -39,7 +39,7 @@ from scenarios import SCENARIOS
 SIZE = (160, 45)
 RUN_TIMEOUT_S = 30.0
 SHORT_TIMING = {"INTERLOCK_CLAIM_TTL": "6", "INTERLOCK_STRIPE_TIMEOUT": "1"}
-# What each column's card must say at the end of each scenario (DESIGN §3).
+# What each column's card must say at the end of each scenario (docs/design.md §3).
 VERDICTS = {
     "hand-refund": {"standard": "✗ wrong", "interlock": "✓ right", "checked": "✓ right"},
     "revoked": {"standard": "✗ wrong", "interlock": "✓ right", "checked": "✓ right"},

@@ -1,4 +1,4 @@
-"""`bench/gate_overhead.py` runs and reports what DESIGN §7 asks for (counts, not timings)."""
+"""`bench/gate_overhead.py` runs and reports what docs/design.md §7 asks for (counts only)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Every case runs `python -m interlock_demo.cli --headless --json --offline ...` in its own
 subprocess with its own INTERLOCK_HOME and the short timings (claim 6 s, Stripe timeout
 1 s). The scenario runs start together in one module fixture, so the file's wall time is
-about one run's. The expectations below are written out from DESIGN §3 by hand rather than
+about one run's. The expectations below are written out from docs/design.md §3 by hand rather than
 read from `scenarios.TRUTH`, so a wrong truth table fails here too; the table and the
 checks of a run's JSON are shared with the Temporal engine's tests (`tests/helpers/headless.py`).
 """

@@ -1,7 +1,7 @@
 """Mock mode: the same scenarios in-process, simulated crashes, waits shown and not waited.
 
 The engine runs the same worker code on the in-memory payments model; nothing is spawned.
-The expectations are the hand-written DESIGN §3 table of the end-to-end tests
+The expectations are the hand-written docs/design.md §3 table of the end-to-end tests
 (`tests/helpers/headless.py`).
 """
 

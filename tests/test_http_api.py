@@ -1,4 +1,4 @@
-"""The loopback HTTP endpoint (DESIGN §6): its answers, its checks and their order.
+"""The loopback HTTP endpoint (docs/design.md §6): its answers, its checks and their order.
 
 Requests go through the stdlib `http.client` so that each test sets the Host and Origin
 headers itself. The engine runs in mock mode (in-process, well under a second); a test

@@ -6,7 +6,7 @@ is 6 s and its heartbeat timeout 3 s). The report runs every row of the truth ta
 both engines at once, each as `interlock-demo --headless --json --offline --checked
 --engine ...` in its own subprocess (its own emulator, and for Temporal its own dev
 server), and keeps each run's JSON: the Temporal tests read those, the report test reads
-the file. The expectations are written out from DESIGN §3 by hand, not read from
+the file. The expectations are written out from docs/design.md §3 by hand, not read from
 `scenarios.TRUTH`, and shared with the standalone engine's tests
 (`tests/helpers/headless.py`). Tests that need the `temporal` extra are skipped, saying
 so, where it is not installed.
@@ -116,7 +116,8 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Report:
 @pytest.mark.timeout(REPORT_DEADLINE_S + 60)
 @pytest.mark.parametrize("case", list(TABLE))
 def test_temporal_run_ends_as_the_truth_table_says(report: Report, case: str) -> None:
-    """On Temporal, each scenario ends in Stripe and in every column's report as DESIGN §3 says."""
+    """On Temporal, each scenario ends in Stripe and in every column's report as the truth table
+    (docs/design.md §3) says."""
     doc = report.runs[("temporal", case)]
     check_run(doc, case, "temporal")
     for col in doc["columns"]:
@@ -229,7 +230,7 @@ def test_report_compares_both_engines_from_the_runs(report: Report) -> None:
     assert "a false alarm" in text
     assert "### The receipt and verify()" in text
     assert "a send the receipts do not show" in text
-    assert "Not demonstrated by these runs" in text and "DESIGN §4" in text
+    assert "Not demonstrated by these runs" in text and "docs/design.md §4" in text
     assert "same refunds and the same reported outcome on both engines" in text
 
 

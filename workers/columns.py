@@ -346,7 +346,7 @@ def _interlock(ctx: WorkerContext) -> dict[str, Any]:
     try:
         return _gate_outcome(ctx, gate)
     except PaymentsAuthError as e:
-        # The gate settles nothing on a refused key (DESIGN §4 "Reads"): the action stays
+        # The gate settles nothing on a refused key (docs/design.md §4 "Reads"): the action stays
         # pending, its reservation kept, and recovery finishes it once the key works.
         reason = f"the key was refused (HTTP {e.http_status}) on {e.operation}; nothing settled"
         ctx.emit("key-refused", f"{reason}: fix the key and run recovery again")

@@ -30,7 +30,7 @@ from typing import Any
 if __name__ == "__main__":
     # `stripe` probes `requests` and `aiohttp` when imported, to pick default HTTP clients
     # that a worker never uses (interlock hands it its own). With both installed that
-    # doubles the restart path's imports (DESIGN §7: restart to first Stripe call under
+    # doubles the restart path's imports (docs/design.md §7: restart to first Stripe call under
     # 0.3 s), so this worker process treats them as absent.
     for _unused in ("requests", "aiohttp"):
         sys.modules.setdefault(_unused, None)  # type: ignore[arg-type]

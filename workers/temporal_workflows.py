@@ -54,7 +54,7 @@ with workflow.unsafe.imports_passed_through():
 WORKFLOW = "RefundCase"
 ACTIVITY_ASK_MODEL = "ask_model"
 ACTIVITY_REFUND = "refund"
-# DESIGN §5: the refund activity has a 15 s start-to-close timeout with the demo's 15 s
+# docs/design.md §5: the refund activity has a 15 s start-to-close timeout with the demo's 15 s
 # claim; other claims scale it (the tests' 6 s claim gives 6 s).
 DEMO_START_TO_CLOSE_S = 15.0
 DEMO_CLAIM_TTL_S = 15.0

@@ -2,7 +2,7 @@
 
 Shared by the end-to-end tests of both engines (`tests/test_engine_e2e.py`,
 `tests/test_temporal_e2e.py`) and the tests that start the CLI or a worker themselves.
-The expectations are written out from DESIGN §3 by hand rather than read from
+The expectations are written out from docs/design.md §3 by hand rather than read from
 `scenarios.TRUTH`, so a wrong truth table fails the tests too.
 """
 
@@ -35,7 +35,7 @@ SCRUBBED = (
 SHORT_TIMINGS = {"INTERLOCK_CLAIM_TTL": "6", "INTERLOCK_STRIPE_TIMEOUT": "1"}
 CLI = [sys.executable, "-m", "interlock_demo.cli", "--headless", "--json", "--offline"]
 
-# (agent refunds, hand refunds, outcome status, words the reason must contain), DESIGN §3.
+# (agent refunds, hand refunds, outcome status, words the reason must contain), docs/design.md §3.
 Want = tuple[int, int, str, str | None]
 TABLE: dict[str, dict[str, Want]] = {
     "hand-refund": {
