@@ -1,0 +1,533 @@
+"""What only the PostgreSQL store has: the database's clock across hosts, and the server.
+
+Hosts are told apart by `Owner.host`; each host's gate reads its own clock, skewed by
+minutes. Claims are timed by the database's clock (`clock_timestamp()` read after the
+store's write lock), so the hosts agree on who holds a claim. The rest: the schema of its
+own and its version, recovery scans that skip rows being changed, a connection killed in
+the middle of a transaction (`pg_terminate_backend`), nothing kept in the session (so a
+transaction-mode pooler can share connections), errors in words without the password,
+and `python -m interlock verify URL`.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import psycopg
+import pytest
+
+from interlock import (
+    ACTION_METADATA_KEY,
+    Check,
+    Gate,
+    Intent,
+    Lease,
+    Owner,
+    PostgresStore,
+    SchemaVersionError,
+    Settlement,
+    StoreError,
+    StripePayments,
+    StripeRefund,
+    Switches,
+    new_action_id,
+    open_store,
+    refunds_fingerprint,
+    verify,
+)
+from interlock._journal import SCHEMA_VERSION
+from interlock._store_postgres import redact_dsn
+from interlock_demo.payments import StripeEmulator
+from tests.helpers.gate_rig import TIMING
+from tests.test_store_contract import _payments
+from tests.test_store_processes import ROOT
+
+SKEW_S = 300.0  # five minutes each way: ten minutes between the two hosts
+DEADLINE_S = 30.0
+
+
+class Killed(BaseException):
+    """A host's worker dies at a named step (its gate is abandoned, as after SIGKILL)."""
+
+
+def _db_now(dsn: str) -> float:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
+        assert row is not None
+        return float(row[0])
+
+
+def _wait_for(what: str, condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def _waiting_backends(dsn: str, query_prefix: str) -> list[int]:
+    """Pids of backends blocked on a lock while running a query that starts so."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
+            (query_prefix + "%",),
+        ).fetchall()
+    return [int(r[0]) for r in rows]
+
+
+@pytest.fixture
+def store(pg_dsn: str, pg_schema: str) -> Iterator[PostgresStore]:
+    """A store in a schema of its own, on the database's clock."""
+    s = PostgresStore(pg_dsn, schema=pg_schema)
+    yield s
+    s.close()
+
+
+def _lease(store: PostgresStore, target: str, cap: int = 2_000) -> Lease:
+    now = store.now()
+    return store.grant_lease(
+        Lease(f"lease_{uuid.uuid4().hex[:8]}", "refund", target, cap, now + 3600, "support", now)
+    )
+
+
+def _intent(lease: Lease, fingerprint: str = "sha256:seen") -> Intent:
+    return Intent(new_action_id(), "refund", lease.target, 2_000, lease.id, fingerprint)
+
+
+# -- two hosts, clocks minutes apart -------------------------------------------------------
+
+
+def _host_gate(
+    store: PostgresStore,
+    payments: StripePayments,
+    host: str,
+    skew_s: float,
+    events: list[tuple[str, str, Mapping[str, Any]]],
+    kill_at: str | None = None,
+) -> Gate:
+    owner = Owner(f"worker-{host}", 4242, 0.0, host)
+
+    def on_event(kind: str, data: Mapping[str, Any]) -> None:
+        events.append((host, kind, dict(data)))
+        if kind == kill_at:
+            raise Killed(kind)
+
+    return Gate(
+        store,
+        StripeRefund(payments),
+        timing=TIMING,
+        switches=Switches(),
+        owner=owner,
+        on_event=on_event,
+        clock=lambda: time.time() + skew_s,
+    )
+
+
+def _sending_claim_left_by_host_a(
+    pg_dsn: str, pg_schema: str, emulator: StripeEmulator, clock_source: Any
+) -> tuple[Intent, float, float, StripePayments]:
+    """Host A (clock 5 min slow) dies right before its create call; host B (5 min fast)
+    recovers. Returns the intent, A's claim expiry, when B took the claim (both in the
+    store's clock), and the payments."""
+    payments = _payments(emulator)
+    payment = payments.create_payment(10_000)
+    events: list[tuple[str, str, Mapping[str, Any]]] = []
+    a_store = PostgresStore(pg_dsn, schema=pg_schema, clock_source=clock_source(-SKEW_S))
+    b_store = PostgresStore(pg_dsn, schema=pg_schema, clock_source=clock_source(+SKEW_S))
+    try:
+        lease = _lease(a_store, payment.id)
+        intent = _intent(lease, refunds_fingerprint(payments.list_refunds(payment.id)))
+        with pytest.raises(Killed):
+            _host_gate(a_store, payments, "host-a", -SKEW_S, events, "before-send").submit(intent)
+        left = a_store.action(intent.action_id)
+        assert left is not None and left.claim is not None and left.claim.sending
+
+        outcome = _host_gate(b_store, payments, "host-b", +SKEW_S, events).recover_action(
+            intent.action_id
+        )
+
+        assert outcome.status == "sent"
+        state = b_store.action(intent.action_id)
+        assert state is not None and state.claim is not None
+        return intent, left.claim.expires_at, state.claim.claimed_at, payments
+    finally:
+        a_store.close()
+        b_store.close()
+
+
+def test_skewed_hosts_agree_on_the_claim_by_the_database_clock(
+    pg_dsn: str, pg_schema: str, emulator: StripeEmulator
+) -> None:
+    """Host B, ten minutes ahead of host A, waits A's `sending` claim out by the database's
+    clock (expiry + grace), never early across hosts, then sends once."""
+    before = _db_now(pg_dsn)
+    intent, a_expires, b_took, payments = _sending_claim_left_by_host_a(
+        pg_dsn, pg_schema, emulator, lambda _skew: "database"
+    )
+    after = _db_now(pg_dsn)
+
+    # Both claims are in the database's time, not in either host's.
+    assert before < a_expires - TIMING.claim_ttl_s < after
+    assert before < b_took < after
+    assert b_took >= a_expires + TIMING.grace_s
+    refunds = payments.list_refunds(intent.target)
+    assert [r.metadata[ACTION_METADATA_KEY] for r in refunds] == [intent.action_id]
+    check = PostgresStore(pg_dsn, schema=pg_schema)
+    try:
+        assert verify(check, payments).ok
+    finally:
+        check.close()
+
+
+def test_with_each_hosts_own_clock_the_same_story_takes_over_early(
+    pg_dsn: str, pg_schema: str, emulator: StripeEmulator
+) -> None:
+    """The control: had each host timed claims by its own clock, host B would have taken
+    A's `sending` claim at once, while A's request could still be in flight."""
+    _, a_expires, b_took, _ = _sending_claim_left_by_host_a(
+        pg_dsn, pg_schema, emulator, lambda skew: lambda: time.time() + skew
+    )
+    real_a_expiry = a_expires + SKEW_S  # A's claim expiry on the real clock
+
+    assert b_took - SKEW_S < real_a_expiry  # B took it before it really expired
+
+
+def test_skewed_hosts_racing_for_one_action_send_once(
+    pg_dsn: str, pg_schema: str, emulator: StripeEmulator
+) -> None:
+    """Hosts A and B, ten minutes apart, submit the same decision at once: one create call,
+    one refund, both report it, and neither took the other's claim early."""
+    payments = _payments(emulator)
+    payment = payments.create_payment(10_000)
+    setup = PostgresStore(pg_dsn, schema=pg_schema)
+    lease = _lease(setup, payment.id)
+    intent = _intent(lease, refunds_fingerprint(payments.list_refunds(payment.id)))
+    emulator.model.add_fault("hold", hold_ms=500, commit=True)
+    events: list[tuple[str, str, Mapping[str, Any]]] = []
+    outcomes: dict[str, str] = {}
+    barrier = threading.Barrier(2)
+
+    def host(name: str, skew: float) -> None:
+        store = PostgresStore(pg_dsn, schema=pg_schema)
+        try:
+            gate = _host_gate(store, payments, name, skew, events)
+            barrier.wait(DEADLINE_S)
+            outcomes[name] = gate.submit(intent).status
+        finally:
+            store.close()
+
+    threads = [
+        threading.Thread(target=host, args=(n, s))
+        for n, s in (("host-a", -SKEW_S), ("host-b", +SKEW_S))
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(DEADLINE_S * 2)
+        assert not t.is_alive()
+
+    assert outcomes == {"host-a": "sent", "host-b": "sent"}
+    assert emulator.model.requests.count(("POST", "refunds")) == 1
+    assert [k for _, k, _ in events].count("before-send") == 1
+    claims = [h.data for h in setup.history(intent.action_id) if h.record == "claim"]
+    assert len(claims) == 1 and claims[0]["early"] is False
+    assert verify(setup, payments).ok
+    setup.close()
+
+
+# -- the database's clock, read after the write lock ----------------------------------------
+
+
+def test_the_clock_is_read_after_the_write_lock(
+    store: PostgresStore, pg_dsn: str, pg_schema: str
+) -> None:
+    """A claim taken after waiting for the store's lock is timed from when the lock came,
+    so the wait never eats its margin."""
+    lease = _lease(store, "pi_lock")
+    intent = _intent(lease)
+    taken: list[float] = []
+    blocker = psycopg.connect(pg_dsn, autocommit=True)
+    try:
+        blocker.execute("BEGIN")
+        blocker.execute("SELECT pg_advisory_xact_lock(%s)", (store._lock_key,))
+        t = threading.Thread(
+            target=lambda: taken.append(store.begin(intent, Owner.current(), 6.0, 2.0).now)
+        )
+        t.start()
+        _wait_for(
+            "the writer to wait on the lock",
+            lambda: bool(_waiting_backends(pg_dsn, "SELECT set_config")),
+        )
+        released_at = _db_now(pg_dsn)
+        blocker.execute("COMMIT")
+        t.join(DEADLINE_S)
+    finally:
+        blocker.close()
+
+    assert taken and taken[0] >= released_at
+    state = store.action(intent.action_id)
+    assert state is not None and state.claim is not None
+    assert state.claim.expires_at == pytest.approx(taken[0] + 6.0)
+
+
+# -- recovery scans skip rows being changed ----------------------------------------------
+
+
+def test_pending_skips_a_row_another_worker_is_changing(
+    store: PostgresStore, pg_dsn: str, pg_schema: str
+) -> None:
+    """`pending()` does not wait on a row locked by a writer; a read-only store lists it."""
+    lease = _lease(store, "pi_skip")
+    busy, free = _intent(lease), _intent(lease)
+    for intent in (busy, free):
+        store.begin(intent, Owner.current(), 6.0, 2.0)
+    writer = psycopg.connect(pg_dsn, autocommit=True)
+    reader = PostgresStore.open_read_only(pg_dsn, schema=pg_schema)
+    try:
+        writer.execute("BEGIN")
+        writer.execute(
+            f'SELECT 1 FROM "{pg_schema}".interlock_actions WHERE action_id=%s FOR UPDATE',
+            (busy.action_id,),
+        )
+        scanned: list[list[str]] = []
+        t = threading.Thread(target=lambda: scanned.append(store.pending()))
+        t.start()
+        t.join(DEADLINE_S)
+        assert not t.is_alive(), "pending() waited on the locked row"
+
+        assert scanned == [[free.action_id]]
+        assert set(reader.pending()) == {busy.action_id, free.action_id}
+        writer.execute("COMMIT")
+        assert set(store.pending()) == {busy.action_id, free.action_id}
+    finally:
+        writer.close()
+        reader.close()
+
+
+# -- a connection lost in the middle of a transaction -----------------------------------
+
+
+def test_a_connection_killed_mid_transaction_settles_nothing(
+    store: PostgresStore, pg_dsn: str, pg_schema: str
+) -> None:
+    """Commit 3's backend is killed (pg_terminate_backend) after it wrote the lease's spend
+    and before its receipt: StoreError with the driver's error as cause, nothing settled,
+    and the same store works again on a new connection."""
+    lease = _lease(store, "pi_kill")
+    intent = _intent(lease)
+    owner = Owner.current("killed")
+    epoch = store.begin(intent, owner, 60.0, 2.0).epoch
+    assert store.mark_sending(intent.action_id, epoch, 60.0).status == "ok"
+    history = store.history(intent.action_id)
+    # Another transaction inserts receipt 1 and holds it: commit 3 blocks on that key,
+    # after its lease update, in the middle of its transaction.
+    blocker = psycopg.connect(pg_dsn, autocommit=True)
+    errors: list[BaseException] = []
+    verdict = Settlement("sent", None, "re_killed", 2_000)
+    checks = [Check("claim", "held", "held", True)]
+
+    def settle() -> None:
+        try:
+            store.settle(intent.action_id, epoch, owner, verdict, checks, {}, None)
+        except BaseException as e:
+            errors.append(e)
+
+    try:
+        blocker.execute("BEGIN")
+        blocker.execute(
+            f'INSERT INTO "{pg_schema}".interlock_receipts'
+            " (seq, action_id, body, prev_hash, hash) VALUES (1, 'x', '{}', '0', '0')"
+        )
+        t = threading.Thread(target=settle)
+        t.start()
+        prefix = f'INSERT INTO "{pg_schema}".interlock_receipts'
+        _wait_for("commit 3 to block", lambda: bool(_waiting_backends(pg_dsn, prefix)))
+        (victim,) = _waiting_backends(pg_dsn, prefix)
+        with psycopg.connect(pg_dsn, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (victim,))
+        t.join(DEADLINE_S)
+        assert not t.is_alive()
+        blocker.execute("ROLLBACK")
+    finally:
+        blocker.close()
+
+    assert len(errors) == 1 and isinstance(errors[0], StoreError), errors
+    assert isinstance(errors[0].__cause__, psycopg.OperationalError)
+    assert "nothing in an unfinished transaction was kept" in str(errors[0])
+    state = store.action(intent.action_id)  # a new connection, made between transactions
+    assert state is not None and state.settlement is None and state.receipt is None
+    assert state.claim is not None and state.claim.sending
+    stored = store.lease(lease.id)
+    assert stored is not None and (stored.spent, dict(stored.reservations)) == (
+        0,
+        {intent.action_id: 2_000},
+    )
+    assert store.history(intent.action_id) == history and list(store.receipts()) == []
+    receipt = store.settle(intent.action_id, epoch, owner, verdict, checks, {}, None)
+    assert receipt is not None and receipt.seq == 1
+
+
+# -- schema, version, read-only -----------------------------------------------------------
+
+
+def test_schema_is_created_in_its_own_schema_and_versioned(
+    store: PostgresStore, pg_dsn: str, pg_schema: str
+) -> None:
+    """The tables live in the schema asked for, with the schema version in its meta table."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        tables = {
+            str(r[0])
+            for r in conn.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema=%s",
+                (pg_schema,),
+            )
+        }
+        version = conn.execute(
+            f'SELECT value FROM "{pg_schema}".interlock_meta WHERE key=%s', ("schema_version",)
+        ).fetchone()
+    assert tables == {
+        f"interlock_{t}" for t in ("meta", "actions", "journal", "leases", "receipts")
+    }
+    assert version == (str(SCHEMA_VERSION),)
+
+
+def test_another_schema_version_is_refused(
+    store: PostgresStore, pg_dsn: str, pg_schema: str
+) -> None:
+    """A store of another version is refused as it is, read-write and read-only alike."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f"UPDATE \"{pg_schema}\".interlock_meta SET value='99'")
+    for read_only in (False, True):
+        with pytest.raises(SchemaVersionError, match="schema version 99"):
+            PostgresStore(pg_dsn, schema=pg_schema, read_only=read_only)
+
+
+def test_read_only_creates_and_writes_nothing(pg_dsn: str, pg_schema: str) -> None:
+    """Read-only on an empty schema says it is not a store and creates nothing; on a store
+    it refuses every write."""
+    with pytest.raises(StoreError, match="not an interlock store"):
+        PostgresStore.open_read_only(pg_dsn, schema=pg_schema)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        found = conn.execute(
+            "SELECT count(*) FROM information_schema.schemata WHERE schema_name=%s", (pg_schema,)
+        ).fetchone()
+    assert found == (0,)
+    PostgresStore(pg_dsn, schema=pg_schema).close()
+    reader = PostgresStore.open_read_only(pg_dsn, schema=pg_schema)
+    try:
+        with pytest.raises(StoreError, match="read-only"):
+            reader.grant_lease(Lease("lease_x", "refund", "pi_x", 1, 1.0, "a", 0.0))
+    finally:
+        reader.close()
+
+
+def test_many_processes_opening_a_new_store_at_once_all_succeed(
+    pg_dsn: str, pg_schema: str
+) -> None:
+    """First use by several workers at once creates the schema once, without errors."""
+    code = (
+        "import sys; from interlock import PostgresStore; "
+        "PostgresStore(sys.argv[1], schema=sys.argv[2]).close()"
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, pg_dsn, pg_schema], stderr=subprocess.PIPE)
+        for _ in range(4)
+    ]
+    results = [(p.wait(DEADLINE_S), p.stderr.read() if p.stderr else b"") for p in procs]
+    for p in procs:
+        if p.stderr:
+            p.stderr.close()
+    assert [code for code, _ in results] == [0, 0, 0, 0], results
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        rows = conn.execute(f'SELECT key FROM "{pg_schema}".interlock_meta').fetchall()
+    assert rows == [("schema_version",)]
+
+
+# -- a transaction-mode pooler, errors, the command line ---------------------------------
+
+
+def test_nothing_is_kept_in_the_session(store: PostgresStore) -> None:
+    """After many calls, the session has no prepared statement, no advisory lock and its
+    default settings: a transaction-mode pooler can hand the connection to anyone."""
+    lease = _lease(store, "pi_pool")
+    owner = Owner.current()
+    for _ in range(8):  # past psycopg's default prepare threshold (5)
+        intent = _intent(lease)
+        epoch = store.begin(intent, owner, 6.0, 2.0).epoch
+        store.release(intent.action_id, epoch)
+        store.action(intent.action_id)
+    conn = store._conn  # the store's own session, as the pooler would pass it on
+    prepared = conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()
+    locks = conn.execute(
+        "SELECT count(*) FROM pg_locks WHERE locktype='advisory' AND pid=pg_backend_pid()"
+    ).fetchone()
+    setting = conn.execute("SELECT source FROM pg_settings WHERE name='synchronous_commit'")
+    assert (prepared, locks) == ((0,), (0,))
+    assert setting.fetchone() != ("session",)
+
+
+def test_an_unreachable_server_is_a_store_error_without_the_password() -> None:
+    """A connection that fails is a StoreError saying what to do, never echoing the password."""
+    dsn = "postgresql://someone:MadeUpSecret@127.0.0.1:1/nothing"
+    with pytest.raises(StoreError) as caught:
+        PostgresStore(dsn, connect_timeout_s=2)
+    assert isinstance(caught.value.__cause__, psycopg.OperationalError)
+    assert "MadeUpSecret" not in str(caught.value)
+    assert "check that the server is up" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("dsn", "shown"),
+    [
+        ("postgresql://u:MadeUp@h:5432/db?sslmode=require", "postgresql://u:***@h:5432/db?sslmode=require"),
+        ("postgresql://u@h/db?password=MadeUp", "postgresql://u@h/db?password=***"),
+        ("host=h user=u password=MadeUp dbname=db", "host=h user=u password=*** dbname=db"),
+        ("postgresql://postgres:@/postgres?host=/tmp/s", "postgresql://postgres@/postgres?host=/tmp/s"),
+    ],
+)  # fmt: skip
+def test_a_dsn_is_shown_without_its_password(dsn: str, shown: str) -> None:
+    """What the store shows of its DSN never carries the password."""
+    assert redact_dsn(dsn) == shown
+
+
+def test_verify_command_reads_a_postgres_store_by_url(
+    store: PostgresStore, pg_dsn: str, pg_schema: str
+) -> None:
+    """`python -m interlock verify URL` checks the chain read-only; a schema that holds no
+    store exits 2 and is not created."""
+    lease = _lease(store, "pi_cli")
+    owner = Owner.current()
+    for _ in range(2):
+        intent = _intent(lease)
+        epoch = store.begin(intent, owner, 6.0, 2.0).epoch
+        store.mark_sending(intent.action_id, epoch, 7.0)
+        store.settle(intent.action_id, epoch, owner, Settlement("refused", "x"), [], {}, None)
+    url = f"{pg_dsn}{'&' if '?' in pg_dsn else '?'}schema={pg_schema}"
+
+    done = subprocess.run(
+        [sys.executable, "-m", "interlock", "verify", url],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "chain of 2 receipts (unsigned) holds" in done.stdout
+
+    empty = url.replace(pg_schema, pg_schema + "_none")
+    done = subprocess.run(
+        [sys.executable, "-m", "interlock", "verify", empty],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "not an interlock store" in done.stderr
+    with pytest.raises(StoreError, match="not an interlock store"):
+        open_store(empty, read_only=True)
