@@ -1,17 +1,23 @@
-"""What the gate costs per action, Stripe excluded (docs/design.md §7).
+"""What the gate costs per action, Stripe excluded (DESIGN §7).
 
-    python bench/gate_overhead.py [--actions N]
+    python bench/gate_overhead.py [--actions N] [--repeats R]
 
-One run over the in-memory payments model (`InProcessPayments`, so no HTTP and no
-Stripe) and a `SQLiteStore` (WAL, synchronous=FULL) in a temporary directory. It prints:
+Each repeat runs N first attempts through a `Gate` over the in-memory payments model
+(`InProcessPayments`: no HTTP, no Stripe) and a fresh `SQLiteStore` (WAL,
+synchronous=FULL) in a temporary directory, each action interleaved with one durable
+commit of a tiny INSERT in another file, so both see the same disk at the same moment.
+It prints one figure a line:
 
-- `commits per action`: durable commits per first attempt, from `store.commits`
-  (target 3: intent+claim, sending, outcome; the floor is 2, before and after the send);
+- `commits per action`: durable commits per first attempt, from `store.commits` (target 3:
+  intent+claim, sending, outcome; the floor is 2, before and after the send);
+- `statements per action`: SQL statements per first attempt, BEGIN and COMMIT included,
+  counted with sqlite3's trace callback on the store's connection (outside the timed runs);
 - `stripe calls per first attempt` and `per recovery`, counted from the model's requests
   (target: one list and one create; a recovery one list and at most one create);
-- `gate bookkeeping`: the time `Gate.submit` spends outside the payments calls, per
-  action, against one durable SQLite commit of a tiny INSERT measured in the same run,
-  interleaved with the actions so that both see the same disk (medians; target <= 4x).
+- `bookkeeping vs one commit`: the time `Gate.submit` spends outside the payments calls,
+  over one durable commit (median over the actions of a repeat; then the median and
+  range over the repeats; target at most 3.5x on a quiet machine);
+- `bookkeeping per action` and `one durable commit`: the same medians in milliseconds.
 
 It exits 1 when a count misses its target; timings are reported, never judged.
 """
@@ -26,6 +32,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -48,6 +55,9 @@ from interlock_demo.payments import InProcessPayments
 
 AMOUNT = 2000
 WARMUP = 20
+RECOVERIES = 50
+STATEMENT_SAMPLES = 5
+TARGET_RATIO = 3.5
 LIST = ("GET", "refunds")
 CREATE = ("POST", "refunds")
 T = TypeVar("T")
@@ -140,11 +150,6 @@ def _calls(requests: list[tuple[str, str]]) -> tuple[int, int]:
     return counts[LIST], counts[CREATE]
 
 
-def _one(counts: list[Any]) -> Any:
-    """The value every run gave, or the worst one (the largest) when they differ."""
-    return max(counts)
-
-
 def _crashed(store: SQLiteStore, payments: TimedPayments, timing: Timing, landed: bool) -> str:
     """An action whose worker died after `sending` (and, if `landed`, after Stripe made it)."""
     intent = _decision(payments, store)
@@ -167,89 +172,161 @@ def _crashed(store: SQLiteStore, payments: TimedPayments, timing: Timing, landed
     return intent.action_id
 
 
-def run(actions: int, workdir: Path) -> int:
-    """Measure, print the report, and return the exit code."""
+@dataclass
+class Repeat:
+    """One repeat's counts and medians."""
+
+    commits: int
+    statements: int
+    calls: tuple[int, int]
+    recovery_before: tuple[int, int]
+    recovery_after: tuple[int, int]
+    bookkeeping_s: float
+    commit_s: float
+
+    @property
+    def ratio(self) -> float:
+        """Bookkeeping over one durable commit."""
+        return self.bookkeeping_s / self.commit_s
+
+
+def _statements(store: SQLiteStore, gate: Gate, payments: TimedPayments) -> int:
+    """SQL statements of one first attempt (the most over a few), BEGIN/COMMIT included."""
+    counts = []
+    for _ in range(STATEMENT_SAMPLES):
+        intent = _decision(payments, store)
+        seen: list[str] = []
+        # The bench reads the store's own connection: the count is what the gate sends it.
+        store._conn.set_trace_callback(seen.append)
+        try:
+            gate.submit(intent)
+        finally:
+            store._conn.set_trace_callback(None)
+        counts.append(len(seen))
+    return max(counts)
+
+
+def repeat(actions: int, workdir: Path) -> Repeat:
+    """One repeat in a fresh store: counts, then `actions` timed first attempts, recoveries."""
+    workdir.mkdir(parents=True)
     payments = TimedPayments(InProcessPayments())
     store = SQLiteStore(workdir / "journal.sqlite3")
     baseline = DurableCommit(workdir / "baseline.sqlite3")
     timing = Timing()
     gate = Gate(store, StripeRefund(payments), timing=timing, switches=Switches(), signing_key=None)
+    try:
+        statements = _statements(store, gate, payments)
+        commits: list[int] = []
+        calls: list[tuple[int, int]] = []
+        bookkeeping_s: list[float] = []
+        commit_s: list[float] = []
+        for i in range(WARMUP + actions):
+            intent = _decision(payments, store)
+            one_commit = baseline.timed()
+            c0, r0, p0 = store.commits, len(payments.model.requests), payments.spent_s
+            start = time.perf_counter()
+            outcome = gate.submit(intent)
+            elapsed = time.perf_counter() - start
+            if outcome.status != "sent":
+                raise RuntimeError(f"unexpected outcome: {outcome}")
+            if i < WARMUP:
+                continue
+            commit_s.append(one_commit)
+            bookkeeping_s.append(elapsed - (payments.spent_s - p0))
+            commits.append(store.commits - c0)
+            calls.append(_calls(payments.model.requests[r0:]))
 
-    commits: list[int] = []
-    calls: list[tuple[int, int]] = []
-    bookkeeping_s: list[float] = []
-    commit_s: list[float] = []
-    for i in range(WARMUP + actions):
-        intent = _decision(payments, store)
-        one_commit = baseline.timed()
-        c0, r0, p0 = store.commits, len(payments.model.requests), payments.spent_s
-        start = time.perf_counter()
-        outcome = gate.submit(intent)
-        elapsed = time.perf_counter() - start
-        if outcome.status != "sent":
-            print(f"unexpected outcome: {outcome}", file=sys.stderr)
-            return 1
-        if i < WARMUP:
-            continue
-        commit_s.append(one_commit)
-        bookkeeping_s.append(elapsed - (payments.spent_s - p0))
-        commits.append(store.commits - c0)
-        calls.append(_calls(payments.model.requests[r0:]))
-
-    recoveries: dict[bool, list[tuple[int, int]]] = {False: [], True: []}
-    for i in range(min(actions, 50)):
-        landed = bool(i % 2)
-        aid = _crashed(store, payments, timing, landed)
-        r0 = len(payments.model.requests)
-        outcome = gate.recover_action(aid)
-        if outcome.status != ("adopted" if landed else "sent"):
-            print(f"unexpected recovery: {outcome}", file=sys.stderr)
-            return 1
-        recoveries[landed].append(_calls(payments.model.requests[r0:]))
-    store.close()
-    baseline.conn.close()
-
-    per_action = _one(commits)
-    lists, creates = _one([c[0] for c in calls]), _one([c[1] for c in calls])
-    before = (_one([c[0] for c in recoveries[False]]), _one([c[1] for c in recoveries[False]]))
-    after = (_one([c[0] for c in recoveries[True]]), _one([c[1] for c in recoveries[True]]))
-    book_ms = statistics.median(bookkeeping_s) * 1000
-    commit_ms = statistics.median(commit_s) * 1000
-    print(
-        f"gate overhead over {actions} actions: in-memory payments, "
-        f"SQLite WAL synchronous=FULL in {workdir}"
+        recoveries: dict[bool, list[tuple[int, int]]] = {False: [], True: []}
+        for i in range(min(actions, RECOVERIES)):
+            landed = bool(i % 2)
+            aid = _crashed(store, payments, timing, landed)
+            r0 = len(payments.model.requests)
+            outcome = gate.recover_action(aid)
+            if outcome.status != ("adopted" if landed else "sent"):
+                raise RuntimeError(f"unexpected recovery: {outcome}")
+            recoveries[landed].append(_calls(payments.model.requests[r0:]))
+    finally:
+        store.close()
+        baseline.conn.close()
+    return Repeat(
+        commits=max(commits),
+        statements=statements,
+        calls=_worst(calls),
+        recovery_before=_worst(recoveries[False]),
+        recovery_after=_worst(recoveries[True]),
+        bookkeeping_s=statistics.median(bookkeeping_s),
+        commit_s=statistics.median(commit_s),
     )
-    print(f"commits per action: {per_action} (target 3, floor 2)")
-    print(f"stripe calls per first attempt: {lists} list, {creates} create")
-    print(
+
+
+def _worst(calls: list[tuple[int, int]]) -> tuple[int, int]:
+    """The most lists and the most creates any one action made (0, 0 when none ran)."""
+    return (max((c[0] for c in calls), default=0), max((c[1] for c in calls), default=0))
+
+
+def _spread(values: list[float], fmt: str, unit: str) -> str:
+    """Median, then the range, as `M<unit> (range A-B<unit> over N repeats)`."""
+    m, lo, hi = statistics.median(values), min(values), max(values)
+    return f"{m:{fmt}}{unit} (median of {len(values)} repeats, range {lo:{fmt}}-{hi:{fmt}}{unit})"
+
+
+def report(repeats: list[Repeat], actions: int) -> list[str]:
+    """The report's lines, one figure each."""
+    commits = max(r.commits for r in repeats)
+    statements = max(r.statements for r in repeats)
+    lists, creates = _worst([r.calls for r in repeats])
+    before = _worst([r.recovery_before for r in repeats])
+    after = _worst([r.recovery_after for r in repeats])
+    return [
+        f"gate overhead: {len(repeats)} repeats of {actions} actions, in-memory payments, "
+        "SQLite WAL synchronous=FULL",
+        f"commits per action: {commits} (target 3, floor 2)",
+        f"statements per action: {statements} (BEGIN and COMMIT included)",
+        f"stripe calls per first attempt: {lists} list, {creates} create",
         f"per recovery: {before[0]} list, {before[1]} create (died before the call); "
-        f"{after[0]} list, {after[1]} create (died after the refund landed)"
+        f"{after[0]} list, {after[1]} create (died after the refund landed)",
+        "bookkeeping vs one commit: "
+        + _spread([r.ratio for r in repeats], ".1f", "x")
+        + f"; target <= {TARGET_RATIO}x",
+        "bookkeeping per action: "
+        + _spread([r.bookkeeping_s * 1000 for r in repeats], ".3f", " ms"),
+        "one durable commit: " + _spread([r.commit_s * 1000 for r in repeats], ".3f", " ms"),
+    ]
+
+
+def on_target(repeats: list[Repeat]) -> bool:
+    """Whether every count is on its target (timings are never judged)."""
+    return all(
+        r.commits <= 3
+        and r.calls == (1, 1)
+        and r.recovery_before[0] == r.recovery_after[0] == 1
+        and r.recovery_before[1] <= 1
+        and r.recovery_after[1] == 0
+        for r in repeats
     )
-    print(
-        f"gate bookkeeping: {book_ms:.3f} ms/action = {book_ms / commit_ms:.1f} x one durable "
-        f"commit ({commit_ms:.3f} ms); target <= 4x"
-    )
-    on_target = (
-        per_action <= 3
-        and (lists, creates) == (1, 1)
-        and before[0] == after[0] == 1
-        and before[1] <= 1
-        and after[1] == 0
-    )
-    return 0 if on_target else 1
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse the arguments and run in a fresh temporary directory."""
+    """Parse the arguments, run the repeats in a fresh temporary directory, print."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--actions", type=int, default=400, help="timed actions (default 400, after a warm-up)"
+        "--actions", type=int, default=400, help="timed actions per repeat (400, after a warm-up)"
     )
+    parser.add_argument("--repeats", type=int, default=10, help="repeats (10)")
     args = parser.parse_args(argv)
     if args.actions < 1:
         parser.error("--actions must be at least 1")
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
     with tempfile.TemporaryDirectory(prefix="interlock-bench-") as d:
-        return run(args.actions, Path(d))
+        try:
+            repeats = [repeat(args.actions, Path(d) / str(i)) for i in range(args.repeats)]
+        except RuntimeError as e:
+            print(f"gate_overhead: {e}", file=sys.stderr)
+            return 1
+    for line in report(repeats, args.actions):
+        print(line)
+    return 0 if on_target(repeats) else 1
 
 
 if __name__ == "__main__":

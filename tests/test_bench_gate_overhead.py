@@ -9,6 +9,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench" / "gate_overhead.py"
+# Statements per first attempt on main before issue 14 cut them.
+STATEMENTS_BEFORE = 23
 
 
 def _bench(*args: str) -> subprocess.CompletedProcess[str]:
@@ -22,31 +24,44 @@ def _bench(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_bench_prints_its_report_with_the_counts_on_target() -> None:
-    """A short run prints the four report lines, with 3 commits and 1 list + 1 create per action."""
-    done = _bench("--actions", "5")
+    """A short run prints one figure a line: 3 commits, its statement count, 1 list + 1 create
+    per action, and the timings as a median with a range (shapes only, never values)."""
+    done = _bench("--actions", "5", "--repeats", "2")
 
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
-    assert lines[0].startswith("gate overhead over 5 actions: in-memory payments")
+    assert lines[0].startswith("gate overhead: 2 repeats of 5 actions, in-memory payments")
     assert lines[1] == "commits per action: 3 (target 3, floor 2)"
-    assert lines[2] == "stripe calls per first attempt: 1 list, 1 create"
-    assert lines[3] == (
+    statements = re.fullmatch(
+        r"statements per action: (\d+) \(BEGIN and COMMIT included\)", lines[2]
+    )
+    assert statements is not None, lines[2]
+    # Three transactions of BEGIN, at least one write and COMMIT each, and no more than the
+    # 23 statements an action took before issue 14's cuts.
+    assert 9 <= int(statements[1]) <= STATEMENTS_BEFORE, lines[2]
+    assert lines[3] == "stripe calls per first attempt: 1 list, 1 create"
+    assert lines[4] == (
         "per recovery: 1 list, 1 create (died before the call); "
         "1 list, 0 create (died after the refund landed)"
     )
-    number = r"\d+\.\d+"
+    n = r"\d+\.\d+"
     assert re.fullmatch(
-        rf"gate bookkeeping: {number} ms/action = {number} x one durable commit "
-        rf"\({number} ms\); target <= 4x",
-        lines[4],
-    ), lines[4]
-    assert len(lines) == 5
+        rf"bookkeeping vs one commit: {n}x \(median of 2 repeats, range {n}-{n}x\); "
+        r"target <= 3\.5x",
+        lines[5],
+    ), lines[5]
+    for line, label in ((lines[6], "bookkeeping per action"), (lines[7], "one durable commit")):
+        assert re.fullmatch(rf"{label}: {n} ms \(median of 2 repeats, range {n}-{n} ms\)", line), (
+            line
+        )
+    assert len(lines) == 8
 
 
 def test_bench_refuses_a_bad_count() -> None:
-    """`--actions 0` is bad usage: exit 2 and a message, no report."""
-    done = _bench("--actions", "0")
+    """`--actions 0` and `--repeats 0` are bad usage: exit 2 and a message, no report."""
+    for flag in ("--actions", "--repeats"):
+        done = _bench(flag, "0")
 
-    assert done.returncode == 2
-    assert done.stdout == ""
-    assert "--actions must be at least 1" in done.stderr
+        assert done.returncode == 2
+        assert done.stdout == ""
+        assert f"{flag} must be at least 1" in done.stderr
