@@ -286,6 +286,9 @@ class RunApi:
         self._header_timeout_s = header_timeout_s
         self._body_timeout_s = body_timeout_s
         self._log_lock = threading.Lock()
+        # Not registered with logging: each endpoint's server reports go to its own file.
+        self._server_log = logging.Logger(f"{__name__}.server", logging.WARNING)
+        self._server_log.addHandler(_ToErrorLog(self))
         self._requested_port = port
         self._port: int | None = None
         self._thread: threading.Thread | None = None
@@ -350,6 +353,7 @@ class RunApi:
         runner = web.AppRunner(
             self._app(table),
             access_log=None,
+            logger=self._server_log,
             shutdown_timeout=SHUTDOWN_TIMEOUT_S,
             lingering_time=LINGER_S,
         )
@@ -501,7 +505,9 @@ class RunApi:
             text = raw.decode(request.charset or "utf-8")
         except (UnicodeDecodeError, LookupError):
             raise _Refused(
-                400, f"the body is not text in its charset ({request.charset}); {BODY_HELP}"
+                400,
+                f"the body is not {request.charset or 'UTF-8'} text (the charset it was sent "
+                f"in, UTF-8 unless Content-Type says otherwise); {BODY_HELP}",
             ) from None
         _body.set(text)  # withheld from the error log
         return text
@@ -552,22 +558,38 @@ class RunApi:
         body = _body.get()
         if len(body) >= _SHORTEST_WITHHELD_BODY:
             text = text.replace(body, "[the request body, withheld]")
-        for secret in self._secrets():
-            text = text.replace(secret, "[a key, withheld]")
-        text = _KEY_LIKE.sub("[a key, withheld]", text)
+        self.append_to_error_log(f"error {error_id}: {request.method} {request.path[:200]!r}", text)
+
+    def append_to_error_log(self, title: str, text: str) -> None:
+        """Append one entry (a title line, then `text`) to the error log, keys withheld."""
         when = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        entry = f"{when} error {error_id}: {request.method} {request.path[:200]!r}\n{text}\n"
+        entry = f"{when} {title}\n{text}\n"
+        for secret in self._secrets():
+            entry = entry.replace(secret, "[a key, withheld]")
+        entry = _KEY_LIKE.sub("[a key, withheld]", entry)
         try:
             with self._log_lock, open_private(self.error_log, "a") as f:
                 f.write(entry)
         except OSError:
-            log.exception("cannot write %s; error %s was:\n%s", self.error_log, error_id, text)
+            log.exception("cannot write %s; the entry was:\n%s", self.error_log, entry)
 
     def _secrets(self) -> list[str]:
         config = self.engine.config
         found = [s.value for s in (config.stripe_key, config.anthropic_key) if s is not None]
         receipt = os.environ.get("INTERLOCK_RECEIPT_KEY")
         return [*found, receipt] if receipt else found
+
+
+class _ToErrorLog(logging.Handler):
+    """aiohttp's own reports (a request its parser refused, with a traceback) go to the error
+    log: never to the terminal, where they would land on the app's screen."""
+
+    def __init__(self, api: RunApi) -> None:
+        super().__init__(logging.WARNING)
+        self.api = api
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.api.append_to_error_log(f"aiohttp: {record.getMessage()}", self.format(record))
 
 
 def _shown(value: Any) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
 import socket
 import threading
 from collections.abc import Iterator
@@ -668,3 +669,16 @@ def test_unexpected_error_is_500_with_an_id_logged_without_key_or_body(
     assert "RuntimeError: could not start with [a key, withheld]" in logged
     assert STRIPE_KEY not in logged
     assert body not in logged
+
+
+def test_request_aiohttp_refuses_is_400_and_reported_only_in_the_error_log(
+    short_api: RunApi, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A request aiohttp's parser refuses (a bad Content-Length) gets its 400, and the report
+    goes to the error log under INTERLOCK_HOME, not to the terminal (the app's screen)."""
+    port = short_api.port
+    head = f"POST /api/runs HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: abc\r\n\r\n"
+    raw = _read_until_closed(_slow_request(port, head.encode()))
+    assert raw.split(b"\r\n", 1)[0].endswith(b" 400 Bad Request"), raw
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert "Invalid character in Content-Length" in short_api.error_log.read_text()
