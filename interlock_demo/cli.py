@@ -32,6 +32,10 @@ SCENARIO_HELP = (
     + ", ".join(sc.key for sc in SCENARIOS.values())
     + " name them too)"
 )
+STORE_HELP = (
+    "the journal: postgresql://user@host/db[?schema=NAME] for workers on many hosts, or a "
+    "SQLite path (default: INTERLOCK_STORE, else the SQLite file under INTERLOCK_HOME)"
+)
 
 
 def port(text: str) -> int:
@@ -100,6 +104,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--stripe-base", metavar="URL", help="offline: use an emulator already listening at URL"
     )
+    p.add_argument("--store", metavar="URL", help=STORE_HELP)
     p.add_argument(
         "--http",
         nargs="?",
@@ -134,6 +139,7 @@ def _parser() -> argparse.ArgumentParser:
             f"--{flag}", action="store_const", const=flag, dest="sweep_mode", help=f"{flag} runs"
         )
     sweep.add_argument("--json", action="store_true", dest="sweep_json", help="print JSON")
+    sweep.add_argument("--store", metavar="URL", default=argparse.SUPPRESS, help=STORE_HELP)
     sweep.add_argument("--parallel", type=int, default=3, help="runs at a time (default 3)")
     sweep.add_argument(
         "--faults",
@@ -222,7 +228,9 @@ def main(argv: list[str] | None = None) -> int:
 
         return screenshots(args.out, args.shot_scenario)
     if args.command == "sweep":
-        return _sweep(args.sweep_mode or "offline", args.sweep_json, args.parallel, args.faults)
+        return _sweep(
+            args.sweep_mode or "offline", args.sweep_json, args.parallel, args.faults, args.store
+        )
     if args.command == "results":
         from interlock_demo.results import main_results
 
@@ -239,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
             emulate_24h=args.emulate_24h,
             no_lookup=args.no_lookup,
             stripe_base=args.stripe_base,
+            store=args.store,
         )
         if args.engine == "temporal":
             from interlock_demo.temporal_engine import check_temporal
@@ -299,14 +308,18 @@ def _app_argv(args: argparse.Namespace) -> list[str]:
         argv.append("--no-lookup")
     if args.stripe_base:
         argv += ["--stripe-base", args.stripe_base]
+    if args.store:
+        argv += ["--store", args.store]
     return argv
 
 
-def _sweep(mode: str, as_json: bool, parallel: int, faults: bool = False) -> int:
+def _sweep(
+    mode: str, as_json: bool, parallel: int, faults: bool = False, store: str | None = None
+) -> int:
     from interlock_demo.sweep import main_sweep
 
     try:
-        config = resolve(mode=mode)
+        config = resolve(mode=mode, store=store)
     except (UsageError, KeyRefusedError) as e:
         print(f"interlock-demo: {e}", file=sys.stderr)
         return EXIT_USAGE

@@ -32,7 +32,6 @@ from interlock import (
     MemoryStore,
     Owner,
     Payments,
-    SQLiteStore,
     Store,
     StripePayments,
     StripeRefund,
@@ -245,7 +244,7 @@ class Engine:
         if not run.finished or (col.outcome or {}).get("status") != "refused" or not refused:
             raise BusyError("re-approval follows a finished run in which interlock refused")
         config = self.config if run.mode == self.config.mode else self.config.with_mode(run.mode)
-        owned: SQLiteStore | None = None
+        owned: Store | None = None
         if run.mode == "mock":
             payments, store = self._mock_parts[run.run_id]
         else:
@@ -254,7 +253,7 @@ class Engine:
             payments = StripePayments(
                 make_stripe_client(key, timeout_s=config.timing.stripe_timeout_s, base_url=base)
             )
-            owned = store = SQLiteStore(config.paths.store)
+            owned = store = config.open_store()
         try:
             now = time.time()
             lease = store.grant_lease(
@@ -316,7 +315,11 @@ class Engine:
             "model": config.model_label,
             "stripe": config.stripe_label,
             "checked": checked,
+            # The journal's backend, and for PostgreSQL where it is (never the password).
+            "store": "memory" if config.mode == "mock" else config.store_backend,
         }
+        if config.mode != "mock" and config.store_backend == "postgresql":
+            settings["store_url"] = config.store_label
         if config.mode == "offline":
             settings["stripe_base"] = config.stripe_base or self._emulator_url()
         return settings
@@ -355,7 +358,7 @@ class Engine:
             key = config.stripe_key.value
         client = make_stripe_client(key, timeout_s=config.timing.stripe_timeout_s, base_url=base)
         payments = StripePayments(client)
-        store = SQLiteStore(config.paths.prepare().store)
+        store = config.open_store()
         supervisor = Supervisor()
         self._supervisor = supervisor
         # In-flight kills arm a fault on the emulator; only one this engine runs can take it.

@@ -23,7 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from interlock import ConfigError, Switches, Timing
+from interlock import ConfigError, Store, Switches, Timing, open_store
+from interlock._store_postgres import is_postgres_url
+from interlock._stores import describe_store
 from interlock_demo.keys import Secret, find_anthropic_key, find_stripe_key
 
 DEMO_CLAIM_TTL_S = 15.0
@@ -58,6 +60,8 @@ INHERITED_PREFIXES = ("LC_",)
 # Settings a worker reads that the engine does not resolve itself, passed on when set.
 PASSED_SETTINGS = ("INTERLOCK_CLAIM_GRACE", "INTERLOCK_SEND_SLACK", "INTERLOCK_MODEL")
 ENV_RECEIPT_KEY = "INTERLOCK_RECEIPT_KEY"
+# Where the journal lives when not in INTERLOCK_HOME: a PostgreSQL URL or a SQLite path.
+ENV_STORE = "INTERLOCK_STORE"
 
 
 class UsageError(ValueError):
@@ -132,6 +136,32 @@ class DemoConfig:
     stripe_base: str | None = None
     fallback_reason: str | None = None
     missing: tuple[str, ...] = ()
+    # `--store` / INTERLOCK_STORE: a postgresql:// URL or a SQLite path; None is the SQLite
+    # file under INTERLOCK_HOME. May hold a password: shown only through `store_label`.
+    store: str | None = field(default=None, repr=False)
+
+    @property
+    def store_location(self) -> str:
+        """Where the journal lives, as workers are told (`INTERLOCK_STORE`)."""
+        return self.store or str(self.paths.store)
+
+    @property
+    def store_backend(self) -> str:
+        """`postgresql` or `sqlite` (`memory` is the mock engine's own, per run)."""
+        return "postgresql" if is_postgres_url(self.store_location) else "sqlite"
+
+    @property
+    def store_label(self) -> str:
+        """Where the journal lives, fit for the screen and the run JSON: no password."""
+        return describe_store(self.store) if self.store else "INTERLOCK_HOME"
+
+    def open_store(self) -> Store:
+        """Open the journal: the PostgreSQL store, else the SQLite file (made 0600 first)."""
+        if self.store is None:
+            return open_store(self.paths.prepare().store)
+        if self.store_backend == "sqlite":
+            private_dir(self.paths.demo)
+        return open_store(self.store)
 
     @property
     def stripe_label(self) -> str:
@@ -163,6 +193,7 @@ class DemoConfig:
             stripe_base=self.stripe_base if mode == "offline" else None,
             fallback_reason=self.fallback_reason if mode == "offline" else None,
             missing=self.missing,
+            store=self.store,
         )
 
 
@@ -180,6 +211,7 @@ def resolve(
     emulate_24h: bool = False,
     no_lookup: bool = False,
     stripe_base: str | None = None,
+    store: str | None = None,
     env: Mapping[str, str] | None = None,
 ) -> DemoConfig:
     """Check keys, mode, switches and timing; raise `UsageError` (or `KeyRefusedError`)."""
@@ -216,6 +248,13 @@ def resolve(
         raise UsageError("--mock runs in-process without Temporal; drop --engine temporal")
     if stripe_base is not None and mode != "offline":
         raise UsageError("--stripe-base points offline runs at an emulator; add --offline")
+    store = store or env.get(ENV_STORE) or None
+    if store is not None and "://" in store and not is_postgres_url(store):
+        raise UsageError(
+            f"--store {describe_store(store)!r} is neither a postgresql:// URL nor a path; "
+            "give postgresql://user@host/db (add ?schema=NAME for a schema of its own) or a "
+            "SQLite file's path"
+        )
     try:
         timing = demo_timing(env)
         if mode == "live":
@@ -239,6 +278,7 @@ def resolve(
         stripe_base=stripe_base,
         fallback_reason=fallback,
         missing=missing,
+        store=store,
     )
 
 
@@ -311,7 +351,7 @@ def worker_env(
     env.update(
         {
             "INTERLOCK_HOME": str(config.paths.demo),
-            "INTERLOCK_STORE": str(config.paths.store),
+            ENV_STORE: config.store_location,
             "INTERLOCK_CLAIM_TTL": f"{config.timing.claim_ttl_s:g}",
             "INTERLOCK_STRIPE_TIMEOUT": f"{config.timing.stripe_timeout_s:g}",
             "PYTHONUNBUFFERED": "1",

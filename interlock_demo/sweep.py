@@ -40,7 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from interlock import SQLiteStore, Store
+from interlock import Store
 from interlock_demo.engine import UNSETTLED, Engine, RunRequest
 from interlock_demo.run import Column, Run
 from interlock_demo.settings import DemoConfig
@@ -206,7 +206,7 @@ def run_sweep(
     lock = threading.Lock()
     engines = [Engine(config) for _ in range(max(1, parallel))]
     free = list(engines)
-    store = SQLiteStore(config.paths.prepare().store)
+    store = config.open_store()
 
     def one(cell: tuple[str, str]) -> None:
         row, outage = cell

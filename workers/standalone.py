@@ -38,12 +38,13 @@ if __name__ == "__main__":
 from interlock import (
     InterlockError,
     Owner,
-    SQLiteStore,
+    Store,
     StoreError,
     StripePayments,
     Switches,
     Timing,
     make_stripe_client,
+    open_store,
 )
 from workers.agent import AgentError, AnthropicModel, Model, ScriptedModel
 from workers.columns import (
@@ -146,20 +147,21 @@ def _supervised_crash_point() -> tuple[bool, str | None]:
     return True, crash_at
 
 
-def _home_store_and_payments(timing: Timing) -> tuple[Path, SQLiteStore, StripePayments]:
+def _home_store_and_payments(timing: Timing) -> tuple[Path, Store, StripePayments]:
     """The worker's INTERLOCK_HOME, its journal and its Stripe client, from the environment."""
     key = os.environ.get("STRIPE_SECRET_KEY", "")
     client = make_stripe_client(
         key, timeout_s=timing.stripe_timeout_s, base_url=os.environ.get("INTERLOCK_STRIPE_BASE")
     )
     home = Path(os.environ.get("INTERLOCK_HOME", ".interlock"))
-    store = SQLiteStore(os.environ.get("INTERLOCK_STORE") or home / "interlock.sqlite3")
+    # A PostgreSQL URL or a SQLite path; the demo always says which.
+    store = open_store(os.environ.get("INTERLOCK_STORE") or home / "interlock.sqlite3")
     return home, store, StripePayments(client)
 
 
 def _context_factory(
     payments: StripePayments,
-    store: SQLiteStore,
+    store: Store,
     timing: Timing,
     switches: Switches,
     crash_at: str | None,
