@@ -55,6 +55,15 @@ INHERITED = (
     "SSL_CERT_FILE",
     "SSL_CERT_DIR",
     "REQUESTS_CA_BUNDLE",
+    # A venue network that only lets traffic out through a proxy: the SDKs must use it too.
+    "HTTPS_PROXY",
+    "HTTP_PROXY",
+    "ALL_PROXY",
+    "NO_PROXY",
+    "https_proxy",
+    "http_proxy",
+    "all_proxy",
+    "no_proxy",
 )
 INHERITED_PREFIXES = ("LC_",)
 # Settings a worker reads that the engine does not resolve itself, passed on when set.
