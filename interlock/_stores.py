@@ -37,4 +37,5 @@ def split_schema(url: str) -> tuple[str, str | None]:
 def describe_store(location: str | Path) -> str:
     """Where a store lives, fit for JSON and logs: a path, or a URL without its password."""
     text = str(location)
-    return redact_dsn(text) if is_postgres_url(text) else text
+    # Any URL, not only PostgreSQL's: a mistyped scheme must not print its password either.
+    return redact_dsn(text) if "://" in text else text

@@ -11,12 +11,14 @@ and `python -m interlock verify URL`.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -44,6 +46,7 @@ from interlock import (
 from interlock._journal import SCHEMA_VERSION
 from interlock._store_postgres import redact_dsn
 from interlock_demo.payments import StripeEmulator
+from tests.helpers import headless
 from tests.helpers.gate_rig import TIMING
 from tests.test_store_contract import _payments
 from tests.test_store_processes import ROOT
@@ -531,3 +534,47 @@ def test_verify_command_reads_a_postgres_store_by_url(
     assert done.returncode == 2 and "not an interlock store" in done.stderr
     with pytest.raises(StoreError, match="not an interlock store"):
         open_store(empty, read_only=True)
+
+
+# -- the demo on PostgreSQL ---------------------------------------------------------------
+
+
+@pytest.mark.e2e
+def test_headless_demo_runs_on_postgres_and_names_the_backend(
+    pg_dsn: str, pg_schema: str, tmp_path: Path
+) -> None:
+    """`--store URL`: real workers journal in PostgreSQL, every column ends as the truth
+    table says, and the run JSON names the backend without a password."""
+    url = f"{pg_dsn}{'&' if '?' in pg_dsn else '?'}schema={pg_schema}"
+    done = headless.run(
+        [*headless.CLI, "--scenario", "hand-refund", "--checked", "--store", url],
+        headless.cli_env(tmp_path / "home"),
+        timeout=120,
+    )
+
+    assert done.returncode == 0, done.stderr[-2000:]
+    doc = json.loads(done.stdout)
+    headless.check_run(doc, "hand-refund", "standalone")
+    assert doc["settings"]["store"] == "postgresql"
+    assert doc["settings"]["store_url"] == redact_dsn(url)
+    assert not (tmp_path / "home" / "demo" / "interlock.sqlite3").exists()
+    store = open_store(url, read_only=True)
+    try:
+        # A schema of its own: the interlock column's one action, refused, is all there is.
+        (action_id,) = store.actions()
+        state = store.action(action_id)
+        assert state is not None and state.settlement is not None
+        assert state.settlement.status == "refused"
+        assert [r.outcome for r in store.receipts()] == ["refused"]
+    finally:
+        store.close()
+
+
+def test_store_option_refuses_another_database_url(tmp_path: Path) -> None:
+    """`--store mysql://...` is bad usage (exit 2) in words, without echoing a password."""
+    done = headless.run(
+        [*headless.CLI, "--scenario", "revoked", "--store", "mysql://u:MadeUpPw@h/db"],
+        headless.cli_env(tmp_path / "home"),
+    )
+    assert done.returncode == 2
+    assert "postgresql://" in done.stderr and "MadeUpPw" not in done.stderr
