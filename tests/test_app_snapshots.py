@@ -13,6 +13,7 @@ import asyncio
 import base64
 import hashlib
 import threading
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -30,6 +31,7 @@ from interlock_demo import engine as engine_module
 from interlock_demo.app import DemoApp, make_app
 from interlock_demo.run import Run
 from interlock_demo.settings import resolve
+from interlock_demo.widgets import ColumnPane
 from scenarios import SCENARIOS
 
 SIZE = (160, 45)
@@ -127,9 +129,10 @@ def hold(monkeypatch: pytest.MonkeyPatch) -> Iterator[Hold]:
 
 
 def mock_app(home: Path, *, checked: bool = True) -> DemoApp:
-    """A mock-mode app with unpaced runs, state under `home`."""
+    """A mock-mode app with unpaced runs and no held states (timers would race), under `home`."""
     app = make_app(resolve(mode="mock", env={"INTERLOCK_HOME": str(home)}), checked=checked)
     app.engine.mock_pace_s = 0.0
+    app.phase_hold_s = 0.0
     return app
 
 
@@ -232,15 +235,96 @@ def test_finished_80x24(snap_compare: Snap, home: Path, deterministic: Determini
     assert snap_compare(mock_app(home), terminal_size=(80, 24), run_before=finished("1"))
 
 
-def test_finished_80x24_scrolled_to_interlock(
+def test_finished_80x24_the_checked_column(
     snap_compare: Snap, home: Path, deterministic: Deterministic
 ) -> None:
-    """At 80x24, scrolling the stacked columns brings interlock's verdict and receipt into view."""
+    """At 80x24, the right key shows the next column alone; the verdict strip stays."""
 
     async def run_before(pilot: Pilot[Any]) -> None:
         await run_to_end(pilot, "1")
-        card = pilot.app.query_one("#col-interlock .card")
-        pilot.app.query_one("#columns").scroll_to_widget(card, animate=False)
+        await pilot.press("right")
         await pilot.pause()
 
     assert snap_compare(mock_app(home), terminal_size=(80, 24), run_before=run_before)
+
+
+def test_finished_100x30(snap_compare: Snap, home: Path, deterministic: Deterministic) -> None:
+    """At 100x30 the three columns stay side by side with compact cards, and the strip."""
+    assert snap_compare(mock_app(home), terminal_size=(100, 30), run_before=finished("1"))
+
+
+def test_zoomed_at_160x45(snap_compare: Snap, home: Path, deterministic: Deterministic) -> None:
+    """z zooms the chosen column (Interlock) to the whole width, with its full card."""
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await run_to_end(pilot, "1")
+        await pilot.press("z")
+        await pilot.pause()
+
+    assert snap_compare(mock_app(home), terminal_size=SIZE, run_before=run_before)
+
+
+@pytest.mark.parametrize("size", [SIZE, (100, 30), (80, 24)], ids=["160x45", "100x30", "80x24"])
+def test_countdown_mid_wait(
+    snap_compare: Snap, home: Path, deterministic: Deterministic, hold: Hold, size: tuple[int, int]
+) -> None:
+    """Interlock mid-wait for the dead worker's claim: large seconds left, the caption, the bar.
+
+    A mock run is held after the kill and the Interlock column is shown a real (not
+    simulated) wait of 16 s that began at 3.0 s, read at the app's 3.5 s: 15.5 s left.
+    """
+    app = mock_app(home)
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await pilot.press("enter")
+        assert await asyncio.to_thread(hold.wait_for, 3), "the run never reached the kill"
+        await pilot.pause()
+        run = app.run_on_screen
+        assert run is not None
+        snapshot = run.to_json()
+        col = snapshot["columns"][1]
+        col["state"] = "waiting"
+        col["claim_wait"] = {"from": 3.0, "until": 19.0, "seconds": 16.0}
+        app.query_one("#col-interlock", ColumnPane).show(snapshot, col)
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
+    run = app.run_on_screen
+    assert run is not None and not run.finished
+    hold.released.set()
+    assert run.wait(RUN_TIMEOUT_S)
+
+
+def test_presenter_waiting_for_the_outage(
+    snap_compare: Snap, home: Path, deterministic: Deterministic
+) -> None:
+    """Presenter mode after two presses: decision and kill shown, the run waits for space."""
+    app = mock_app(home)
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await pilot.press("p", "enter")
+        await pilot.pause()
+        run = app.run_on_screen
+        assert run is not None and run.pacer is not None
+        for _ in range(2):
+            await pilot.press("space")
+        pacer = run.pacer
+
+        def held_at_outage() -> bool:
+            return (
+                pacer.next_phase == "outage"
+                and pacer.held
+                and all(any(e.kind == "crash" for e in c.events) for c in run.columns)
+            )
+
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while not held_at_outage():
+            assert time.monotonic() < deadline, "the run never waited at the outage"
+            await pilot.pause(0.02)
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+    run = app.run_on_screen
+    assert run is not None and run.pacer is not None
+    run.pacer.release()
+    assert run.wait(RUN_TIMEOUT_S)

@@ -40,7 +40,7 @@ READ_BACK = {
     "offline": "read back from the emulator",
     "mock": "MOCK: in-memory payments",
 }
-SHORT_READ_BACK = {"live": "Stripe", "offline": "emulator", "mock": "MOCK: in memory"}
+SHORT_READ_BACK = {"live": "Stripe", "offline": "emulator", "mock": "in memory"}
 CHECK_NAMES = {"lookup": "lookup", "world_unchanged": "world check", "approval": "approval"}
 
 
@@ -151,7 +151,7 @@ class ColumnPane(Vertical):
             self.query_one(".event-lines", Static).update(self._lines)
             self.query_one(".story", PhaseLines).show(col, prefix)
         self._render_card(run, col, prefix)
-        self._want(_shown_state(col), _status(col, prefix))
+        self._want(_shown_state(col), _status(col, prefix, compact=self.compact))
 
     def relayout(self, *, compact: bool) -> None:
         """Switch between the full and the compact card."""
@@ -160,7 +160,9 @@ class ColumnPane(Vertical):
         self.compact = compact
         if self._last is not None:
             run, col = self._last
-            self._render_card(run, col, "MOCK. " if run["mode"] == "mock" else "")
+            prefix = "MOCK. " if run["mode"] == "mock" else ""
+            self._render_card(run, col, prefix)
+            self._want(_shown_state(col), _status(col, prefix, compact=compact))
 
     def _render_card(self, run: dict[str, Any], col: dict[str, Any], prefix: str) -> None:
         card = _card(run, col, prefix, compact=self.compact)
@@ -231,20 +233,24 @@ def _shown_state(col: dict[str, Any]) -> str:
     return state
 
 
-def _status(col: dict[str, Any], prefix: str) -> Text:
+def _status(col: dict[str, Any], prefix: str, *, compact: bool = False) -> Text:
+    """The status line: which worker, how it ended, the state (compact: fewest words)."""
     workers = col.get("workers") or []
     text = Text(prefix, style="bold")
+    state = _shown_state(col)
+    killed = False
     if workers:
         last = workers[-1]
-        pid = "simulated" if last.get("simulated") else f"pid {last.get('pid')}"
-        text.append(f"{pid} · ")
+        if not compact:
+            text.append("simulated · " if last.get("simulated") else f"pid {last.get('pid')} · ")
         if last.get("exit_code") is not None:
-            text.append(
-                describe_exit(last["exit_code"]),
-                style="bold white on red" if last["exit_code"] < 0 else "",
-            )
+            killed = last["exit_code"] < 0
+            style = "bold white on red" if killed else ""
+            text.append(describe_exit(last["exit_code"]), style=style)
             text.append(" · ")
-    state = _shown_state(col)
+    if compact and killed and state == "killed":
+        text.right_crop(3)  # the exit says it: no "killed" after it
+        return text
     text.append(STATE_TEXT.get(state, state), style="bold")
     if col.get("error"):
         text.append(f": {col['error']}", style="red")
@@ -283,7 +289,7 @@ def _card(run: dict[str, Any], col: dict[str, Any], prefix: str, *, compact: boo
     sign, style = mark(col)
     verdict = {"✓": "✓ right", "⚠": "⚠ right money, false alarm", "✗": "✗ wrong"}[sign]
     text.append(f"{prefix}{verdict}", style=style)
-    text.append(f"   reported: {reported}")
+    text.append(f" · {reported}" if compact else f"   reported: {reported}")
     if outcome.get("reason") and not compact:
         text.append(f" ({outcome['reason']})")
     text.append("\n")

@@ -35,6 +35,10 @@ class ClaimCountdown(Vertical):
         yield Static("", classes="caption")
         yield ProgressBar(total=100, show_eta=False, show_percentage=False, classes="bar")
 
+    def on_resize(self) -> None:
+        if self.query_one(".bar", ProgressBar).display:
+            self.query_one(".caption", Static).update(caption_for(self.size.width))
+
     def show(self, wait: dict[str, Any], run_now: float) -> None:
         """Move to `run_now` (seconds since the run started) in the wait `wait`."""
         caption = self.query_one(".caption", Static)
@@ -44,8 +48,7 @@ class ClaimCountdown(Vertical):
             digits.display = False
             bar.display = False
             caption.update(
-                f"simulated: a real worker waits {float(wait['seconds']):.1f} s here "
-                "for the dead worker's claim; mock skips it"
+                f"simulated: {float(wait['seconds']):.1f} s on the mock clock, no real time"
             )
             return
         digits.display = True
@@ -53,5 +56,6 @@ class ClaimCountdown(Vertical):
         left = max(float(wait["until"]) - run_now, 0.0)
         span = max(float(wait["until"]) - float(wait["from"]), 1e-6)
         digits.update(f"{left:4.1f}s")
-        caption.update(caption_for(max(self.size.width, 1)))
+        # Before the first layout the width is 0: the app's width stands in until on_resize.
+        caption.update(caption_for(self.size.width or self.app.size.width))
         bar.update(progress=100 * min(max((run_now - float(wait["from"])) / span, 0.0), 1.0))

@@ -61,7 +61,7 @@ def _reason(text: str) -> str:
 
 def _outage(text: str) -> str:
     if "by hand" in text:
-        return "$20 refund by hand"
+        return "hand refund $20"
     if "revokes" in text:
         return "approval revoked"
     return "nothing happens"
@@ -89,17 +89,17 @@ def phase_lines(col: dict[str, Any]) -> list[tuple[str, str]]:
             killed = True
             point = text.rsplit(" at ", 1)[-1] if " at " in text else ""
             where = _WHERE.get(point, "in flight")
-            put("SIGKILL", f"simulated, {where}" if text.startswith("simulated") else where)
+            put("SIGKILL", where)  # a mock line is marked MOCK. before its label
         elif kind == "outage":
             put("outage", _outage(text))
         elif kind == "start":
             starts += 1
             if starts > 1:
                 pid = event.get("pid")
-                put("restart", f"new worker {pid}" if pid else "new worker (simulated)")
+                put("restart", f"new worker {pid}" if pid else "new worker")
         elif kind == "gate-claim-wait":
             simulated = text.startswith("simulated")
-            put("wait", "skipped (simulated)" if simulated else "dead worker's claim")
+            put("wait", "mock clock" if simulated else "dead worker's claim")
         elif kind == "gate-claim" and killed and (not lines or lines[-1][0] == "restart"):
             put("wait", "none: claim taken at once")
         elif kind == "gate-check" and killed:
@@ -112,7 +112,7 @@ def phase_lines(col: dict[str, Any]) -> list[tuple[str, str]]:
         elif kind == "resume" and "retrying" in text and col.get("name") != "checked":
             put("checks", "none: retries")
         elif kind == "send" and killed:
-            put("sends", "the refund again")
+            put("sends", "again")
         elif kind == "reapprove":
             reapproved = True
             put("approve", "a person, again")
@@ -134,6 +134,6 @@ class PhaseLines(Static):
             if n:
                 text.append("\n")
             text.append(prefix, style="bold")
-            text.append(f" {label} ", style=PHASE_STYLE.get(label, "bold"))
+            text.append(f"{label} ", style=PHASE_STYLE.get(label, "bold"))
             text.append(f" {words}", style="bold")
         self.update(text)
