@@ -1,4 +1,8 @@
-"""The crash-point sweep: interlock right and truthful everywhere, the others where they fail."""
+"""The sweeps: interlock right and truthful everywhere, the others where they fail.
+
+The crash-point sweep kills the worker at every point; the fault sweep answers its first
+refund call every way Stripe can (issue 10), with the outage while that call is held.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from scenarios import SWEEP_CRASH_POINTS, SWEEP_OUTAGES, sweep_scenario
+from interlock import Timing
+from interlock_demo.sweep import Cell, interlock_failures, table
+from scenarios import (
+    FAULTS,
+    SWEEP_CRASH_POINTS,
+    SWEEP_FAULTS,
+    SWEEP_OUTAGES,
+    fault_scenario,
+    scenario,
+    sweep_scenario,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -62,6 +76,85 @@ def test_wanted_follows_the_rule(crash: str, outage: str, agent: int, hand: int)
     assert (sc.wanted_agent_refunds, sc.wanted_hand_refunds) == (agent, hand)
 
 
+@pytest.mark.parametrize(
+    ("fault", "outage", "agent", "hand"),
+    [
+        ("timeout-then-lands", "hand-refund", 1, 1),
+        ("in-progress-409", "revoke", 1, 0),
+        ("5xx-after-commit", "revoke", 1, 0),
+        ("429", "none", 1, 0),
+        ("429", "hand-refund", 0, 1),
+        ("429", "revoke", 0, 0),
+        ("read-401-on-recovery", "hand-refund", 1, 1),
+    ],
+)
+def test_fault_cell_wanted_follows_the_rule(fault: str, outage: str, agent: int, hand: int) -> None:
+    """A call Stripe began executing reached it before the outage: its refund is wanted once;
+    a rate-limited call never began, so only a resend with nobody acting may refund."""
+    sc = fault_scenario(fault, outage)  # type: ignore[arg-type]
+    assert (sc.wanted_agent_refunds, sc.wanted_hand_refunds) == (agent, hand)
+    assert scenario(sc.id) == sc
+
+
+def test_fault_cells_are_named_in_words() -> None:
+    """An unknown fault or outage is a KeyError naming the cell, not a crash later."""
+    with pytest.raises(KeyError, match="no fault sweep cell"):
+        scenario("sweep-fault/teapot-418/none")
+    with pytest.raises(KeyError, match="no fault sweep cell"):
+        fault_scenario("429", "flood")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("stripe_timeout", [1.0, 10.0, 30.0])
+def test_holds_end_after_the_client_gave_up_and_inside_the_in_flight_window(
+    stripe_timeout: float,
+) -> None:
+    """Every held call outlasts the client's deadline where it must (so the answer is a
+    timeout) and ends inside the gate's in-flight window (docs/design.md §4's 5 s assumption)."""
+    timing = Timing(claim_ttl_s=stripe_timeout + 5, stripe_timeout_s=stripe_timeout)
+    for spec in FAULTS.values():
+        hold_s = spec.hold_for(stripe_timeout) / 1000
+        assert hold_s < timing.in_flight_s, spec.id
+        if spec.stage == "before_commit":
+            assert hold_s > stripe_timeout, spec.id
+
+
+def _cell(column: str, **kw: object) -> Cell:
+    base: dict[str, object] = {
+        "crash_point": "none",
+        "outage": "none",
+        "column": column,
+        "ok": True,
+        "truthful": True,
+        "wanted": {"agent_refunds": 1, "hand_refunds": 0, "refunded_total": 2000},
+        "got": {"agent_refunds": 1, "hand_refunds": 0, "refunded_total": 2000},
+        "reported": "adopted",
+        "reason": None,
+        "error": None,
+        "fault": "lost-answer",
+    }
+    base.update(kw)
+    return Cell(**base)  # type: ignore[arg-type]
+
+
+def test_an_overspent_lease_or_a_verify_problem_fails_interlock() -> None:
+    """Right money and a truthful report are not enough: the lease must hold its cap and
+    verify() must find nothing."""
+    fine = _cell("interlock", lease={"cap": 2000, "spent": 2000, "reserved": 0}, verified=True)
+    over = _cell("interlock", lease={"cap": 2000, "spent": 2000, "reserved": 2000}, verified=True)
+    unverified = _cell(
+        "interlock", lease={"cap": 2000, "spent": 2000, "reserved": 0}, verified=False
+    )
+    assert interlock_failures([fine, over, unverified]) == [over, unverified]
+    assert "LEASE OVERSPENT" in table([over])
+
+
+def test_the_table_shows_pending_as_unknown_and_every_report() -> None:
+    """A pending report claims nothing and reads as unknown; each worker's report is shown."""
+    text = table([_cell("interlock", reports=("pending", "adopted"))])
+    assert text.splitlines()[0].startswith("| fault | outage | wanted |")
+    assert "reported unknown (pending) → adopted" in text
+
+
 def test_during_recovery_kills_twice() -> None:
     """The during-recovery cell dies before the send and again in the restarted worker."""
     assert sweep_scenario("during-recovery", "none").kills == ("before-send", "during-recovery")
@@ -77,6 +170,7 @@ def test_offline_sweep_interlock_right_and_truthful_everywhere(tmp_path: Path) -
     cells = doc["cells"]
     assert len(cells) == len(SWEEP_CRASH_POINTS) * len(SWEEP_OUTAGES) * 3
     assert all(c["error"] is None for c in cells), [c for c in cells if c["error"]]
+    assert all(c["fault"] is None for c in cells)
     interlock = [c for c in cells if c["column"] == "interlock"]
     assert all(c["ok"] and c["truthful"] for c in interlock), [
         c for c in interlock if not (c["ok"] and c["truthful"])
@@ -104,3 +198,53 @@ def test_mock_sweep_prints_a_table(tmp_path: Path) -> None:
     assert lines[0].startswith("| crash point | outage | wanted | standard | interlock | checked |")
     assert sum(1 for line in lines if line.startswith("| ")) == 1 + 24  # header + cells
     assert "interlock: right and truthful in every cell" in result.stdout
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(600)
+def test_offline_fault_sweep_interlock_right_and_truthful_everywhere(tmp_path: Path) -> None:
+    """Every fault x outage x column is a real offline run at short timings; interlock is
+    right and truthful in each, its lease within its cap and verify() clean, and the
+    others' failures show as they are."""
+    result = _sweep(tmp_path, "--offline", "--faults", "--json")
+    assert result.returncode == 0, result.stderr[-3000:]
+    cells = json.loads(result.stdout)["cells"]
+    assert len(cells) == len(SWEEP_FAULTS) * len(SWEEP_OUTAGES) * 3
+    assert all(c["error"] is None for c in cells), [c for c in cells if c["error"]]
+    assert {c["fault"] for c in cells} == set(SWEEP_FAULTS)
+    interlock = [c for c in cells if c["column"] == "interlock"]
+    assert all(c["ok"] and c["truthful"] and c["verified"] for c in interlock), [
+        c for c in interlock if not (c["ok"] and c["truthful"] and c["verified"])
+    ]
+    for c in interlock:
+        lease = c["lease"]
+        assert lease["spent"] + lease["reserved"] <= lease["cap"], c
+    key = {(c["fault"], c["outage"], c["column"]): c for c in cells}
+    # The first bug of issue 10: held past the timeout, a hand refund meanwhile, then it
+    # lands. Interlock waits the call out and adopts instead of refusing.
+    held = key[("timeout-then-lands", "hand-refund", "interlock")]
+    assert held["reported"] == "adopted"
+    assert held["got"] == {"agent_refunds": 1, "hand_refunds": 1, "refunded_total": 4000}
+    # A rate-limited call never began: the standard restart refunds after the hand refund.
+    standard = key[("429", "hand-refund", "standard")]
+    assert not standard["ok"] and standard["reports"] == ["unknown", "sent"]
+    assert key[("429", "hand-refund", "interlock")]["reported"] == "refused"
+    # The standard restart's resend meets the first call still running: a 409, honestly unknown.
+    busy = key[("in-progress-409", "none", "standard")]
+    assert busy["reports"] == ["unknown", "unknown"] and "in-progress" in busy["reason"]
+    assert busy["ok"] and busy["truthful"]
+    # The hand-written check stops over its own refund that landed: a false alarm.
+    checked = key[("timeout-then-lands", "none", "checked")]
+    assert checked["ok"] and not checked["truthful"] and checked["reported"] == "stopped"
+    # A refused key settles nothing; once the key is fixed, recovery adopts.
+    for outage in SWEEP_OUTAGES:
+        key_cell = key[("read-401-on-recovery", outage, "interlock")]
+        assert key_cell["reports"] == ["pending", "adopted"], key_cell
+        assert key[("read-401-on-recovery", outage, "checked")]["reports"][0] == "unknown"
+
+
+def test_fault_sweep_needs_the_emulator(tmp_path: Path) -> None:
+    """Mock runs cannot give Stripe's faulty answers: --faults with --mock is a usage error."""
+    result = _sweep(tmp_path, "--mock", "--faults")
+    assert result.returncode == 2
+    assert "--faults needs --offline" in result.stderr
