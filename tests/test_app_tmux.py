@@ -65,9 +65,8 @@ class Terminal:
         pytest.fail(f"{what} did not show within {timeout:g} s; the screen:\n{screen}")
 
 
-@pytest.fixture
-def terminal(tmp_path: Path) -> Iterator[Terminal]:
-    """The app, offline with short timings and the checked column, in a 160x45 tmux pane."""
+def _open(tmp_path: Path, width: int, height: int) -> Iterator[Terminal]:
+    """The app, offline with short timings and the checked column, in a tmux pane."""
     env = {
         **os.environ,
         "INTERLOCK_HOME": str(tmp_path / "home"),
@@ -80,7 +79,7 @@ def terminal(tmp_path: Path) -> Iterator[Terminal]:
     # The pane stays after the app exits, long enough to read how it exited.
     command = f"cd {shlex.quote(str(tmp_path))} && {app}; echo {EXITED} $?; sleep 60"
     term = Terminal(f"interlock-test-{os.getpid()}", env)
-    term.tmux("new-session", "-d", "-s", "demo", "-x", str(WIDTH), "-y", str(HEIGHT), command)
+    term.tmux("new-session", "-d", "-s", "demo", "-x", str(width), "-y", str(height), command)
     socket_path = Path(term.tmux("display-message", "-p", "#{socket_path}").strip())
     try:
         yield term
@@ -89,6 +88,19 @@ def terminal(tmp_path: Path) -> Iterator[Terminal]:
             ["tmux", "-L", term.socket, "kill-server"], env=env, capture_output=True, timeout=10
         )
         socket_path.unlink(missing_ok=True)  # tmux leaves the socket file behind
+
+
+@pytest.fixture
+def terminal(tmp_path: Path) -> Iterator[Terminal]:
+    """The app in a 160x45 pane."""
+    yield from _open(tmp_path, WIDTH, HEIGHT)
+
+
+@pytest.fixture
+def small_terminal(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Terminal]:
+    """The app in a smaller pane: `request.param` is (width, height)."""
+    width, height = request.param
+    yield from _open(tmp_path, width, height)
 
 
 def test_keys_in_tmux_run_a_scenario_to_its_result_card(terminal: Terminal) -> None:
@@ -116,3 +128,60 @@ def test_keys_in_tmux_run_a_scenario_to_its_result_card(terminal: Terminal) -> N
     terminal.keys("q")
     after = terminal.wait_for(lambda s: EXITED in s, 15, "the app's exit")
     assert f"{EXITED} 0" in after
+
+
+@pytest.mark.parametrize("small_terminal", [(100, 30), (80, 24)], indirect=True, ids=str)
+def test_a_small_projector_shows_the_columns_and_the_verdict_strip(
+    small_terminal: Terminal,
+) -> None:
+    """At 100x30 the three columns sit side by side; at 80x24 one at a time (right switches).
+    Either way the header is one line and the verdict strip shows every column at the end."""
+    term = small_terminal
+    idle = term.wait_for(lambda s: "ready: press enter to run" in s, 30, "the idle screen")
+    lines = idle.splitlines()
+    assert lines[1].lstrip().startswith("[1] Hand refund during the outage")
+    assert "pip install" not in idle and "t off" not in idle
+    wide = "Standard agent" in idle
+    assert wide == ("Hand-written check" in idle)  # all three, or one
+    assert ("◀ Interlock (2/3) ▶" in idle) != wide
+    term.keys("Enter")
+
+    def finished(screen: str) -> bool:
+        return "finished ·" in screen and "retried blindly: $40.00" in screen
+
+    last = term.wait_for(finished, 60, "the verdict strip")
+    assert re.search(r"Standard +\$40\.00 in the emulator +✗ retried blindly: \$40\.00", last)
+    assert re.search(r"Interlock +\$20\.00 in the emulator +✓ saw the hand refund: refused", last)
+    assert re.search(r"Checked +\$20\.00 in the emulator +✓ re-checked", last)
+    if not wide:
+        term.keys("Right")
+        term.wait_for(lambda s: "◀ Hand-written check (3/3) ▶" in s, 10, "the next column")
+    term.keys("q")
+    after = term.wait_for(lambda s: EXITED in s, 15, "the app's exit")
+    assert f"{EXITED} 0" in after
+
+
+def test_presenter_mode_in_tmux_one_phase_per_space(terminal: Terminal) -> None:
+    """p then enter: the run waits; each space opens one phase, and the screen says which is
+    next; after the fifth the verdicts come."""
+    terminal.wait_for(lambda s: "ready: press enter to run" in s, 30, "the idle screen")
+    terminal.keys("p")
+    terminal.wait_for(lambda s: "PRESENTER" in s, 10, "presenter mode")
+    terminal.keys("Enter")
+    for phase, shown in (
+        ("decision", "decided"),
+        ("kill", "SIGKILL"),
+        ("outage", "outage"),
+        ("restart", "restart"),
+    ):
+        terminal.wait_for(
+            lambda s, phase=phase: f"space: {phase} (the run waits)" in s, 30, f"the {phase} wait"
+        )
+        terminal.keys("Space")
+        terminal.wait_for(lambda s, shown=shown: f" {shown} " in s, 30, f"the {phase} line")
+    terminal.wait_for(lambda s: "space: result (the run waits)" in s, 60, "the result wait")
+    assert "retried blindly" not in terminal.screen()
+    terminal.keys("Space")
+    terminal.wait_for(lambda s: "retried blindly: $40.00" in s, 30, "the verdict strip")
+    terminal.keys("q")
+    terminal.wait_for(lambda s: f"{EXITED} 0" in s, 15, "the app's exit")
