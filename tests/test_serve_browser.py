@@ -27,7 +27,7 @@ from tests.helpers.headless import ROOT, SCRUBBED
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 # An engine event of hand-refund (not a view's label), so the check survives a redesign.
 RUN_TEXT = "support refunds $20.00 by hand"
-START_DEADLINE_S = 30.0
+START_DEADLINE_S = 60.0
 
 
 def _chromium() -> str:
@@ -53,13 +53,15 @@ def served(tmp_path: Path) -> Iterator[int]:
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if k not in SCRUBBED}
     env["INTERLOCK_HOME"] = str(tmp_path / "home")
+    log_path = tmp_path / "serve.log"
+    log = log_path.open("w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "interlock_demo.cli", "--mock", "serve", "--port", str(port)],
         cwd=ROOT,
         env=env,
         stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
         start_new_session=True,
     )
     try:
@@ -69,9 +71,10 @@ def served(tmp_path: Path) -> Iterator[int]:
                 socket.create_connection(("127.0.0.1", port), timeout=1).close()
                 break
             except OSError:
-                assert proc.poll() is None, f"serve exited {proc.returncode} before listening"
+                said = log_path.read_text()[-2000:]
+                assert proc.poll() is None, f"serve exited {proc.returncode}: {said}"
                 assert time.monotonic() < deadline, (
-                    f"serve did not listen within {START_DEADLINE_S:g} s"
+                    f"serve did not listen within {START_DEADLINE_S:g} s: {said}"
                 )
                 # Polling a port that is not open yet: nothing to wait on but the kernel.
                 time.sleep(0.1)
@@ -83,6 +86,7 @@ def served(tmp_path: Path) -> Iterator[int]:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
+        log.close()
 
 
 def _text(frames: list[bytes | str]) -> str:
