@@ -10,7 +10,7 @@
     interlock-demo screenshots [--out DIR] [--scenario ID|all]              SVG/PNG files
 
 Exit codes: 0 as predicted, 1 a deviation, 2 bad usage or configuration, 3 a run could
-not finish.
+not finish. `doctor`: 0 when the chosen mode can run, else 1.
 """
 
 from __future__ import annotations

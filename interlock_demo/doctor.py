@@ -350,7 +350,10 @@ def check_temporal(config: DemoConfig | None, engine: str) -> Line:
     try:
         runtime.start()
     except Exception as e:  # the dev server's failure is the line's news
-        return Line("FAIL", "temporal", f"the dev server did not start ({_short(e)})", needed)
+        status = "FAIL" if needed else "warn"
+        return Line(
+            status, "temporal", f"`t` will fail: the dev server did not start ({_short(e)})", needed
+        )
     started = runtime.started_in_s
     runtime.stop()
     took = f" in {started:.1f} s" if started is not None else ""

@@ -158,3 +158,27 @@ def test_serve_port_out_of_range_is_a_usage_error(capsys: pytest.CaptureFixture[
     err = capsys.readouterr().err
     assert "99999 is not a port" in err
     assert "Traceback" not in err
+
+
+def test_serve_on_a_taken_port_says_so(tmp_path: Path) -> None:
+    """`serve --port P` with P taken exits 2 naming the port and what to do, no traceback."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {k: v for k, v in os.environ.items() if k not in SCRUBBED}
+        env["INTERLOCK_HOME"] = str(tmp_path / "home")
+        done = subprocess.run(
+            [sys.executable, "-m", "interlock_demo.cli", "--mock", "serve", "--port", str(port)],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
+    assert "--port" in done.stderr
+    assert "Traceback" not in done.stderr
