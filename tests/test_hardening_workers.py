@@ -180,7 +180,7 @@ def test_temporal_workers_get_the_allow_list_and_only_the_secrets_they_need(
     folder = tmp_path / "environments"
     folder.mkdir()
     _record_environments(monkeypatch, TemporalColumn, folder)
-    monkeypatch.setenv("INTERLOCK_ACTIVITY_TIMEOUT", "12")
+    monkeypatch.setenv("INTERLOCK_ACTIVITY_TIMEOUT", "20")
     engine = Engine(resolve(mode="offline", engine="temporal"))
     try:
         doc = engine.run(RunRequest("hand-refund", checked=True), RUN_DEADLINE_S).to_json()
