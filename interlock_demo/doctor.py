@@ -6,6 +6,7 @@ One line per check, each saying what was found and, when it fails, what to do:
     keys        which keys were found, by kind only (never a value)
     stripe      live: api.stripe.com reachable; DNS, connect, TLS and the key each named
     anthropic   live: api.anthropic.com reachable, the same stages
+    workers     live and offline: a worker process starts with this Python
     emulator    offline: the loopback Stripe emulator starts and answers the SDK
     temporal    the Temporal dev server starts (when the extra is installed)
     terminal    size and colours (the three columns side by side need 100 columns)
@@ -27,7 +28,10 @@ import re
 import shutil
 import socket
 import ssl
+import subprocess
+import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +49,8 @@ from interlock_demo.settings import DemoConfig, UsageError, resolve
 EXIT_READY = 0
 EXIT_NOT_READY = 1
 PROBE_TIMEOUT_S = 5.0
+# What `python -m workers.standalone` without a case file exits with, after its usage line.
+WORKER_USAGE_EXIT = 2
 # Below this width the app cannot put the three columns side by side.
 SIDE_BY_SIDE_COLUMNS = 100
 SMALLEST = (80, 24)
@@ -336,6 +342,32 @@ def check_emulator() -> Line:
     return Line("ok", "emulator", f"started on {emu.url} and answered the stripe SDK")
 
 
+def check_workers() -> Line:
+    """A worker process starts (its entry module imports and answers) with this Python."""
+    started = time.monotonic()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "workers.standalone"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return Line("FAIL", "workers", f"a worker process did not start ({_short(e)})")
+    took = time.monotonic() - started
+    if done.returncode != WORKER_USAGE_EXIT or "usage:" not in done.stderr:
+        last = done.stderr.strip().splitlines()[-1:] or ["no message"]
+        return Line(
+            "FAIL",
+            "workers",
+            f"a worker process exited {done.returncode} ({last[0][:120]}). Fix: reinstall "
+            "with `pip install .` in this venv",
+        )
+    return Line("ok", "workers", f"a worker process starts ({took:.2f} s with {sys.executable})")
+
+
 def check_temporal(config: DemoConfig | None, engine: str) -> Line:
     """The Temporal dev server starts, when the extra is installed."""
     from interlock_demo.temporal_engine import TemporalRuntime, temporal_unavailable
@@ -424,6 +456,8 @@ def run_checks(
         assert config.stripe_key is not None and config.anthropic_key is not None
         for service, key in zip(services, (config.stripe_key, config.anthropic_key), strict=True):
             yield probe(service, key, resolve_name=resolve_name)
+    if config is not None and config.mode != "mock":
+        yield check_workers()
     if config is not None and config.mode == "offline":
         yield check_emulator()
     yield check_temporal(config, engine)

@@ -344,3 +344,14 @@ def test_a_live_run_without_network_says_so_in_one_line(
     assert "\n" not in doc["error"] and "gaierror" not in doc["error"]
     assert {c["error"].split(" (")[0] for c in doc["columns"]} == {"the network failed: Stripe"}
     assert STRIPE_KEY[8:] not in str(doc) and ANTHROPIC_KEY[7:] not in str(doc)
+
+
+def test_workers_line_fails_when_a_worker_cannot_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Python that cannot run the worker module fails the workers line with the fix."""
+    from interlock_demo.doctor import check_workers
+
+    assert check_workers().status == "ok"
+    monkeypatch.setattr(sys, "executable", "/bin/false")
+    line = check_workers()
+    assert line.status == "FAIL" and line.blocks
+    assert "a worker process exited 1" in line.text and "pip install ." in line.text
