@@ -26,6 +26,7 @@ STATE_TEXT = {
     "idle": "idle",
     "starting": "creating the payment and the approval",
     "running": "running",
+    "finished": "worker done",
     "killed": "killed",
     "restarting": "restarting",
     "waiting": "waiting for the claim",
@@ -228,8 +229,9 @@ def _shown_state(col: dict[str, Any]) -> str:
     """The column's state for the status line: a worker just seen dying counts as killed."""
     state = str(col["state"])
     workers = col.get("workers") or []
-    if state == "running" and workers and (workers[-1].get("exit_code") or 0) < 0:
-        return "killed"
+    if state == "running" and workers and workers[-1].get("exit_code") is not None:
+        # Between a worker's exit and the engine's next step (a presenter may hold it there).
+        return "killed" if workers[-1]["exit_code"] < 0 else "finished"
     return state
 
 
