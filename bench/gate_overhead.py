@@ -1,4 +1,4 @@
-"""What the gate costs per action, Stripe excluded (DESIGN §7).
+"""What the gate costs per action, Stripe excluded (docs/design.md §7).
 
     python bench/gate_overhead.py [--actions N] [--repeats R]
 
