@@ -129,6 +129,7 @@ def write_sweep_faults(config: DemoConfig, out: Path) -> Path:
         else f"Interlock is WRONG, untruthful or over its cap in {len(failures)} cells."
     )
     faults = "\n".join(f"- `{f.id}`: {f.story}." for f in FAULTS.values())
+    timing = config.timing
     text = (
         "# Answer it every way: the fault sweep\n\n"
         + _stamp(
@@ -137,7 +138,8 @@ def write_sweep_faults(config: DemoConfig, out: Path) -> Path:
             "each a real run",
         )
         + "The emulator answers the first refund call of each column's worker with the "
-        "fault, and the outage action happens while that call is held at Stripe. Faults:\n\n"
+        "fault, and the outage action happens while that call is held at Stripe (claim TTL "
+        f"{timing.claim_ttl_s:g} s, Stripe timeout {timing.stripe_timeout_s:g} s). Faults:\n\n"
         + faults
         + "\n\nEach cell: what ended up in Stripe, and what each worker reported in turn (a "
         "worker whose answer settled nothing is restarted once). *Wanted*: the agent's refund "
@@ -145,13 +147,19 @@ def write_sweep_faults(config: DemoConfig, out: Path) -> Path:
         "or there was none, else not at all; a hand refund always stays. `unknown` and "
         "`pending` claim nothing, so they count as truthful, and are shown as unknown. "
         "*Untruthful*: the report claims a refund of its own exactly when none exists, or the "
-        "reverse (a 'stopped' over its own refund is a false alarm).\n\n"
+        "reverse (a 'stopped' over its own refund is a false alarm). The standard worker's "
+        "restart reads nothing (it resends on its saved decision), so in "
+        "`read-401-on-recovery` its column has no read for the 401 to refuse.\n\n"
         + table(cells)
         + f"\n{verdict}\n"
     )
-    (out / "sweep_faults.json").write_text(
-        json.dumps({"mode": config.mode, "cells": [c.to_json() for c in cells]}, indent=2) + "\n"
-    )
+    doc = {
+        "mode": config.mode,
+        "claim_ttl_s": timing.claim_ttl_s,
+        "stripe_timeout_s": timing.stripe_timeout_s,
+        "cells": [c.to_json() for c in cells],
+    }
+    (out / "sweep_faults.json").write_text(json.dumps(doc, indent=2) + "\n")
     path = out / "sweep_faults.md"
     path.write_text(text)
     return path
