@@ -55,6 +55,14 @@ _BATCH = 500
 # Seconds since the epoch by the database's clock, read when the statement runs (not at
 # the transaction's start, as now() would be): after the write lock is taken.
 _CLOCK_SQL = "SELECT extract(epoch FROM clock_timestamp())::float8"
+# A write's first statement: durable commits whatever the server's default (a setting
+# scoped to the transaction, so a pooler's next client never inherits it), then the
+# store's write lock. The clock is read in the outer query, which cannot produce its row
+# before the subquery (kept apart by OFFSET 0) has taken the lock: one round trip.
+_LOCK_SQL = "SELECT set_config('synchronous_commit', 'on', true), pg_advisory_xact_lock(%s)"
+_LOCK_THEN_CLOCK_SQL = (
+    f"SELECT extract(epoch FROM clock_timestamp())::float8 FROM ({_LOCK_SQL} OFFSET 0) AS locked"
+)
 
 
 def redact_dsn(dsn: str) -> str:
@@ -104,11 +112,23 @@ def _problem(e: BaseException) -> str:
 
 
 class _PostgresTx:
-    def __init__(self, store: PostgresStore, cur: Any, now: float, *, write: bool) -> None:
+    def __init__(self, store: PostgresStore, cur: Any, now: float | None, *, write: bool) -> None:
         self.s = store
         self.c = cur
-        self.now = now
+        self._now = now
         self._lock_rows = " FOR UPDATE" if write else ""
+
+    @property
+    def now(self) -> float:
+        """The store's clock in this transaction (a write reads it right after its lock; a
+        read, only if asked, so reading a lease costs no extra round trip)."""
+        if self._now is None:
+            self._now = self.s._now(self.c)
+        return self._now
+
+    @now.setter
+    def now(self, value: float) -> None:
+        self._now = value
 
     def _one(self, sql: str, args: tuple[Any, ...] = ()) -> Any:
         self.c.execute(self.s._sql(sql), args)
@@ -382,14 +402,12 @@ class PostgresStore(RuleStore):
             raise StoreError(self.location, "opened read-only; nothing can be written")
         with self._lock, self._transaction(write=True) as cur:
             try:
-                # Durable whatever the server's default; transaction-scoped, so a pooler's
-                # next client never inherits it.
-                cur.execute(
-                    "SELECT set_config('synchronous_commit', 'on', true),"
-                    " pg_advisory_xact_lock(%s)",
-                    (self._lock_key,),
-                )
-                now = self._now(cur)
+                if self._clock is None:
+                    cur.execute(_LOCK_THEN_CLOCK_SQL, (self._lock_key,))
+                    now = float(cur.fetchone()[0])
+                else:
+                    cur.execute(_LOCK_SQL, (self._lock_key,))
+                    now = self._clock()
             except self._psycopg.Error as e:
                 raise self._error(e, "cannot start a write") from e
             yield _PostgresTx(self, cur, now, write=True)
@@ -398,7 +416,7 @@ class PostgresStore(RuleStore):
     @contextmanager
     def _read(self) -> Iterator[Tx]:
         with self._lock, self._transaction(write=False) as cur:
-            yield _PostgresTx(self, cur, self._now(cur), write=False)
+            yield _PostgresTx(self, cur, None, write=False)
 
     def _rows(
         self, sql: str, args: tuple[Any, ...] | list[Any] = (), *, write: bool = False

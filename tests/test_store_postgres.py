@@ -84,6 +84,16 @@ def _waiting_backends(dsn: str, query_prefix: str) -> list[int]:
     return [int(r[0]) for r in rows]
 
 
+def _advisory_waiters(dsn: str) -> int:
+    """How many backends wait for an advisory lock (the store's write lock) right now."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 @pytest.fixture
 def store(pg_dsn: str, pg_schema: str) -> Iterator[PostgresStore]:
     """A store in a schema of its own, on the database's clock."""
@@ -263,10 +273,7 @@ def test_the_clock_is_read_after_the_write_lock(
             target=lambda: taken.append(store.begin(intent, Owner.current(), 6.0, 2.0).now)
         )
         t.start()
-        _wait_for(
-            "the writer to wait on the lock",
-            lambda: bool(_waiting_backends(pg_dsn, "SELECT set_config")),
-        )
+        _wait_for("the writer to wait on the lock", lambda: _advisory_waiters(pg_dsn) > 0)
         released_at = _db_now(pg_dsn)
         blocker.execute("COMMIT")
         t.join(DEADLINE_S)
