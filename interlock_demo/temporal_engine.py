@@ -582,7 +582,9 @@ class TemporalColumn(_ProcessColumn):
                 _completed_text(name, attempts.get(done.scheduled_event_id, 1), result),
             )
         elif kind in ("ACTIVITY_TASK_FAILED", "ACTIVITY_TASK_TIMED_OUT"):
-            self._event("temporal-activity", f"Temporal history: {_words(kind)}{_why(event)}")
+            self._event(
+                "temporal-activity", f"Temporal history: {_words(kind)}{_kind(event)}{_why(event)}"
+            )
         elif kind == "WORKFLOW_EXECUTION_COMPLETED":
             result = await self._decode(
                 event.workflow_execution_completed_event_attributes.result.payloads
@@ -648,6 +650,15 @@ def _why(event: HistoryEvent) -> str:
     failure = getattr(attrs, "failure", None)
     message = getattr(failure, "message", "") or getattr(attrs, "reason", "")
     return f": {message}" if message else ""
+
+
+def _kind(event: HistoryEvent) -> str:
+    """An application failure's type and whether Temporal retries it, as ' (...)', or ''."""
+    failure = event.activity_task_failed_event_attributes.failure
+    if not failure.HasField("application_failure_info"):
+        return ""
+    info = failure.application_failure_info
+    return f" ({info.type}, {'not retried' if info.non_retryable else 'retryable'})"
 
 
 def _outcome_words(result: Any) -> str:

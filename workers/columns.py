@@ -346,17 +346,21 @@ def _interlock(ctx: WorkerContext) -> dict[str, Any]:
     try:
         return _gate_outcome(ctx, gate)
     except PaymentsAuthError as e:
-        # The gate settles nothing on a refused key (docs/design.md §4 "Reads"): the action stays
-        # pending, its reservation kept, and recovery finishes it once the key works.
-        reason = f"the key was refused (HTTP {e.http_status}) on {e.operation}; nothing settled"
-        ctx.emit("key-refused", f"{reason}: fix the key and run recovery again")
         mine = ctx.store.actions(case.metadata)
-        return {
-            "status": "pending",
-            "reason": reason,
-            "refund_id": None,
-            "action_id": mine[-1] if mine else None,
-        }
+        return key_refused_report(ctx, e, mine[-1] if mine else None)
+
+
+def key_refused_report(
+    ctx: WorkerContext, e: PaymentsAuthError, action_id: str | None
+) -> dict[str, Any]:
+    """The interlock worker's report when the gate met a refused key: pending.
+
+    The gate settles nothing on a refused key (docs/design.md §4 "Reads"): the action
+    stays pending, its reservation kept, and recovery finishes it once the key works.
+    """
+    reason = f"the key was refused (HTTP {e.http_status}) on {e.operation}; nothing settled"
+    ctx.emit("key-refused", f"{reason}: fix the key and run recovery again")
+    return {"status": "pending", "reason": reason, "refund_id": None, "action_id": action_id}
 
 
 def _gate_outcome(ctx: WorkerContext, gate: Gate) -> dict[str, Any]:
@@ -377,17 +381,26 @@ def _gate_outcome(ctx: WorkerContext, gate: Gate) -> dict[str, Any]:
         decision = _decide(ctx)
         if not decision.refund:
             return {"status": "no-refund", "reason": decision.text, "refund_id": None}
-        intent = Intent(
-            action_id=new_action_id(),
-            kind="refund",
-            target=case.payment_intent,
-            amount=int(decision.amount or 0),
-            lease_id=case.lease_id,
-            fingerprint=decision.fingerprint,
-            metadata=case.metadata,
-            context={"model": decision.model, "tool_call": dict(decision.tool_call)},
-        )
-        outcome = gate.submit(intent)
+        outcome = gate.submit(refund_intent(case, decision, new_action_id()))
+    return outcome_report(outcome)
+
+
+def refund_intent(case: Case, decision: Decision, action_id: str) -> Intent:
+    """The interlock worker's intent for the case's decided refund, under `action_id`."""
+    return Intent(
+        action_id=action_id,
+        kind="refund",
+        target=case.payment_intent,
+        amount=int(decision.amount or 0),
+        lease_id=case.lease_id,
+        fingerprint=decision.fingerprint,
+        metadata=case.metadata,
+        context={"model": decision.model, "tool_call": dict(decision.tool_call)},
+    )
+
+
+def outcome_report(outcome: Outcome) -> dict[str, Any]:
+    """The interlock worker's report of a gate outcome."""
     return {
         "status": outcome.status,
         "reason": outcome.reason,
@@ -424,11 +437,16 @@ def gate_event_text(kind: str, d: Mapping[str, Any], *, answerer: str = STRIPE) 
 
     `answerer` names who answers refund calls (`STRIPE`, `EMULATOR` or `MOCK`).
     """
-    short = str(d.get("action_id", ""))[:12]
+    short = _short_id(str(d.get("action_id", "")))
     if kind == "journaled":
-        return f"journaled intent {short}… and took the claim"
+        claim = d.get("claim")
+        if claim == "held":
+            return f"intent {short} was already journaled; another worker holds its claim"
+        if claim == "settled":
+            return f"intent {short} was already journaled, with its outcome"
+        return f"journaled intent {short} and took the claim"
     if kind == "claim":
-        return f"took the claim on {short}… (attempt {d.get('attempt')})"
+        return f"took the claim on {short} (attempt {d.get('attempt')})"
     if kind == "claim-wait":
         return f"waiting for the claim of {d.get('owner')}: {float(d.get('seconds', 0)):.1f} s left"
     if kind == "check":
@@ -451,7 +469,7 @@ def gate_event_text(kind: str, d: Mapping[str, Any], *, answerer: str = STRIPE) 
     if kind == "sending":
         return "journaled `sending`; claim renewed"
     if kind == "before-send":
-        return send_text(answerer, int(d.get("amount", 0)), f"{short}…")
+        return send_text(answerer, int(d.get("amount", 0)), short)
     if kind == "after-answer":
         return f"{answerer} answered: refund {d.get('external_id')}"
     if kind == "answer":
@@ -470,8 +488,16 @@ def gate_event_text(kind: str, d: Mapping[str, Any], *, answerer: str = STRIPE) 
     if kind == "unknown":
         return f"unknown: {d.get('reason')}; from now on only looked up, never resent"
     if kind == "recover-error":
-        return f"recovery of {short}… failed: {d.get('error')}; going on with the others"
+        return f"recovery of {short} failed: {d.get('error')}; going on with the others"
     return None
+
+
+def _short_id(action_id: str) -> str:
+    """An action id cut for an event line: the head of a random or hashed id, the
+    distinctive tail of one made of names (`temporal:<namespace>:<workflow>:<activity>`)."""
+    if ":" in action_id:
+        return "…" + action_id[-24:] if len(action_id) > 24 else action_id
+    return action_id[:12] + "…"
 
 
 def _outcome_text(outcome: Mapping[str, Any]) -> str:

@@ -3,23 +3,28 @@
     RefundCase(case)
       1. ask_model: the model reads the payment and decides. The decision is the
          activity's result, so it is recorded in the workflow's history.
-      2. refund: the column's worker code (`workers.columns.run_worker`), with the
-         decision from the history and Temporal's attempt number. A start-to-close
-         timeout, a heartbeat timeout and a retry policy: when the worker dies, Temporal
-         notices the missing heartbeat and retries the activity on the next worker.
-      The workflow's result is the refund activity's outcome.
+      2. refund: the column's worker code, with the decision from the history and
+         Temporal's attempt number. A start-to-close timeout, a heartbeat timeout and a
+         retry policy: when the worker dies, Temporal notices the missing heartbeat and
+         retries the activity on the next worker.
+      The workflow's result is the refund activity's outcome; for interlock, an outcome
+      it raised as a non-retryable error (`interlock.temporal.outcome_of`) too.
 
 The columns, as Temporal runs them:
 - standard (Temporal alone): plain activity retry; the Idempotency-Key is derived from
   the case, so Stripe deduplicates a retry while it keeps the key.
-- interlock (Temporal + Interlock): the gate inside the refund activity; a retry attempt
-  finds the case's journaled action and runs `gate.recover` for it.
+- interlock (Temporal + Interlock): the refund through `interlock.temporal.ActivityGate`,
+  the library's helper, under the action id derived from the workflow id and the
+  activity id: a retry attempt names the same action, waits (heartbeating) for the dead
+  attempt's claim, and adopts its refund or re-checks. Refused comes back as a
+  non-retryable error, which the workflow turns into its result.
 - checked (Temporal + the hand-written check): before a retry attempt, the same
   re-check as standalone's (`workers.columns`, about ten lines): re-read the payment's
   refunds and the approval, and stop if either changed.
 
 The refund activity heartbeats on every event and while the gate waits for a claim, so
-the heartbeat timeout only has to cover one Stripe request (`RefundTimeouts`); ask_model
+the heartbeat timeout only has to cover one Stripe request (`RefundTimeouts`, which
+follows `interlock.temporal.ActivityTimeouts`); ask_model
 heartbeats from a thread while the model answers. Either way Temporal notices a dead
 worker one heartbeat timeout after its last beat.
 """
@@ -37,9 +42,16 @@ from typing import Any
 
 from temporalio import activity, workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from interlock import Timing
+    from interlock import PaymentsAuthError, StripeRefund, Timing
+    from interlock.temporal import (
+        ActivityGate,
+        ActivityTimeouts,
+        activity_action_id,
+        outcome_of,
+    )
     from workers.agent import Decision
     from workers.columns import (
         RECORDED_DECISION,
@@ -48,18 +60,17 @@ with workflow.unsafe.imports_passed_through():
         Emit,
         WorkerContext,
         _decide,
+        _gate_event,
+        _outcome_text,
+        key_refused_report,
+        outcome_report,
+        refund_intent,
         run_worker,
     )
 
 WORKFLOW = "RefundCase"
 ACTIVITY_ASK_MODEL = "ask_model"
 ACTIVITY_REFUND = "refund"
-# docs/design.md §5: the refund activity has a 15 s start-to-close timeout with the demo's 15 s
-# claim; other claims scale it (the tests' 6 s claim gives 6 s).
-DEMO_START_TO_CLOSE_S = 15.0
-DEMO_CLAIM_TTL_S = 15.0
-# The heartbeat timeout covers one Stripe request plus this much local work.
-HEARTBEAT_SLACK_S = 2.0
 # The real model may take a while; a thread heartbeats for ask_model meanwhile.
 ASK_MODEL_TIMEOUT_S = 120.0
 REFUND_MAX_ATTEMPTS = 5
@@ -73,11 +84,11 @@ class TimeoutsError(ValueError):
 class RefundTimeouts:
     """The refund activity's timeouts, in seconds, derived from the gate's timing.
 
-    `heartbeat_s` covers one Stripe request and the local steps around it (the activity
-    heartbeats between requests and while waiting), so a dead worker is noticed after
-    that long. A retry attempt then waits for the dead worker's claim: at most the
-    claim's renewal minus the heartbeat timeout, and then reads Stripe once, which must
-    fit in `start_to_close_s`.
+    Interlock's rule (`interlock.temporal.ActivityTimeouts`), for every column alike:
+    the heartbeat timeout covers one Stripe request and the local steps around it (the
+    activity heartbeats between requests and while waiting), so a dead worker is noticed
+    after that long; the start-to-close timeout holds a retry's wait for the dead
+    attempt's claim, one read and one send.
     """
 
     start_to_close_s: float
@@ -85,24 +96,20 @@ class RefundTimeouts:
 
     @classmethod
     def for_timing(cls, timing: Timing, start_to_close_s: float | None = None) -> RefundTimeouts:
-        """The timeouts for this timing; `start_to_close_s` overrides the scaled 15 s."""
+        """The timeouts for this timing; `start_to_close_s` overrides the start-to-close
+        timeout, but never below what the rule asks for."""
+        rule = ActivityTimeouts.for_timing(timing)
         if start_to_close_s is None:
-            start_to_close_s = DEMO_START_TO_CLOSE_S * timing.claim_ttl_s / DEMO_CLAIM_TTL_S
-        timeouts = cls(start_to_close_s, timing.stripe_timeout_s + HEARTBEAT_SLACK_S)
-        needed = timeouts.longest_claim_wait_s(timing) + timing.stripe_timeout_s
-        if start_to_close_s < needed:
+            start_to_close_s = rule.start_to_close_s
+        if start_to_close_s < rule.start_to_close_s:
             raise TimeoutsError(
                 f"a {start_to_close_s:g} s start-to-close timeout for the refund activity "
-                f"cannot hold a retry's wait for the claim and one Stripe request "
-                f"({needed:g} s with claim TTL {timing.claim_ttl_s:g} s and Stripe timeout "
-                f"{timing.stripe_timeout_s:g} s); raise INTERLOCK_ACTIVITY_TIMEOUT or leave "
-                "it unset"
+                f"cannot hold a retry's wait for the claim, one read and one send "
+                f"({rule.start_to_close_s:g} s with claim TTL {timing.claim_ttl_s:g} s and "
+                f"Stripe timeout {timing.stripe_timeout_s:g} s); raise "
+                "INTERLOCK_ACTIVITY_TIMEOUT or leave it unset"
             )
-        return timeouts
-
-    def longest_claim_wait_s(self, timing: Timing) -> float:
-        """How long a retry attempt may wait for the dead attempt's claim."""
-        return max(0.0, timing.renewal_s - self.heartbeat_s)
+        return cls(start_to_close_s, rule.heartbeat_s)
 
 
 @dataclass(frozen=True)
@@ -139,20 +146,38 @@ class RefundCase:
         )
         if decision.get("amount") is None:
             return {"status": "no-refund", "reason": decision.get("text"), "refund_id": None}
-        outcome: dict[str, Any] = await workflow.execute_activity(
-            ACTIVITY_REFUND,
-            RefundInput(params.case, decision),
-            result_type=dict,
-            start_to_close_timeout=timedelta(seconds=params.refund_start_to_close_s),
-            heartbeat_timeout=timedelta(seconds=params.heartbeat_timeout_s),
-            retry_policy=RetryPolicy(
-                initial_interval=timedelta(milliseconds=500),
-                backoff_coefficient=2.0,
-                maximum_interval=timedelta(seconds=5),
-                maximum_attempts=REFUND_MAX_ATTEMPTS,
-            ),
-        )
+        try:
+            outcome: dict[str, Any] = await workflow.execute_activity(
+                ACTIVITY_REFUND,
+                RefundInput(params.case, decision),
+                result_type=dict,
+                start_to_close_timeout=timedelta(seconds=params.refund_start_to_close_s),
+                heartbeat_timeout=timedelta(seconds=params.heartbeat_timeout_s),
+                retry_policy=RetryPolicy(
+                    initial_interval=timedelta(milliseconds=500),
+                    backoff_coefficient=2.0,
+                    maximum_interval=timedelta(seconds=5),
+                    maximum_attempts=REFUND_MAX_ATTEMPTS,
+                ),
+            )
+        except ActivityError as e:
+            # Interlock's refused, failed and unknown end the activity without a retry
+            # (and pending once the attempts run out): the outcome is the case's result.
+            recorded = outcome_of(e)
+            if recorded is None:
+                raise
+            return _report(recorded)
         return outcome
+
+
+def _report(recorded: dict[str, Any]) -> dict[str, Any]:
+    """A column's report from the outcome an interlock error carries (`outcome_data`)."""
+    return {
+        "status": recorded["status"],
+        "reason": recorded["reason"],
+        "refund_id": recorded["external_id"],
+        "action_id": recorded["action_id"],
+    }
 
 
 class HistoryBox:
@@ -253,4 +278,34 @@ class CaseActivities:
             f"refund activity, attempt {attempt}" + (" (Temporal's retry)" if attempt > 1 else ""),
             attempt=attempt,
         )
+        if case.column == "interlock":
+            return _interlock_refund(ctx, decision)
         return run_worker(ctx)
+
+
+def _interlock_refund(ctx: WorkerContext, decision: Decision) -> dict[str, Any]:
+    """The interlock column under Temporal: interlock's own helper, nothing of ours."""
+    guard = ActivityGate(
+        ctx.store,
+        StripeRefund(ctx.payments),
+        timing=ctx.timing,
+        switches=ctx.switches,
+        owner=ctx.owner,
+        on_event=lambda kind, data: _gate_event(ctx, kind, data),
+        clock=ctx.clock,
+    )
+    intent = refund_intent(ctx.case, decision, activity_action_id())
+    try:
+        report = outcome_report(guard.send(intent))
+    except ApplicationError as e:
+        recorded = outcome_of(e)
+        if recorded is not None:
+            report = _report(recorded)
+            ctx.emit("outcome", _outcome_text(report), **report)
+        raise
+    except PaymentsAuthError as e:
+        # A refused key settles nothing (the action stays pending, its reservation kept):
+        # report it, as standalone does, for whoever fixes the key to run the case again.
+        report = key_refused_report(ctx, e, intent.action_id)
+    ctx.emit("outcome", _outcome_text(report), **report)
+    return report
