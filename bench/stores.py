@@ -26,7 +26,6 @@ One figure a line. Timings are reported, never judged; the machine's load shows 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import multiprocessing as mp
 import os
 import sqlite3
@@ -35,7 +34,6 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,7 +54,8 @@ from interlock import (
     new_action_id,
     refunds_fingerprint,
 )
-from interlock._store_postgres import is_postgres_url, redact_dsn
+from interlock._store_postgres import redact_dsn
+from interlock_demo.local_postgres import postgres_url
 from interlock_demo.payments import InProcessPayments
 
 AMOUNT = 2000
@@ -66,27 +65,6 @@ BACKENDS = ("sqlite", "postgresql")
 
 
 # -- where the stores live -----------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def postgres_url(given: str | None) -> Iterator[str]:
-    """`given`, else INTERLOCK_STORE when it names PostgreSQL, else a local pgserver."""
-    env = os.environ.get("INTERLOCK_STORE", "")
-    url = given or (env if is_postgres_url(env) else None)
-    if url:
-        yield url
-        return
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # platformdirs: XDG_RUNTIME_DIR unset
-        import pgserver
-
-        server = pgserver.get_server(tempfile.mkdtemp(prefix="ilbench-"), cleanup_mode="delete")
-    try:
-        yield server.get_uri()
-    finally:
-        server.cleanup()
 
 
 @dataclass(frozen=True)

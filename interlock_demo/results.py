@@ -8,6 +8,8 @@ results and says so.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,9 +17,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from interlock._store_postgres import is_postgres_url
 from interlock_demo.engine import Engine, RunRequest
+from interlock_demo.local_postgres import pgserver_missing
 from interlock_demo.run import Run
-from interlock_demo.settings import DemoConfig, resolve
+from interlock_demo.settings import ENV_STORE, DemoConfig, resolve
 from interlock_demo.sweep import interlock_failures, run_sweep, table
 from scenarios import FAULTS, SCENARIOS, SWEEP_FAULTS
 
@@ -165,6 +169,50 @@ def write_sweep_faults(config: DemoConfig, out: Path) -> Path:
     return path
 
 
+def write_postgres(config: DemoConfig, out: Path) -> int:
+    """On PostgreSQL (INTERLOCK_STORE, else a local server for the while): the sweep
+    (`sweep_postgres.md`/`.json`) and the stores benchmark (`stores.md`, from
+    `bench/stores.py`). Non-zero if Interlock is wrong anywhere or the benchmark failed."""
+    from dataclasses import replace
+
+    from interlock_demo.local_postgres import postgres_url
+
+    with postgres_url() as url:
+        on_pg = replace(config, store=f"{url}{'&' if '?' in url else '?'}schema=results_sweep")
+        cells = run_sweep(on_pg, progress=sys.stderr)
+        failures = interlock_failures(cells)
+        verdict = (
+            "Interlock is right and truthful in every cell."
+            if not failures
+            else f"Interlock is WRONG or untruthful in {len(failures)} cells."
+        )
+        (out / "sweep_postgres.md").write_text(
+            "# Kill it everywhere, on PostgreSQL\n\n"
+            + _stamp(config.mode, "The crash-point sweep with the journal in PostgreSQL")
+            + "The same sweep as `sweep.md`, every worker's journal in one PostgreSQL "
+            "database (claims timed by the database's clock) instead of the SQLite file.\n\n"
+            + table(cells)
+            + f"\n{verdict}\n"
+        )
+        (out / "sweep_postgres.json").write_text(
+            json.dumps(
+                {"mode": config.mode, "store": "postgresql", "cells": [c.to_json() for c in cells]},
+                indent=2,
+            )
+            + "\n"
+        )
+        bench = Path(__file__).resolve().parent.parent / "bench" / "stores.py"
+        if not bench.is_file():
+            sys.stderr.write(f"results: {bench} not found (a source checkout has it)\n")
+            return 1 if failures else 0
+        done = subprocess.run(
+            [sys.executable, str(bench), "--pg", url, "--markdown", str(out / "stores.md")],
+            stdout=sys.stderr,
+            check=False,
+        )
+    return 1 if failures else done.returncode
+
+
 @dataclass(frozen=True)
 class Step:
     """One part of `results/`: how to write it, or why it is skipped here."""
@@ -183,6 +231,7 @@ def plan(out: Path) -> list[Step]:
     mock = resolve(mode="mock")
     comparison = out / "e2e_offline.md"
     missing = temporal_unavailable()
+    no_postgres = pgserver_missing() if not is_postgres_url(os.environ.get(ENV_STORE, "")) else None
     return [
         Step("mock runs", lambda: write_runs(mock, out)),
         Step("offline runs", lambda: write_runs(offline, out)),
@@ -194,6 +243,11 @@ def plan(out: Path) -> list[Step]:
             None if missing is None else f"{missing}; {comparison} is left as it was",
         ),
         Step("screenshots (offline)", lambda: screenshots.main(out / "screenshots")),
+        Step(
+            "sweep and stores benchmark (PostgreSQL)",
+            lambda: write_postgres(offline, out),
+            None if no_postgres is None else f"{no_postgres}; sweep_postgres.md is left as it was",
+        ),
     ]
 
 

@@ -109,24 +109,13 @@ def pg_dsn() -> Iterator[str]:
 
     pgserver ships PostgreSQL's binaries in its wheel (the `test` extra installs it); the
     server runs from a fresh temporary directory and is stopped and deleted at the end.
+    (INTERLOCK_STORE, which the demo reads, is not taken here: tests never use the user's.)
     """
-    given = os.environ.get("INTERLOCK_TEST_PG_DSN")
-    if given:
-        yield given
-        return
-    import tempfile
-    import warnings
+    from interlock_demo.local_postgres import postgres_url
 
-    with warnings.catch_warnings():
-        # platformdirs warns at import when XDG_RUNTIME_DIR is unset (CI): harmless here.
-        warnings.simplefilter("ignore")
-        import pgserver
-
-        server = pgserver.get_server(tempfile.mkdtemp(prefix="ilpg-"), cleanup_mode="delete")
-    try:
-        yield server.get_uri()
-    finally:
-        server.cleanup()
+    given = os.environ.get("INTERLOCK_TEST_PG_DSN") or None
+    with postgres_url(given, from_env=False) as url:
+        yield url
 
 
 @pytest.fixture

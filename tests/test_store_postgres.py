@@ -585,3 +585,20 @@ def test_store_option_refuses_another_database_url(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert "postgresql://" in done.stderr and "MadeUpPw" not in done.stderr
+
+
+def test_results_without_a_postgres_server_skips_its_step_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`interlock-demo results` with no server named and no pgserver installed leaves the
+    PostgreSQL sweep and benchmark as they were, saying why and what to do."""
+    from interlock_demo import local_postgres, results
+
+    reason = "no PostgreSQL server: set INTERLOCK_STORE=postgresql://..."
+    monkeypatch.setattr(results, "pgserver_missing", lambda: reason)
+    monkeypatch.delenv("INTERLOCK_STORE", raising=False)
+    steps = {s.name: s for s in results.plan(tmp_path)}
+
+    step = steps["sweep and stores benchmark (PostgreSQL)"]
+    assert step.skipped is not None and step.skipped.startswith(reason)
+    assert local_postgres.pgserver_missing() is None  # here the test extra brings it
