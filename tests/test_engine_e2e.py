@@ -251,8 +251,9 @@ def test_sigkilled_supervisor_leaves_no_worker_behind(tmp_path: Path) -> None:
     """When the CLI is SIGKILLed, its workers see stdin close and exit within seconds."""
     home = tmp_path / "orphaned"
     # A 30 s claim: the restarted interlock worker would wait that long if it did not notice.
+    # (hand-refund: the dead worker died before its send, so nothing found ends the wait early.)
     proc = _spawn_cli(
-        ["--scenario", "after-answer"],
+        ["--scenario", "hand-refund"],
         home,
         INTERLOCK_CLAIM_TTL="30",
         INTERLOCK_STRIPE_TIMEOUT="10",
