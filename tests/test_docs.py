@@ -1,0 +1,54 @@
+"""The repository's docs stand alone: nothing cites a file outside it.
+
+The design lives in `docs/design.md`; code comments, tests, results and the README cite
+its sections (`docs/design.md §3`), never a design file or seed document elsewhere.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from tests.helpers.headless import ROOT
+
+OUTSIDE = re.compile(r"\bDESIGN\b|\.\./shared|/work/shared|\bseed/|interlock-demo-readme")
+SKIPPED_DIRS = {".git", ".venv", "node_modules", "__pycache__", ".mypy_cache", ".ruff_cache"}
+TEXT = {".py", ".md", ".toml", ".tcss", ".txt", ".json", ".cfg", ".ini", ".yml", ".yaml"}
+
+
+def _text_files() -> list[Path]:
+    files = []
+    for path in ROOT.rglob("*"):
+        parts = set(path.relative_to(ROOT).parts)
+        if parts & SKIPPED_DIRS or any(p.startswith(".pytest") for p in parts):
+            continue
+        if path == Path(__file__).resolve():
+            continue  # this file names the patterns it looks for
+        if path.is_file() and (path.suffix in TEXT or path.parent.name == ".ci"):
+            files.append(path)
+    return files
+
+
+def test_nothing_cites_a_file_outside_the_repository() -> None:
+    """No comment, test, result or doc points at a design or seed file the repository lacks."""
+    hits = [
+        f"{path.relative_to(ROOT)}:{n}: {line.strip()[:100]}"
+        for path in _text_files()
+        for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1)
+        if OUTSIDE.search(line)
+    ]
+    assert hits == [], "cite docs/design.md instead:\n" + "\n".join(hits)
+
+
+def test_design_sections_cited_exist() -> None:
+    """Every `docs/design.md §N` cited somewhere is a section of docs/design.md."""
+    design = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
+    sections = set(re.findall(r"^## (\d+)\. ", design, re.M))
+    cited = {
+        m
+        for path in _text_files()
+        for m in re.findall(r"docs/design\.md §(\d+)", path.read_text(errors="replace"))
+    }
+    assert cited, "nothing cites docs/design.md"
+    assert cited <= sections, f"cited sections missing from docs/design.md: {cited - sections}"
+    assert "docs/design.md" in (ROOT / "README.md").read_text(encoding="utf-8")
