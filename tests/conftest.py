@@ -31,6 +31,7 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         "INTERLOCK_NO_LOOKUP",
         "INTERLOCK_CRASH",
         "INTERLOCK_RECEIPT_KEY",
+        "INTERLOCK_STORE",
     ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("INTERLOCK_HOME", str(tmp_path / "interlock-home"))
