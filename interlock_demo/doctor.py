@@ -191,6 +191,7 @@ class Service:
     base_url: str
     path: str
     auth_fix: str
+    permissions: str
 
     def headers(self, key: Secret) -> dict[str, str]:
         """The request's headers; the key goes only here, never into a message."""
@@ -202,15 +203,18 @@ class Service:
 STRIPE = Service(
     "Stripe",
     "https://api.stripe.com",
-    "/v1/balance",
+    # What the demo reads itself: a restricted key without refunds access fails here too.
+    "/v1/refunds?limit=1",
     "make a test key in the Stripe dashboard (Developers > API keys, test mode) and set "
     "STRIPE_SECRET_KEY to it",
+    "write on PaymentIntents and Refunds",
 )
 ANTHROPIC = Service(
     "Anthropic",
     "https://api.anthropic.com",
     "/v1/models",
     "set ANTHROPIC_API_KEY to a key from console.anthropic.com (Settings > API keys)",
+    "the Messages API",
 )
 
 
@@ -264,9 +268,14 @@ def probe(
             return failed("connect", f"the connection broke ({_short(e)})")
     finally:
         sock.close()
-    if status in (401, 403):
+    if status == 401:
+        return failed("auth", f"the key from {key.source} was refused (HTTP 401)", service.auth_fix)
+    if status == 403:
         return failed(
-            "auth", f"the key from {key.source} was refused (HTTP {status})", service.auth_fix
+            "auth",
+            f"the key from {key.source} is not allowed this (HTTP 403)",
+            f"give the key the permissions the demo uses ({service.permissions}), or "
+            + service.auth_fix,
         )
     if not 200 <= status < 300:
         return failed(

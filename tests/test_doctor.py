@@ -88,7 +88,7 @@ def fake() -> Iterator[tuple[http.server.ThreadingHTTPServer, list[dict[str, str
 
 
 def _service(base: Service, url: str) -> Service:
-    return Service(base.name, url, base.path, base.auth_fix)
+    return Service(base.name, url, base.path, base.auth_fix, base.permissions)
 
 
 def _url(server: http.server.ThreadingHTTPServer, scheme: str = "http") -> str:
@@ -203,6 +203,19 @@ def test_probe_names_auth_when_the_key_is_refused(
     assert base.auth_fix in line.text
     assert key in seen[0][header]  # the key was really sent...
     assert key[8:20] not in line.text and "****" not in line.text  # ...and never shown
+
+
+def test_probe_names_a_missing_permission(
+    fake: tuple[http.server.ThreadingHTTPServer, list[dict[str, str]]],
+) -> None:
+    """A 403 (a restricted key without refunds) says which permissions the demo uses."""
+    server, seen = fake
+    server.RequestHandlerClass.status = 403  # type: ignore[attr-defined]
+    line = probe(_service(STRIPE, _url(server)), Secret(STRIPE_KEY, "STRIPE_SECRET_KEY"))
+    assert line.status == "FAIL"
+    assert "is not allowed this (HTTP 403)" in line.text
+    assert "write on PaymentIntents and Refunds" in line.text
+    assert seen[0]["Authorization"] == f"Bearer {STRIPE_KEY}"
 
 
 def test_probe_passes_when_the_key_is_accepted(
