@@ -754,14 +754,12 @@ async def test_offline_run_counts_the_claim_wait_down_with_honest_labels(home: P
         while pane.shown_state != "waiting":
             assert time.monotonic() < deadline, "the countdown never showed"
             await pilot.pause(0.05)
-        readings = []
-        for _ in range(3):
-            await pilot.pause(0.35)
-            if pane.shown_state != "waiting":
-                break
+        readings: list[float] = []
+        while pane.shown_state == "waiting" and len(set(readings)) < 3:
+            await pilot.pause(0.05)
             readings.append(float(str(pane.query_one(Digits).value).rstrip("s")))
-        assert len(readings) >= 2, "the wait ended before the countdown could be read twice"
-        assert readings == sorted(readings, reverse=True) and len(set(readings)) == len(readings)
+        assert len(set(readings)) >= 3, f"the countdown did not move: {readings}"
+        assert readings == sorted(readings, reverse=True), readings
         caption = pane_part(app, "interlock", "caption")
         assert caption == "waiting: the dead worker's refund request could still land"
         await finish(pilot, run)
@@ -818,16 +816,16 @@ async def test_sigkill_and_restarting_stay_on_screen_for_the_hold(home: Path) ->
             pane.show(*_snapshot(state, code))
         assert pane.shown_state == "killed"
         assert "exit -9 (SIGKILL)" in pane_part(app, "interlock", "status")
-        seen: list[tuple[str, float]] = [("killed", time.monotonic())]
+        seen: list[tuple[str, float]] = [(pane.shown_state, pane.shown_since)]
         deadline = time.monotonic() + RUN_TIMEOUT_S
         while pane.shown_state != "done":
             assert time.monotonic() < deadline
             await pilot.pause(0.02)
             if pane.shown_state != seen[-1][0]:
-                seen.append((pane.shown_state, time.monotonic()))
+                seen.append((pane.shown_state, pane.shown_since))
         assert [s for s, _ in seen] == ["killed", "restarting", "done"]
         for (_, began), (_, ended) in itertools.pairwise(seen):
-            assert ended - began >= hold - 0.02
+            assert ended - began >= hold
         assert "exit 0 · done" in pane_part(app, "interlock", "status")
 
 

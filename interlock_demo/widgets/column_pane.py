@@ -130,6 +130,11 @@ class ColumnPane(Vertical):
         """The state the status line shows now (it may lag the run while one is held)."""
         return self._shown_state
 
+    @property
+    def shown_since(self) -> float:
+        """When (by `clock`) the status line took the state it shows."""
+        return self._shown_at
+
     def show(self, run: dict[str, Any], col: dict[str, Any]) -> None:
         """Render a snapshot of the column; events are appended, never redrawn."""
         mock = run["mode"] == "mock"
