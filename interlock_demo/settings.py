@@ -30,6 +30,7 @@ from interlock_demo.keys import Secret, find_anthropic_key, find_stripe_key
 
 DEMO_CLAIM_TTL_S = 15.0
 DEMO_STRIPE_TIMEOUT_S = 10.0
+DEMO_MAX_CLAIM_TTL_S = 300.0
 MODES = ("live", "offline", "mock")
 ENGINES = ("standalone", "temporal")
 # The key the engine gives workers for the loopback emulator: not a real key.
@@ -207,10 +208,21 @@ class DemoConfig:
 
 
 def demo_timing(env: Mapping[str, str] | None = None) -> Timing:
-    """The demo's timing: a 15 s claim and a 10 s Stripe timeout unless the user set them."""
-    return Timing.from_env(
+    """The demo's timing: a 15 s claim and a 10 s Stripe timeout unless the user set them.
+
+    A room waits out the claim live, so the demo refuses one longer than
+    `DEMO_MAX_CLAIM_TTL_S` (the library itself accepts up to a day).
+    """
+    timing = Timing.from_env(
         env, claim_ttl_s=DEMO_CLAIM_TTL_S, stripe_timeout_s=DEMO_STRIPE_TIMEOUT_S
     )
+    if timing.claim_ttl_s > DEMO_MAX_CLAIM_TTL_S:
+        raise ConfigError(
+            f"INTERLOCK_CLAIM_TTL={timing.claim_ttl_s:g} s is refused for the demo: a room "
+            f"would wait that long for the claim; use at most {DEMO_MAX_CLAIM_TTL_S:g} s "
+            f"(the demo's default is {DEMO_CLAIM_TTL_S:g})"
+        )
+    return timing
 
 
 def resolve(

@@ -339,7 +339,7 @@ def test_bad_http_port_is_a_usage_error(tmp_path: Path, value: str) -> None:
     assert "port" in done.stderr
 
 
-@pytest.mark.parametrize("value", ["1e9", "100000"])
+@pytest.mark.parametrize("value", ["1e9", "100000", "3600"])
 def test_absurd_claim_ttl_is_refused(tmp_path: Path, value: str) -> None:
     """An absurd claim TTL is refused at once (exit 2) naming the variable, instead of a run
     that waits for hours."""
