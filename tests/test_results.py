@@ -25,11 +25,12 @@ def test_results_without_the_temporal_extra_skips_the_comparison_and_says_so(
     monkeypatch.setattr(temporal_engine, "temporal_unavailable", lambda: MISSING)
     monkeypatch.setattr(results, "write_runs", lambda config, out: ran.append(config.mode))
     monkeypatch.setattr(results, "write_sweep", lambda config, out: ran.append("sweep"))
+    monkeypatch.setattr(results, "write_sweep_faults", lambda config, out: ran.append("faults"))
     monkeypatch.setattr(screenshots, "main", lambda out: ran.append("screenshots") and 0)
     monkeypatch.setattr(results, "write_postgres", lambda config, out: ran.append("pg") and 0)
     monkeypatch.setenv("INTERLOCK_HOME", str(tmp_path / "home"))
     assert results.main_results(tmp_path / "results") == 0
-    assert ran == ["mock", "offline", "sweep", "screenshots", "pg"]
+    assert ran == ["mock", "offline", "sweep", "faults", "screenshots", "pg"]
     err = capsys.readouterr().err
     assert f"results: engine comparison (offline) skipped: {MISSING}" in err
     assert not (tmp_path / "results" / "e2e_offline.md").exists()
