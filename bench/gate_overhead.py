@@ -129,7 +129,8 @@ class DurableCommit:
 
 
 def _decision(payments: TimedPayments, store: SQLiteStore) -> Intent:
-    """A new payment, an approval for it, and a decision to refund AMOUNT."""
+    """A new payment, an approval for it, and a decision to refund AMOUNT (with metadata
+    naming its case and column, as the demo's decisions carry)."""
     payment = payments.create_payment(5000)
     now = time.time()
     lease_id = f"lease-{payment.id}"
@@ -141,6 +142,7 @@ def _decision(payments: TimedPayments, store: SQLiteStore) -> Intent:
         amount=AMOUNT,
         lease_id=lease_id,
         fingerprint=refunds_fingerprint([]),
+        metadata={"case": f"case-{payment.id}", "column": "interlock"},
         created_at=now,
     )
 

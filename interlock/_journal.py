@@ -42,6 +42,8 @@ def _check_id(name: str, value: object) -> None:
         raise IntentError(name, "must be a non-empty string")
     if len(value) > MAX_ID_LENGTH:
         raise IntentError(name, f"is {len(value)} characters long; at most {MAX_ID_LENGTH}")
+    if _ID_CHARS.issuperset(value):
+        return
     bad = next((c for c in value if c not in _ID_CHARS), None)
     if bad is not None:
         raise IntentError(

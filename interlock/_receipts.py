@@ -85,9 +85,12 @@ class Receipt:
         }
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def canonical_json(data: Any) -> str:
     """JSON with sorted keys and no spaces: one text for one value."""
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _CANONICAL.encode(data)
 
 
 def receipt_key(env: Mapping[str, str] | None = None) -> bytes | None:

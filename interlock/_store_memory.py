@@ -125,9 +125,11 @@ class MemoryStore(RuleStore):
         yield from receipts
 
     def settled(self) -> Iterator[SettledAction]:
-        """Every settled action with its receipt's sequence number."""
+        """Every settled action with its receipt's sequence number, in the order of those
+        numbers (none first)."""
         with self._lock:
             rows = [r for r in self._actions.values() if r.settlement is not None]
+        rows.sort(key=lambda r: -1 if r.receipt_seq is None else r.receipt_seq)
         for r in rows:
             yield SettledAction(r.intent.action_id, r.settlement, r.receipt_seq)
 

@@ -468,20 +468,33 @@ class PostgresStore(RuleStore):
             after = int(rows[-1][0])
 
     def settled(self) -> Iterator[SettledAction]:
-        """Every settled action with its receipt's sequence number, read a batch at a time."""
+        """Every settled action with its receipt's sequence number, in the order of those
+        numbers (none first, as `verify()` pairs them with the chain), a batch at a time."""
+        columns = "SELECT id, action_id, settlement, receipt_seq FROM {actions}"
         after = 0
         while True:
             rows = self._rows(
-                "SELECT id, action_id, settlement, receipt_seq FROM {actions}"
-                " WHERE settlement IS NOT NULL AND id > %s ORDER BY id LIMIT %s",
+                f"{columns} WHERE settlement IS NOT NULL AND receipt_seq IS NULL AND id > %s"
+                " ORDER BY id LIMIT %s",
                 (after, _BATCH),
             )
             for r in rows:
-                seq = None if r[3] is None else int(r[3])
-                yield SettledAction.parse(str(r[1]), r[2], seq)
+                yield SettledAction.parse(str(r[1]), r[2], None)
+            if len(rows) < _BATCH:
+                break
+            after = int(rows[-1][0])
+        seq, after = -(2**63), 0
+        while True:
+            rows = self._rows(
+                f"{columns} WHERE settlement IS NOT NULL AND (receipt_seq, id) > (%s, %s)"
+                " ORDER BY receipt_seq, id LIMIT %s",
+                (seq, after, _BATCH),
+            )
+            for r in rows:
+                yield SettledAction.parse(str(r[1]), r[2], int(r[3]))
             if len(rows) < _BATCH:
                 return
-            after = int(rows[-1][0])
+            seq, after = int(rows[-1][3]), int(rows[-1][0])
 
     def history(self, action_id: str) -> list[JournalRecord]:
         """An action's journal records, in order."""
@@ -517,6 +530,8 @@ _SCHEMA = (
     )""",
     "CREATE INDEX IF NOT EXISTS interlock_actions_pending ON {actions} (created_at, id)"
     " WHERE settlement IS NULL",
+    "CREATE INDEX IF NOT EXISTS interlock_actions_receipt ON {actions} (receipt_seq, id)"
+    " WHERE settlement IS NOT NULL",
     """CREATE TABLE IF NOT EXISTS {journal} (
         seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
         action_id text NOT NULL,

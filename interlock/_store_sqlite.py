@@ -23,7 +23,6 @@ from interlock._claims import Claim
 from interlock._errors import SchemaVersionError, StoreError
 from interlock._journal import (
     GENESIS,
-    SCHEMA_VERSION,
     ActionRow,
     Clock,
     Intent,
@@ -36,6 +35,9 @@ from interlock._journal import (
 from interlock._leases import Lease
 from interlock._receipts import Receipt, canonical_json
 
+# This file's layout. Version 3 indexes intent metadata (`action_metadata`, written with
+# the intent) and settled actions by receipt; versions 1 and 2 are migrated in place.
+SCHEMA_VERSION = 3
 _TABLES = ("meta", "actions", "journal", "leases", "receipts")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -51,6 +53,13 @@ CREATE TABLE IF NOT EXISTS actions (
     created_at REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS actions_pending ON actions (created_at) WHERE settlement IS NULL;
+CREATE INDEX IF NOT EXISTS actions_receipt ON actions (receipt_seq) WHERE settlement IS NOT NULL;
+CREATE TABLE IF NOT EXISTS action_metadata (
+    key TEXT NOT NULL,
+    value TEXT NOT NULL,
+    action_id TEXT NOT NULL,
+    PRIMARY KEY (key, value, action_id)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS journal (
     seq INTEGER PRIMARY KEY,
     action_id TEXT NOT NULL,
@@ -75,7 +84,21 @@ ALTER TABLE actions ADD COLUMN kind TEXT NOT NULL DEFAULT '';
 ALTER TABLE actions ADD COLUMN unknown TEXT;
 UPDATE actions SET kind = json_extract(intent, '$.kind');
 """
+# Version 2 kept metadata only inside the intent's JSON: index what is there.
+_MIGRATE_2_TO_3 = """
+INSERT OR IGNORE INTO action_metadata (key, value, action_id)
+SELECT j.key, j.value, a.action_id FROM actions a, json_each(a.intent, '$.metadata') j
+"""
 _BATCH = 500
+# Every commit on the send path reads the action with its lease, and settling also reads
+# the chain's head: one statement brings all three.
+_GET_ACTION = """
+SELECT a.intent, a.claim, a.settlement, a.attempts, a.receipt_seq, a.unknown, l.lease,
+    (SELECT seq FROM receipts ORDER BY seq DESC LIMIT 1),
+    (SELECT hash FROM receipts ORDER BY seq DESC LIMIT 1)
+FROM actions a LEFT JOIN leases l ON l.lease_id = json_extract(a.intent, '$.lease_id')
+WHERE a.action_id = ?
+"""
 
 
 def _problem(e: sqlite3.Error) -> str:
@@ -95,20 +118,28 @@ def _problem(e: sqlite3.Error) -> str:
 
 
 class _SQLiteTx:
+    """Rows in and out of one transaction.
+
+    Journal records are written in one statement when the transaction commits (`flush`);
+    the lease and the chain's head read with an action are kept for the rest of it.
+    """
+
     def __init__(self, conn: sqlite3.Connection, now: float) -> None:
         self.c = conn
         self.now = now
+        self._leases: dict[str, str | None] = {}
+        self._head: tuple[int, str] | None = None
+        self._records: list[tuple[str, float, str, str]] = []
 
     def get_action(self, action_id: str) -> ActionRow | None:
-        r = self.c.execute(
-            "SELECT intent, claim, settlement, attempts, receipt_seq, unknown FROM actions"
-            " WHERE action_id=?",
-            (action_id,),
-        ).fetchone()
+        r = self.c.execute(_GET_ACTION, (action_id,)).fetchone()
         if r is None:
             return None
+        intent = Intent.from_dict(json.loads(r[0]))
+        self._leases[intent.lease_id] = r[6]
+        self._head = GENESIS if r[7] is None else (int(r[7]), str(r[8]))
         return ActionRow(
-            intent=Intent.from_dict(json.loads(r[0])),
+            intent=intent,
             claim=None if r[1] is None else Claim.from_dict(json.loads(r[1])),
             settlement=None if r[2] is None else Settlement.from_dict(json.loads(r[2])),
             attempts=int(r[3]),
@@ -136,6 +167,13 @@ class _SQLiteTx:
                     row.intent.created_at,
                 ),
             )
+            pairs = list(row.intent.metadata.items())
+            if pairs:
+                rows = ",".join(["(?,?,?)"] * len(pairs))
+                self.c.execute(
+                    f"INSERT INTO action_metadata (key, value, action_id) VALUES {rows}",
+                    [v for k, value in pairs for v in (k, str(value), row.intent.action_id)],
+                )
         else:
             # The intent never changes once journaled, so it is not written again.
             self.c.execute(
@@ -145,8 +183,12 @@ class _SQLiteTx:
             )
 
     def get_lease(self, lease_id: str) -> Lease | None:
-        r = self.c.execute("SELECT lease FROM leases WHERE lease_id=?", (lease_id,)).fetchone()
-        return None if r is None else Lease.from_dict(json.loads(r[0]))
+        if lease_id in self._leases:
+            text = self._leases[lease_id]
+        else:
+            r = self.c.execute("SELECT lease FROM leases WHERE lease_id=?", (lease_id,)).fetchone()
+            text = None if r is None else r[0]
+        return None if text is None else Lease.from_dict(json.loads(text))
 
     def put_lease(self, lease: Lease, *, new: bool) -> None:
         text = canonical_json(lease.to_dict())
@@ -154,18 +196,32 @@ class _SQLiteTx:
             self.c.execute("INSERT INTO leases (lease_id, lease) VALUES (?, ?)", (lease.id, text))
         else:
             self.c.execute("UPDATE leases SET lease=? WHERE lease_id=?", (text, lease.id))
+        self._leases[lease.id] = text
 
     def journal(self, action_id: str, record: str, data: Mapping[str, Any]) -> None:
-        self.c.execute(
-            "INSERT INTO journal (action_id, at, record, data) VALUES (?,?,?,?)",
-            (action_id, self.now, record, canonical_json(dict(data))),
-        )
+        self._records.append((action_id, self.now, record, canonical_json(dict(data))))
+
+    def flush(self) -> None:
+        """Write the transaction's journal records, in order, in one statement."""
+        records = self._records
+        if records:
+            rows = ",".join(["(?,?,?,?)"] * len(records))
+            self.c.execute(
+                f"INSERT INTO journal (action_id, at, record, data) VALUES {rows}",
+                [v for record in records for v in record],
+            )
+            records.clear()
 
     def last_receipt(self) -> tuple[int, str]:
-        r = self.c.execute("SELECT seq, hash FROM receipts ORDER BY seq DESC LIMIT 1").fetchone()
-        return GENESIS if r is None else (int(r[0]), str(r[1]))
+        if self._head is None:
+            r = self.c.execute(
+                "SELECT seq, hash FROM receipts ORDER BY seq DESC LIMIT 1"
+            ).fetchone()
+            self._head = GENESIS if r is None else (int(r[0]), str(r[1]))
+        return self._head
 
     def add_receipt(self, receipt: Receipt) -> None:
+        self._head = (receipt.seq, receipt.hash)
         self.c.execute(
             "INSERT INTO receipts (seq, action_id, body, prev_hash, hash, signature)"
             " VALUES (?,?,?,?,?,?)",
@@ -209,6 +265,7 @@ class SQLiteStore(RuleStore):
         self.read_only = read_only
         self._clock = clock
         self._lock = threading.RLock()
+        self._metadata_indexed = True
         try:
             if read_only:
                 if not self.path.is_file():
@@ -285,8 +342,10 @@ class SQLiteStore(RuleStore):
                         str(self.path),
                         "is not an interlock store (no schema version); give the path of a store",
                     )
-                if version != SCHEMA_VERSION:
+                # Nothing is migrated read-only: a version 2 store is read as it is.
+                if version not in (2, SCHEMA_VERSION):
                     raise SchemaVersionError(str(self.path), version, SCHEMA_VERSION)
+                self._metadata_indexed = version >= 3
                 missing = set(_TABLES) - self._tables()
                 if missing:
                     raise StoreError(
@@ -296,8 +355,8 @@ class SQLiteStore(RuleStore):
                     )
                 return
             # Read the version before creating anything: a store of another version is
-            # refused as it is, not altered first (version 1 is migrated in place).
-            if version is not None and version not in (1, SCHEMA_VERSION):
+            # refused as it is, not altered first (versions 1 and 2 are migrated in place).
+            if version is not None and version not in (1, 2, SCHEMA_VERSION):
                 raise SchemaVersionError(str(self.path), version, SCHEMA_VERSION)
             self._conn.execute("BEGIN IMMEDIATE")
             try:
@@ -307,6 +366,8 @@ class SQLiteStore(RuleStore):
                         self._conn.execute(statement)
                 for statement in _SCHEMA.strip().split(";\n"):
                     self._conn.execute(statement)
+                if version in (1, 2):
+                    self._conn.execute(_MIGRATE_2_TO_3)
                 self._conn.execute(
                     "INSERT INTO meta (key, value) VALUES ('schema_version', ?)"
                     " ON CONFLICT(key) DO UPDATE SET value=excluded.value",
@@ -327,7 +388,9 @@ class SQLiteStore(RuleStore):
             except sqlite3.Error as e:
                 raise self._error(e, "cannot start a write") from e
             try:
-                yield _SQLiteTx(self._conn, self._clock())
+                tx = _SQLiteTx(self._conn, self._clock())
+                yield tx
+                tx.flush()
                 self._conn.execute("COMMIT")
             except BaseException as e:
                 with suppress(sqlite3.Error):
@@ -375,15 +438,34 @@ class SQLiteStore(RuleStore):
         return [str(r[0]) for r in rows]
 
     def actions(self, metadata: Mapping[str, str] | None = None) -> list[str]:
-        """Action ids, oldest first, whose intent metadata has all these key/value pairs."""
-        where, args = "", []
-        for key, value in (metadata or {}).items():
-            where += " AND json_extract(intent, ?) = ?"
-            args += [f'$.metadata."{key}"', value]
-        rows = self._rows(
-            f"SELECT action_id FROM actions WHERE 1=1{where} ORDER BY created_at, rowid", args
-        )
-        return [str(r[0]) for r in rows]
+        """Action ids, oldest first, whose intent metadata has all these key/value pairs.
+
+        Looked up in the metadata index by the first pair, so the cost follows its matches,
+        not the size of the store: put the most selective pair first.
+        """
+        pairs = list((metadata or {}).items())
+        if not pairs:
+            sql, args = "SELECT action_id FROM actions ORDER BY created_at, rowid", []
+        elif self._metadata_indexed:
+            # The first pair is looked up in the index (CROSS JOIN keeps it the driver); the
+            # others are checked against its matches, one index probe each.
+            others = "".join(
+                " AND EXISTS (SELECT 1 FROM action_metadata o WHERE o.key=? AND o.value=?"
+                " AND o.action_id=m.action_id)"
+                for _ in pairs[1:]
+            )
+            sql = (
+                "SELECT a.action_id FROM action_metadata m CROSS JOIN actions a"
+                f" ON a.action_id = m.action_id WHERE m.key=? AND m.value=?{others}"
+                " ORDER BY a.created_at, a.rowid"
+            )
+            args = [v for pair in pairs for v in pair]
+        else:
+            # A version 2 store opened read-only has no index: its intents are scanned.
+            where = " AND ".join(["json_extract(intent, ?) = ?"] * len(pairs))
+            sql = f"SELECT action_id FROM actions WHERE {where} ORDER BY created_at, rowid"
+            args = [v for key, value in pairs for v in (f'$.metadata."{key}"', value)]
+        return [str(r[0]) for r in self._rows(sql, args)]
 
     def receipts(self) -> Iterator[Receipt]:
         """Every receipt, in chain order, read a batch at a time."""
@@ -399,21 +481,38 @@ class SQLiteStore(RuleStore):
             if len(rows) < _BATCH:
                 return
             after = int(rows[-1][0])
+            del rows  # one batch in memory at a time, not two while the next is read
 
     def settled(self) -> Iterator[SettledAction]:
-        """Every settled action with its receipt's sequence number, read a batch at a time."""
+        """Every settled action with its receipt's sequence number, in the order of those
+        numbers (none first), read a batch at a time."""
+        columns = "SELECT rowid, action_id, settlement, receipt_seq FROM actions"
         after = -1
         while True:
             rows = self._rows(
-                "SELECT rowid, action_id, settlement, receipt_seq FROM actions"
-                " WHERE settlement IS NOT NULL AND rowid > ? ORDER BY rowid LIMIT ?",
+                f"{columns} WHERE settlement IS NOT NULL AND receipt_seq IS NULL AND rowid > ?"
+                " ORDER BY rowid LIMIT ?",
                 (after, _BATCH),
+            )
+            for r in rows:
+                yield SettledAction.parse(str(r[1]), r[2], None)
+            if len(rows) < _BATCH:
+                break
+            after = int(rows[-1][0])
+            del rows
+        seq, after = -(2**63), -1
+        while True:
+            rows = self._rows(
+                f"{columns} WHERE settlement IS NOT NULL AND (receipt_seq, rowid) > (?, ?)"
+                " ORDER BY receipt_seq, rowid LIMIT ?",
+                (seq, after, _BATCH),
             )
             for r in rows:
                 yield SettledAction.parse(str(r[1]), r[2], r[3])
             if len(rows) < _BATCH:
                 return
-            after = int(rows[-1][0])
+            seq, after = rows[-1][3], int(rows[-1][0])
+            del rows
 
     def history(self, action_id: str) -> list[JournalRecord]:
         """An action's journal records, in order."""

@@ -8,13 +8,14 @@ receipt (a send the receipts do not show is a problem).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from interlock._effects import ACTION_METADATA_KEY
 from interlock._errors import PaymentsError
-from interlock._journal import Store
+from interlock._journal import SettledAction, Store
 from interlock._payments import Payments, Refund
 from interlock._receipts import ChainCheck, receipt_key
 
@@ -54,6 +55,12 @@ class _Facts:
     amount: object
     reason: object
 
+    @classmethod
+    def of(cls, seq: int, body: Mapping[str, Any] | None) -> _Facts:
+        """The facts of a receipt's parsed body (all None when it has none)."""
+        b = body or {}
+        return cls(seq, b.get("outcome"), b.get("external_id"), b.get("amount"), b.get("reason"))
+
 
 def verify(
     store: Store,
@@ -70,70 +77,92 @@ def verify(
     every `sent`/`adopted` receipt names a refund that exists with that amount and
     metadata, and every refund naming one of the actions is recorded by its receipt.
     `actions` limits the Stripe cross-check (a run's own); by default it covers every
-    action with a receipt and every action still without an outcome. Receipts are read a
-    batch at a time, so memory stays bounded; nothing is ever written.
+    action in the store. The chain and the settled actions are read side by side, a batch
+    at a time, both in receipt order, so memory stays bounded however large the store;
+    nothing is ever written.
     """
     key = signing_key if signing_key is not None else receipt_key()
     chain = ChainCheck(key)
-    facts: dict[str, _Facts] = {}
-    seq_action: dict[int, str] = {}
-    for r in store.receipts():
-        body = chain.feed(r)
-        seq_action[r.seq] = r.action_id
-        if r.action_id in facts:
-            chain.problems.append(
-                f"receipt {r.seq} ({r.action_id}): a second receipt for one action"
-            )
-        b = body or {}
-        facts[r.action_id] = _Facts(
-            r.seq, b.get("outcome"), b.get("external_id"), b.get("amount"), b.get("reason")
-        )
-    problems = chain.problems
-    problems.extend(_store_problems(store, facts, seq_action))
+    problems = _store_problems(store, chain)
     signed = chain.length > 0 and chain.all_signed
     checked = 0
     if payments is not None:
-        scope = set(actions) if actions is not None else set(facts) | set(store.pending())
-        cross, checked = _cross_check(store, payments, facts, scope)
+        scope = list(actions) if actions is not None else store.actions()
+        cross, checked = _cross_check(store, payments, scope)
         problems.extend(cross)
-    return VerifyResult(chain.length, signed, problems, checked)
+    return VerifyResult(chain.length, signed, chain.problems + problems, checked)
 
 
-def _store_problems(
-    store: Store, facts: dict[str, _Facts], seq_action: dict[int, str]
-) -> list[str]:
+def _store_problems(store: Store, chain: ChainCheck) -> list[str]:
+    """Feed the chain its receipts and match each with the action settled by it.
+
+    `store.settled()` comes in receipt order (actions without a receipt number first), so
+    one pass over both streams pairs them; only a receipt that no action claims is looked
+    up on its own.
+    """
     problems: list[str] = []
-    settled: set[str] = set()
-    for s in store.settled():
-        settled.add(s.action_id)
-        where = f"action {s.action_id}"
-        if s.settlement is None:
-            problems.append(f"{where}: {s.problem}")
-            continue
-        status = s.settlement.status
-        if s.receipt_seq is None:
-            problems.append(f"{where}: settled {status} with no receipt")
-        elif seq_action.get(s.receipt_seq) != s.action_id:
-            problems.append(
-                f"{where}: settled {status}, but its receipt {s.receipt_seq} is gone "
-                "(deleted, or the chain's tail was cut)"
-            )
-        elif facts[s.action_id].outcome != status:
-            problems.append(
-                f"{where}: settled {status}, but its receipt records {facts[s.action_id].outcome}"
-            )
-    for aid, f in facts.items():
-        if aid not in settled:
-            problems.append(f"receipt {f.seq} ({aid}): its action is not settled in the journal")
+    settled = store.settled()
+    row = next(settled, None)
+    while row is not None and row.receipt_seq is None:
+        problems.append(_unreceipted(row))
+        row = next(settled, None)
+    for r in store.receipts():
+        f = _Facts.of(r.seq, chain.feed(r))
+        claimed = False
+        while row is not None and row.receipt_seq is not None and row.receipt_seq <= r.seq:
+            if row.settlement is None:
+                problems.append(f"action {row.action_id}: {row.problem}")
+                claimed = claimed or (row.receipt_seq == r.seq and row.action_id == r.action_id)
+            elif row.receipt_seq < r.seq or row.action_id != r.action_id:
+                problems.append(_gone(row.action_id, row.settlement.status, row.receipt_seq))
+            else:
+                claimed = True
+                if f.outcome != row.settlement.status:
+                    problems.append(
+                        f"action {row.action_id}: settled {row.settlement.status}, but its "
+                        f"receipt records {f.outcome}"
+                    )
+            row = next(settled, None)
+        if not claimed:
+            problems.append(_unclaimed(store, r.seq, r.action_id))
+    while row is not None:
+        if row.settlement is None:
+            problems.append(f"action {row.action_id}: {row.problem}")
+        else:
+            problems.append(_gone(row.action_id, row.settlement.status, row.receipt_seq))
+        row = next(settled, None)
     return problems
 
 
-def _cross_check(
-    store: Store, payments: Payments, facts: dict[str, _Facts], scope: set[str]
-) -> tuple[list[str], int]:
+def _unreceipted(row: SettledAction) -> str:
+    if row.settlement is None:
+        return f"action {row.action_id}: {row.problem}"
+    return f"action {row.action_id}: settled {row.settlement.status} with no receipt"
+
+
+def _gone(action_id: str, status: str, seq: int | None) -> str:
+    return (
+        f"action {action_id}: settled {status}, but its receipt {seq} is gone "
+        "(deleted, or the chain's tail was cut)"
+    )
+
+
+def _unclaimed(store: Store, seq: int, action_id: str) -> str:
+    """A receipt its action does not point to: a second one, or its action is not settled."""
+    where = f"receipt {seq} ({action_id})"
+    try:
+        state = store.action(action_id)
+    except (ValueError, KeyError, TypeError) as e:
+        return f"{where}: its action cannot be read ({e})"
+    if state is None or state.settlement is None:
+        return f"{where}: its action is not settled in the journal"
+    return f"{where}: a second receipt for one action (it is settled by another)"
+
+
+def _cross_check(store: Store, payments: Payments, scope: Iterable[str]) -> tuple[list[str], int]:
     problems: list[str] = []
     targets: dict[str, list[str]] = {}
-    for aid in sorted(scope):
+    for aid in sorted(set(scope)):
         state = store.action(aid)
         if state is None:
             problems.append(f"action {aid}: not in the store")
@@ -148,16 +177,30 @@ def _cross_check(
             continue
         checked += len(refunds)
         by_id = {r.id: r for r in refunds}
+        facts = {aid: _receipt_facts(store, aid) for aid in aids}
         for aid in aids:
-            f = facts.get(aid)
+            f = facts[aid]
             if f is not None:
                 problems.extend(_receipt_matches(aid, f, by_id))
         for refund in refunds:
             named = refund.metadata.get(ACTION_METADATA_KEY)
-            if named is None or named not in aids or not refund.counts:
+            if named is None or named not in facts or not refund.counts:
                 continue
-            problems.extend(_refund_recorded(refund, named, facts.get(named)))
+            problems.extend(_refund_recorded(refund, named, facts[named]))
     return problems, checked
+
+
+def _receipt_facts(store: Store, action_id: str) -> _Facts | None:
+    """The facts of the receipt an action is settled by (None when it has none)."""
+    state = store.action(action_id)
+    receipt = None if state is None else state.receipt
+    if receipt is None:
+        return None
+    try:
+        body = json.loads(receipt.body_text)
+    except (ValueError, TypeError):
+        body = None
+    return _Facts.of(receipt.seq, body if isinstance(body, Mapping) else None)
 
 
 def _receipt_matches(action_id: str, f: _Facts, refunds: dict[str, Refund]) -> list[str]:

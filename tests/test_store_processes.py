@@ -35,6 +35,7 @@ from interlock import (
     refunds_fingerprint,
     verify,
 )
+from interlock._store_sqlite import SCHEMA_VERSION
 from interlock_demo.payments import StripeEmulator
 from tests.conftest import TEST_KEY
 
@@ -345,10 +346,10 @@ def test_store_with_another_schema_version_is_refused(layout: str, tmp_path: Pat
 
     err = info.value
     assert isinstance(err, StoreError)
-    assert (err.found, err.expected, err.path) == (99, 2, str(path))
+    assert (err.found, err.expected, err.path) == (99, SCHEMA_VERSION, str(path))
     message = str(err)
     assert str(path) in message
-    assert "schema version 99" in message and "version 2" in message
+    assert "schema version 99" in message and f"version {SCHEMA_VERSION}" in message
     assert "use a new store file" in message
     assert _schema(path) == before
 

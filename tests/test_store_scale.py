@@ -1,0 +1,154 @@
+"""The SQLite store does not slow down as it grows (DESIGN §7, issue 14): the paths the demo
+and the library take use indexes, version 2 stores are migrated in place, and `verify()`
+reads the store a batch at a time with memory bounded."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+import tracemalloc
+from pathlib import Path
+
+from interlock import (
+    Check,
+    Intent,
+    Lease,
+    Owner,
+    Settlement,
+    SQLiteStore,
+    Store,
+    new_action_id,
+    verify,
+)
+from interlock._store_sqlite import SCHEMA_VERSION
+
+OWNER = Owner("scale-worker", 1, 0.0, "test-host")
+TTL_S, GRACE_S = 40.0, 2.0
+
+
+def _settle(store: Store, n: int, *, case: str = "case") -> list[str]:
+    """`n` settled actions, each with metadata naming its case (`case-i`) and column."""
+    now = time.time()
+    store.grant_lease(Lease(f"lease-{case}", "refund", "pi_scale", 10**9, now + 3600, "t", now))
+    ids = []
+    for i in range(n):
+        intent = Intent(
+            action_id=new_action_id(),
+            kind="refund",
+            target="pi_scale",
+            amount=100,
+            lease_id=f"lease-{case}",
+            fingerprint="fp",
+            metadata={"case": f"{case}-{i}", "column": "interlock"},
+            created_at=now + i,
+        )
+        epoch = store.begin(intent, OWNER, TTL_S, GRACE_S).epoch
+        verdict = Settlement("refused", "test")
+        check = Check("lookup", "none", "none", True)
+        assert store.settle(intent.action_id, epoch, OWNER, verdict, [check], {}, None)
+        ids.append(intent.action_id)
+    return ids
+
+
+def _plans(store: SQLiteStore, call: object) -> list[str]:
+    """The query plan of every statement a call sends to the store's connection."""
+    seen: list[str] = []
+    store._conn.set_trace_callback(seen.append)
+    try:
+        assert callable(call)
+        call()
+    finally:
+        store._conn.set_trace_callback(None)
+    return [
+        str(row[3])
+        for sql in seen
+        if sql.lstrip().upper().startswith("SELECT")
+        for row in store._conn.execute("EXPLAIN QUERY PLAN " + sql)
+    ]
+
+
+def _downgrade_to_version_2(path: Path) -> None:
+    """Make a store look as version 2 wrote it: no metadata index, no receipt index."""
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("DROP TABLE action_metadata")
+        conn.execute("DROP INDEX actions_receipt")
+        conn.execute("UPDATE meta SET value='2' WHERE key='schema_version'")
+    conn.close()
+
+
+def test_actions_by_metadata_are_looked_up_in_an_index_not_scanned(tmp_path: Path) -> None:
+    """`store.actions(metadata)`, what a restarted worker reads, searches indexes only."""
+    store = SQLiteStore(tmp_path / "journal.sqlite3")
+    ids = _settle(store, 30)
+
+    plans = _plans(store, lambda: store.actions({"case": "case-7", "column": "interlock"}))
+
+    assert store.actions({"case": "case-7", "column": "interlock"}) == [ids[7]]
+    assert store.actions({"case": "case-7", "column": "checked"}) == []
+    assert store.actions({"column": "interlock"}) == ids
+    assert plans and not [p for p in plans if p.startswith("SCAN")], plans
+
+
+def test_settled_actions_come_in_receipt_order_through_an_index(tmp_path: Path) -> None:
+    """`settled()` yields actions by their receipt's number, from an index, a batch at a time."""
+    store = SQLiteStore(tmp_path / "journal.sqlite3")
+    ids = _settle(store, 1200)
+
+    settled = list(store.settled())
+    plans = _plans(store, lambda: list(store.settled()))
+
+    assert [s.action_id for s in settled] == ids
+    assert [s.receipt_seq for s in settled] == list(range(1, 1201))
+    assert plans and not [p for p in plans if p.startswith("SCAN")], plans
+
+
+def test_a_version_2_store_is_migrated_in_place_and_read_as_it_is_read_only(
+    tmp_path: Path,
+) -> None:
+    """A version 2 store is read as it is when opened read-only (verify), and gets the
+    metadata index, filled from its intents, when opened for writing."""
+    path = tmp_path / "journal.sqlite3"
+    store = SQLiteStore(path)
+    ids = _settle(store, 5)
+    store.close()
+    _downgrade_to_version_2(path)
+
+    read_only = SQLiteStore.open_read_only(path)
+    assert read_only.actions({"case": "case-3"}) == [ids[3]]
+    assert verify(read_only, signing_key=None).ok
+    read_only.close()
+    version = sqlite3.connect(path).execute("SELECT value FROM meta").fetchone()
+    assert version == ("2",)
+
+    migrated = SQLiteStore(path)
+    assert migrated.actions({"case": "case-3", "column": "interlock"}) == [ids[3]]
+    assert migrated.actions({"column": "interlock"}) == ids
+    more = _settle(migrated, 2, case="later")
+    assert migrated.actions({"case": "later-1"}) == [more[1]]
+    assert [s.action_id for s in migrated.settled()] == ids + more
+    assert verify(migrated, signing_key=None).ok
+    migrated.close()
+    version = sqlite3.connect(path).execute("SELECT value FROM meta").fetchone()
+    assert version == (str(SCHEMA_VERSION),)
+
+
+def test_verify_keeps_memory_bounded_as_receipts_grow(tmp_path: Path) -> None:
+    """verify() over 3,000 receipts allocates about what it does over 1,000 (both more than
+    two batches of 500): it streams the chain and the settled actions side by side instead
+    of keeping facts per action."""
+
+    def peak(n: int) -> int:
+        store = SQLiteStore(tmp_path / f"{n}.sqlite3")
+        _settle(store, n)
+        tracemalloc.start()
+        try:
+            result = verify(store, signing_key=None)
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+            assert result.ok and result.chain_length == n
+
+    small, large = peak(1000), peak(3000)
+    # A store three times larger may cost a few more batches of rows, not ten times the memory.
+    assert large < 1.3 * small, (small, large)
