@@ -602,3 +602,120 @@ def test_results_without_a_postgres_server_skips_its_step_and_says_so(
     step = steps["sweep and stores benchmark (PostgreSQL)"]
     assert step.skipped is not None and step.skipped.startswith(reason)
     assert local_postgres.pgserver_missing() is None  # here the test extra brings it
+
+
+# -- through a transaction-mode pooler ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pgbouncer_dsn(pg_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """PgBouncer in transaction mode in front of the test server, with ONE server
+    connection for every client, so that clients' transactions take turns on it.
+
+    Skipped where the `pgbouncer` program is not installed (Debian: apt-get install
+    pgbouncer)."""
+    import os
+    import shutil
+    import socket
+    from urllib.parse import parse_qs, urlsplit
+
+    program = shutil.which("pgbouncer") or (
+        "/usr/sbin/pgbouncer" if os.path.exists("/usr/sbin/pgbouncer") else None
+    )
+    if program is None:
+        pytest.skip("pgbouncer is not installed (apt-get install pgbouncer)")
+    parts = urlsplit(pg_dsn)
+    host = parse_qs(parts.query).get("host", [parts.hostname or "127.0.0.1"])[0]
+    user = parts.username or "postgres"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    folder = tmp_path_factory.mktemp("pgbouncer")
+    ini = folder / "pgbouncer.ini"
+    ini.write_text(
+        "[databases]\n"
+        f"* = host={host} port={parts.port or 5432} user={user}\n"
+        "[pgbouncer]\n"
+        f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
+        "auth_type = any\npool_mode = transaction\n"
+        "default_pool_size = 1\nmin_pool_size = 0\nreserve_pool_size = 0\n"
+        "log_connections = 0\nlog_disconnections = 0\n"
+    )
+    # PgBouncer refuses to run as root: it reads its configuration, then switches to the
+    # user that runs the server (pgserver's, whose socket only that user may open).
+    runner = []
+    if os.geteuid() == 0:
+        import pwd
+
+        try:
+            runner = ["-u", pwd.getpwnam("pgserver").pw_name]
+        except KeyError:
+            runner = ["-u", "nobody"]
+    log = (folder / "pgbouncer.log").open("w")
+    proc = subprocess.Popen([program, *runner, str(ini)], stderr=log)
+    dsn = f"postgresql://{user}@127.0.0.1:{port}{parts.path or '/postgres'}"
+    try:
+        _wait_for("pgbouncer to accept", lambda: _accepts(dsn) or proc.poll() is not None)
+        if proc.poll() is not None:
+            raise AssertionError(f"pgbouncer exited: {(folder / 'pgbouncer.log').read_text()}")
+        yield dsn
+    finally:
+        proc.terminate()
+        proc.wait(DEADLINE_S)
+        log.close()
+
+
+def _accepts(dsn: str) -> bool:
+    try:
+        with psycopg.connect(dsn, autocommit=True, prepare_threshold=None, connect_timeout=2):
+            return True
+    except psycopg.OperationalError:
+        return False
+
+
+def test_workers_share_one_server_connection_through_pgbouncer(
+    pgbouncer_dsn: str, pg_schema: str
+) -> None:
+    """Three workers' stores behind PgBouncer (transaction mode, one server connection for
+    all) run whole gate cycles at once: every action is sent once, the chain verifies,
+    and no worker's session state leaks into another's transactions."""
+    from interlock_demo.payments import InProcessPayments
+
+    payments = InProcessPayments()
+    setup = PostgresStore(pgbouncer_dsn, schema=pg_schema)
+    errors: list[BaseException] = []
+    outcomes: list[str] = []
+    barrier = threading.Barrier(3)
+
+    def worker(name: str) -> None:
+        store = PostgresStore(pgbouncer_dsn, schema=pg_schema)
+        gate = Gate(
+            store, StripeRefund(payments), timing=TIMING, switches=Switches(),
+            owner=Owner(name, 4242, 0.0, "host-" + name),
+        )  # fmt: skip
+        try:
+            decisions = []
+            for _ in range(8):
+                payment = payments.create_payment(5_000)
+                decisions.append(_intent(_lease(store, payment.id), refunds_fingerprint([])))
+            barrier.wait(DEADLINE_S)
+            outcomes.extend(gate.submit(intent).status for intent in decisions)
+            outcomes.extend(o.status for o in gate.recover())
+        except BaseException as e:
+            errors.append(e)
+        finally:
+            store.close()
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in ("a", "b", "c")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(DEADLINE_S * 2)
+        assert not t.is_alive()
+
+    assert errors == []
+    assert outcomes == ["sent"] * 24
+    assert payments.model.requests.count(("POST", "refunds")) == 24
+    result = verify(setup, payments)
+    assert result.ok and result.chain_length == 24, result.problems
+    setup.close()
