@@ -17,7 +17,8 @@ in a fresh schema (PostgreSQL) or a fresh file (SQLite, WAL, synchronous=FULL).
    repeats).
 2. **N processes on one store** (N = 1, 2, 4, 8, 16 by default), each with its own
    payments model and lease, `M` first attempts each on distinct actions, started
-   together through a barrier: `throughput` (actions per second of wall time), `p50` and
+   together through a barrier (at least `--min-total` actions in all, so N = 1 is not a
+   handful): `throughput` (actions per second of wall time), `p50` and
    `p99` of one `Gate.submit`, and `errors` (exceptions and outcomes other than `sent`).
 
 One figure a line. Timings are reported, never judged; the machine's load shows in them.
@@ -334,6 +335,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--actions", type=int, default=100, help="timed actions per repeat")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--per-process", type=int, default=25, help="actions per process")
+    parser.add_argument(
+        "--min-total", type=int, default=200, help="at least this many actions per N in all"
+    )
     parser.add_argument("--processes", default=",".join(map(str, PROCESSES)))
     parser.add_argument("--markdown", type=Path, metavar="FILE", help="also write a table")
     args = parser.parse_args(argv)
@@ -373,7 +377,8 @@ def main(argv: list[str] | None = None) -> int:
         scales: dict[tuple[str, int], Scale] = {}
         for n in counts:
             for backend in BACKENDS:
-                s = scale(fresh(backend, pg, workdir), n, args.per_process)
+                per_process = max(args.per_process, -(-args.min_total // n))
+                s = scale(fresh(backend, pg, workdir), n, per_process)
                 scales[backend, n] = s
                 say(
                     f"{backend} N={n}: {s.throughput:.0f} actions/s, p50 {s.p50_s * 1000:.1f} ms,"
@@ -422,7 +427,8 @@ def _markdown(
         )
     out += [
         "",
-        f"## N processes on one store ({args.per_process} distinct actions each)",
+        f"## N processes on one store (distinct actions: {args.per_process} each, at least "
+        f"{args.min_total} in all)",
         "",
         "| N | SQLite actions/s | SQLite p50 / p99 | SQLite errors "
         "| PostgreSQL actions/s | PostgreSQL p50 / p99 | PostgreSQL errors |",
