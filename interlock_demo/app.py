@@ -24,6 +24,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Container
 from textual.notifications import SeverityLevel
+from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from interlock import Switches
@@ -43,6 +44,21 @@ MOCK_PACE_S = 0.08
 WIDE = 160
 COMPACT = 100
 PaletteCommand = tuple[str, str, Callable[[], Any]]
+
+
+class _MainScreen(Screen[Any]):
+    """The app's one screen; it tells the app when the terminal changed size."""
+
+    def on_resize(self) -> None:
+        self._relayout()
+
+    def on_screen_resume(self) -> None:
+        self._relayout()  # the terminal may have changed size while a dialog was open
+
+    def _relayout(self) -> None:
+        app = self.app
+        if isinstance(app, DemoApp) and app.screen is self and self.query(ColumnPane):
+            app.relayout()
 
 
 class DemoApp(App[int]):
@@ -209,7 +225,12 @@ class DemoApp(App[int]):
         if self.config.engine == "temporal":
             self._start_temporal()
 
-    def on_resize(self) -> None:
+    def get_default_screen(self) -> Screen[Any]:
+        """The main screen, which re-lays the columns out when the terminal is resized."""
+        return _MainScreen(id="_default")
+
+    def relayout(self) -> None:
+        """Lay the columns out again for the terminal's size (a projector change)."""
         self._layout()
 
     @property

@@ -2,7 +2,10 @@
 
 Runs the app headless at 160x45 in offline mode (real worker processes, the loopback Stripe
 emulator, the scripted model) with short timings, with the checked column, and saves the
-idle screen and the finished run of each scenario. This is the only command that writes
+idle screen and the finished run of each scenario; for the first scenario also Interlock's
+claim-wait countdown mid-wait (`<scenario>-countdown`) and the finished run at 100x30 and
+80x24, the smaller projectors (`<scenario>-100x30`, `<scenario>-80x24`). This is the only
+command that writes
 to `results/screenshots/`. A PNG is written next to each SVG when `rsvg-convert` is found.
 """
 
@@ -16,14 +19,20 @@ import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from interlock._config import EMULATED_SWITCHES
 from interlock_demo.keys import KeyRefusedError
+from interlock_demo.run import Run
 from interlock_demo.settings import UsageError, resolve
 from scenarios import SCENARIOS
 
+if TYPE_CHECKING:
+    from textual.pilot import Pilot
+
 DEFAULT_OUT = Path("results/screenshots")
 SIZE = (160, 45)
+SMALL_SIZES = ((100, 30), (80, 24))
 # The smallest timing the gate accepts: a run takes about ten seconds.
 SHORT_TIMING = {"INTERLOCK_CLAIM_TTL": "6", "INTERLOCK_STRIPE_TIMEOUT": "1"}
 RUN_TIMEOUT_S = 120.0
@@ -71,6 +80,9 @@ async def _take(out: Path, scenario_ids: Sequence[str], env: Mapping[str, str]) 
                 run = app.run_on_screen
                 if run is None or run.scenario != sid:
                     raise ScreenshotError(f"{sid}: the run did not start")
+                first = sid == scenario_ids[0]
+                if first and await _countdown_shows(pilot, run):
+                    saved.append(_save(out / f"{sid}-countdown.svg", app.export_screenshot()))
                 if not await asyncio.to_thread(run.wait, RUN_TIMEOUT_S):
                     raise ScreenshotError(f"{sid}: the run did not finish in {RUN_TIMEOUT_S:g} s")
                 if run.error:
@@ -79,10 +91,42 @@ async def _take(out: Path, scenario_ids: Sequence[str], env: Mapping[str, str]) 
                 await pilot.wait_for_scheduled_animations()
                 await pilot.pause()
                 saved.append(_save(out / f"{sid}.svg", app.export_screenshot()))
+                for width, height in SMALL_SIZES if first else ():
+                    await pilot.resize_terminal(width, height)
+                    await pilot.pause()
+                    await pilot.wait_for_scheduled_animations()
+                    await pilot.pause()
+                    name = f"{sid}-{width}x{height}.svg"
+                    saved.append(_save(out / name, app.export_screenshot()))
+                await pilot.resize_terminal(*SIZE)
             await pilot.press("q")
     finally:
         app.engine.close()  # no worker or emulator outlives the command, even on an error
     return saved
+
+
+async def _countdown_shows(pilot: Pilot[Any], run: Run) -> bool:
+    """Wait until Interlock's countdown is on screen and has moved; False if the run ended.
+
+    The scenarios that crash before the send make Interlock wait out the dead worker's
+    claim; the control (after the answer) takes the claim at once and has no countdown.
+    """
+    from textual.widgets import Digits
+
+    from interlock_demo.widgets import ColumnPane
+
+    pane = pilot.app.query_one("#col-interlock", ColumnPane)
+    digits = pane.query_one(Digits)
+    first: str | None = None
+    while not run.finished:
+        if pane.shown_state == "waiting":
+            value = str(digits.value)
+            if first is None:
+                first = value
+            elif value != first:
+                return True
+        await pilot.pause(0.05)
+    return False
 
 
 def _save(path: Path, svg: str) -> Path:

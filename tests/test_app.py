@@ -687,7 +687,17 @@ def test_screenshots_command_saves_the_finished_run_of_a_scenario(
     monkeypatch.chdir(tmp_path)  # nothing may land in ./results
     out = tmp_path / "shots"
     assert cli.main(["screenshots", "--out", str(out), "--scenario", "hand-refund"]) == 0
-    assert sorted(p.stem for p in out.glob("*.svg")) == ["hand-refund", "idle"]
+    assert sorted(p.stem for p in out.glob("*.svg")) == [
+        "hand-refund",
+        "hand-refund-100x30",
+        "hand-refund-80x24",
+        "hand-refund-countdown",
+        "idle",
+    ]
+    countdown = (out / "hand-refund-countdown.svg").read_text().replace("&#160;", " ")
+    assert "request could still land" in countdown
+    small = (out / "hand-refund-80x24.svg").read_text().replace("&#160;", " ")
+    assert "retried blindly: $40.00" in small and "(2/3)" in small
     svg = (out / "hand-refund.svg").read_text().replace("&#160;", " ")
     assert svg.startswith("<svg")
     assert "OFFLINE REHEARSAL" in svg
@@ -1008,3 +1018,18 @@ async def test_presenter_mode_advances_one_phase_per_press(home: Path) -> None:
         await finish(pilot, run)
         assert run.all_as_predicted
         assert "RESULT" in pane_part(app, "interlock", "card")
+
+
+async def test_resizing_the_terminal_lays_the_columns_out_again(home: Path) -> None:
+    """A projector change mid-talk: from 160x45 to 80x24 one column shows, and back all three."""
+    app = new_app(mock_config(home), checked=True)
+    async with app.run_test(size=SIZE) as pilot:
+        run = await start(pilot)
+        await finish(pilot, run)
+        await pilot.resize_terminal(80, 24)
+        await settle(pilot)
+        assert [p.column_name for p in app.query(ColumnPane) if p.display] == ["interlock"]
+        assert "scripted model" not in banner(app) and len(banner(app)) <= 78  # the short form
+        await pilot.resize_terminal(*SIZE)
+        await settle(pilot)
+        assert len([p for p in app.query(ColumnPane) if p.display]) == 3
