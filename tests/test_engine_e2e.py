@@ -11,11 +11,8 @@ checks of a run's JSON are shared with the Temporal engine's tests (`tests/helpe
 from __future__ import annotations
 
 import json
-import os
-import re
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,14 +28,12 @@ from tests.conftest import TEST_KEY
 from tests.helpers.headless import (
     CLI,
     ROOT,
-    SCRUBBED,
     Lines,
     check_interlock_receipt,
     check_no_lookup_refusal,
     check_run,
     cli_env,
     reap,
-    run,
 )
 
 pytestmark = pytest.mark.e2e
@@ -272,48 +267,3 @@ def test_sigkilled_supervisor_leaves_no_worker_behind(tmp_path: Path) -> None:
         assert _workers_of(home) == []
     finally:
         reap(proc)
-
-
-# -- the recovery benchmark ----------------------------------------------------------------
-
-BENCH = ROOT / "bench" / "recovery.py"
-FIGURES = r"median \d+\.\d{3} s, max \d+\.\d{3} s"
-
-
-def _bench(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in SCRUBBED}
-    return run([sys.executable, str(BENCH), *args], env, timeout=RUN_DEADLINE_S)
-
-
-@pytest.mark.timeout(150)
-def test_recovery_bench_prints_its_figures_and_targets() -> None:
-    """One run of `bench/recovery.py` prints both figures with their targets, and the wait."""
-    done = _bench("--runs", "1")
-    assert done.returncode == 0, done.stderr[-3000:]
-    lines = done.stdout.splitlines()
-    assert re.fullmatch(
-        r"recovery over 1 offline run\(s\) of after-answer \(claim TTL 6 s, Stripe timeout 1 s; "
-        r"3 columns, real SIGKILL\)",
-        lines[0],
-    ), lines[0]
-    assert re.fullmatch(
-        rf"worker restart to first Stripe call: {FIGURES} \(target < 0\.3 s\)", lines[1]
-    ), lines[1]
-    assert re.fullmatch(
-        rf"SIGKILL to outcome minus the claim wait: {FIGURES} \(target < 0\.5 s\)", lines[2]
-    ), lines[2]
-    assert re.fullmatch(rf"claim wait: {FIGURES}", lines[3]), lines[3]
-    assert [line.split(":")[0].strip() for line in lines[4:]] == [
-        "standard",
-        "interlock",
-        "checked",
-    ]
-
-
-def test_recovery_bench_refuses_bad_usage() -> None:
-    """`--runs 0` or an unknown scenario exits 2 with a message and no report."""
-    for args in (["--runs", "0"], ["--scenario", "nope"]):
-        done = _bench(*args)
-        assert done.returncode == 2
-        assert done.stdout == ""
-        assert "recovery: --" in done.stderr

@@ -367,7 +367,9 @@ def _gate_outcome(ctx: WorkerContext, gate: Gate) -> dict[str, Any]:
     """Recover this case's journaled action, or decide and submit a new one."""
     case = ctx.case
     mine = ctx.store.actions(case.metadata)
-    pending = [aid for aid in mine if aid in set(ctx.store.pending())]
+    # Each of the case's few actions is read on its own: the store's pending list may be long.
+    states = [(aid, ctx.store.action(aid)) for aid in mine]
+    pending = [aid for aid, state in states if state is not None and state.settlement is None]
     if pending:
         ctx.emit("recover", f"gate.recover(): {len(pending)} journaled action without an outcome")
         outcomes = [gate.recover_action(aid) for aid in pending]
