@@ -23,8 +23,9 @@ instead of sending twice, and re-checks the approval and the refunds the decisio
   read and one send.
 - **An outcome Temporal can retry or not.** `ActivityGate.send` returns the `Outcome` when
   the refund exists (`sent`, or `adopted`: an earlier attempt made it) and otherwise raises
-  `temporalio.exceptions.ApplicationError`, its `type` one of the constants below and its
-  first detail the outcome as `outcome_data` gives it:
+  `temporalio.exceptions.ApplicationError`, its `type` one of `ERROR_REFUSED`,
+  `ERROR_FAILED`, `ERROR_PENDING` and `ERROR_UNKNOWN`, and its first detail the outcome
+  as `outcome_data` gives it:
 
   ============== =========== ==========================================================
   status         retryable   why
@@ -51,12 +52,14 @@ In a workflow, `outcome_of(error)` reads the outcome back from the `ActivityErro
 `execute_activity` raises. Run the gate in a synchronous activity (`def`, with an
 `activity_executor`): it blocks on the store and on Stripe.
 
-The example, offline against the loopback emulator (`interlock-demo stripe-emulator
---port 12111` in another terminal) and a Temporal dev server (`temporal server start-dev`)::
+The example (the README's), offline against the loopback emulator and Temporal's dev
+server (`interlock-demo stripe-emulator --port 12111` and `temporal server start-dev`)::
 
+    import asyncio
+    import os
+    import time
     from concurrent.futures import ThreadPoolExecutor
     from dataclasses import dataclass
-    from datetime import timedelta
 
     from temporalio import activity, workflow
     from temporalio.client import Client
@@ -69,6 +72,9 @@ The example, offline against the loopback emulator (`interlock-demo stripe-emula
             ActivityGate, ActivityTimeouts, activity_action_id, outcome_data, outcome_of,
         )
 
+    TIMING = interlock.Timing(claim_ttl_s=15, stripe_timeout_s=10)
+
+
     @dataclass
     class Refund:
         payment_intent: str
@@ -76,52 +82,67 @@ The example, offline against the loopback emulator (`interlock-demo stripe-emula
         lease_id: str
         fingerprint: str  # of the refunds the model saw when it decided
 
-    store = interlock.SQLiteStore("interlock.sqlite3")
-    timing = interlock.Timing(claim_ttl_s=15, stripe_timeout_s=10)
-    stripe = interlock.make_stripe_client(
-        "sk_test_MadeUp", timeout_s=timing.stripe_timeout_s, base_url="http://127.0.0.1:12111"
-    )
-    gate = ActivityGate(
-        store, interlock.StripeRefund(interlock.StripePayments(stripe)), timing=timing
-    )
 
-    @activity.defn
-    def refund(r: Refund) -> dict:
-        intent = interlock.Intent(
-            action_id=activity_action_id(),  # the same on every attempt of this activity
-            kind="refund", target=r.payment_intent, amount=r.amount,
-            lease_id=r.lease_id, fingerprint=r.fingerprint,
-        )
-        return outcome_data(gate.send(intent))
+    class Refunds:
+        def __init__(self, gate: ActivityGate) -> None:
+            self.gate = gate
+
+        @activity.defn
+        def refund(self, r: Refund) -> dict:
+            intent = interlock.Intent(
+                action_id=activity_action_id(),  # the same on every attempt of this activity
+                kind="refund", target=r.payment_intent, amount=r.amount,
+                lease_id=r.lease_id, fingerprint=r.fingerprint,
+            )
+            return outcome_data(self.gate.send(intent))  # sent or adopted, else it raises
+
 
     @workflow.defn
     class RefundWorkflow:
         @workflow.run
         async def run(self, r: Refund) -> dict:
-            t = ActivityTimeouts.for_timing(timing)
+            t = ActivityTimeouts.for_timing(TIMING)
             try:
-                return await workflow.execute_activity(
-                    refund, r,
+                return await workflow.execute_activity_method(
+                    Refunds.refund, r,
                     start_to_close_timeout=t.start_to_close_timeout,
                     heartbeat_timeout=t.heartbeat_timeout,
                 )
-            except ActivityError as e:
-                outcome = outcome_of(e)  # refused, failed, unknown, or pending at the end
-                if outcome is None:
+            except ActivityError as e:  # refused, failed, unknown (or pending, out of attempts)
+                if (outcome := outcome_of(e)) is None:
                     raise
                 return outcome
 
+
     async def main() -> None:
+        stripe = interlock.make_stripe_client(
+            "sk_test_MadeUp", timeout_s=TIMING.stripe_timeout_s, base_url="http://127.0.0.1:12111"
+        )
+        payments = interlock.StripePayments(stripe)
+        store = interlock.SQLiteStore("interlock.sqlite3")
+        payment = payments.create_payment(10_000)  # $100, and an approval for $20 back
+        lease = store.grant_lease(interlock.Lease(
+            f"lease_{payment.id}", "refund", payment.id, cap=2_000, expires_at=time.time() + 3600,
+            granted_by="support", granted_at=time.time(),
+        ))
+        ask = Refund(payment.id, 2_000, lease.id, interlock.refunds_fingerprint(payment.refunds))
+        refunds = Refunds(ActivityGate(store, interlock.StripeRefund(payments), timing=TIMING))
         client = await Client.connect("127.0.0.1:7233")
         with ThreadPoolExecutor() as pool:
             async with Worker(client, task_queue="refunds", workflows=[RefundWorkflow],
-                              activities=[refund], activity_executor=pool):
-                print(await client.execute_workflow(
-                    RefundWorkflow.run, Refund(...), id="refund-for-ticket-4711",
-                    task_queue="refunds",
-                ))
+                              activities=[refunds.refund], activity_executor=pool):
+                for _ in range(2):  # the same workflow id twice: the second gets the first's refund
+                    print(await client.execute_workflow(
+                        RefundWorkflow.run, ask, id=f"refund-{payment.id}", task_queue="refunds",
+                    ), flush=True)
 
-(`Refund(...)` names a payment and an approval: `store.grant_lease(interlock.Lease(...))`.)
+
+    if __name__ == "__main__":
+        asyncio.run(main())
+        os._exit(0)  # temporalio's threads can abort the interpreter's teardown (sdk-python#300)
+
+It prints the same refund twice: the second run under that workflow id names the same
+action and gets the first one's outcome.
 """
 
 from __future__ import annotations
@@ -152,9 +173,9 @@ from interlock._gate import EventSink, Gate, Outcome
 from interlock._journal import MAX_ID_LENGTH, Intent, Store
 
 __all__ = [  # noqa: RUF022 - sorted case-insensitively, as interlock's own __all__
-    "ActivityGate",
-    "activity_action_id",
     "action_id_for",
+    "activity_action_id",
+    "ActivityGate",
     "ActivityTimeouts",
     "ERROR_FAILED",
     "ERROR_PENDING",
