@@ -2,7 +2,7 @@
 
 One module fixture runs `interlock-demo e2e-report` once, with its own INTERLOCK_HOME and
 the short timings (claim 6 s, Stripe timeout 1 s, so the refund activity's start-to-close
-is 6 s and its heartbeat timeout 3 s). The report runs every row of the truth table on
+is 15 s and its heartbeat timeout 3 s). The report runs every row of the truth table on
 both engines at once, each as `interlock-demo --headless --json --offline --checked
 --engine ...` in its own subprocess (its own emulator, and for Temporal its own dev
 server), and keeps each run's JSON: the Temporal tests read those, the report test reads
@@ -147,7 +147,12 @@ def test_temporal_events_are_read_from_temporal(report: Report, case: str) -> No
         assert "Heartbeat timeout" in retry["text"], where
         assert retry["t"] >= dead["ended_at"], where
         activity = [e for e in events if e["kind"] == "temporal-activity"]
-        assert any("refund completed on attempt 2" in e["text"] for e in activity), where
+        if col["name"] == "interlock" and col["outcome"]["status"] == "refused":
+            # interlock.temporal ends the activity with a non-retryable error on a refusal.
+            failed = "activity task failed (InterlockRefused, not retried): refused: "
+            assert any(failed in e["text"] for e in activity), where
+        else:
+            assert any("refund completed on attempt 2" in e["text"] for e in activity), where
         closed = first("temporal-closed")
         assert closed["text"].startswith(
             f"Temporal history: workflow completed: {col['outcome']['status']}"
@@ -170,6 +175,47 @@ def test_temporal_interlock_receipt_and_verify(report: Report, case: str) -> Non
     assert col["receipt"]["owner"]["pid"] == col["workers"][1]["pid"]
 
 
+# Whether interlock's retry must wait for the dead attempt's claim: before-send left it
+# `sending` with nothing at Stripe; after-answer's refund is found and adopted at once,
+# unless the lookup is switched off.
+CLAIM_WAIT = {
+    "hand-refund": True,
+    "revoked": True,
+    "after-answer": False,
+    "after-answer+emulate-24h": False,
+    "after-answer+no-lookup": True,
+}
+
+
+@pytest.mark.timeout(REPORT_DEADLINE_S + 60)
+@pytest.mark.parametrize("case", list(TABLE))
+def test_temporal_interlock_runs_on_the_library_helper(report: Report, case: str) -> None:
+    """The Temporal + Interlock column is `interlock.temporal`: its action is named by the
+    workflow and the refund activity (the workflow's second), the same in both attempts;
+    a retry that waits for the dead attempt's claim longer than the heartbeat timeout
+    lives through the wait on its heartbeats and ends on attempt 2."""
+    doc = report.runs[("temporal", case)]
+    col = doc["columns"][1]
+    where = f"{case}/{col['name']}"
+    action = f"temporal:default:refund-case-{doc['run_id']}-interlock:2"
+    assert col["outcome"]["action_id"] == action, where
+    assert col["receipt"]["action_id"] == action, where
+    for refund in col["stripe"]["refunds"]:
+        if refund["by"] == "agent":
+            assert refund["metadata"]["interlock_action"] == action, where
+    heartbeat_s = doc["settings"]["temporal"]["heartbeat_timeout_s"]
+    waits = [e for e in col["events"] if e["kind"] == "gate-claim-wait"]
+    texts = [e["text"] for e in col["events"]]
+    if CLAIM_WAIT[case]:
+        [wait] = waits
+        assert wait["pid"] == col["workers"][1]["pid"], where
+        taken = next(e for e in col["events"] if e["kind"] == "gate-claim")
+        assert taken["t"] - wait["t"] > heartbeat_s, where
+    else:
+        assert waits == [], where
+    assert not any("refund attempt 3" in text for text in texts), where
+
+
 @pytest.mark.timeout(REPORT_DEADLINE_S + 60)
 def test_temporal_no_lookup_verify_reports_the_unrecorded_refund(report: Report) -> None:
     """On Temporal with no lookup, interlock refuses and `verify()` names the refund it lacks."""
@@ -186,7 +232,7 @@ def test_dev_server_on_loopback_with_its_files_under_home(report: Report) -> Non
         t = doc["settings"]["temporal"]
         assert t["address"].startswith("127.0.0.1:"), case
         assert t["ui"].startswith("http://127.0.0.1:"), case
-        assert (t["refund_start_to_close_s"], t["heartbeat_timeout_s"]) == (6, 3), case
+        assert (t["refund_start_to_close_s"], t["heartbeat_timeout_s"]) == (15, 3), case
         folder = report.home / "demo" / "e2e-report" / f"temporal-{case}" / "home" / "demo"
         assert (folder / "temporal" / "dev-server.sqlite3").stat().st_size > 0, case
         assert "Temporal Server:" in (folder / "temporal" / "server.log").read_text(), case
@@ -278,13 +324,17 @@ def test_activity_timeout_too_short_for_the_claim_wait_exits_2(tmp_path: Path) -
 @pytest.mark.parametrize(
     ("env", "want"),
     [
-        ({}, (15.0, 12.0)),
-        ({"INTERLOCK_CLAIM_TTL": "6", "INTERLOCK_STRIPE_TIMEOUT": "1"}, (6.0, 3.0)),
-        ({"INTERLOCK_ACTIVITY_TIMEOUT": "20"}, (20.0, 12.0)),
+        # The demo's 15 s claim and 10 s Stripe timeout: a retry may wait out a renewal
+        # (10 + 5 + 2 slack + 1 = 18 s) and the 2 s grace, then read and send (10 s each),
+        # plus 2 s of local steps: 42 s; a heartbeat covers one request and 2 s: 12 s.
+        ({}, (42.0, 12.0)),
+        # 6 s and 1 s: renewal max(6, 1 + 5 + 2 + 1) = 9; 9 + 2 + 1 + 1 + 2 = 15; 1 + 2 = 3.
+        ({"INTERLOCK_CLAIM_TTL": "6", "INTERLOCK_STRIPE_TIMEOUT": "1"}, (15.0, 3.0)),
+        ({"INTERLOCK_ACTIVITY_TIMEOUT": "60"}, (60.0, 12.0)),
     ],
 )
 def test_refund_timeouts_follow_the_claim(env: dict[str, str], want: tuple[float, float]) -> None:
-    """The refund activity gets 15 s with the demo's claim, scaled for others, unless set."""
+    """The refund activity's timeouts follow interlock.temporal's rule, unless raised."""
     config = resolve(mode="offline", env={"INTERLOCK_HOME": "unused", **env})
     timeouts = refund_timeouts(config, env)
     assert (timeouts.start_to_close_s, timeouts.heartbeat_s) == want
