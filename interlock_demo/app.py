@@ -351,7 +351,16 @@ class DemoApp(App[int]):
         phase = pacer.next_phase
         if phase is None:
             return "every phase open"
-        return f"space: {phase}" + (" (the run waits)" if pacer.held else "")
+        hint = f"space: {phase}" + (" (the run waits)" if pacer.held else "")
+        claim = next((c.claim_until for c in run.columns if c.name == "interlock"), None)
+        if phase in ("outage", "restart") and claim is not None:
+            left = claim - run.now()
+            hint += (
+                f" · the dead worker's claim ends in {left:.0f} s"
+                if left > 0
+                else " · the dead worker's claim has ended: no wait to show"
+            )
+        return hint
 
     def _tick(self) -> None:
         run = self.run_on_screen

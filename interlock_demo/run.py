@@ -140,6 +140,8 @@ class Column:
     # While the column waits out a dead worker's claim: run times `from`, `until`, `seconds`
     # (and `simulated` in mock runs, where the wait is shown and not waited).
     claim_wait: dict[str, Any] | None = None
+    # When (run time) the claim the column's last real worker renewed before sending ends.
+    claim_until: float | None = None
     action_ids: list[str] = field(default_factory=list)
     error: str | None = None
 

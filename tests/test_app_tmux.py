@@ -174,9 +174,12 @@ def test_presenter_mode_in_tmux_one_phase_per_space(terminal: Terminal) -> None:
         ("outage", "outage"),
         ("restart", "restart"),
     ):
-        terminal.wait_for(
+        waiting = terminal.wait_for(
             lambda s, phase=phase: f"space: {phase} (the run waits)" in s, 30, f"the {phase} wait"
         )
+        if phase in ("outage", "restart"):
+            # The presenter is told how long the dead worker's claim still runs.
+            assert re.search(r"the dead worker's claim (ends in \d+ s|has ended)", waiting)
         terminal.keys("Space")
         terminal.wait_for(lambda s, shown=shown: f" {shown} " in s, 30, f"the {phase} line")
     terminal.wait_for(lambda s: "space: result (the run waits)" in s, 60, "the result wait")
