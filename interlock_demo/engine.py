@@ -645,6 +645,11 @@ class _ColumnRunner:
         run = self.run_
         if kind == "crash":
             self.pace("kill")
+        if kind == "gate-sending" and pid and ev.get("expires_at") is not None:
+            # Workers read this host's clock: the renewed claim's end in run time, which a
+            # presenter holding the run needs (the claim runs out while they talk).
+            until = run.now() + float(ev["expires_at"]) - time.time()
+            run.update(col.name, lambda: setattr(col, "claim_until", until))
         if kind == "outcome":
             outcome = {k: ev.get(k) for k in ("status", "reason", "refund_id", "action_id")}
 
@@ -654,11 +659,6 @@ class _ColumnRunner:
                     col.action_ids.append(str(outcome["action_id"]))
 
             run.update(col.name, set_outcome)
-        elif kind == "gate-sending" and pid and ev.get("expires_at") is not None:
-            # Workers read this host's clock: the renewed claim's end in run time, which a
-            # presenter holding the run needs (the claim runs out while they talk).
-            until = run.now() + float(ev["expires_at"]) - time.time()
-            run.update(col.name, lambda: setattr(col, "claim_until", until))
         elif kind == "gate-claim-wait":
             seconds = float(ev.get("seconds", 0.0))
             start = run.now()
