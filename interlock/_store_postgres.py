@@ -273,14 +273,9 @@ class PostgresStore(RuleStore):
         self._connect_timeout_s = connect_timeout_s
         self._lock = threading.RLock()
         self._conn: Any = None
-        prefix = "" if schema is None else _quote_ident(schema) + "."
-        self._names = {
-            t: f"{prefix}interlock_{t}"
-            for t in ("meta", "actions", "journal", "leases", "receipts")
-        }
-        self._lock_key = _lock_key(schema or "")
         with self._lock:
             try:
+                self._resolve_schema()
                 self._check_schema()
             except BaseException:
                 self.close()
@@ -357,11 +352,34 @@ class PostgresStore(RuleStore):
         cur.execute(_CLOCK_SQL)
         return float(cur.fetchone()[0])
 
+    def _resolve_schema(self) -> None:
+        # Without a schema the tables go to the role's default one. Its name, resolved
+        # once, qualifies every table and keys the write lock, so that a store opened
+        # without a schema and one opened with that schema's name share one lock.
+        schema = self.schema
+        if schema is None:
+            with self._transaction(write=False) as cur:
+                cur.execute("SELECT current_schema()")
+                schema = cur.fetchone()[0]
+            if schema is None:
+                raise StoreError(
+                    self.location,
+                    "the role has no default schema (search_path); give schema=NAME, or "
+                    "?schema=NAME in the URL",
+                )
+        self._schema_name = str(schema)
+        prefix = _quote_ident(self._schema_name) + "."
+        self._names = {
+            t: f"{prefix}interlock_{t}"
+            for t in ("meta", "actions", "journal", "leases", "receipts")
+        }
+        self._lock_key = _lock_key(self._schema_name)
+
     def _version(self, cur: Any) -> int | None:
         cur.execute(
-            "SELECT count(*) FROM information_schema.tables WHERE table_schema ="
-            " coalesce(%s::text, current_schema()) AND table_name = 'interlock_meta'",
-            (self.schema,),
+            "SELECT count(*) FROM information_schema.tables WHERE table_schema = %s"
+            " AND table_name = 'interlock_meta'",
+            (self._schema_name,),
         )
         if int(cur.fetchone()[0]) == 0:
             return None

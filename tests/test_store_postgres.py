@@ -719,3 +719,21 @@ def test_workers_share_one_server_connection_through_pgbouncer(
     result = verify(setup, payments)
     assert result.ok and result.chain_length == 24, result.problems
     setup.close()
+
+
+def test_without_a_schema_the_roles_default_is_used_and_named(pg_dsn: str, pg_schema: str) -> None:
+    """A store opened without a schema uses the role's default one (its search_path) and
+    is the same store, under the same write lock, as one opened with that schema's name."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{pg_schema}"')
+    by_default = PostgresStore(
+        f"{pg_dsn}{'&' if '?' in pg_dsn else '?'}options=-csearch_path%3D{pg_schema}"
+    )
+    by_name = PostgresStore(pg_dsn, schema=pg_schema)
+    try:
+        lease = _lease(by_default, "pi_default")
+        assert by_name.lease(lease.id) == lease
+        assert by_default._lock_key == by_name._lock_key
+    finally:
+        by_default.close()
+        by_name.close()
