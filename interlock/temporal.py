@@ -244,12 +244,13 @@ class ActivityTimeouts:
 
     `heartbeat_s`: one Stripe request (nothing beats during it) plus the local steps
     around it; the refunds of a payment are listed 100 to a request, so for payments with
-    more refunds than that raise it by a Stripe timeout per page. `start_to_close_s`: what
-    a retry may need after a worker died in a send:
-    wait out the dead copy's claim (a whole renewal plus the grace), then read the payment
-    once and send once. An answer that settles nothing can take longer (the gate looks
-    its refund up until the send's in-flight window closes); then the attempt times out
-    and the next one carries on, never sending twice.
+    more refunds than that raise it by a Stripe timeout per page.
+
+    `start_to_close_s`: what a retry may need after a worker died in a send: wait out the
+    dead copy's claim (a whole renewal plus the grace), then read the payment once and
+    send once. An answer that settles nothing can take longer (the gate looks its refund
+    up until the send's in-flight window closes); then the attempt times out and the next
+    one carries on, never sending twice.
     """
 
     heartbeat_s: float
