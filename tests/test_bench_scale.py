@@ -1,0 +1,58 @@
+"""`bench/scale.py` prints every figure at every size, one a line (shapes only: timings are
+reported by the benchmark, never judged by a test)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench" / "scale.py"
+N = r"\d+\.\d+"
+
+
+def _bench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(BENCH), *args], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+
+
+def test_scale_prints_each_figure_at_each_size_and_the_growth() -> None:
+    """Two small sizes: six figures each (gate, its ratio, restart reads, store open, verify
+    time and peak RSS), then the growth of five of them."""
+    done = _bench("--sizes", "60,120", "--repeats", "2", "--actions", "3")
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert (
+        lines[0] == "scale: SQLite WAL synchronous=FULL, demo-shaped settled actions, sizes 60, 120"
+    )
+    figures = [
+        ("gate per action", " ms"),
+        ("gate vs one commit", "x"),
+        ("restart reads", " ms"),
+        ("store open", " ms"),
+        ("verify time", " s"),
+        ("verify peak RSS", " MB"),
+    ]
+    body = lines[1:13]
+    expected = [(size, name, unit) for size in ("60", "120") for name, unit in figures]
+    for line, (size, name, unit) in zip(body, expected, strict=True):
+        x = r"\d+" if unit == " MB" else N
+        spread = rf"{x}{unit} \(median of 2, range {x}-{x}{unit}\)"
+        assert re.fullmatch(rf"{size} actions: {name}: {spread}", line), line
+    growth = ["gate per action", "restart reads", "store open", "verify time", "verify peak RSS"]
+    for line, name in zip(lines[13:], growth, strict=True):
+        assert re.fullmatch(rf"growth 120 over 60: {name} {N}x", line), line
+    assert len(lines) == 18
+
+
+def test_scale_refuses_sizes_out_of_order() -> None:
+    """Sizes must ascend: exit 2 and a message, no report."""
+    done = _bench("--sizes", "100,10")
+
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert "--sizes must be ascending positive integers" in done.stderr
