@@ -91,7 +91,19 @@ def test_every_public_name_is_documented(name: str) -> None:
                 assert function.__doc__, f"interlock.{name}.{attr} has no docstring"
 
 
-@pytest.mark.parametrize("module", ["interlock", "interlock_demo.payments", "workers", "scenarios"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "interlock",
+        "interlock.testing",
+        "interlock_demo.payments",
+        # The worker modules themselves: the `workers` package alone is empty.
+        "workers.standalone",
+        "workers.columns",
+        "workers.agent",
+        "scenarios",
+    ],
+)
 def test_headless_imports_stay_light(module: str) -> None:
     """Importing a headless module loads none of textual, rich or anthropic."""
     code = (
