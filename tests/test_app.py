@@ -777,7 +777,8 @@ async def test_offline_run_counts_the_claim_wait_down_with_honest_labels(home: P
         for col in run.columns:
             texts = [e.text for e in col.events]
             assert not any("Stripe answered" in t for t in texts), col.name
-            assert "read back from the emulator" in pane_part(app, col.name, "card")
+            card = pane_part(app, col.name, "card")
+            assert "read back from the emulator" in card and "Stripe" not in card
         interlock = [e.text for e in run.column("interlock").events]
         kill = interlock.index("SIGKILL at before-send")
         assert not any("POST /v1/refunds" in t for t in interlock[:kill])
@@ -785,15 +786,20 @@ async def test_offline_run_counts_the_claim_wait_down_with_honest_labels(home: P
         assert any(t.startswith("the emulator answered: refund") for t in standard)
 
 
-async def test_mock_says_its_claim_wait_is_simulated_and_names_no_stripe(home: Path) -> None:
-    """Mock: the claim wait is said to be simulated (no "pid 0" countdown), and no event says
-    Stripe answered or shows a POST to it."""
+@pytest.mark.parametrize("sid", ["hand-refund", "after-answer"])
+async def test_mock_says_its_claim_wait_is_simulated_and_names_no_stripe(
+    home: Path, sid: str
+) -> None:
+    """Mock: the claim wait is said to be simulated (no "pid 0" countdown), and no event or
+    card says Stripe answered, shows a POST to it or found a refund at it."""
     app = new_app(mock_config(home), checked=True)
     async with app.run_test(size=SIZE) as pilot:
-        run = await start(pilot)
+        run = await start(pilot, SCENARIOS[sid].key)
         await finish(pilot, run)
         texts = [e.text for c in run.columns for e in c.events]
         assert not any("Stripe" in t or "POST" in t or "(pid 0)" in t for t in texts)
+        for col in run.columns:
+            assert "Stripe" not in pane_part(app, col.name, "card"), col.name
         simulated = re.compile(
             r"simulated: waits out the dead worker's claim, \d+\.\d s on the mock clock "
             r"\(no real time passes\)"
@@ -919,6 +925,7 @@ async def test_cards_send_no_mixed_signals(home: Path) -> None:
         run = await start(pilot, "3")
         await finish(pilot, run)
         card = pane_part(app, "interlock", "card")
+        assert "reported: adopted (found its own refund at the mock)" in card
         assert "✓ lookup: found its own refund" in card
         assert "→ adopted  (world check, approval: not needed)" in card
         checked = pane_part(app, "checked", "card")

@@ -203,7 +203,7 @@ def run_worker(ctx: WorkerContext) -> dict[str, Any]:
         outcome = _interlock(ctx)
     else:
         outcome = _plain(ctx, checked=ctx.case.column == "checked")
-    ctx.emit("outcome", _outcome_text(outcome), **outcome)
+    ctx.emit("outcome", _outcome_text(outcome, ctx.answerer), **outcome)
     return outcome
 
 
@@ -502,9 +502,12 @@ def _short_id(action_id: str) -> str:
     return action_id[:12] + "…"
 
 
-def _outcome_text(outcome: Mapping[str, Any]) -> str:
+def _outcome_text(outcome: Mapping[str, Any], answerer: str = STRIPE) -> str:
     status = outcome["status"]
     reason = outcome.get("reason")
+    if reason and answerer != STRIPE:
+        # The gate says "at Stripe" of whatever answers refund calls: name it here.
+        reason = str(reason).replace("at Stripe", f"at {answerer}")
     refund = outcome.get("refund_id")
     text = f"outcome: {status}"
     if refund:

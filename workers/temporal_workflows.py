@@ -301,11 +301,11 @@ def _interlock_refund(ctx: WorkerContext, decision: Decision) -> dict[str, Any]:
         recorded = outcome_of(e)
         if recorded is not None:
             report = _report(recorded)
-            ctx.emit("outcome", _outcome_text(report), **report)
+            ctx.emit("outcome", _outcome_text(report, ctx.answerer), **report)
         raise
     except PaymentsAuthError as e:
         # A refused key settles nothing (the action stays pending, its reservation kept):
         # report it, as standalone does, for whoever fixes the key to run the case again.
         report = key_refused_report(ctx, e, intent.action_id)
-    ctx.emit("outcome", _outcome_text(report), **report)
+    ctx.emit("outcome", _outcome_text(report, ctx.answerer), **report)
     return report

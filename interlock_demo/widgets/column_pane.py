@@ -264,6 +264,15 @@ def _status(col: dict[str, Any], prefix: str, *, compact: bool = False) -> Text:
     return text
 
 
+def _where(reason: str, mode: str) -> str:
+    """A reason as the gate words it ("at Stripe"), said of what answered in this mode."""
+    if mode == "offline":
+        return reason.replace("at Stripe", "at the emulator")
+    if mode == "mock":
+        return reason.replace("at Stripe", "at the mock")
+    return reason
+
+
 def _money(cents: int) -> str:
     return f"${cents / 100:.2f}"
 
@@ -298,7 +307,7 @@ def _card(run: dict[str, Any], col: dict[str, Any], prefix: str, *, compact: boo
     text.append(f"{prefix}{verdict}", style=style)
     text.append(f" · {reported}" if compact else f"   reported: {reported}")
     if outcome.get("reason") and not compact:
-        text.append(f" ({outcome['reason']})")
+        text.append(f" ({_where(str(outcome['reason']), run['mode'])})")
     text.append("\n")
     if col.get("truthful") is False:
         own = any(r["by"] == "agent" for r in refunds)
