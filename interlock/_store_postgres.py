@@ -60,6 +60,17 @@ _CLOCK_SQL = "SELECT extract(epoch FROM clock_timestamp())::float8"
 # store's write lock. The clock is read in the outer query, which cannot produce its row
 # before the subquery (kept apart by OFFSET 0) has taken the lock: one round trip.
 _LOCK_SQL = "SELECT set_config('synchronous_commit', 'on', true), pg_advisory_xact_lock(%s)"
+# A write reads the action with its lease and the receipt chain's head, in one statement;
+# the action's row is locked (`FOR UPDATE`), which is what recovery scans skip.
+_GET_ACTION_FOR_WRITE = """
+SELECT a.intent, a.claim, a.settlement, a.attempts, a.receipt_seq, a.unknown,
+    a.intent::jsonb ->> 'lease_id', l.lease, h.seq, h.hash
+FROM {actions} a
+LEFT JOIN {leases} l ON l.lease_id = a.intent::jsonb ->> 'lease_id'
+LEFT JOIN LATERAL (SELECT seq, hash FROM {receipts} ORDER BY seq DESC LIMIT 1) h ON true
+WHERE a.action_id = %s
+FOR UPDATE OF a
+"""
 _LOCK_THEN_CLOCK_SQL = (
     f"SELECT extract(epoch FROM clock_timestamp())::float8 FROM ({_LOCK_SQL} OFFSET 0) AS locked"
 )
@@ -112,11 +123,22 @@ def _problem(e: BaseException) -> str:
 
 
 class _PostgresTx:
+    """Rows in and out of one transaction.
+
+    A write reads an action together with its lease and the receipt chain's head (every
+    commit on the send path needs them) and keeps them for the rest of the transaction,
+    which holds the store's write lock, so they cannot change underneath it; journal
+    records go in one INSERT when the transaction commits (`flush`).
+    """
+
     def __init__(self, store: PostgresStore, cur: Any, now: float | None, *, write: bool) -> None:
         self.s = store
         self.c = cur
         self._now = now
-        self._lock_rows = " FOR UPDATE" if write else ""
+        self._write = write
+        self._leases: dict[str, Lease | None] = {}
+        self._head: tuple[int, str] | None = None
+        self._records: list[tuple[str, float, str, str]] = []
 
     @property
     def now(self) -> float:
@@ -135,13 +157,23 @@ class _PostgresTx:
         return self.c.fetchone()
 
     def get_action(self, action_id: str) -> ActionRow | None:
-        r = self._one(
-            "SELECT intent, claim, settlement, attempts, receipt_seq, unknown FROM {actions}"
-            f" WHERE action_id=%s{self._lock_rows}",
-            (action_id,),
-        )
+        if self._write:
+            r = self._one(_GET_ACTION_FOR_WRITE, (action_id,))
+        else:
+            r = self._one(
+                "SELECT intent, claim, settlement, attempts, receipt_seq, unknown"
+                " FROM {actions} WHERE action_id=%s",
+                (action_id,),
+            )
         if r is None:
             return None
+        if self._write:
+            lease_id, lease, head_seq, head_hash = r[6:10]
+            self._leases.setdefault(
+                str(lease_id), None if lease is None else Lease.from_dict(json.loads(lease))
+            )
+            if self._head is None:
+                self._head = GENESIS if head_seq is None else (int(head_seq), str(head_hash))
         return ActionRow(
             intent=Intent.from_dict(json.loads(r[0])),
             claim=None if r[1] is None else Claim.from_dict(json.loads(r[1])),
@@ -184,10 +216,13 @@ class _PostgresTx:
             )
 
     def get_lease(self, lease_id: str) -> Lease | None:
+        if lease_id in self._leases:
+            return self._leases[lease_id]
         r = self._one("SELECT lease FROM {leases} WHERE lease_id=%s", (lease_id,))
         return None if r is None else Lease.from_dict(json.loads(r[0]))
 
     def put_lease(self, lease: Lease, *, new: bool) -> None:
+        self._leases[lease.id] = lease
         text = canonical_json(lease.to_dict())
         if new:
             sql = "INSERT INTO {leases} (lease, lease_id) VALUES (%s, %s)"
@@ -196,16 +231,27 @@ class _PostgresTx:
         self.c.execute(self.s._sql(sql), (text, lease.id))
 
     def journal(self, action_id: str, record: str, data: Mapping[str, Any]) -> None:
+        self._records.append((action_id, self.now, record, canonical_json(dict(data))))
+
+    def flush(self) -> None:
+        """Write the journal records of this transaction, in order, in one statement."""
+        if not self._records:
+            return
+        rows = ",".join(["(%s,%s,%s,%s)"] * len(self._records))
         self.c.execute(
-            self.s._sql("INSERT INTO {journal} (action_id, at, record, data) VALUES (%s,%s,%s,%s)"),
-            (action_id, self.now, record, canonical_json(dict(data))),
+            self.s._sql(f"INSERT INTO {{journal}} (action_id, at, record, data) VALUES {rows}"),
+            [v for record in self._records for v in record],
         )
+        self._records.clear()
 
     def last_receipt(self) -> tuple[int, str]:
+        if self._head is not None:
+            return self._head
         r = self._one("SELECT seq, hash FROM {receipts} ORDER BY seq DESC LIMIT 1")
         return GENESIS if r is None else (int(r[0]), str(r[1]))
 
     def add_receipt(self, receipt: Receipt) -> None:
+        self._head = (receipt.seq, receipt.hash)
         self.c.execute(
             self.s._sql(
                 "INSERT INTO {receipts} (seq, action_id, body, prev_hash, hash, signature)"
@@ -428,7 +474,9 @@ class PostgresStore(RuleStore):
                     now = self._clock()
             except self._psycopg.Error as e:
                 raise self._error(e, "cannot start a write") from e
-            yield _PostgresTx(self, cur, now, write=True)
+            tx = _PostgresTx(self, cur, now, write=True)
+            yield tx
+            tx.flush()
         self.commits += 1
 
     @contextmanager
