@@ -224,7 +224,7 @@ class Step:
 
 def plan(out: Path) -> list[Step]:
     """The steps, in order; the engine comparison is skipped without the temporal extra."""
-    from interlock_demo import e2e_report, screenshots
+    from interlock_demo import e2e_report, performance, screenshots
     from interlock_demo.temporal_engine import temporal_unavailable
 
     offline = resolve(mode="offline")
@@ -247,6 +247,12 @@ def plan(out: Path) -> list[Step]:
             "sweep and stores benchmark (PostgreSQL)",
             lambda: write_postgres(offline, out),
             None if no_postgres is None else f"{no_postgres}; sweep_postgres.md is left as it was",
+        ),
+        # Last: its table cites e2e_offline.md and stores.md as the steps above leave them.
+        Step(
+            "performance benchmarks",
+            lambda: performance.write_performance(out),
+            performance.unavailable(),
         ),
     ]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from interlock_demo import results, screenshots, temporal_engine
+from interlock_demo import performance, results, screenshots, temporal_engine
 from interlock_demo.settings import resolve
 
 MISSING = "the Temporal engine needs temporalio: pip install '.[temporal]'"
@@ -28,9 +28,10 @@ def test_results_without_the_temporal_extra_skips_the_comparison_and_says_so(
     monkeypatch.setattr(results, "write_sweep_faults", lambda config, out: ran.append("faults"))
     monkeypatch.setattr(screenshots, "main", lambda out: ran.append("screenshots") and 0)
     monkeypatch.setattr(results, "write_postgres", lambda config, out: ran.append("pg") and 0)
+    monkeypatch.setattr(performance, "write_performance", lambda out: ran.append("perf") and 0)
     monkeypatch.setenv("INTERLOCK_HOME", str(tmp_path / "home"))
     assert results.main_results(tmp_path / "results") == 0
-    assert ran == ["mock", "offline", "sweep", "faults", "screenshots", "pg"]
+    assert ran == ["mock", "offline", "sweep", "faults", "screenshots", "pg", "perf"]
     err = capsys.readouterr().err
     assert f"results: engine comparison (offline) skipped: {MISSING}" in err
     assert not (tmp_path / "results" / "e2e_offline.md").exists()
