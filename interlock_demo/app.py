@@ -351,15 +351,12 @@ class DemoApp(App[int]):
         phase = pacer.next_phase
         if phase is None:
             return "every phase open"
-        hint = f"space: {phase}" + (" (the run waits)" if pacer.held else "")
+        hint = f"space: {phase}" + (" (waiting)" if pacer.held else "")
         claim = next((c.claim_until for c in run.columns if c.name == "interlock"), None)
         if phase in ("outage", "restart") and claim is not None:
+            # The dead worker's claim: once it ends, the restart has no wait to show.
             left = claim - run.now()
-            hint += (
-                f" · the dead worker's claim ends in {left:.0f} s"
-                if left > 0
-                else " · the dead worker's claim has ended: no wait to show"
-            )
+            hint += f" · claim ends in {left:.0f} s" if left > 0 else " · claim has ended"
         return hint
 
     def _tick(self) -> None:

@@ -175,14 +175,14 @@ def test_presenter_mode_in_tmux_one_phase_per_space(terminal: Terminal) -> None:
         ("restart", "restart"),
     ):
         waiting = terminal.wait_for(
-            lambda s, phase=phase: f"space: {phase} (the run waits)" in s, 30, f"the {phase} wait"
+            lambda s, phase=phase: f"space: {phase} (waiting)" in s, 30, f"the {phase} wait"
         )
         if phase in ("outage", "restart"):
             # The presenter is told how long the dead worker's claim still runs.
-            assert re.search(r"the dead worker's claim (ends in \d+ s|has ended)", waiting)
+            assert re.search(r"claim (ends in \d+ s|has ended)", waiting)
         terminal.keys("Space")
         terminal.wait_for(lambda s, shown=shown: f" {shown} " in s, 30, f"the {phase} line")
-    terminal.wait_for(lambda s: "space: result (the run waits)" in s, 60, "the result wait")
+    terminal.wait_for(lambda s: "space: result (waiting)" in s, 60, "the result wait")
     assert "retried blindly" not in terminal.screen()
     terminal.keys("Space")
     terminal.wait_for(lambda s: "retried blindly: $40.00" in s, 30, "the verdict strip")

@@ -33,6 +33,9 @@ class RunHeader(Static):
         if mock:
             text.append("MOCK ", style="bold reverse")
         text.append(f"[{sc.key}] {sc.title}", style="bold")
+        if presenter:
+            # Before the run's status: on a narrow screen the presenter's next step stays.
+            text.append(f"  PRESENTER {presenter}", style="bold reverse")
         if run is None:
             text.append("  ready: press enter to run", style="italic")
         else:
@@ -41,7 +44,5 @@ class RunHeader(Static):
             text.append(f"  {label} · {run['elapsed_s']:.1f} s", style="bold")
             if run["error"]:
                 text.append(f": {run['error']}", style="bold red")
-        if presenter:
-            text.append(f"  PRESENTER: {presenter}", style="bold reverse")
         text.append(f"  · {mode} · {engine}" + (" · checked column" if checked else ""))
         self.update(text)
