@@ -1040,3 +1040,20 @@ async def test_resizing_the_terminal_lays_the_columns_out_again(home: Path) -> N
         await pilot.resize_terminal(*SIZE)
         await settle(pilot)
         assert len([p for p in app.query(ColumnPane) if p.display]) == 3
+
+
+async def test_q_in_presenter_mode_leaves_no_run_waiting(home: Path) -> None:
+    """q while a presenter-mode run waits for space: the app exits and the run does not hang."""
+    config = resolve(mode="offline", env={"INTERLOCK_HOME": str(home), **SHORT_TIMING})
+    app = new_app(config)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("p")
+        run = await start(pilot)
+        pacer = run.pacer
+        assert pacer is not None
+        await pilot.press("space")  # the decision: the workers start, decide and die
+        await _until(pilot, lambda: pacer.held and pacer.next_phase == "kill", "the kill wait")
+        await pilot.press("q")
+    assert app.return_value == 0
+    assert await asyncio.to_thread(run.wait, 10.0), "the run hung on the presenter's gate"
+    assert standalone_workers() == []
