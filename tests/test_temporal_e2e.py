@@ -34,7 +34,7 @@ from interlock_demo.temporal_engine import (
     refund_timeouts,
     temporal_unavailable,
 )
-from interlock_demo.widgets import ColumnPane, RunHeader
+from interlock_demo.widgets import ColumnPane, MessageLine, RunHeader
 from tests.helpers.headless import (
     CLI,
     ROOT,
@@ -443,7 +443,7 @@ async def test_t_switches_to_temporal_and_back(tmp_path: Path) -> None:
             runtime = app.engine.temporal()
             assert runtime.server is not None and runtime.server.exit_code() is None
             header = _plain(app.query_one(RunHeader))
-            assert f"engine temporal (web UI {runtime.ui_url})" in header
+            assert f"· temporal (web UI {runtime.ui_url})" in header
             assert runtime.ui_url is not None and runtime.ui_url.startswith("http://127.0.0.1:")
             titles = {p.column_name: p.column_title for p in app.query(ColumnPane)}
             assert titles == TITLES
@@ -451,7 +451,7 @@ async def test_t_switches_to_temporal_and_back(tmp_path: Path) -> None:
             await pilot.press("t")
             await pilot.pause()
             assert app.config.engine == "standalone"
-            assert "engine standalone" in _plain(app.query_one(RunHeader))
+            assert "temporal" not in _plain(app.query_one(RunHeader))
             server_pid = runtime.server.pid
     finally:
         app.engine.close()
@@ -461,18 +461,18 @@ async def test_t_switches_to_temporal_and_back(tmp_path: Path) -> None:
 async def test_t_is_off_with_a_reason_without_the_extra(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Without the extra, t stays disabled and the header says in one line what to install."""
+    """Without the extra, t changes nothing and says in one line what to install."""
     reason = f"the Temporal engine needs temporalio: {INSTALL_HINT}"
     monkeypatch.setattr("interlock_demo.app.temporal_unavailable", lambda: reason)
     app = make_app(resolve(mode="offline", env={"INTERLOCK_HOME": str(tmp_path / "home")}))
     try:
         async with app.run_test(size=(160, 45)) as pilot:
             await pilot.pause()
-            assert app.check_action("switch_engine", ()) is None
             await pilot.press("t")
             await pilot.pause()
             assert app.config.engine == "standalone"
-            assert f"engine standalone (t off: {reason})" in _plain(app.query_one(RunHeader))
+            assert _plain(app.query_one(MessageLine)) == f"Temporal is off: {reason}."
+            assert "temporal" not in _plain(app.query_one(RunHeader))
     finally:
         app.engine.close()
 
