@@ -78,9 +78,11 @@ def run_bench(bench: Bench) -> list[str]:
 
 
 def figure(lines: list[str], label: str) -> str:
-    """The text after `label: ` on the first line that starts with it, else a dash."""
+    """The text after `label: ` on the first line that starts with it (less the target it
+    names: the table has a column for that), else a dash."""
     prefix = f"{label}: "
-    return next((line[len(prefix) :] for line in lines if line.startswith(prefix)), "—")
+    text = next((line[len(prefix) :] for line in lines if line.startswith(prefix)), "—")
+    return text.split("; target")[0]
 
 
 @dataclass(frozen=True)
