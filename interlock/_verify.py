@@ -103,15 +103,13 @@ def _store_problems(store: Store, chain: ChainCheck) -> list[str]:
     problems: list[str] = []
     settled = store.settled()
     row = next(settled, None)
-    while row is not None and row.receipt_seq is None:
-        problems.append(_unreceipted(row))
-        row = next(settled, None)
     for r in store.receipts():
         f = _Facts.of(r.seq, chain.feed(r))
         claimed = False
-        while row is not None and row.receipt_seq is not None and row.receipt_seq <= r.seq:
-            if row.settlement is None:
-                problems.append(f"action {row.action_id}: {row.problem}")
+        # A number that cannot be read counts as none, wherever the store sorted it.
+        while row is not None and (row.receipt_seq is None or row.receipt_seq <= r.seq):
+            if row.receipt_seq is None or row.settlement is None:
+                problems.append(_unreceipted(row))
                 claimed = claimed or (row.receipt_seq == r.seq and row.action_id == r.action_id)
             elif row.receipt_seq < r.seq or row.action_id != r.action_id:
                 problems.append(_gone(row.action_id, row.settlement.status, row.receipt_seq))
@@ -126,8 +124,8 @@ def _store_problems(store: Store, chain: ChainCheck) -> list[str]:
         if not claimed:
             problems.append(_unclaimed(store, r.seq, r.action_id))
     while row is not None:
-        if row.settlement is None:
-            problems.append(f"action {row.action_id}: {row.problem}")
+        if row.receipt_seq is None or row.settlement is None:
+            problems.append(_unreceipted(row))
         else:
             problems.append(_gone(row.action_id, row.settlement.status, row.receipt_seq))
         row = next(settled, None)
@@ -156,7 +154,9 @@ def _unclaimed(store: Store, seq: int, action_id: str) -> str:
         return f"{where}: its action cannot be read ({e})"
     if state is None or state.settlement is None:
         return f"{where}: its action is not settled in the journal"
-    return f"{where}: a second receipt for one action (it is settled by another)"
+    if state.receipt is not None:
+        return f"{where}: a second receipt for one action (it is settled by {state.receipt.seq})"
+    return f"{where}: its action is settled, but does not name this receipt"
 
 
 def _cross_check(store: Store, payments: Payments, scope: Iterable[str]) -> tuple[list[str], int]:

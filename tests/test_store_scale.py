@@ -152,3 +152,27 @@ def test_verify_keeps_memory_bounded_as_receipts_grow(tmp_path: Path) -> None:
     small, large = peak(1000), peak(3000)
     # A store three times larger may cost a few more batches of rows, not ten times the memory.
     assert large < 1.3 * small, (small, large)
+
+
+def test_a_receipt_number_that_cannot_be_read_is_one_action_s_problem_not_a_cascade(
+    tmp_path: Path,
+) -> None:
+    """An action whose receipt number is garbage is reported (no receipt, and the receipt
+    it lost), and the actions settled after it are still paired with theirs."""
+    path = tmp_path / "journal.sqlite3"
+    store = SQLiteStore(path)
+    ids = _settle(store, 4)
+    store.close()
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("UPDATE actions SET receipt_seq='x' WHERE action_id=?", (ids[1],))
+    conn.close()
+
+    store = SQLiteStore.open_read_only(path)
+    result = verify(store, signing_key=None)
+    store.close()
+
+    assert sorted(result.problems) == [
+        f"action {ids[1]}: settled refused with no receipt",
+        f"receipt 2 ({ids[1]}): its action is settled, but does not name this receipt",
+    ]
