@@ -13,8 +13,8 @@ it prints one figure a line, each the median with its range over the repeats:
   interleaved;
 - `restart reads`: what a restarted worker reads before its first Stripe call: its case's
   actions by metadata, each one's state, and the pending list of its kind;
-- `store open`: opening the store as a worker does (schema check and SQLite's
-  quick_check, which reads every page: it is the one step that grows with the file);
+- `store open`: opening the store as a worker does (the schema check; the whole-file
+  integrity check runs in `verify()`, not on open);
 - `verify time` and `verify peak RSS`: `python -m interlock verify PATH` in a child process
   (the chain and the store, no Stripe), its wall time and its maximum resident set;
 

@@ -314,6 +314,10 @@ class Store(Protocol):
         """An action's journal records, in order."""
         ...
 
+    def integrity_problems(self) -> list[str]:
+        """Damage to the store's storage itself (a corrupt file); empty when sound."""
+        ...
+
     def grant_lease(self, lease: Lease) -> Lease:
         """Store a new lease."""
         ...

@@ -138,5 +138,9 @@ class MemoryStore(RuleStore):
         with self._lock:
             return [r for r in self._journal if r.action_id == action_id]
 
+    def integrity_problems(self) -> list[str]:
+        """Memory cannot be damaged the way a file can: none."""
+        return []
+
     def close(self) -> None:
         """Nothing to release."""

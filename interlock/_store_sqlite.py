@@ -289,7 +289,6 @@ class SQLiteStore(RuleStore):
             if not read_only:
                 self._conn.execute("PRAGMA journal_mode=WAL")
                 self._conn.execute("PRAGMA synchronous=FULL")
-            self._check_integrity()
             self._check_schema()
         except BaseException as e:
             self._conn.close()
@@ -305,17 +304,23 @@ class SQLiteStore(RuleStore):
     def _error(self, e: sqlite3.Error, doing: str) -> StoreError:
         return StoreError(str(self.path), f"{doing}: {_problem(e)}")
 
-    def _check_integrity(self) -> None:
-        # A corrupt page would otherwise surface only when a later commit touches it,
-        # possibly after a send: refuse the file before anything is sent against it.
-        rows = self._conn.execute("PRAGMA quick_check").fetchall()
-        if rows != [("ok",)]:
-            detail = "; ".join(str(r[0]) for r in rows[:3])
-            raise StoreError(
-                str(self.path),
-                f"the file is corrupt ({detail}); nothing was sent against it: restore it "
-                "from a backup, or move it aside and check Stripe with verify()",
-            )
+    def integrity_problems(self) -> list[str]:
+        """SQLite's `quick_check` of every page, as problems (none when the file is sound).
+
+        It reads the whole file, so it runs in `verify()`, not on open: the send path does
+        not need it. Every page a send depends on (the action, its lease, the chain's head)
+        is read, and checked by SQLite as it is read, in commits 1 and 2, before the call;
+        a corrupt one raises `StoreError` there and nothing is sent.
+        """
+        with self._lock:
+            try:
+                rows = self._conn.execute("PRAGMA quick_check").fetchall()
+            except sqlite3.DatabaseError as e:
+                # Damage bad enough that the check itself cannot walk the file.
+                return [f"the file is corrupt: {e}"]
+        if rows == [("ok",)]:
+            return []
+        return [f"the file is corrupt: {r[0]}" for r in rows[:20]]
 
     def _tables(self) -> set[str]:
         rows = self._conn.execute("SELECT name FROM sqlite_master WHERE type='table'")

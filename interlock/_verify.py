@@ -79,9 +79,14 @@ def verify(
     `actions` limits the Stripe cross-check (a run's own); by default it covers every
     action in the store. The chain and the settled actions are read side by side, a batch
     at a time, both in receipt order, so memory stays bounded however large the store;
-    nothing is ever written.
+    nothing is ever written. A store file that fails its integrity check is reported as
+    that alone.
     """
     key = signing_key if signing_key is not None else receipt_key()
+    damaged = store.integrity_problems()
+    if damaged:
+        # Nothing read from a damaged file can be trusted: report the damage alone.
+        return VerifyResult(0, False, damaged, 0)
     chain = ChainCheck(key)
     problems = _store_problems(store, chain)
     signed = chain.length > 0 and chain.all_signed

@@ -198,9 +198,8 @@ def table(out: Mapping[str, list[str]], temporal: Temporal | None, stores: bool)
         (
             "restart path (a worker's reads) as the store grows",
             BEFORE["restart_scale"],
-            f"{_largest(scale, 'restart reads')}, {grew('restart reads')}. Opening the store "
-            f"(SQLite's quick_check reads every page): {_largest(scale, 'store open')}, "
-            f"{grew('store open')}",
+            f"{_largest(scale, 'restart reads')}, {grew('restart reads')}. Opening the store: "
+            f"{_largest(scale, 'store open')}, {grew('store open')}",
             "flat from 1k to 100k",
         ),
         (

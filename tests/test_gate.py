@@ -1001,24 +1001,66 @@ def test_a_full_disk_is_a_store_error_and_nothing_is_sent(tmp_path: Path) -> Non
     assert world.model.requests.count(("POST", "refunds")) == 0
 
 
-def test_a_corrupt_store_is_refused_on_open_before_anything_is_sent(tmp_path: Path) -> None:
-    """A file with a corrupt page is a StoreError when opened, so no gate can send against it."""
-    path = tmp_path / "j.db"
+def _honest_store(path: Path, actions: int) -> tuple[int, bytearray]:
+    """A store file with `actions` settled sends; its page size and bytes."""
     world = World(lambda clock: SQLiteStore(path, clock=clock))
-    for _ in range(30):
+    for _ in range(actions):
         world.gate(Owner.current("honest")).submit(world.decide(1, world.grant(1).id))
     world.store.close()
     conn = sqlite3.connect(path)
-    root, page = conn.execute(
-        "SELECT rootpage, (SELECT page_size FROM pragma_page_size) FROM sqlite_master"
-        " WHERE name='actions'"
-    ).fetchone()
+    (page,) = conn.execute("PRAGMA page_size").fetchone()
     conn.close()
-    data = bytearray(path.read_bytes())
+    return page, bytearray(path.read_bytes())
+
+
+def _root(path: Path, table: str) -> int:
+    conn = sqlite3.connect(path)
+    (root,) = conn.execute("SELECT rootpage FROM sqlite_master WHERE name=?", (table,)).fetchone()
+    conn.close()
+    return int(root)
+
+
+def test_a_corrupt_page_the_send_path_reads_stops_it_before_anything_is_sent(
+    tmp_path: Path,
+) -> None:
+    """A corrupt action table is a StoreError at commit 1: no refund call is ever made.
+
+    (Checking every page on open would make opening, on every worker restart, grow with
+    the file; the pages a send depends on are checked by SQLite as commits 1 and 2 read
+    them, and `verify()` checks the whole file.)
+    """
+    path = tmp_path / "j.db"
+    page, data = _honest_store(path, 30)
+    root = _root(path, "actions")
     data[(root - 1) * page : root * page] = b"\xff" * page
     path.write_bytes(bytes(data))
+    world = World(lambda clock: SQLiteStore(path, clock=clock))
+    creates = world.model.requests.count(("POST", "refunds"))
 
     with pytest.raises(StoreError) as caught:
-        SQLiteStore(path)
+        world.gate(Owner.current("after")).submit(world.decide(1, world.grant(1).id))
 
     assert "corrupt" in str(caught.value) and "nothing was sent" in str(caught.value)
+    assert world.model.requests.count(("POST", "refunds")) == creates
+    result = verify(world.store)
+    assert not result.ok and result.problems[0].startswith("the file is corrupt")
+
+
+def test_verify_reports_a_corrupt_page_no_send_reads(tmp_path: Path) -> None:
+    """Damage to an old journal page is not on the send path; `verify()` reports it."""
+    path = tmp_path / "j.db"
+    page, data = _honest_store(path, 60)
+    root = _root(path, "journal")
+    node = data[(root - 1) * page : root * page]
+    assert node[0] == 0x05, "the journal should span pages under an interior root"
+    first_cell = int.from_bytes(node[12:14], "big")
+    leftmost_leaf = int.from_bytes(node[first_cell : first_cell + 4], "big")
+    data[(leftmost_leaf - 1) * page : leftmost_leaf * page] = b"\xff" * page
+    path.write_bytes(bytes(data))
+    store = SQLiteStore.open_read_only(path)
+
+    result = verify(store)
+    store.close()
+
+    assert not result.ok
+    assert result.problems and all(p.startswith("the file is corrupt") for p in result.problems)
