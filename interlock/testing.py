@@ -80,10 +80,17 @@ TIMING = Timing(claim_ttl_s=6, stripe_timeout_s=1)
 _T0 = 1_700_000_000.0
 _pids = itertools.count(1)
 
+# Reports that claim nothing either way: an honest "unknown" (docs/design.md §3).
+UNSETTLED_REPORTS = frozenset({"pending", "unknown"})
+# Reports that say an effect of its own exists.
+CLAIMING_REPORTS = frozenset({"sent", "adopted"})
+
 __all__ = [
     "ANSWERS",
+    "CLAIMING_REPORTS",
     "CRASH_POINTS",
     "OUTAGES",
+    "UNSETTLED_REPORTS",
     "Cell",
     "CellResult",
     "Certification",
@@ -91,7 +98,24 @@ __all__ = [
     "cells",
     "certify",
     "run_cell",
+    "truthful",
 ]
+
+
+def truthful(reported: str, own: int, *, names_its_own: bool = True) -> bool:
+    """Whether a report tells the truth about the effects of its own that exist.
+
+    `own` counts them; `names_its_own` says whether the effect a claiming report names is
+    one of them. `sent`/`adopted` claim one exists (and name it); `pending`/`unknown`
+    claim nothing and are truthful, shown as unknown; any other report (refused, failed,
+    stopped) says none of its own exists, so one that exists makes it a false alarm.
+    The demo's cards and sweeps judge their columns with this same rule.
+    """
+    if reported in UNSETTLED_REPORTS:
+        return True
+    if reported in CLAIMING_REPORTS:
+        return own > 0 and names_its_own
+    return own == 0
 
 
 class EffectWorld(Protocol):
@@ -148,11 +172,7 @@ class CellResult:
     @property
     def truthful(self) -> bool:
         """The report says the effect exists exactly when it does (`pending` claims nothing)."""
-        if self.reported in ("sent", "adopted"):
-            return self.got == 1
-        if self.reported in ("refused", "failed"):
-            return self.got == 0
-        return True
+        return truthful(self.reported, self.got)
 
     def assert_certified(self) -> None:
         """Raise AssertionError naming the cell unless it is right and truthful."""

@@ -38,6 +38,8 @@ from interlock import (
     make_stripe_client,
     verify,
 )
+from interlock.testing import UNSETTLED_REPORTS
+from interlock.testing import truthful as is_truthful
 from interlock_demo.doctor import live_failure_line
 from interlock_demo.payments import InProcessPayments, PaymentsModel, StripeEmulator
 from interlock_demo.payments.model import Fault
@@ -95,7 +97,8 @@ IN_FLIGHT_HOLD_MS = 500
 # How long a worker may take beyond the claim wait before the run counts as stuck.
 WORKER_GRACE_S = 90.0
 # Reports that settle nothing: the gate's `pending` and the other workers' `unknown`.
-UNSETTLED = ("pending", "unknown")
+# Reports that claim nothing either way; one rule with interlock.testing's certification.
+UNSETTLED = tuple(sorted(UNSETTLED_REPORTS))
 
 
 class BusyError(RuntimeError):
@@ -703,13 +706,13 @@ class _ColumnRunner:
         exp = expectation(sc.id, col.name, run.emulated)
         outcome = col.outcome or {}
         agent_ids = {r["id"] for r in counting if r["by"] == "agent"}
-        claims_own = outcome.get("status") in ("sent", "adopted")
         # Truthful: it says a refund of its own exists exactly when one does, and names it.
         # Pending or unknown claims nothing either way (docs/design.md §3): truthful, shown
-        # as unknown.
-        truthful = outcome.get("status") in UNSETTLED or (
-            claims_own == bool(agent_ids)
-            and (not claims_own or outcome.get("refund_id") in agent_ids)
+        # as unknown. The rule is interlock.testing's, which certifies effects in-process.
+        truthful = is_truthful(
+            str(outcome.get("status")),
+            len(agent_ids),
+            names_its_own=outcome.get("refund_id") in agent_ids,
         )
         deviations = []
         if exp is None:
