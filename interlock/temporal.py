@@ -69,7 +69,11 @@ server (`interlock-demo stripe-emulator --port 12111` and `temporal server start
     with workflow.unsafe.imports_passed_through():
         import interlock
         from interlock.temporal import (
-            ActivityGate, ActivityTimeouts, activity_action_id, outcome_data, outcome_of,
+            ActivityGate,
+            ActivityTimeouts,
+            activity_action_id,
+            outcome_data,
+            outcome_of,
         )
 
     TIMING = interlock.Timing(claim_ttl_s=15, stripe_timeout_s=10)
@@ -91,8 +95,11 @@ server (`interlock-demo stripe-emulator --port 12111` and `temporal server start
         def refund(self, r: Refund) -> dict:
             intent = interlock.Intent(
                 action_id=activity_action_id(),  # the same on every attempt of this activity
-                kind="refund", target=r.payment_intent, amount=r.amount,
-                lease_id=r.lease_id, fingerprint=r.fingerprint,
+                kind="refund",
+                target=r.payment_intent,
+                amount=r.amount,
+                lease_id=r.lease_id,
+                fingerprint=r.fingerprint,
             )
             return outcome_data(self.gate.send(intent))  # sent or adopted, else it raises
 
@@ -104,7 +111,8 @@ server (`interlock-demo stripe-emulator --port 12111` and `temporal server start
             t = ActivityTimeouts.for_timing(TIMING)
             try:
                 return await workflow.execute_activity_method(
-                    Refunds.refund, r,
+                    Refunds.refund,
+                    r,
                     start_to_close_timeout=t.start_to_close_timeout,
                     heartbeat_timeout=t.heartbeat_timeout,
                 )
@@ -121,20 +129,38 @@ server (`interlock-demo stripe-emulator --port 12111` and `temporal server start
         payments = interlock.StripePayments(stripe)
         store = interlock.SQLiteStore("interlock.sqlite3")
         payment = payments.create_payment(10_000)  # $100, and an approval for $20 back
-        lease = store.grant_lease(interlock.Lease(
-            f"lease_{payment.id}", "refund", payment.id, cap=2_000, expires_at=time.time() + 3600,
-            granted_by="support", granted_at=time.time(),
-        ))
+        lease = store.grant_lease(
+            interlock.Lease(
+                f"lease_{payment.id}",
+                "refund",
+                payment.id,
+                cap=2_000,
+                expires_at=time.time() + 3600,
+                granted_by="support",
+                granted_at=time.time(),
+            )
+        )
         ask = Refund(payment.id, 2_000, lease.id, interlock.refunds_fingerprint(payment.refunds))
         refunds = Refunds(ActivityGate(store, interlock.StripeRefund(payments), timing=TIMING))
         client = await Client.connect("127.0.0.1:7233")
         with ThreadPoolExecutor() as pool:
-            async with Worker(client, task_queue="refunds", workflows=[RefundWorkflow],
-                              activities=[refunds.refund], activity_executor=pool):
+            async with Worker(
+                client,
+                task_queue="refunds",
+                workflows=[RefundWorkflow],
+                activities=[refunds.refund],
+                activity_executor=pool,
+            ):
                 for _ in range(2):  # the same workflow id twice: the second gets the first's refund
-                    print(await client.execute_workflow(
-                        RefundWorkflow.run, ask, id=f"refund-{payment.id}", task_queue="refunds",
-                    ), flush=True)
+                    print(
+                        await client.execute_workflow(
+                            RefundWorkflow.run,
+                            ask,
+                            id=f"refund-{payment.id}",
+                            task_queue="refunds",
+                        ),
+                        flush=True,
+                    )
 
 
     if __name__ == "__main__":

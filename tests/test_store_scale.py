@@ -1,4 +1,4 @@
-"""The SQLite store does not slow down as it grows (DESIGN §7, issue 14): the paths the demo
+"""The SQLite store does not slow down as it grows (docs/design.md §7, issue 14): the paths the demo
 and the library take use indexes, version 2 stores are migrated in place, and `verify()`
 reads the store a batch at a time with memory bounded."""
 
