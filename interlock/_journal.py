@@ -22,7 +22,7 @@ from typing import Any, Literal, Protocol
 from interlock._claims import Claim, Owner
 from interlock._errors import ActionError, IntentError, LeaseError
 from interlock._leases import Lease, approval_problem
-from interlock._receipts import GENESIS_HASH, Check, Receipt, seal
+from interlock._receipts import GENESIS_HASH, Check, Receipt, canonical_json, seal
 
 SCHEMA_VERSION = 2
 
@@ -348,6 +348,38 @@ class ActionRow:
     attempts: int = 0
     receipt_seq: int | None = None
     unknown: str | None = None
+
+    @classmethod
+    def from_columns(
+        cls,
+        intent: Intent,
+        claim: str | None,
+        settlement: str | None,
+        attempts: Any,
+        receipt_seq: Any,
+        unknown: str | None,
+    ) -> ActionRow:
+        """A row from its stored columns (JSON text for the claim and the settlement)."""
+        return cls(
+            intent=intent,
+            claim=None if claim is None else Claim.from_dict(json.loads(claim)),
+            settlement=None if settlement is None else Settlement.from_dict(json.loads(settlement)),
+            attempts=int(attempts),
+            # As stored: a value that is not a number is the verifier's to report.
+            receipt_seq=receipt_seq,
+            unknown=unknown,
+        )
+
+    def columns(self) -> tuple[str | None, str | None, int, int | None, str | None]:
+        """The columns that change after the intent is journaled: claim, settlement (JSON
+        text), attempts, receipt_seq and the unknown mark, in that order."""
+        return (
+            None if self.claim is None else canonical_json(self.claim.to_dict()),
+            None if self.settlement is None else canonical_json(self.settlement.to_dict()),
+            self.attempts,
+            self.receipt_seq,
+            self.unknown,
+        )
 
 
 class Tx(Protocol):

@@ -34,7 +34,6 @@ from contextlib import contextmanager, suppress
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from interlock._claims import Claim
 from interlock._errors import SchemaVersionError, StoreError
 from interlock._journal import (
     GENESIS,
@@ -45,7 +44,6 @@ from interlock._journal import (
     JournalRecord,
     RuleStore,
     SettledAction,
-    Settlement,
     Tx,
 )
 from interlock._leases import Lease
@@ -174,23 +172,10 @@ class _PostgresTx:
             )
             if self._head is None:
                 self._head = GENESIS if head_seq is None else (int(head_seq), str(head_hash))
-        return ActionRow(
-            intent=Intent.from_dict(json.loads(r[0])),
-            claim=None if r[1] is None else Claim.from_dict(json.loads(r[1])),
-            settlement=None if r[2] is None else Settlement.from_dict(json.loads(r[2])),
-            attempts=int(r[3]),
-            receipt_seq=None if r[4] is None else int(r[4]),
-            unknown=r[5],
-        )
+        return ActionRow.from_columns(Intent.from_dict(json.loads(r[0])), *r[1:6])
 
     def put_action(self, row: ActionRow, *, new: bool) -> None:
-        values = (
-            None if row.claim is None else canonical_json(row.claim.to_dict()),
-            None if row.settlement is None else canonical_json(row.settlement.to_dict()),
-            row.attempts,
-            row.receipt_seq,
-            row.unknown,
-        )
+        values = row.columns()
         if new:
             self.c.execute(
                 self.s._sql(

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from interlock._claims import Claim
 from interlock._errors import SchemaVersionError, StoreError
 from interlock._journal import (
     GENESIS,
@@ -29,7 +28,6 @@ from interlock._journal import (
     JournalRecord,
     RuleStore,
     SettledAction,
-    Settlement,
     Tx,
 )
 from interlock._leases import Lease
@@ -138,23 +136,10 @@ class _SQLiteTx:
         intent = Intent.from_dict(json.loads(r[0]))
         self._leases[intent.lease_id] = r[6]
         self._head = GENESIS if r[7] is None else (int(r[7]), str(r[8]))
-        return ActionRow(
-            intent=intent,
-            claim=None if r[1] is None else Claim.from_dict(json.loads(r[1])),
-            settlement=None if r[2] is None else Settlement.from_dict(json.loads(r[2])),
-            attempts=int(r[3]),
-            receipt_seq=r[4],
-            unknown=r[5],
-        )
+        return ActionRow.from_columns(intent, *r[1:6])
 
     def put_action(self, row: ActionRow, *, new: bool) -> None:
-        values = (
-            None if row.claim is None else canonical_json(row.claim.to_dict()),
-            None if row.settlement is None else canonical_json(row.settlement.to_dict()),
-            row.attempts,
-            row.receipt_seq,
-            row.unknown,
-        )
+        values = row.columns()
         if new:
             self.c.execute(
                 "INSERT INTO actions (claim, settlement, attempts, receipt_seq, unknown,"
