@@ -53,9 +53,9 @@ from interlock import (
     Switches,
     Timing,
     new_action_id,
+    redact_dsn,
     refunds_fingerprint,
 )
-from interlock._store_postgres import redact_dsn
 from interlock_demo.local_postgres import postgres_url
 from interlock_demo.payments import InProcessPayments
 

@@ -35,10 +35,16 @@ from interlock._leases import Lease
 from interlock._payments import Payment, Payments, Refund, refunds_fingerprint
 from interlock._receipts import Check, Receipt
 from interlock._store_memory import MemoryStore
-from interlock._store_postgres import PostgresStore
+from interlock._store_postgres import PostgresStore, is_postgres_url, redact_dsn
 from interlock._store_sqlite import SQLiteStore
-from interlock._stores import open_store
-from interlock._stripe import DeadlineHTTPClient, StripePayments, make_stripe_client
+from interlock._stores import describe_store, open_store
+from interlock._stripe import (
+    DeadlineHTTPClient,
+    StripePayments,
+    make_stripe_client,
+    payment_from_stripe,
+    refund_from_stripe,
+)
 from interlock._verify import VerifyResult, verify
 
 __all__ = [  # noqa: RUF022 - sorted case-insensitively, as httpx does
@@ -49,12 +55,14 @@ __all__ = [  # noqa: RUF022 - sorted case-insensitively, as httpx does
     "Claim",
     "ConfigError",
     "DeadlineHTTPClient",
+    "describe_store",
     "Effect",
     "Found",
     "Gate",
     "Intent",
     "IntentError",
     "InterlockError",
+    "is_postgres_url",
     "JournalRecord",
     "Lease",
     "LeaseError",
@@ -66,6 +74,7 @@ __all__ = [  # noqa: RUF022 - sorted case-insensitively, as httpx does
     "Outcome",
     "Owner",
     "Payment",
+    "payment_from_stripe",
     "Payments",
     "PaymentsAuthError",
     "PaymentsError",
@@ -75,7 +84,9 @@ __all__ = [  # noqa: RUF022 - sorted case-insensitively, as httpx does
     "REASON_NO_TARGET",
     "REASON_WORLD_CHANGED",
     "Receipt",
+    "redact_dsn",
     "Refund",
+    "refund_from_stripe",
     "refunds_fingerprint",
     "SchemaVersionError",
     "Settlement",

@@ -271,15 +271,29 @@ class SQLiteStore(RuleStore):
         except (sqlite3.Error, OSError) as e:
             raise StoreError(str(self.path), f"cannot open: {_describe(e)}") from e
         try:
-            if not read_only:
-                self._conn.execute("PRAGMA journal_mode=WAL")
-                self._conn.execute("PRAGMA synchronous=FULL")
-            self._check_schema()
+            self._set_up(busy_timeout_s)
         except BaseException as e:
             self._conn.close()
             if isinstance(e, sqlite3.Error):
                 raise StoreError(str(self.path), f"cannot open: {_problem(e)}") from e
             raise
+
+    def _set_up(self, busy_timeout_s: float) -> None:
+        # Switching a new file to WAL (and creating its schema) while another process opens
+        # it too can answer "database is locked" at once, without SQLite's busy handler:
+        # try again, with a short backoff, for as long as a write would wait.
+        deadline = time.monotonic() + busy_timeout_s
+        while True:
+            try:
+                if not self.read_only:
+                    self._conn.execute("PRAGMA journal_mode=WAL")
+                    self._conn.execute("PRAGMA synchronous=FULL")
+                self._check_schema()
+                return
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.01)
 
     @classmethod
     def open_read_only(cls, path: str | Path) -> SQLiteStore:

@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from interlock._store_postgres import is_postgres_url
+from interlock import is_postgres_url
 
 # The pip package that ships the server, for messages.
 PGSERVER = "pgserver"

@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from interlock._store_postgres import is_postgres_url
+from interlock import is_postgres_url
 from interlock_demo.engine import Engine, RunRequest
 from interlock_demo.local_postgres import pgserver_missing
 from interlock_demo.run import Run

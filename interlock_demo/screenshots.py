@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from interlock._config import EMULATED_SWITCHES
+from interlock import Switches
 from interlock_demo.keys import KeyRefusedError
 from interlock_demo.run import Run
 from interlock_demo.settings import UsageError, resolve
@@ -45,7 +45,8 @@ class ScreenshotError(RuntimeError):
 def screenshot_env(home: Path, env: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment for the screenshot runs: short timings, no emulated switches, `home`."""
     env = os.environ if env is None else env
-    clean = {k: v for k, v in env.items() if k not in EMULATED_SWITCHES}
+    switches = Switches(emulate_24h=True, no_lookup=True).names
+    clean = {k: v for k, v in env.items() if k not in switches}
     clean.update(SHORT_TIMING)
     clean["INTERLOCK_HOME"] = str(home)
     return clean

@@ -23,9 +23,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from interlock import ConfigError, Store, Switches, Timing, open_store
-from interlock._store_postgres import is_postgres_url
-from interlock._stores import describe_store
+from interlock import (
+    ConfigError,
+    Store,
+    Switches,
+    Timing,
+    describe_store,
+    is_postgres_url,
+    open_store,
+)
 from interlock_demo.keys import Secret, find_anthropic_key, find_stripe_key
 
 DEMO_CLAIM_TTL_S = 15.0

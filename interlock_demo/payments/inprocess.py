@@ -16,8 +16,9 @@ from interlock import (
     PaymentsRejectedError,
     PaymentsUnsettledError,
     Refund,
+    payment_from_stripe,
+    refund_from_stripe,
 )
-from interlock._stripe import payment_from_stripe, refund_from_stripe
 from interlock_demo.payments.model import PaymentsModel, Reply
 
 
