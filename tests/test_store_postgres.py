@@ -685,6 +685,9 @@ def test_workers_share_one_server_connection_through_pgbouncer(
     setup = PostgresStore(pgbouncer_dsn, schema=pg_schema)
     errors: list[BaseException] = []
     outcomes: list[str] = []
+    # A worker's recover() may meet another's action still on its way and wait it out:
+    # what it reports then is that action's outcome, counted apart.
+    recovered: list[str] = []
     barrier = threading.Barrier(3)
 
     def worker(name: str) -> None:
@@ -700,25 +703,28 @@ def test_workers_share_one_server_connection_through_pgbouncer(
                 decisions.append(_intent(_lease(store, payment.id), refunds_fingerprint([])))
             barrier.wait(DEADLINE_S)
             outcomes.extend(gate.submit(intent).status for intent in decisions)
-            outcomes.extend(o.status for o in gate.recover())
+            recovered.extend(o.status for o in gate.recover())
         except BaseException as e:
             errors.append(e)
         finally:
             store.close()
 
     threads = [threading.Thread(target=worker, args=(n,)) for n in ("a", "b", "c")]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(DEADLINE_S * 2)
-        assert not t.is_alive()
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(DEADLINE_S * 2)
+            assert not t.is_alive()
 
-    assert errors == []
-    assert outcomes == ["sent"] * 24
-    assert payments.model.requests.count(("POST", "refunds")) == 24
-    result = verify(setup, payments)
-    assert result.ok and result.chain_length == 24, result.problems
-    setup.close()
+        assert errors == []
+        assert outcomes == ["sent"] * 24
+        assert set(recovered) <= {"sent"}
+        assert payments.model.requests.count(("POST", "refunds")) == 24
+        result = verify(setup, payments)
+        assert result.ok and result.chain_length == 24, result.problems
+    finally:
+        setup.close()
 
 
 def test_without_a_schema_the_roles_default_is_used_and_named(pg_dsn: str, pg_schema: str) -> None:
