@@ -43,10 +43,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script from anywhere in a checkout
     sys.path.insert(0, str(ROOT))
 
+from interlock_demo.core.run import Column, Run  # noqa: E402
 from interlock_demo.engine import Engine, RunRequest  # noqa: E402
 from interlock_demo.payments import PaymentsModel, StripeEmulator  # noqa: E402
 from interlock_demo.payments.model import Reply  # noqa: E402
-from interlock_demo.run import Column, Run  # noqa: E402
 from interlock_demo.settings import UsageError, resolve  # noqa: E402
 from scenarios import SCENARIOS  # noqa: E402
 

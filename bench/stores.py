@@ -56,8 +56,8 @@ from interlock import (
     redact_dsn,
     refunds_fingerprint,
 )
-from interlock_demo.local_postgres import postgres_url
 from interlock_demo.payments import InProcessPayments
+from interlock_demo.reports.local_postgres import postgres_url
 
 AMOUNT = 2000
 WARMUP = 10

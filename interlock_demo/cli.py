@@ -217,14 +217,14 @@ def main(argv: list[str] | None = None) -> int:
 
         return main_doctor(mode=args.mode, engine=args.engine)
     if args.command == "e2e-report":
-        from interlock_demo import e2e_report
+        from interlock_demo.reports import e2e_report
 
         if args.parallel < 1:
             print("interlock-demo: --parallel needs 1 or more", file=sys.stderr)
             return EXIT_USAGE
         return e2e_report.main(args.out, parallel=args.parallel)
     if args.command == "screenshots":
-        from interlock_demo.screenshots import main as screenshots
+        from interlock_demo.reports.screenshots import main as screenshots
 
         return screenshots(args.out, args.shot_scenario)
     if args.command == "sweep":
@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
             args.sweep_mode or "offline", args.sweep_json, args.parallel, args.faults, args.store
         )
     if args.command == "results":
-        from interlock_demo.results import main_results
+        from interlock_demo.reports.results import main_results
 
         try:
             return main_results(args.out)
@@ -250,23 +250,23 @@ def main(argv: list[str] | None = None) -> int:
             store=args.store,
         )
         if args.engine == "temporal":
-            from interlock_demo.temporal_engine import check_temporal
+            from interlock_demo.engine.temporal import check_temporal
 
             check_temporal(config)  # the extra installed, the activity's timeouts workable
     except (UsageError, KeyRefusedError) as e:
         print(f"interlock-demo: {e}", file=sys.stderr)
         return EXIT_USAGE
     if args.headless:
-        from interlock_demo.headless import run_headless
+        from interlock_demo.views.headless import run_headless
 
         return run_headless(
             config, scenario_id(args.scenario), checked=args.checked, as_json=args.json
         )
     if args.command == "serve":
-        from interlock_demo.serve import serve
+        from interlock_demo.views.serve import serve
 
         return serve(args.port, argv=_app_argv(args))
-    from interlock_demo.app import run_app
+    from interlock_demo.views.tui.app import run_app
 
     return run_app(config, checked=args.checked, http_port=args.http)
 
@@ -316,7 +316,7 @@ def _app_argv(args: argparse.Namespace) -> list[str]:
 def _sweep(
     mode: str, as_json: bool, parallel: int, faults: bool = False, store: str | None = None
 ) -> int:
-    from interlock_demo.sweep import main_sweep
+    from interlock_demo.reports.sweep import main_sweep
 
     try:
         config = resolve(mode=mode, store=store)

@@ -379,7 +379,7 @@ def check_workers() -> Line:
 
 def check_temporal(config: DemoConfig | None, engine: str) -> Line:
     """The Temporal dev server starts, when the extra is installed."""
-    from interlock_demo.temporal_engine import TemporalRuntime, temporal_unavailable
+    from interlock_demo.engine.temporal import TemporalRuntime, temporal_unavailable
 
     needed = engine == "temporal"
     missing = temporal_unavailable()

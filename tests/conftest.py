@@ -112,7 +112,7 @@ def pg_dsn() -> Iterator[str]:
     server runs from a fresh temporary directory and is stopped and deleted at the end.
     (INTERLOCK_STORE, which the demo reads, is not taken here: tests never use the user's.)
     """
-    from interlock_demo.local_postgres import postgres_url
+    from interlock_demo.reports.local_postgres import postgres_url
 
     given = os.environ.get("INTERLOCK_TEST_PG_DSN") or None
     with postgres_url(given, from_env=False) as url:

@@ -28,12 +28,18 @@ from textual.widgets._toast import Toast
 
 from interlock_demo import cli
 from interlock_demo import engine as engine_module
-from interlock_demo.app import DemoApp, make_app
-from interlock_demo.commands import DemoCommands
-from interlock_demo.messages import RunUpdated
-from interlock_demo.run import Run
+from interlock_demo.core.run import Run
 from interlock_demo.settings import DemoConfig, resolve
-from interlock_demo.widgets import ColumnPane, MessageLine, ModeBanner, RunHeader, VerdictStrip
+from interlock_demo.views.tui.app import DemoApp, make_app
+from interlock_demo.views.tui.commands import DemoCommands
+from interlock_demo.views.tui.messages import RunUpdated
+from interlock_demo.views.tui.widgets import (
+    ColumnPane,
+    MessageLine,
+    ModeBanner,
+    RunHeader,
+    VerdictStrip,
+)
 from scenarios import SCENARIOS
 
 SIZE = (160, 45)

@@ -24,14 +24,14 @@ import pytest
 from textual.pilot import Pilot
 
 import interlock._gate
+import interlock_demo.core.run
 import interlock_demo.payments.model
-import interlock_demo.run
 import workers.columns
 from interlock_demo import engine as engine_module
-from interlock_demo.app import DemoApp, make_app
-from interlock_demo.run import Run
+from interlock_demo.core.run import Run
 from interlock_demo.settings import resolve
-from interlock_demo.widgets import ColumnPane
+from interlock_demo.views.tui.app import DemoApp, make_app
+from interlock_demo.views.tui.widgets import ColumnPane
 from scenarios import SCENARIOS
 
 SIZE = (160, 45)
@@ -95,7 +95,7 @@ def deterministic(monkeypatch: pytest.MonkeyPatch) -> Deterministic:
     monkeypatch.setattr(interlock_demo.payments.model, "new_id", d.new_id)
     monkeypatch.setattr(workers.columns, "new_action_id", d.new_action_id)
     monkeypatch.setattr(interlock._gate, "new_action_id", d.new_action_id)
-    monkeypatch.setattr(interlock_demo.run, "secrets", SimpleNamespace(token_hex=d.token_hex))
+    monkeypatch.setattr(interlock_demo.core.run, "secrets", SimpleNamespace(token_hex=d.token_hex))
     monkeypatch.setattr(Run, "now", lambda run: d.now(run))
     return d
 

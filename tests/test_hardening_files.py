@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from interlock_demo.app import make_app
+from interlock_demo.engine.temporal import TemporalRuntime, temporal_unavailable
 from interlock_demo.settings import Paths, resolve
-from interlock_demo.temporal_engine import TemporalRuntime, temporal_unavailable
+from interlock_demo.views.tui.app import make_app
 from tests.helpers.headless import CLI, ROOT, Lines, cli_env, reap
 
 pytestmark = pytest.mark.e2e

@@ -17,8 +17,8 @@ import pytest
 
 from interlock_demo import engine as engine_module
 from interlock_demo.engine import Engine, RunRequest
+from interlock_demo.engine.temporal import TemporalColumn, temporal_unavailable
 from interlock_demo.settings import resolve, worker_env
-from interlock_demo.temporal_engine import TemporalColumn, temporal_unavailable
 from scenarios import sweep_scenario
 
 pytestmark = pytest.mark.e2e

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from interlock_demo import settings
+from interlock_demo.core.run import Run
 from interlock_demo.engine import Engine, RunRequest
-from interlock_demo.http_api import PortInUseError, RunApi
-from interlock_demo.run import Run
+from interlock_demo.views.http_api import PortInUseError, RunApi
 
 WAIT_S = 30.0
 HTTP_TIMEOUT_S = 10.0

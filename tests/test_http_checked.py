@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from interlock_demo.app import make_app
-from interlock_demo.http_api import for_view
 from interlock_demo.settings import resolve
+from interlock_demo.views.http_api import for_view
+from interlock_demo.views.tui.app import make_app
 
 WAIT_S = 30.0
 

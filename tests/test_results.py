@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from interlock_demo import performance, results, screenshots, temporal_engine
+from interlock_demo.engine import temporal as temporal_engine
+from interlock_demo.reports import performance, results, screenshots
 from interlock_demo.settings import resolve
 
 MISSING = "the Temporal engine needs temporalio: pip install '.[temporal]'"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from interlock_demo import performance
-from interlock_demo.performance import Bench
+from interlock_demo.reports import performance
+from interlock_demo.reports.performance import Bench
 
 ROOT = Path(__file__).resolve().parent.parent
 # Every benchmark at its smallest, so the table is filled from real output in seconds.

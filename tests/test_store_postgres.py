@@ -592,7 +592,7 @@ def test_results_without_a_postgres_server_skips_its_step_and_says_so(
 ) -> None:
     """`interlock-demo results` with no server named and no pgserver installed leaves the
     PostgreSQL sweep and benchmark as they were, saying why and what to do."""
-    from interlock_demo import local_postgres, results
+    from interlock_demo.reports import local_postgres, results
 
     reason = "no PostgreSQL server: set INTERLOCK_STORE=postgresql://..."
     monkeypatch.setattr(results, "pgserver_missing", lambda: reason)

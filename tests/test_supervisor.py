@@ -16,7 +16,7 @@ from typing import Any
 import psutil
 import pytest
 
-from interlock_demo.supervisor import (
+from interlock_demo.engine.supervisor import (
     SIGKILL_EXIT,
     Supervisor,
     WorkerProcess,

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from interlock import Timing
-from interlock_demo.sweep import Cell, interlock_failures, table
+from interlock_demo.reports.sweep import Cell, interlock_failures, table
 from scenarios import (
     FAULTS,
     SWEEP_CRASH_POINTS,

@@ -26,15 +26,15 @@ import psutil
 import pytest
 from rich.text import Text
 
-from interlock_demo.app import make_app
-from interlock_demo.settings import Paths, resolve
-from interlock_demo.temporal_engine import (
+from interlock_demo.engine.temporal import (
     INSTALL_HINT,
     TemporalRuntime,
     refund_timeouts,
     temporal_unavailable,
 )
-from interlock_demo.widgets import ColumnPane, MessageLine, RunHeader
+from interlock_demo.settings import Paths, resolve
+from interlock_demo.views.tui.app import make_app
+from interlock_demo.views.tui.widgets import ColumnPane, MessageLine, RunHeader
 from tests.helpers.headless import (
     CLI,
     ROOT,
@@ -463,7 +463,7 @@ async def test_t_is_off_with_a_reason_without_the_extra(
 ) -> None:
     """Without the extra, t changes nothing and says in one line what to install."""
     reason = f"the Temporal engine needs temporalio: {INSTALL_HINT}"
-    monkeypatch.setattr("interlock_demo.app.temporal_unavailable", lambda: reason)
+    monkeypatch.setattr("interlock_demo.views.tui.app.temporal_unavailable", lambda: reason)
     app = make_app(resolve(mode="offline", env={"INTERLOCK_HOME": str(tmp_path / "home")}))
     try:
         async with app.run_test(size=(160, 45)) as pilot:

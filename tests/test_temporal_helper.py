@@ -51,9 +51,9 @@ from interlock import (
     refunds_fingerprint,
 )
 from interlock import temporal as it
+from interlock_demo.engine.temporal import TemporalRuntime, temporal_unavailable
 from interlock_demo.payments import StripeEmulator
 from interlock_demo.settings import Paths
-from interlock_demo.temporal_engine import TemporalRuntime, temporal_unavailable
 from tests.conftest import TEST_KEY
 from tests.helpers.gate_rig import AMOUNT, TIMING, Crash, GateWorld, gone_owner
 from tests.helpers.headless import Lines, reap

@@ -14,8 +14,8 @@ import resource
 import sys
 
 from interlock_demo.engine import Engine
-from interlock_demo.http_api import RunApi
 from interlock_demo.settings import resolve
+from interlock_demo.views.http_api import RunApi
 
 
 def main() -> int:

@@ -28,13 +28,19 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from interlock import Switches
-from interlock_demo.commands import DemoCommands
+from interlock_demo.core.run import Pacer, Run
 from interlock_demo.engine import TEMPORAL_TITLES, TITLES, BusyError, Engine, RunRequest
-from interlock_demo.messages import RunUpdated
-from interlock_demo.run import Pacer, Run
+from interlock_demo.engine.temporal import temporal_unavailable
 from interlock_demo.settings import DemoConfig, UsageError, open_private
-from interlock_demo.temporal_engine import temporal_unavailable
-from interlock_demo.widgets import ColumnPane, MessageLine, ModeBanner, RunHeader, VerdictStrip
+from interlock_demo.views.tui.commands import DemoCommands
+from interlock_demo.views.tui.messages import RunUpdated
+from interlock_demo.views.tui.widgets import (
+    ColumnPane,
+    MessageLine,
+    ModeBanner,
+    RunHeader,
+    VerdictStrip,
+)
 from scenarios import COLUMNS, SCENARIOS
 
 APP_TITLE = "Interlock demo"
@@ -688,7 +694,7 @@ def run_app(config: DemoConfig, *, checked: bool = False, http_port: int | None 
     app = make_app(config, checked=checked)
     api = None
     if http_port is not None:
-        from interlock_demo.http_api import for_view
+        from interlock_demo.views.http_api import for_view
 
         api = for_view(app, port=http_port)
         try:

@@ -10,7 +10,7 @@ Parts by mode: live and offline run real worker processes (`workers.standalone`)
 Stripe test mode or the loopback emulator; mock runs the same worker code in-process on
 the in-memory payments model, with the crash simulated and waits shown, not waited.
 With the Temporal engine (`config.engine == "temporal"`) the columns run the same steps
-as `RefundCase` workflows (`interlock_demo.temporal_engine`). The engine imports no
+as `RefundCase` workflows (`interlock_demo.engine.temporal`). The engine imports no
 Textual; views subscribe to the `Run`.
 """
 
@@ -40,10 +40,11 @@ from interlock import (
 )
 from interlock.testing import UNSETTLED_REPORTS
 from interlock.testing import truthful as is_truthful
+from interlock_demo.core.run import Column, Listener, Pacer, Run, WorkerInfo
 from interlock_demo.doctor import live_failure_line
+from interlock_demo.engine.supervisor import SIGKILL_EXIT, Supervisor, WorkerProcess, WorkerState
 from interlock_demo.payments import InProcessPayments, PaymentsModel, StripeEmulator
 from interlock_demo.payments.model import Fault
-from interlock_demo.run import Column, Listener, Pacer, Run, WorkerInfo
 from interlock_demo.settings import (
     EMULATOR_KEY,
     DemoConfig,
@@ -51,7 +52,6 @@ from interlock_demo.settings import (
     open_private,
     worker_env,
 )
-from interlock_demo.supervisor import SIGKILL_EXIT, Supervisor, WorkerProcess, WorkerState
 from scenarios import (
     COLUMNS,
     FAULTS,
@@ -79,7 +79,7 @@ from workers.columns import (
 from workers.standalone import decision_path
 
 if TYPE_CHECKING:
-    from interlock_demo.temporal_engine import TemporalRuntime
+    from interlock_demo.engine.temporal import TemporalRuntime
 
 TITLES = {"standard": "Standard agent", "interlock": "Interlock", "checked": "Hand-written check"}
 TEMPORAL_TITLES = {
@@ -226,7 +226,7 @@ class Engine:
 
     def temporal(self) -> TemporalRuntime:
         """Temporal's dev server and a client: started on first use, stopped by `close()`."""
-        from interlock_demo.temporal_engine import TemporalRuntime  # temporalio is an extra
+        from interlock_demo.engine.temporal import TemporalRuntime  # temporalio is an extra
 
         with self._temporal_lock:
             if self._closed:
@@ -373,7 +373,7 @@ class Engine:
         try:
             column: Callable[..., _ProcessColumn] = _ProcessColumn
             if config.engine == "temporal":
-                from interlock_demo.temporal_engine import temporal_column  # temporalio: an extra
+                from interlock_demo.engine.temporal import temporal_column  # temporalio: an extra
 
                 column = temporal_column(self.temporal(), run, config)
             self._columns(

@@ -53,8 +53,8 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
+from interlock_demo.core.run import Run
 from interlock_demo.engine import BusyError, Engine, RunRequest
-from interlock_demo.run import Run
 from interlock_demo.settings import MODES, UsageError, open_private
 from scenarios import SCENARIOS
 

@@ -42,8 +42,8 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import psutil
 
+from interlock_demo.core.run import Run
 from interlock_demo.engine import _ColumnFailed, _ProcessColumn
-from interlock_demo.run import Run
 from interlock_demo.settings import (
     PRIVATE_UMASK,
     DemoConfig,

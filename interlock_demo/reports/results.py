@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from interlock import is_postgres_url
+from interlock_demo.core.run import Run
 from interlock_demo.engine import Engine, RunRequest
-from interlock_demo.local_postgres import pgserver_missing
-from interlock_demo.run import Run
+from interlock_demo.reports.local_postgres import pgserver_missing
+from interlock_demo.reports.sweep import interlock_failures, run_sweep, table
 from interlock_demo.settings import ENV_STORE, DemoConfig, resolve
-from interlock_demo.sweep import interlock_failures, run_sweep, table
 from scenarios import FAULTS, SCENARIOS, SWEEP_FAULTS
 
 COMMAND = "interlock-demo results"
@@ -175,7 +175,7 @@ def write_postgres(config: DemoConfig, out: Path) -> int:
     `bench/stores.py`). Non-zero if Interlock is wrong anywhere or the benchmark failed."""
     from dataclasses import replace
 
-    from interlock_demo.local_postgres import postgres_url
+    from interlock_demo.reports.local_postgres import postgres_url
 
     with postgres_url() as url:
         on_pg = replace(config, store=f"{url}{'&' if '?' in url else '?'}schema=results_sweep")
@@ -201,7 +201,7 @@ def write_postgres(config: DemoConfig, out: Path) -> int:
             )
             + "\n"
         )
-        bench = Path(__file__).resolve().parent.parent / "bench" / "stores.py"
+        bench = Path(__file__).resolve().parents[2] / "bench" / "stores.py"
         if not bench.is_file():
             sys.stderr.write(f"results: {bench} not found (a source checkout has it)\n")
             return 1 if failures else 0
@@ -224,8 +224,8 @@ class Step:
 
 def plan(out: Path) -> list[Step]:
     """The steps, in order; the engine comparison is skipped without the temporal extra."""
-    from interlock_demo import e2e_report, performance, screenshots
-    from interlock_demo.temporal_engine import temporal_unavailable
+    from interlock_demo.engine.temporal import temporal_unavailable
+    from interlock_demo.reports import e2e_report, performance, screenshots
 
     offline = resolve(mode="offline")
     mock = resolve(mode="mock")

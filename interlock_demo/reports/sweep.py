@@ -41,8 +41,8 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from interlock import Store
+from interlock_demo.core.run import Column, Run
 from interlock_demo.engine import UNSETTLED, Engine, RunRequest
-from interlock_demo.run import Column, Run
 from interlock_demo.settings import DemoConfig
 from scenarios import (
     COLUMNS,

@@ -17,8 +17,8 @@ import threading
 from types import FrameType
 from typing import Any, TextIO
 
+from interlock_demo.core.run import Run
 from interlock_demo.engine import Engine, RunRequest
-from interlock_demo.run import Run
 from interlock_demo.settings import DemoConfig
 from scenarios import SCENARIOS
 

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from interlock import Switches
+from interlock_demo.core.run import Run
 from interlock_demo.keys import KeyRefusedError
-from interlock_demo.run import Run
 from interlock_demo.settings import UsageError, resolve
 from scenarios import SCENARIOS
 
@@ -65,7 +65,7 @@ async def take(
 
 
 async def _take(out: Path, scenario_ids: Sequence[str], env: Mapping[str, str]) -> list[Path]:
-    from interlock_demo.app import make_app
+    from interlock_demo.views.tui.app import make_app
 
     config = resolve(mode="offline", env=env)
     out.mkdir(parents=True, exist_ok=True)
@@ -114,7 +114,7 @@ async def _countdown_shows(pilot: Pilot[Any], run: Run) -> bool:
     """
     from textual.widgets import Digits
 
-    from interlock_demo.widgets import ColumnPane
+    from interlock_demo.views.tui.widgets import ColumnPane
 
     pane = pilot.app.query_one("#col-interlock", ColumnPane)
     digits = pane.query_one(Digits)

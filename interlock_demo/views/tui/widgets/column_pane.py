@@ -17,10 +17,10 @@ from textual.containers import Vertical, VerticalScroll
 from textual.timer import Timer
 from textual.widgets import Label, Static
 
-from interlock_demo.supervisor import describe_exit
-from interlock_demo.widgets.countdown import ClaimCountdown
-from interlock_demo.widgets.story import PhaseLines
-from interlock_demo.widgets.verdict_strip import mark
+from interlock_demo.engine.supervisor import describe_exit
+from interlock_demo.views.tui.widgets.countdown import ClaimCountdown
+from interlock_demo.views.tui.widgets.story import PhaseLines
+from interlock_demo.views.tui.widgets.verdict_strip import mark
 
 STATE_TEXT = {
     "idle": "idle",

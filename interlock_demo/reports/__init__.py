@@ -1,0 +1,1 @@
+"""Commands that run many scenarios and write reports: sweeps, results/, screenshots, benchmarks."""

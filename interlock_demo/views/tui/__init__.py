@@ -1,0 +1,1 @@
+"""The Textual app a presenter drives."""
