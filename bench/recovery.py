@@ -45,9 +45,10 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere in a checkout
 
 from interlock_demo.core.run import Column, Run  # noqa: E402
 from interlock_demo.engine import Engine, RunRequest  # noqa: E402
+from interlock_demo.errors import UsageError  # noqa: E402
 from interlock_demo.payments import PaymentsModel, StripeEmulator  # noqa: E402
 from interlock_demo.payments.model import Reply  # noqa: E402
-from interlock_demo.settings import UsageError, resolve  # noqa: E402
+from interlock_demo.settings import resolve  # noqa: E402
 from scenarios import SCENARIOS  # noqa: E402
 
 RESTART_TARGET_S = 0.3

@@ -20,9 +20,9 @@ import difflib
 import sys
 from pathlib import Path
 
-from interlock_demo.keys import KeyRefusedError
+from interlock_demo.errors import KeyRefusedError, UsageError
 from interlock_demo.mcp.cli import add_mcp_parser
-from interlock_demo.settings import UsageError, resolve
+from interlock_demo.settings import resolve
 from scenarios import SCENARIOS
 
 EXIT_USAGE = 2

@@ -37,14 +37,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from interlock_demo.keys import (
-    KeyRefusedError,
-    Secret,
-    find_anthropic_key,
-    find_stripe_key,
-    key_kind,
-)
-from interlock_demo.settings import DemoConfig, UsageError, resolve
+from interlock_demo.errors import KeyRefusedError, UsageError
+from interlock_demo.keys import Secret, find_anthropic_key, find_stripe_key, key_kind
+from interlock_demo.settings import DemoConfig, resolve
 
 EXIT_READY = 0
 EXIT_NOT_READY = 1

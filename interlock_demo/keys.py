@@ -14,22 +14,10 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from interlock_demo.errors import KeyRefusedError
+
 _TEST_KEY = re.compile(r"(?:sk|rk)_test_[A-Za-z0-9_]+")
 _CONFIG_LINE = re.compile(r"""^\s*test_mode_api_key\s*=\s*['"]?([^'"\s]+)['"]?\s*$""", re.M)
-
-
-class KeyRefusedError(ValueError):
-    """A Stripe key is set but is not a test key; the message never contains the key."""
-
-    def __init__(self, source: str, kind: str) -> None:
-        self.source = source
-        self.kind = kind
-        super().__init__(
-            f"refused the Stripe key from {source}: it is {kind}. The demo moves money only "
-            "with Stripe test keys (sk_test_... or rk_test_...): set STRIPE_SECRET_KEY to a "
-            "test key from the Stripe dashboard (Developers > API keys, test mode), or unset "
-            "it to rehearse offline."
-        )
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from interlock import (
     is_postgres_url,
     open_store,
 )
+from interlock_demo.errors import UsageError
 from interlock_demo.keys import Secret, find_anthropic_key, find_stripe_key
 
 DEMO_CLAIM_TTL_S = 15.0
@@ -78,10 +79,6 @@ PASSED_SETTINGS = ("INTERLOCK_CLAIM_GRACE", "INTERLOCK_SEND_SLACK", "INTERLOCK_M
 ENV_RECEIPT_KEY = "INTERLOCK_RECEIPT_KEY"
 # Where the journal lives when not in INTERLOCK_HOME: a PostgreSQL URL or a SQLite path.
 ENV_STORE = "INTERLOCK_STORE"
-
-
-class UsageError(ValueError):
-    """Bad usage or configuration (exit 2); the message says what to do."""
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,8 @@ import pytest
 from interlock_demo import settings
 from interlock_demo.core.run import Run
 from interlock_demo.engine import Engine, RunRequest
-from interlock_demo.views.http_api import PortInUseError, RunApi
+from interlock_demo.errors import PortInUseError
+from interlock_demo.views.http_api import RunApi
 
 WAIT_S = 30.0
 HTTP_TIMEOUT_S = 10.0

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from interlock_demo.errors import KeyRefusedError
 from interlock_demo.keys import (
-    KeyRefusedError,
     Secret,
     check_test_key,
     find_anthropic_key,

@@ -13,10 +13,10 @@ import pytest
 
 from interlock import MemoryStore, Timing
 from interlock_demo.cli import main
+from interlock_demo.errors import DeskError
 from interlock_demo.mcp.desk import (
     WORLD_CHANGED_WORDS,
     Answer,
-    DeskError,
     RefundDesk,
     action_id_for,
     current_approval,

@@ -6,8 +6,10 @@ events and exits with deadlines, never on sleeps.
 
 from __future__ import annotations
 
+import json
 import queue
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -22,6 +24,7 @@ from interlock_demo.engine.supervisor import (
     WorkerProcess,
     WorkerState,
     describe_exit,
+    kill_tree,
 )
 
 DEADLINE_S = 10.0
@@ -155,3 +158,30 @@ def test_supervisor_stop_kills_the_whole_tree(tmp_path: Path) -> None:
             supervisor.spawn(_worker("pass", Recorder(), tmp_path))
     finally:
         supervisor.stop()
+
+
+def test_kill_tree_kills_a_parent_and_the_child_it_started() -> None:
+    """`kill_tree` SIGKILLs a process and the child it spawned (the child listed before the
+    parent dies, so it is not lost when it moves to init)."""
+    parent = subprocess.Popen(
+        [sys.executable, "-c", SPAWN_GRANDCHILD],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    assert parent.stdin is not None and parent.stdout is not None
+    child: int | None = None
+    try:
+        child = int(json.loads(parent.stdout.readline())["pid"])
+        assert not _gone(child)
+        kill_tree(parent.pid)
+        assert parent.wait(DEADLINE_S) == SIGKILL_EXIT
+        assert _wait_gone([child]) == []
+    finally:
+        # Whatever the test left alive: SIGKILL by the plain route, not the one under test.
+        for pid in (child, parent.pid if parent.poll() is None else None):
+            if pid is not None and not _gone(pid):
+                psutil.Process(pid).kill()
+        parent.wait(DEADLINE_S)
+        parent.stdin.close()
+        parent.stdout.close()

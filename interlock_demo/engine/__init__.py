@@ -43,15 +43,10 @@ from interlock.testing import truthful as is_truthful
 from interlock_demo.core.run import Column, Listener, Pacer, Run, WorkerInfo
 from interlock_demo.doctor import live_failure_line
 from interlock_demo.engine.supervisor import SIGKILL_EXIT, Supervisor, WorkerProcess, WorkerState
+from interlock_demo.errors import BusyError, ColumnFailed, UsageError
 from interlock_demo.payments import InProcessPayments, PaymentsModel, StripeEmulator
 from interlock_demo.payments.model import Fault
-from interlock_demo.settings import (
-    EMULATOR_KEY,
-    DemoConfig,
-    UsageError,
-    open_private,
-    worker_env,
-)
+from interlock_demo.settings import EMULATOR_KEY, DemoConfig, open_private, worker_env
 from scenarios import (
     COLUMNS,
     FAULTS,
@@ -101,10 +96,6 @@ WORKER_GRACE_S = 90.0
 UNSETTLED = tuple(sorted(UNSETTLED_REPORTS))
 
 
-class BusyError(RuntimeError):
-    """A run is already going; one run at a time."""
-
-
 @dataclass(frozen=True)
 class RunRequest:
     """What to run: a scenario, with or without the checked column, in which mode."""
@@ -116,10 +107,6 @@ class RunRequest:
     pacer: Pacer | None = None
 
 
-class _ColumnFailed(Exception):
-    """A column could not finish; the message says why."""
-
-
 def error_text(e: Exception) -> str:
     """An error for a run's `error`, in words: its message, never an internal class name.
 
@@ -127,7 +114,7 @@ def error_text(e: Exception) -> str:
     else is unexpected, and its public kind helps whoever reads the report.
     """
     text = str(e).strip()
-    if text and isinstance(e, (_ColumnFailed, UsageError, InterlockError, OSError, RuntimeError)):
+    if text and isinstance(e, (ColumnFailed, UsageError, InterlockError, OSError, RuntimeError)):
         return text
     kind = type(e).__name__
     what = "an unexpected error" if kind.startswith("_") else f"an unexpected {kind}"
@@ -515,9 +502,7 @@ class _ColumnRunner:
                 self.pace("decision")
             code = self.launch(point)
             if code != SIGKILL_EXIT:
-                raise _ColumnFailed(
-                    f"the worker was to die by SIGKILL at {point} but exited {code}"
-                )
+                raise ColumnFailed(f"the worker was to die by SIGKILL at {point} but exited {code}")
             run.set_state(col.name, "killed")
             if n == 0:
                 self.pace("outage")
@@ -526,7 +511,7 @@ class _ColumnRunner:
             run.set_state(col.name, "restarting")
         last = self.launch(None)
         if last != 0:
-            raise _ColumnFailed(f"the restarted worker exited {last}; see its events")
+            raise ColumnFailed(f"the restarted worker exited {last}; see its events")
         self.pace("result")
         self._card()
 
@@ -562,7 +547,7 @@ class _ColumnRunner:
 
     def fault_model(self) -> PaymentsModel:
         """The emulator's model, to arm faults on; fault cells need one this engine runs."""
-        raise _ColumnFailed(
+        raise ColumnFailed(
             "fault cells need real workers against the emulator this engine started "
             "(offline mode, standalone engine)"
         )
@@ -602,11 +587,11 @@ class _ColumnRunner:
         first = None if spec.crash_point == "none" else spec.crash_point
         code = self.launch(first)
         if code != (SIGKILL_EXIT if first else 0):
-            raise _ColumnFailed(f"the first worker exited {code}; see its events")
+            raise ColumnFailed(f"the first worker exited {code}; see its events")
         if not held.started.is_set():
-            raise _ColumnFailed("the worker's first refund call never reached the emulator")
+            raise ColumnFailed("the worker's first refund call never reached the emulator")
         if failed:
-            raise _ColumnFailed(f"the outage action failed: {error_text(failed[0])}")
+            raise ColumnFailed(f"the outage action failed: {error_text(failed[0])}")
         # Long enough for the held call, the gate's in-flight window and a slow machine.
         limit = hold_ms / 1000 + self.config.timing.in_flight_s + WORKER_GRACE_S
         restarts = 1 if first or self._unsettled() else 0
@@ -616,20 +601,20 @@ class _ColumnRunner:
             if first:
                 self.run_.set_state(col.name, "killed")
             if spec.restart_after_landing and not held.ended.wait(limit):
-                raise _ColumnFailed(f"the held refund call did not end within {limit:g} s")
+                raise ColumnFailed(f"the held refund call did not end within {limit:g} s")
             if spec.read_fault and col.name in READS_ON_RESTART and not key_fixed:
                 model.add_fault(spec.read_fault, payment_intent=self.case.payment_intent)
             self.run_.set_state(col.name, "restarting")
             seen = len(col.events)
             code = self.launch(None)
             if code != 0:
-                raise _ColumnFailed(f"the restarted worker exited {code}; see its events")
+                raise ColumnFailed(f"the restarted worker exited {code}; see its events")
             if not key_fixed and any(e.kind == "key-refused" for e in col.events[seen:]):
                 key_fixed = True
                 restarts = 1
                 self.event("key-fixed", "support fixes the key and runs the worker again")
         if not held.ended.wait(limit):
-            raise _ColumnFailed(f"the held refund call did not end within {limit:g} s")
+            raise ColumnFailed(f"the held refund call did not end within {limit:g} s")
         self.pace("result")
         self._card()
 
@@ -804,7 +789,7 @@ class _ProcessColumn(_ColumnRunner):
         in_flight = None
         if crash_point == IN_FLIGHT:
             if self.emulator is None:
-                raise _ColumnFailed("in-flight kills need the emulator the engine started itself")
+                raise ColumnFailed("in-flight kills need the emulator the engine started itself")
             # Stripe's answer is held after the refund is committed; the kill lands meanwhile.
             in_flight = self.emulator.add_fault(
                 "hold", hold_ms=IN_FLIGHT_HOLD_MS, payment_intent=self.case.payment_intent
@@ -845,9 +830,9 @@ class _ProcessColumn(_ColumnRunner):
             code = worker.wait(limit)  # its events wait for the presenter, not the worker
         if code is None:
             worker.kill()
-            raise _ColumnFailed(f"worker {worker.pid} did not finish within {limit:g} s")
+            raise ColumnFailed(f"worker {worker.pid} did not finish within {limit:g} s")
         if self.supervisor.stopped:
-            raise _ColumnFailed("the run was stopped")
+            raise ColumnFailed("the run was stopped")
         return code
 
     def argv(self, case_file: Path) -> list[str]:
@@ -869,9 +854,7 @@ class _ProcessColumn(_ColumnRunner):
         limit = WORKER_GRACE_S
         if not fault.committed.wait(limit):
             worker.kill()
-            raise _ColumnFailed(
-                f"the worker's refund did not reach the emulator within {limit:g} s"
-            )
+            raise ColumnFailed(f"the worker's refund did not reach the emulator within {limit:g} s")
         self.event("crash", f"SIGKILL while the refund request is in flight (pid {worker.pid})")
         worker.kill()
 

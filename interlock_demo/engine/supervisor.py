@@ -26,6 +26,27 @@ from interlock_demo.settings import PRIVATE_UMASK, open_private
 SIGKILL_EXIT = -signal.SIGKILL
 
 
+def kill_tree(pid: int) -> None:
+    """SIGKILL a process and every process below it; reaping stays with the Popen's owner.
+
+    The descendants are listed before any signal (a killed parent's children move to
+    init), and signalled first so none is left to start another. A process already gone
+    is skipped; the parent is still killed when its children cannot be listed. psutil
+    checks each pid still names the process it found, so a reused pid is never signalled.
+    """
+    try:
+        parent = psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return
+    try:
+        family = parent.children(recursive=True)
+    except psutil.NoSuchProcess:
+        family = []
+    for p in [*family, parent]:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.send_signal(signal.SIGKILL)
+
+
 class WorkerState(Enum):
     """Where a worker process is in its life."""
 
@@ -132,14 +153,7 @@ class WorkerProcess:
         """SIGKILL the process and everything it started."""
         if self.pid is None or self._done.is_set():
             return
-        try:
-            proc = psutil.Process(self.pid)
-            family = [*proc.children(recursive=True), proc]
-        except psutil.NoSuchProcess:
-            return
-        for p in family:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                p.send_signal(signal.SIGKILL)
+        kill_tree(self.pid)
 
 
 class Supervisor:

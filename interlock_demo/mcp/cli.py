@@ -68,7 +68,8 @@ def add_mcp_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run `interlock-demo mcp ...` from the parsed arguments; returns the exit code."""
     from interlock import InterlockError
-    from interlock_demo.mcp.desk import DeskError, dollars, grant_approval, revoke_approval
+    from interlock_demo.errors import DeskError
+    from interlock_demo.mcp.desk import dollars, grant_approval, revoke_approval
 
     if args.mcp_command in ("approve", "revoke"):
         store = _open_store()
@@ -98,9 +99,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     from interlock import ConfigError, InterlockError, Owner, StripePayments, make_stripe_client
-    from interlock_demo.keys import KeyRefusedError, find_stripe_key
+    from interlock_demo.errors import DeskError, KeyRefusedError
+    from interlock_demo.keys import find_stripe_key
     from interlock_demo.mcp.desk import (
-        DeskError,
         RefundDesk,
         approval_state,
         current_approval,

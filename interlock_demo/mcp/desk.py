@@ -46,6 +46,7 @@ from interlock import (
     Timing,
     refunds_fingerprint,
 )
+from interlock_demo.errors import DeskError
 from workers.agent import payment_view
 from workers.columns import gate_event_text
 
@@ -61,10 +62,6 @@ WORLD_CHANGED_WORDS = (
 )
 
 Log = Callable[[str], None]
-
-
-class DeskError(ValueError):
-    """A request the desk cannot act on as given; the message says what to do instead."""
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from interlock import Switches
 from interlock_demo.core.run import Run
-from interlock_demo.keys import KeyRefusedError
-from interlock_demo.settings import UsageError, resolve
+from interlock_demo.errors import KeyRefusedError, ScreenshotError, UsageError
+from interlock_demo.settings import resolve
 from scenarios import SCENARIOS
 
 if TYPE_CHECKING:
@@ -36,10 +36,6 @@ SMALL_SIZES = ((100, 30), (80, 24))
 # The smallest timing the gate accepts: a run takes about ten seconds.
 SHORT_TIMING = {"INTERLOCK_CLAIM_TTL": "6", "INTERLOCK_STRIPE_TIMEOUT": "1"}
 RUN_TIMEOUT_S = 120.0
-
-
-class ScreenshotError(RuntimeError):
-    """A run for a screenshot did not finish; the message says which and why."""
 
 
 def screenshot_env(home: Path, env: Mapping[str, str] | None = None) -> dict[str, str]:

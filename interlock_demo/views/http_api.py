@@ -54,8 +54,9 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from interlock_demo.core.run import Run
-from interlock_demo.engine import BusyError, Engine, RunRequest
-from interlock_demo.settings import MODES, UsageError, open_private
+from interlock_demo.engine import Engine, RunRequest
+from interlock_demo.errors import BusyError, PortInUseError, UsageError
+from interlock_demo.settings import MODES, open_private
 from scenarios import SCENARIOS
 
 HOST = "127.0.0.1"
@@ -88,21 +89,6 @@ BODY_HELP = (
 log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-class PortInUseError(OSError):
-    """The endpoint's port is taken by another program; the message says what to do."""
-
-    def __init__(self, port: int) -> None:
-        self.port = port
-        super().__init__(
-            errno.EADDRINUSE,
-            f"cannot serve the HTTP endpoint on {HOST}:{port}: the port is in use; "
-            "pick another with --http PORT",
-        )
-
-    def __str__(self) -> str:
-        return str(self.strerror)
 
 
 class _Refused(Exception):
@@ -365,7 +351,7 @@ class RunApi:
             except OSError as e:
                 if e.errno != errno.EADDRINUSE:
                     raise
-                raise PortInUseError(self._requested_port) from None
+                raise PortInUseError(HOST, self._requested_port) from None
         except Exception as e:  # start() raises it in the caller's thread
             self._error = e
             await runner.cleanup()

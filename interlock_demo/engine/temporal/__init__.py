@@ -43,12 +43,12 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 import psutil
 
 from interlock_demo.core.run import Run
-from interlock_demo.engine import _ColumnFailed, _ProcessColumn
+from interlock_demo.engine import _ProcessColumn
+from interlock_demo.errors import ColumnFailed, DevServerError, UsageError
 from interlock_demo.settings import (
     PRIVATE_UMASK,
     DemoConfig,
     Paths,
-    UsageError,
     child_env,
     open_private,
     private_dir,
@@ -75,10 +75,6 @@ _PR_SET_PDEATHSIG = 1
 _DATABASES = 8
 
 T = TypeVar("T")
-
-
-class DevServerError(RuntimeError):
-    """Temporal's dev server did not start or answer; the message says where its log is."""
 
 
 def temporal_binary() -> Path | None:
@@ -501,14 +497,14 @@ class TemporalColumn(_ProcessColumn):
 
     def _take_outcome(self) -> None:
         if not self._closed.wait(_CLOSE_DEADLINE_S):
-            raise _ColumnFailed(
+            raise ColumnFailed(
                 f"the last worker exited but workflow {self.workflow_id} did not close "
                 f"within {_CLOSE_DEADLINE_S:g} s"
             )
         assert self._closing is not None
         status, result, text = self._closing
         if status != "completed" or result is None:
-            raise _ColumnFailed(f"workflow {self.workflow_id} {status}: {text}")
+            raise ColumnFailed(f"workflow {self.workflow_id} {status}: {text}")
         outcome = {k: result.get(k) for k in ("status", "reason", "refund_id", "action_id")}
         col = self.col
 
