@@ -81,7 +81,7 @@ REFUND_STATUSES = ("pending", "requires_action", "succeeded", "failed", "cancele
 _COUNTING = ("pending", "requires_action", "succeeded")
 
 # What each endpoint the demo uses accepts, as Stripe names it: a parameter, and for a
-# hash the names inside it (metadata's are free). tests/test_emulator_strict.py holds
+# hash the names inside it (metadata's are free). tests/unit/test_emulator_strict.py holds
 # these against the stripe SDK's params TypedDicts (`SDK_PARAMS`), so offline cannot
 # accept what live refuses. A parameter Stripe knows but the emulator does not model is
 # refused in words, never silently ignored.

@@ -1,7 +1,7 @@
 """Test helper: running the headless CLI in a subprocess and checking its JSON runs.
 
-Shared by the end-to-end tests of both engines (`tests/test_engine_e2e.py`,
-`tests/test_temporal_e2e.py`) and the tests that start the CLI or a worker themselves.
+Shared by the end-to-end tests of both engines (`tests/e2e/test_engine_e2e.py`,
+`tests/e2e/test_temporal_e2e.py`) and the tests that start the CLI or a worker themselves.
 The expectations are written out from docs/design.md §3 by hand rather than read from
 `scenarios.TRUTH`, so a wrong truth table fails the tests too.
 """

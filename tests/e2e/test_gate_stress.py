@@ -42,7 +42,7 @@ from interlock import (
 from interlock_demo.payments import InProcessPayments, StripeEmulator
 from tests.conftest import TEST_KEY
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 WORKER = ROOT / "tests" / "helpers" / "stress_worker.py"
 PAYMENTS = 3
 ACTIONS_PER_PAYMENT = 3

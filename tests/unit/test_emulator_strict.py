@@ -32,9 +32,9 @@ from interlock_demo.payments.model import (
     SDK_PARAMS,
     sdk_params,
 )
-from tests.test_emulator import _all_refunds, _client, _form, _http, _paid, _refund
+from tests.unit.test_emulator import _all_refunds, _client, _form, _http, _paid, _refund
 
-FIXTURES = Path(__file__).parent / "data" / "stripe-fixtures-subset.json"
+FIXTURES = Path(__file__).parents[1] / "data" / "stripe-fixtures-subset.json"
 
 
 def _fixture(name: str) -> dict[str, Any]:

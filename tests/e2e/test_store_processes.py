@@ -39,7 +39,7 @@ from interlock._store_sqlite import SCHEMA_VERSION
 from interlock_demo.payments import StripeEmulator
 from tests.conftest import TEST_KEY
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 HELPERS = ROOT / "tests" / "helpers"
 LINE_TIMEOUT_S = 30.0
 

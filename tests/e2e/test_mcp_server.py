@@ -31,7 +31,7 @@ from interlock_demo.payments import InProcessPayments, StripeEmulator
 
 pytestmark = pytest.mark.e2e
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 AMOUNT = 2000
 REQUEST_ID = "req-7f3a9c2e-retry"
 SETTLE_S = 30.0

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench" / "gate_overhead.py"
 # Statements per first attempt on main before issue 14 cut them.
 STATEMENTS_BEFORE = 23

@@ -23,7 +23,7 @@ from interlock_demo.payments.model import (
     READ_FAULT_KINDS,
 )
 from tests.conftest import TEST_KEY
-from tests.test_emulator import (
+from tests.unit.test_emulator import (
     _all_refunds,
     _client,
     _headers,

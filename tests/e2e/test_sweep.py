@@ -26,7 +26,7 @@ from scenarios import (
     sweep_scenario,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _sweep(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:

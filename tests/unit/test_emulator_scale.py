@@ -20,7 +20,7 @@ import pytest
 
 from interlock_demo.payments import InProcessPayments, PaymentsModel
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench" / "emulator_scale.py"
 
 

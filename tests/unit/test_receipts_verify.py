@@ -41,7 +41,7 @@ from interlock import (
 from interlock._receipts import GENESIS_HASH, canonical_json, chain_problems, seal, sign
 from interlock_demo.payments import InProcessPayments
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 OWNER = Owner("test-worker", os.getpid(), 0.0, "test-host")
 KEY = b"receipt-key-for-tests"
 

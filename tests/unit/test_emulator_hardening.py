@@ -34,7 +34,7 @@ from interlock_demo.payments.emulator import (
     EmulatorControlError,
 )
 from tests.conftest import TEST_KEY
-from tests.test_emulator import _client, _control_headers, _http, _paid
+from tests.unit.test_emulator import _client, _control_headers, _http, _paid
 
 # -- control routes --------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ import pytest
 
 import interlock
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("textual", "rich", "anthropic")
 
 

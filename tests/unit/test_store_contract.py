@@ -11,7 +11,7 @@ Tests that move time use the fake clock of `tests/helpers/gate_rig.py`. On Postg
 the store's clock is the database's; the clock seam (`clock_source=`) puts the fake
 clock in its place, read at the same point (after the write lock), so these tests
 exercise PostgreSQL's rows, locks and transactions under the same rules. What the
-database clock itself brings is tested in `tests/test_store_postgres.py`.
+database clock itself brings is tested in `tests/e2e/test_store_postgres.py`.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ from tests.helpers.gate_rig import (
     gone_owner,
     remote_owner,
 )
-from tests.test_store_processes import HELPERS, Child
+from tests.e2e.test_store_processes import HELPERS, Child
 
 BACKENDS = ("memory", "sqlite", "postgres")
 TTL = 6.0

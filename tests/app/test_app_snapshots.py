@@ -3,8 +3,8 @@
 Mock runs hand out random ids (payments, refunds, actions, runs) and real times. Here
 they come from counters per column thread instead, and each column's clock moves a quarter
 second per reading, so the same run draws the same screen every time. Update the SVGs
-with `pytest tests/test_app_snapshots.py --snapshot-update` and look at them before
-committing (`tests/__snapshots__/test_app_snapshots/`).
+with `pytest tests/app/test_app_snapshots.py --snapshot-update` and look at them before
+committing (`tests/app/__snapshots__/test_app_snapshots/`).
 """
 
 from __future__ import annotations

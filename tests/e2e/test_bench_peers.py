@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench" / "peers.py"
 RATIO = r"\d+\.\dx one commit \(median of 2 rounds, range \d+\.\d-\d+\.\dx\)"
 
