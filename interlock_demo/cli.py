@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
             store=args.store,
         )
         if args.engine == "temporal":
-            from interlock_demo.engine.temporal import check_temporal
+            from interlock_demo.engine.temporal.probe import check_temporal
 
             check_temporal(config)  # the extra installed, the activity's timeouts workable
     except (UsageError, KeyRefusedError) as e:

@@ -374,7 +374,8 @@ def check_workers() -> Line:
 
 def check_temporal(config: DemoConfig | None, engine: str) -> Line:
     """The Temporal dev server starts, when the extra is installed."""
-    from interlock_demo.engine.temporal import TemporalRuntime, temporal_unavailable
+    from interlock_demo.engine.temporal.probe import temporal_unavailable
+    from interlock_demo.engine.temporal.runtime import TemporalRuntime
 
     needed = engine == "temporal"
     missing = temporal_unavailable()

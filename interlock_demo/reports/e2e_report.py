@@ -157,7 +157,7 @@ def exit_code(runs: list[CaseRun]) -> int:
 def main(out: str | Path | None = None, *, parallel: int) -> int:
     """Run everything, write the report (default `DEFAULT_OUT`), say where; the exit code."""
     out = DEFAULT_OUT if out is None else Path(out)
-    from interlock_demo.engine.temporal import temporal_unavailable
+    from interlock_demo.engine.temporal.probe import temporal_unavailable
 
     reason = temporal_unavailable()
     if reason is not None:

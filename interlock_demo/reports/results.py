@@ -224,7 +224,7 @@ class Step:
 
 def plan(out: Path) -> list[Step]:
     """The steps, in order; the engine comparison is skipped without the temporal extra."""
-    from interlock_demo.engine.temporal import temporal_unavailable
+    from interlock_demo.engine.temporal.probe import temporal_unavailable
     from interlock_demo.reports import e2e_report, performance, screenshots
 
     offline = resolve(mode="offline")

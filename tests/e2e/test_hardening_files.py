@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from interlock_demo.engine.temporal import TemporalRuntime, temporal_unavailable
+from interlock_demo.engine.temporal.probe import temporal_unavailable
+from interlock_demo.engine.temporal.runtime import TemporalRuntime
 from interlock_demo.settings import Paths, resolve
 from interlock_demo.views.tui.app import make_app
 from tests.helpers.headless import CLI, ROOT, Lines, cli_env, reap

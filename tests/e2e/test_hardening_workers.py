@@ -17,7 +17,8 @@ import pytest
 
 from interlock_demo import engine as engine_module
 from interlock_demo.engine import Engine, RunRequest
-from interlock_demo.engine.temporal import TemporalColumn, temporal_unavailable
+from interlock_demo.engine.temporal.launcher import TemporalColumn
+from interlock_demo.engine.temporal.probe import temporal_unavailable
 from interlock_demo.settings import resolve, worker_env
 from scenarios import sweep_scenario
 

@@ -26,12 +26,12 @@ import psutil
 import pytest
 from rich.text import Text
 
-from interlock_demo.engine.temporal import (
+from interlock_demo.engine.temporal.probe import (
     INSTALL_HINT,
-    TemporalRuntime,
     refund_timeouts,
     temporal_unavailable,
 )
+from interlock_demo.engine.temporal.runtime import TemporalRuntime
 from interlock_demo.settings import Paths, resolve
 from interlock_demo.views.tui.app import make_app
 from interlock_demo.views.tui.widgets import ColumnPane, MessageLine, RunHeader

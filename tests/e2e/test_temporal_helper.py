@@ -51,7 +51,8 @@ from interlock import (
     refunds_fingerprint,
 )
 from interlock import temporal as it
-from interlock_demo.engine.temporal import TemporalRuntime, temporal_unavailable
+from interlock_demo.engine.temporal.probe import temporal_unavailable
+from interlock_demo.engine.temporal.runtime import TemporalRuntime
 from interlock_demo.payments import StripeEmulator
 from interlock_demo.settings import Paths
 from tests.conftest import TEST_KEY

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from interlock_demo.engine import temporal as temporal_engine
+from interlock_demo.engine.temporal import probe
 from interlock_demo.reports import performance, results, screenshots
 from interlock_demo.settings import resolve
 
@@ -23,7 +23,7 @@ def test_results_without_the_temporal_extra_skips_the_comparison_and_says_so(
     """On the README's first install (no temporal extra) every other step runs and the
     command exits 0, naming the skipped comparison and why."""
     ran: list[str] = []
-    monkeypatch.setattr(temporal_engine, "temporal_unavailable", lambda: MISSING)
+    monkeypatch.setattr(probe, "temporal_unavailable", lambda: MISSING)
     monkeypatch.setattr(results, "write_runs", lambda config, out: ran.append(config.mode))
     monkeypatch.setattr(results, "write_sweep", lambda config, out: ran.append("sweep"))
     monkeypatch.setattr(results, "write_sweep_faults", lambda config, out: ran.append("faults"))

@@ -30,7 +30,7 @@ from textual.widgets import Footer, Static
 from interlock import Switches
 from interlock_demo.core.run import Pacer, Run
 from interlock_demo.engine import TEMPORAL_TITLES, TITLES, Engine, RunRequest
-from interlock_demo.engine.temporal import temporal_unavailable
+from interlock_demo.engine.temporal.probe import temporal_unavailable
 from interlock_demo.errors import BusyError, UsageError
 from interlock_demo.settings import DemoConfig, open_private
 from interlock_demo.views.tui.commands import DemoCommands
