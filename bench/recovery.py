@@ -140,7 +140,7 @@ def measure(run: Run, model: TimedModel, scenario: str, index: int) -> list[Samp
                 scenario=scenario,
                 run=index,
                 column=col.name,
-                status=str((col.outcome or {}).get("status")),
+                status=str(None if col.outcome is None else col.outcome.status),
                 restarted_at=spawn,
                 restart_to_call=(first_call - t0) - spawn - call_wait,
                 kill_to_outcome=outcome - kill - wait,

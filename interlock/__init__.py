@@ -32,7 +32,13 @@ from interlock._journal import (
     Store,
 )
 from interlock._leases import Lease
-from interlock._payments import Payment, Payments, Refund, refunds_fingerprint
+from interlock._payments import (
+    COUNTING_REFUND_STATUSES,
+    Payment,
+    Payments,
+    Refund,
+    refunds_fingerprint,
+)
 from interlock._receipts import Check, Receipt
 from interlock._store_memory import MemoryStore
 from interlock._store_postgres import PostgresStore, is_postgres_url, redact_dsn
@@ -54,6 +60,7 @@ __all__ = [  # noqa: RUF022 - sorted case-insensitively, as httpx does
     "Check",
     "Claim",
     "ConfigError",
+    "COUNTING_REFUND_STATUSES",
     "DeadlineHTTPClient",
     "describe_store",
     "Effect",

@@ -8,13 +8,17 @@ seconds since the run started.
 
 from __future__ import annotations
 
+import copy
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from enum import Enum
 from typing import Any
+
+from workers.protocol import ColumnOutcome
 
 SCHEMA = "interlock-demo/run@1"
 
@@ -22,6 +26,25 @@ Listener = Callable[["Run", str | None], None]
 
 # The phases a presenter steps through, one press each (presenter mode in the app).
 PHASES = ("decision", "kill", "outage", "restart", "result")
+
+
+@dataclass(frozen=True)
+class Clock:
+    """Where a run reads the time: `monotonic` for its timeline, `wall` for its timestamps.
+
+    The engine and the app take one, so a test (a snapshot) can run on a clock it controls.
+    """
+
+    monotonic: Callable[[], float] = time.monotonic
+    wall: Callable[[], float] = time.time
+
+
+SYSTEM_CLOCK = Clock()
+
+
+def new_run_id() -> str:
+    """A fresh run id, `run_` and 12 hex digits."""
+    return "run_" + secrets.token_hex(6)
 
 
 class Pacer:
@@ -76,6 +99,140 @@ class Pacer:
                 self._waiting[phase] -= 1
 
 
+class ColumnState(str, Enum):
+    """Where a column is in its script; the run@1 `state` is the value."""
+
+    IDLE = "idle"
+    STARTING = "starting"
+    RUNNING = "running"
+    KILLED = "killed"
+    WAITING = "waiting"
+    RESTARTING = "restarting"
+    DONE = "done"
+    ERROR = "error"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def label(self) -> str:
+        """The state in words, for a status line."""
+        return _STATE_LABELS[self]
+
+    @property
+    def held(self) -> bool:
+        """Whether a room must be able to read this state before the next replaces it."""
+        return self in (ColumnState.KILLED, ColumnState.RESTARTING)
+
+
+_STATE_LABELS = {
+    ColumnState.IDLE: "idle",
+    ColumnState.STARTING: "creating the payment and the approval",
+    ColumnState.RUNNING: "running",
+    ColumnState.KILLED: "killed",
+    ColumnState.WAITING: "waiting for the claim",
+    ColumnState.RESTARTING: "restarting",
+    ColumnState.DONE: "done",
+    ColumnState.ERROR: "error",
+}
+
+
+@dataclass(frozen=True)
+class ClaimWait:
+    """A column waiting out a dead worker's claim, in run time (seconds since the start).
+
+    In mock runs the wait is `simulated`: shown, not waited.
+    """
+
+    start: float
+    until: float
+    seconds: float
+    simulated: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """The wait as run@1 JSON (`from`, `until`, `seconds`, and `simulated` when it is)."""
+        data: dict[str, Any] = {"from": self.start, "until": self.until, "seconds": self.seconds}
+        if self.simulated:
+            data["simulated"] = True
+        return data
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """What should be in Stripe at the end, whatever the column does (the scenario's goal)."""
+
+    text: str
+    agent_refunds: int
+    hand_refunds: int
+    refunded_total: int
+
+    def to_json(self) -> dict[str, Any]:
+        """As run@1 JSON."""
+        return {
+            "text": self.text,
+            "agent_refunds": self.agent_refunds,
+            "hand_refunds": self.hand_refunds,
+            "refunded_total": self.refunded_total,
+        }
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What the truth table predicts this column ends with (docs/design.md §2)."""
+
+    agent_refunds: int
+    hand_refunds: int
+    refunded_total: int
+    outcome: str
+    note: str
+
+    def to_json(self) -> dict[str, Any]:
+        """As run@1 JSON."""
+        return {
+            "agent_refunds": self.agent_refunds,
+            "hand_refunds": self.hand_refunds,
+            "refunded_total": self.refunded_total,
+            "outcome": self.outcome,
+            "note": self.note,
+        }
+
+
+@dataclass(frozen=True)
+class RefundRow:
+    """One refund of the column's payment as Stripe has it; `by` is `agent` or `hand`."""
+
+    id: str
+    amount: int
+    status: str
+    metadata: Mapping[str, str]
+    by: str
+
+    def to_json(self) -> dict[str, Any]:
+        """As run@1 JSON."""
+        return {
+            "id": self.id,
+            "amount": self.amount,
+            "status": self.status,
+            "metadata": dict(self.metadata),
+            "by": self.by,
+        }
+
+
+@dataclass(frozen=True)
+class StripeCard:
+    """The column's payment read back from Stripe at the end: its refunds and their total."""
+
+    refunds: tuple[RefundRow, ...]
+    refunded_total: int
+
+    def to_json(self) -> dict[str, Any]:
+        """As run@1 JSON."""
+        return {
+            "refunds": [r.to_json() for r in self.refunds],
+            "refunded_total": self.refunded_total,
+        }
+
+
 @dataclass
 class Event:
     """One thing that happened in a column."""
@@ -121,25 +278,23 @@ class Column:
 
     name: str
     title: str
-    state: str = "idle"
+    state: ColumnState = ColumnState.IDLE
     case_id: str | None = None
     payment_intent: str | None = None
     lease_id: str | None = None
     workers: list[WorkerInfo] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
-    outcome: dict[str, Any] | None = None
-    stripe: dict[str, Any] | None = None
-    wanted: dict[str, Any] = field(default_factory=dict)
-    expected: dict[str, Any] = field(default_factory=dict)
+    outcome: ColumnOutcome | None = None
+    stripe: StripeCard | None = None
+    wanted: Wanted | None = None
+    expected: Expected | None = None
     ok: bool | None = None
     truthful: bool | None = None
     as_predicted: bool | None = None
     deviations: list[str] = field(default_factory=list)
     receipt: dict[str, Any] | None = None
     verify: dict[str, Any] | None = None
-    # While the column waits out a dead worker's claim: run times `from`, `until`, `seconds`
-    # (and `simulated` in mock runs, where the wait is shown and not waited).
-    claim_wait: dict[str, Any] | None = None
+    claim_wait: ClaimWait | None = None
     # When (run time) the claim the column's last real worker renewed before sending ends.
     claim_until: float | None = None
     action_ids: list[str] = field(default_factory=list)
@@ -150,21 +305,21 @@ class Column:
         data: dict[str, Any] = {
             "name": self.name,
             "title": self.title,
-            "state": self.state,
+            "state": self.state.value,
             "payment_intent": self.payment_intent,
             "lease_id": self.lease_id,
             "workers": [w.to_json() for w in self.workers],
             "events": [e.to_json() for e in self.events],
-            "outcome": self.outcome,
-            "stripe": self.stripe,
-            "wanted": self.wanted,
-            "expected": self.expected,
+            "outcome": None if self.outcome is None else self.outcome.to_wire(),
+            "stripe": None if self.stripe is None else self.stripe.to_json(),
+            "wanted": {} if self.wanted is None else self.wanted.to_json(),
+            "expected": {} if self.expected is None else self.expected.to_json(),
             "ok": self.ok,
             "truthful": self.truthful,
             "as_predicted": self.as_predicted,
             "deviations": list(self.deviations),
             "error": self.error,
-            "claim_wait": None if self.claim_wait is None else dict(self.claim_wait),
+            "claim_wait": None if self.claim_wait is None else self.claim_wait.to_json(),
         }
         if self.name == "interlock":
             data["receipt"] = self.receipt
@@ -183,24 +338,30 @@ class Run:
     emulated: list[str]
     settings: dict[str, Any]
     columns: list[Column]
-    run_id: str = field(default_factory=lambda: "run_" + secrets.token_hex(6))
+    run_id: str = field(default_factory=new_run_id)
     status: str = "running"
-    started_at: str = field(default_factory=lambda: _iso(time.time()))
+    started_at: str = ""
     finished_at: str | None = None
     error: str | None = None
     notes: list[str] = field(default_factory=list)
     pacer: Pacer | None = field(default=None, repr=False)
-    _t0: float = field(default_factory=time.monotonic, repr=False)
+    clock: Clock = field(default=SYSTEM_CLOCK, repr=False)
+    _t0: float = field(default=0.0, repr=False)
     _elapsed: float | None = field(default=None, repr=False)
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
     _listeners: list[Listener] = field(default_factory=list, repr=False)
     _done: threading.Event = field(default_factory=threading.Event, repr=False)
 
+    def __post_init__(self) -> None:
+        self._t0 = self.clock.monotonic()
+        if not self.started_at:
+            self.started_at = _iso(self.clock.wall())
+
     # -- reading -------------------------------------------------------------------------
 
     def now(self) -> float:
         """Seconds since the run started."""
-        return time.monotonic() - self._t0
+        return self.clock.monotonic() - self._t0
 
     @property
     def elapsed_s(self) -> float:
@@ -225,26 +386,30 @@ class Run:
         """Whether every column ended as the truth table says."""
         return all(c.as_predicted for c in self.columns)
 
+    def snapshot(self) -> RunSnapshot:
+        """The run as it is now, copied under its lock: what views read and render."""
+        with self._lock:
+            return RunSnapshot(
+                run_id=self.run_id,
+                mode=self.mode,
+                engine=self.engine,
+                scenario=self.scenario,
+                title=self.title,
+                status=self.status,
+                emulated=tuple(self.emulated),
+                settings=copy.deepcopy(self.settings),
+                started_at=self.started_at,
+                finished_at=self.finished_at,
+                elapsed_s=self.elapsed_s,
+                now=self.now(),
+                error=self.error,
+                notes=tuple(self.notes),
+                columns=tuple(copy.deepcopy(c) for c in self.columns),
+            )
+
     def to_json(self) -> dict[str, Any]:
         """The run as an `interlock-demo/run@1` document."""
-        with self._lock:
-            return {
-                "schema": SCHEMA,
-                "run_id": self.run_id,
-                "mode": self.mode,
-                "engine": self.engine,
-                "scenario": self.scenario,
-                "title": self.title,
-                "status": self.status,
-                "emulated": list(self.emulated),
-                "settings": dict(self.settings),
-                "started_at": self.started_at,
-                "finished_at": self.finished_at,
-                "elapsed_s": round(self.elapsed_s, 3),
-                "error": self.error,
-                "notes": list(self.notes),
-                "columns": [c.to_json() for c in self.columns],
-            }
+        return self.snapshot().to_json()
 
     # -- writing (the engine) ------------------------------------------------------------
 
@@ -273,7 +438,7 @@ class Run:
         col = self.column(column)
         self.update(column, lambda: col.events.append(Event(self.now(), kind, text, pid)))
 
-    def set_state(self, column: str, state: str) -> None:
+    def set_state(self, column: str, state: ColumnState) -> None:
         """Move a column to another state."""
         col = self.column(column)
 
@@ -287,12 +452,63 @@ class Run:
 
         def change() -> None:
             self._elapsed = self.now()
-            self.finished_at = _iso(time.time())
+            self.finished_at = _iso(self.clock.wall())
             self.status = "failed" if error else "finished"
             self.error = error
 
         self.update(None, change)
         self._done.set()
+
+
+@dataclass(frozen=True)
+class RunSnapshot:
+    """A run at one moment: a copy no engine thread changes while a view reads it."""
+
+    run_id: str
+    mode: str
+    engine: str
+    scenario: str
+    title: str
+    status: str
+    emulated: tuple[str, ...]
+    settings: Mapping[str, Any]
+    started_at: str
+    finished_at: str | None
+    elapsed_s: float
+    # Seconds since the run started, when the copy was taken (a countdown's "now").
+    now: float
+    error: str | None
+    notes: tuple[str, ...]
+    columns: tuple[Column, ...]
+
+    @property
+    def finished(self) -> bool:
+        """Whether the run had ended (finished or failed) when the copy was taken."""
+        return self.status != "running"
+
+    def column(self, name: str) -> Column | None:
+        """The column with this name, if the run has it."""
+        return next((c for c in self.columns if c.name == name), None)
+
+    def to_json(self) -> dict[str, Any]:
+        """The run as an `interlock-demo/run@1` document."""
+        return {
+            "schema": SCHEMA,
+            "run_id": self.run_id,
+            "mode": self.mode,
+            "engine": self.engine,
+            "scenario": self.scenario,
+            "title": self.title,
+            "status": self.status,
+            "emulated": list(self.emulated),
+            "settings": dict(self.settings),
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "elapsed_s": round(self.elapsed_s, 3),
+            "error": self.error,
+            "notes": list(self.notes),
+            "columns": [c.to_json() for c in self.columns],
+        }
 
 
 def _iso(t: float) -> str:

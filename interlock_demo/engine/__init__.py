@@ -16,6 +16,7 @@ Textual; views subscribe to the `Run`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import threading
@@ -39,8 +40,18 @@ from interlock import (
     verify,
 )
 from interlock.testing import UNSETTLED_REPORTS
-from interlock.testing import truthful as is_truthful
-from interlock_demo.core.run import Column, Listener, Pacer, Run, WorkerInfo
+from interlock_demo.core.run import (
+    ClaimWait,
+    Column,
+    ColumnState,
+    Expected,
+    Listener,
+    Pacer,
+    Run,
+    Wanted,
+    WorkerInfo,
+)
+from interlock_demo.core.verdict import judge, stripe_card
 from interlock_demo.doctor import live_failure_line
 from interlock_demo.engine.supervisor import SIGKILL_EXIT, Supervisor, WorkerProcess, WorkerState
 from interlock_demo.errors import BusyError, ColumnFailed, UsageError
@@ -71,6 +82,7 @@ from workers.columns import (
     gate_event_text,
     run_worker,
 )
+from workers.protocol import ColumnOutcome
 from workers.standalone import decision_path
 
 if TYPE_CHECKING:
@@ -230,8 +242,13 @@ class Engine:
         re-read from Stripe. What is wanted in Stripe now includes the re-approved refund.
         """
         col = run.column("interlock")
-        refused = (col.outcome or {}).get("action_id")
-        if not run.finished or (col.outcome or {}).get("status") != "refused" or not refused:
+        refused = None if col.outcome is None else col.outcome.action_id
+        if (
+            not run.finished
+            or col.outcome is None
+            or col.outcome.status != "refused"
+            or not refused
+        ):
             raise BusyError("re-approval follows a finished run in which interlock refused")
         config = self.config if run.mode == self.config.mode else self.config.with_mode(run.mode)
         owned: Store | None = None
@@ -278,19 +295,20 @@ class Engine:
             )
 
             def record() -> None:
-                col.outcome = {
-                    "status": outcome.status,
-                    "reason": outcome.reason,
-                    "refund_id": outcome.external_id,
-                    "action_id": outcome.action_id,
-                    "reapproves": refused,
-                }
+                col.outcome = ColumnOutcome(
+                    status=outcome.status,
+                    reason=outcome.reason,
+                    refund_id=outcome.external_id,
+                    action_id=outcome.action_id,
+                    reapproves=refused,
+                )
                 col.action_ids.append(outcome.action_id)
-                col.wanted = {
-                    **col.wanted,
-                    "text": f"{col.wanted.get('text')}, then the re-approved $20",
-                    "agent_refunds": int(col.wanted.get("agent_refunds", 0)) + 1,
-                }
+                assert col.wanted is not None
+                col.wanted = dataclasses.replace(
+                    col.wanted,
+                    text=f"{col.wanted.text}, then the re-approved $20",
+                    agent_refunds=col.wanted.agent_refunds + 1,
+                )
 
             run.update("interlock", record)
             runner.reapproved_card()
@@ -440,7 +458,7 @@ class _ColumnRunner:
 
     def _fail(self, msg: str) -> None:
         self.col.error = msg
-        self.col.state = "error"
+        self.col.state = ColumnState.ERROR
         self.col.as_predicted = False
 
     def event(self, kind: str, text: str, pid: int | None = None) -> None:
@@ -453,21 +471,21 @@ class _ColumnRunner:
 
         def setup_card() -> None:
             col.case_id = case_id
-            col.state = "starting"
-            col.wanted = {
-                "text": sc.wanted_text,
-                "agent_refunds": sc.wanted_agent_refunds,
-                "hand_refunds": sc.wanted_hand_refunds,
-                "refunded_total": sc.wanted_total,
-            }
+            col.state = ColumnState.STARTING
+            col.wanted = Wanted(
+                text=sc.wanted_text,
+                agent_refunds=sc.wanted_agent_refunds,
+                hand_refunds=sc.wanted_hand_refunds,
+                refunded_total=sc.wanted_total,
+            )
             if exp is not None:
-                col.expected = {
-                    "agent_refunds": exp.agent_refunds,
-                    "hand_refunds": exp.hand_refunds,
-                    "refunded_total": exp.total,
-                    "outcome": exp.outcome,
-                    "note": exp.note,
-                }
+                col.expected = Expected(
+                    agent_refunds=exp.agent_refunds,
+                    hand_refunds=exp.hand_refunds,
+                    refunded_total=exp.total,
+                    outcome=exp.outcome,
+                    note=exp.note,
+                )
 
         run.update(col.name, setup_card)
         payment = self.payments.create_payment(
@@ -503,12 +521,12 @@ class _ColumnRunner:
             code = self.launch(point)
             if code != SIGKILL_EXIT:
                 raise ColumnFailed(f"the worker was to die by SIGKILL at {point} but exited {code}")
-            run.set_state(col.name, "killed")
+            run.set_state(col.name, ColumnState.KILLED)
             if n == 0:
                 self.pace("outage")
                 self._outage()
                 self.pace("restart")
-            run.set_state(col.name, "restarting")
+            run.set_state(col.name, ColumnState.RESTARTING)
         last = self.launch(None)
         if last != 0:
             raise ColumnFailed(f"the restarted worker exited {last}; see its events")
@@ -599,12 +617,12 @@ class _ColumnRunner:
         while restarts:
             restarts -= 1
             if first:
-                self.run_.set_state(col.name, "killed")
+                self.run_.set_state(col.name, ColumnState.KILLED)
             if spec.restart_after_landing and not held.ended.wait(limit):
                 raise ColumnFailed(f"the held refund call did not end within {limit:g} s")
             if spec.read_fault and col.name in READS_ON_RESTART and not key_fixed:
                 model.add_fault(spec.read_fault, payment_intent=self.case.payment_intent)
-            self.run_.set_state(col.name, "restarting")
+            self.run_.set_state(col.name, ColumnState.RESTARTING)
             seen = len(col.events)
             code = self.launch(None)
             if code != 0:
@@ -620,7 +638,7 @@ class _ColumnRunner:
 
     def _unsettled(self) -> bool:
         """Whether the column's last report settles nothing (unknown or pending)."""
-        return (self.col.outcome or {}).get("status") in UNSETTLED
+        return self.col.outcome is not None and self.col.outcome.status in UNSETTLED
 
     def launch(self, crash_point: str | None) -> int | None:
         """Run one worker to its end; returns its exit code."""
@@ -639,12 +657,12 @@ class _ColumnRunner:
             until = run.now() + float(ev["expires_at"]) - time.time()
             run.update(col.name, lambda: setattr(col, "claim_until", until))
         if kind == "outcome":
-            outcome = {k: ev.get(k) for k in ("status", "reason", "refund_id", "action_id")}
+            outcome = ColumnOutcome.from_wire(ev)
 
             def set_outcome() -> None:
                 col.outcome = outcome
-                if outcome.get("action_id"):
-                    col.action_ids.append(str(outcome["action_id"]))
+                if outcome.action_id:
+                    col.action_ids.append(outcome.action_id)
 
             run.update(col.name, set_outcome)
         elif kind == "gate-claim-wait":
@@ -654,14 +672,12 @@ class _ColumnRunner:
             simulated = any(w.simulated for w in col.workers)
 
             def set_wait() -> None:
-                col.state = "waiting"
-                col.claim_wait = {"from": start, "until": start + seconds, "seconds": seconds}
-                if simulated:
-                    col.claim_wait["simulated"] = True
+                col.state = ColumnState.WAITING
+                col.claim_wait = ClaimWait(start, start + seconds, seconds, simulated=simulated)
 
             run.update(col.name, set_wait)
-        elif kind in ("gate-claim", "gate-sending") and col.state == "waiting":
-            run.set_state(col.name, "running")
+        elif kind in ("gate-claim", "gate-sending") and col.state is ColumnState.WAITING:
+            run.set_state(col.name, ColumnState.RUNNING)
         run.add_event(col.name, kind, str(ev.get("text", "")), pid)
 
     def reapproved_card(self) -> None:
@@ -670,55 +686,11 @@ class _ColumnRunner:
 
     def _card(self, *, reapproved: bool = False) -> None:
         run, col, sc = self.run_, self.col, self.sc
-        assert self.case is not None
-        refunds = self.payments.list_refunds(self.case.payment_intent)
-        rows: list[dict[str, Any]] = [
-            {
-                "id": r.id,
-                "amount": r.amount,
-                "status": r.status,
-                "metadata": dict(r.metadata),
-                "by": "agent" if r.metadata.get("case") == self.case.case_id else "hand",
-            }
-            for r in refunds
-        ]
-        counting = [row for row, r in zip(rows, refunds, strict=True) if r.counts]
-        wanted_agent = int(col.wanted.get("agent_refunds", sc.wanted_agent_refunds))
-        wanted_hand = int(col.wanted.get("hand_refunds", sc.wanted_hand_refunds))
-        agent = sum(1 for r in counting if r["by"] == "agent")
-        hand = sum(1 for r in counting if r["by"] == "hand")
-        total = sum(r["amount"] for r in counting)
+        assert self.case is not None and col.wanted is not None
+        card = stripe_card(self.payments.list_refunds(self.case.payment_intent), self.case.case_id)
         exp = expectation(sc.id, col.name, run.emulated)
-        outcome = col.outcome or {}
-        agent_ids = {r["id"] for r in counting if r["by"] == "agent"}
-        # Truthful: it says a refund of its own exists exactly when one does, and names it.
-        # Pending or unknown claims nothing either way (docs/design.md §3): truthful, shown
-        # as unknown. The rule is interlock.testing's, which certifies effects in-process.
-        truthful = is_truthful(
-            str(outcome.get("status")),
-            len(agent_ids),
-            names_its_own=outcome.get("refund_id") in agent_ids,
-        )
-        deviations = []
-        if exp is None:
-            pass  # a sweep cell: judged by ok and truthful, not by a truth-table row
-        elif not reapproved and (agent, hand) != (exp.agent_refunds, exp.hand_refunds):
-            deviations.append(
-                f"Stripe has {agent} agent and {hand} hand refunds; the truth table says "
-                f"{exp.agent_refunds} and {exp.hand_refunds}"
-            )
-        if exp is not None and not reapproved and outcome.get("status") != exp.outcome:
-            deviations.append(
-                f"the column reported {outcome.get('status')!r}; "
-                f"the truth table says {exp.outcome!r}"
-            )
-        if (
-            exp is not None
-            and not reapproved
-            and exp.reason_contains
-            and exp.reason_contains not in str(outcome.get("reason") or "")
-        ):
-            deviations.append(f"the reason does not say {exp.reason_contains!r}")
+        verdict = judge(card, col.outcome, col.wanted, exp, reapproved=reapproved)
+        deviations = list(verdict.deviations)
         receipt = verified = None
         if col.name == "interlock":
             actions = self.store.actions(self.case.metadata)
@@ -733,16 +705,16 @@ class _ColumnRunner:
                 deviations.append(f"verify() ok is {result['ok']}; expected {want_ok}")
 
         def fill() -> None:
-            col.stripe = {"refunds": rows, "refunded_total": total}
-            col.ok = agent == wanted_agent and hand == wanted_hand
-            col.truthful = truthful
+            col.stripe = verdict.stripe
+            col.ok = verdict.ok
+            col.truthful = verdict.truthful
             if not reapproved:
                 col.as_predicted = None if exp is None else not deviations
             col.deviations = deviations
             col.receipt = receipt
             col.verify = verified
             col.claim_wait = None
-            col.state = "done"
+            col.state = ColumnState.DONE
 
         run.update(col.name, fill)
 
@@ -803,7 +775,7 @@ class _ProcessColumn(_ColumnRunner):
                 def started() -> None:
                     info.pid = worker.pid
                     col.workers.append(info)
-                    col.state = "running"
+                    col.state = ColumnState.RUNNING
 
                 run.update(col.name, started)
             elif state in (WorkerState.KILLED, WorkerState.EXITED):
@@ -922,7 +894,7 @@ class _MockColumn(_ColumnRunner):
 
         def started() -> None:
             col.workers.append(info)
-            col.state = "running"
+            col.state = ColumnState.RUNNING
 
         run.update(col.name, started)
 

@@ -42,6 +42,7 @@ from typing import Any, TextIO
 
 from interlock import Store
 from interlock_demo.core.run import Column, Run
+from interlock_demo.core.verdict import tally
 from interlock_demo.engine import UNSETTLED, Engine, RunRequest
 from interlock_demo.settings import DemoConfig
 from scenarios import (
@@ -130,18 +131,18 @@ def cells_of(
     """The cells a finished sweep run produced, one per column (`store`: for the lease)."""
     cells = []
     for col in run.columns:
-        refunds = [r for r in (col.stripe or {}).get("refunds", []) if _counts(r)]
+        agent, hand = (0, 0) if col.stripe is None else tally(col.stripe)
         got = {
-            "agent_refunds": sum(1 for r in refunds if r["by"] == "agent"),
-            "hand_refunds": sum(1 for r in refunds if r["by"] == "hand"),
-            "refunded_total": int((col.stripe or {}).get("refunded_total", 0)),
+            "agent_refunds": agent,
+            "hand_refunds": hand,
+            "refunded_total": 0 if col.stripe is None else col.stripe.refunded_total,
         }
         wanted = {
-            "agent_refunds": int(col.wanted.get("agent_refunds", 0)),
-            "hand_refunds": int(col.wanted.get("hand_refunds", 0)),
-            "refunded_total": int(col.wanted.get("refunded_total", 0)),
+            "agent_refunds": 0 if col.wanted is None else col.wanted.agent_refunds,
+            "hand_refunds": 0 if col.wanted is None else col.wanted.hand_refunds,
+            "refunded_total": 0 if col.wanted is None else col.wanted.refunded_total,
         }
-        outcome = col.outcome or {}
+        outcome = col.outcome
         cells.append(
             Cell(
                 crash_point=crash_point,
@@ -151,8 +152,8 @@ def cells_of(
                 truthful=bool(col.truthful) and col.error is None,
                 wanted=wanted,
                 got=got,
-                reported=str(outcome.get("status") or "none"),
-                reason=outcome.get("reason"),
+                reported="none" if outcome is None else outcome.status,
+                reason=None if outcome is None else outcome.reason,
                 error=col.error or run.error,
                 fault=fault,
                 reports=_reports(col),
@@ -161,10 +162,6 @@ def cells_of(
             )
         )
     return cells
-
-
-def _counts(refund: dict[str, Any]) -> bool:
-    return refund.get("status") in ("pending", "requires_action", "succeeded")
 
 
 def _reports(col: Column) -> tuple[str, ...]:

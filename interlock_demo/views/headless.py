@@ -108,10 +108,10 @@ def _summary(run: Run) -> str:
     if run.error:
         lines.append(f"{mock}  error: {run.error}")
     for c in run.columns:
-        total = (c.stripe or {}).get("refunded_total")
+        total = None if c.stripe is None else c.stripe.refunded_total
         money = f"${total / 100:.2f} refunded" if total is not None else "no result"
         verdict = "as predicted" if c.as_predicted else "DEVIATION"
-        status = (c.outcome or {}).get("status")
+        status = None if c.outcome is None else c.outcome.status
         lines.append(f"{mock}  {c.name:<9} {money}, reported {status}: {verdict}")
         for d in c.deviations:
             lines.append(f"{mock}    - {d}")

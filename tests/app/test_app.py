@@ -414,7 +414,7 @@ async def test_a_is_offered_only_after_a_refusal(home: Path) -> None:
         run = await start(pilot, "3")
         await finish(pilot, run)
         outcome = run.column("interlock").outcome
-        assert outcome is not None and outcome["status"] == "adopted"
+        assert outcome is not None and outcome.status == "adopted"
         assert app.check_action("reapprove", ()) is False
         assert "a" not in {k.key for k in app.query(FooterKey)}
         events = len(run.column("interlock").events)
@@ -431,8 +431,8 @@ async def test_a_reapproves_after_interlock_refused(home: Path, sid: str) -> Non
         run = await start(pilot, SCENARIOS[sid].key)
         await finish(pilot, run)
         col = run.column("interlock")
-        assert col.outcome is not None and col.outcome["status"] == "refused"
-        refused = col.outcome["action_id"]
+        assert col.outcome is not None and col.outcome.status == "refused"
+        refused = col.outcome.action_id
         assert app.check_action("reapprove", ()) is True
         assert "a" in {k.key for k in app.query(FooterKey)}
 
@@ -440,8 +440,8 @@ async def test_a_reapproves_after_interlock_refused(home: Path, sid: str) -> Non
         await asyncio.wait_for(app.workers.wait_for_complete(), RUN_TIMEOUT_S)
         await settle(pilot)
 
-        assert col.outcome["status"] == "sent"
-        assert col.outcome["reapproves"] == refused
+        assert col.outcome is not None and col.outcome.status == "sent"
+        assert col.outcome.reapproves == refused
         assert col.receipt is not None
         assert col.receipt["outcome"] == "sent"
         assert col.receipt["context"]["reapproves"] == refused
@@ -457,9 +457,10 @@ async def test_a_reapproves_after_interlock_refused(home: Path, sid: str) -> Non
             else "Re-approved: a person approved $20 again"
         ) in card.replace("\nMOCK. ", " ")
         assert col.stripe is not None
-        agent_rows = [r for r in col.stripe["refunds"] if r["by"] == "agent"]
-        assert [r["id"] for r in agent_rows] == [col.outcome["refund_id"]]
-        assert f"$20.00  agent  {col.outcome['refund_id']}" in card
+        assert col.stripe is not None
+        agent_rows = [r for r in col.stripe.refunds if r.by == "agent"]
+        assert [r.id for r in agent_rows] == [col.outcome.refund_id]
+        assert f"$20.00  agent  {col.outcome.refund_id}" in card
         assert "a person approves the $20 refund again" in pane_part(
             app, "interlock", "event-lines"
         )

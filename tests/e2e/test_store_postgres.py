@@ -46,10 +46,10 @@ from interlock import (
 from interlock._journal import SCHEMA_VERSION
 from interlock._store_postgres import redact_dsn
 from interlock_demo.payments import StripeEmulator
+from tests.e2e.test_store_processes import ROOT
 from tests.helpers import headless
 from tests.helpers.gate_rig import TIMING
 from tests.unit.test_store_contract import _payments
-from tests.e2e.test_store_processes import ROOT
 
 SKEW_S = 300.0  # five minutes each way: ten minutes between the two hosts
 DEADLINE_S = 30.0

@@ -1,4 +1,4 @@
-"""A Temporal worker process with one guarded refund activity, for tests/e2e/test_temporal_helper.py.
+"""A Temporal worker process with one guarded refund activity (tests/e2e/test_temporal_helper.py).
 
     python -m tests.helpers.temporal_gate_worker ADDRESS TASK_QUEUE STORE STRIPE_BASE
 

@@ -51,6 +51,7 @@ from interlock import (
 )
 from interlock_demo.payments import StripeEmulator
 from tests.conftest import TEST_KEY
+from tests.e2e.test_store_processes import HELPERS, Child
 from tests.helpers.gate_rig import (
     AMOUNT,
     TIMING,
@@ -60,7 +61,6 @@ from tests.helpers.gate_rig import (
     gone_owner,
     remote_owner,
 )
-from tests.e2e.test_store_processes import HELPERS, Child
 
 BACKENDS = ("memory", "sqlite", "postgres")
 TTL = 6.0

@@ -37,6 +37,7 @@ from interlock_demo.engine.temporal.probe import refund_timeouts
 from interlock_demo.engine.temporal.runtime import NAMESPACE, TemporalRuntime
 from interlock_demo.errors import ColumnFailed
 from interlock_demo.settings import DemoConfig
+from workers.protocol import ColumnOutcome
 
 if TYPE_CHECKING:
     from temporalio.api.common.v1 import Payload
@@ -156,14 +157,14 @@ class TemporalColumn(_ProcessColumn):
         result = closing.result
         if closing.status != "completed" or result is None:
             raise ColumnFailed(f"workflow {self.workflow_id} {closing.status}: {closing.text}")
-        outcome = {k: result.get(k) for k in ("status", "reason", "refund_id", "action_id")}
+        outcome = ColumnOutcome.from_wire(result)
         col = self.col
 
         def set_outcome() -> None:
             col.outcome = outcome
-            action = outcome.get("action_id")
+            action = outcome.action_id
             if action and action not in col.action_ids:
-                col.action_ids.append(str(action))
+                col.action_ids.append(action)
 
         self.run_.update(col.name, set_outcome)
 

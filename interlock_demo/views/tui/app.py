@@ -405,9 +405,9 @@ class DemoApp(App[int]):
         if run is None or not run.finished:
             return None
         col = next((c for c in run.columns if c.name == "interlock"), None)
-        if col is None or not col.outcome or col.outcome.get("status") != "refused":
+        if col is None or col.outcome is None or col.outcome.status != "refused":
             return None
-        return col.outcome.get("action_id")
+        return col.outcome.action_id
 
     def _refuse_while_running(self, what: str) -> bool:
         if self._run_is_going():

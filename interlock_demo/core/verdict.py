@@ -1,0 +1,111 @@
+"""How a column is judged at the end: its refunds in Stripe against what was wanted, what
+the truth table predicted, and whether its report told the truth.
+
+One home for the rules every view and report applies: which refunds count (the
+library's `COUNTING_REFUND_STATUSES`), whose a refund is (`agent` when it carries the
+case's metadata, else `hand`), `ok` (Stripe holds what was wanted), `truthful`
+(`interlock.testing.truthful`) and the deviations from the truth table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from interlock import COUNTING_REFUND_STATUSES, Refund
+from interlock.testing import truthful as is_truthful
+from interlock_demo.core.run import RefundRow, StripeCard, Wanted
+from scenarios import Expectation
+from workers.protocol import ColumnOutcome
+
+AGENT = "agent"
+HAND = "hand"
+
+
+def counts(status: str) -> bool:
+    """Whether a refund in this status counts against the payment (not failed/canceled)."""
+    return status in COUNTING_REFUND_STATUSES
+
+
+def stripe_card(refunds: Iterable[Refund], case_id: str) -> StripeCard:
+    """The column's refunds as Stripe has them, each marked agent or hand, and their total."""
+    rows = tuple(
+        RefundRow(
+            id=r.id,
+            amount=r.amount,
+            status=r.status,
+            metadata=dict(r.metadata),
+            by=AGENT if r.metadata.get("case") == case_id else HAND,
+        )
+        for r in refunds
+    )
+    return StripeCard(rows, sum(r.amount for r in rows if counts(r.status)))
+
+
+def counting(card: StripeCard) -> list[RefundRow]:
+    """The refunds of the card that count."""
+    return [r for r in card.refunds if counts(r.status)]
+
+
+def tally(card: StripeCard) -> tuple[int, int]:
+    """How many counting refunds are the agent's and how many were made by hand."""
+    rows = counting(card)
+    return sum(r.by == AGENT for r in rows), sum(r.by == HAND for r in rows)
+
+
+def counting_rows(refunds: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The counting refunds of a run@1 `stripe.refunds` list (reports that read JSON)."""
+    return [r for r in refunds if counts(str(r.get("status")))]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A column's judgement: what Stripe holds, and how that compares."""
+
+    stripe: StripeCard
+    ok: bool
+    truthful: bool
+    deviations: tuple[str, ...]
+
+
+def judge(
+    card: StripeCard,
+    outcome: ColumnOutcome | None,
+    wanted: Wanted,
+    expected: Expectation | None,
+    *,
+    reapproved: bool = False,
+) -> Verdict:
+    """Judge a column from its Stripe card and its report.
+
+    After a re-approval the truth table no longer applies (the person changed the case),
+    so only `ok` and `truthful` are judged. A sweep cell has no `expected` row.
+    """
+    agent, hand = tally(card)
+    agent_ids = {r.id for r in counting(card) if r.by == AGENT}
+    status = None if outcome is None else outcome.status
+    # Truthful: it says a refund of its own exists exactly when one does, and names it.
+    # Pending or unknown claims nothing either way (docs/design.md §3). The rule is
+    # interlock.testing's, which certifies effects in-process.
+    truthful = is_truthful(
+        str(status),
+        len(agent_ids),
+        names_its_own=outcome is not None and outcome.refund_id in agent_ids,
+    )
+    deviations: list[str] = []
+    if expected is not None and not reapproved:
+        if (agent, hand) != (expected.agent_refunds, expected.hand_refunds):
+            deviations.append(
+                f"Stripe has {agent} agent and {hand} hand refunds; the truth table says "
+                f"{expected.agent_refunds} and {expected.hand_refunds}"
+            )
+        if status != expected.outcome:
+            deviations.append(
+                f"the column reported {status!r}; the truth table says {expected.outcome!r}"
+            )
+        reason = "" if outcome is None else outcome.reason or ""
+        if expected.reason_contains and expected.reason_contains not in reason:
+            deviations.append(f"the reason does not say {expected.reason_contains!r}")
+    ok = (agent, hand) == (wanted.agent_refunds, wanted.hand_refunds)
+    return Verdict(card, ok, truthful, tuple(deviations))
