@@ -29,11 +29,13 @@ class EventKind(str, Enum):
 
     START = "start"
     ASK_MODEL = "ask-model"
+    TOOL_CALL = "tool-call"
     DECISION = "decision"
     DECISION_SAVED = "decision-saved"
     RESUME = "resume"
     RECHECK = "recheck"
     RECOVER = "recover"
+    ACTIVITY = "activity"  # a Temporal refund activity begins (its attempt number)
     SEND = "send"
     ANSWER = "answer"
     KEY_REFUSED = "key-refused"

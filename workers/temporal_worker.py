@@ -10,7 +10,7 @@ engine's scenarios is inside the refund activity; and it exits by itself when it
 supervisor goes away (stdin reaches EOF or its parent changes).
 
 Workflows are not cached (`max_cached_workflows=0`): the next workflow task never waits
-on a dead worker's sticky queue. Environment: as `workers.standalone`.
+on a dead worker's sticky queue. Environment: as `workers.process` says.
 """
 
 from __future__ import annotations
@@ -27,14 +27,8 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.worker import Worker
 
 from interlock import InterlockError, Switches, Timing
-from workers.standalone import (
-    EXIT_ERROR,
-    EXIT_USAGE,
-    _context_factory,
-    _home_store_and_payments,
-    _supervised_crash_point,
-    emit,
-)
+from workers.process import context_factory, emit, journal_and_payments, supervised_crash_point
+from workers.protocol import EXIT_ERROR, EXIT_USAGE, EventKind
 from workers.temporal_workflows import CaseActivities, RefundCase
 
 # Heartbeats reach the server within this long of the event that sent them, so a dead
@@ -70,9 +64,9 @@ async def _serve(args: argparse.Namespace, activities: CaseActivities) -> int:
             try:
                 await client.get_workflow_handle(args.workflow_id).result()
             except WorkflowFailureError as e:
-                emit("error", f"the workflow failed: {e.cause}")
+                emit(EventKind.ERROR, f"the workflow failed: {e.cause}")
                 return EXIT_ERROR
-    emit("done", "the case's workflow closed; the worker stops")
+    emit(EventKind.DONE, "the case's workflow closed; the worker stops")
     return 0
 
 
@@ -82,22 +76,22 @@ def main(argv: list[str] | None = None) -> int:
         args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
     except SystemExit as e:
         return EXIT_USAGE if e.code else 0
-    usable, crash_at = _supervised_crash_point()
+    usable, crash_at = supervised_crash_point()
     if not usable:
         return EXIT_USAGE
     try:
         timing = Timing.from_env()
-        _, store, payments = _home_store_and_payments(timing)
-        context = _context_factory(payments, store, timing, Switches.from_env(), crash_at)
+        _, store, payments = journal_and_payments(timing)
+        context = context_factory(payments, store, timing, Switches.from_env(), crash_at)
         emit(
-            "start",
+            EventKind.START,
             f"Temporal worker started on task queue {args.task_queue}"
             + (f" (crash point: {crash_at})" if crash_at else ""),
             crash_point=crash_at,
         )
         return asyncio.run(_serve(args, CaseActivities(context, emit)))
     except (InterlockError, OSError, ValueError, RuntimeError) as e:
-        emit("error", f"{type(e).__name__}: {e}")
+        emit(EventKind.ERROR, f"{type(e).__name__}: {e}")
         return EXIT_ERROR
 
 

@@ -19,7 +19,7 @@ The columns, as Temporal runs them:
   attempt's claim, and adopts its refund or re-checks. Refused comes back as a
   non-retryable error, which the workflow turns into its result.
 - checked (Temporal + the hand-written check): before a retry attempt, the same
-  re-check as standalone's (`workers.columns`, about ten lines): re-read the payment's
+  re-check as standalone's (`workers.checked`, about ten lines): re-read the payment's
   refunds and the approval, and stop if either changed.
 
 The refund activity heartbeats on every event and while the gate waits for a claim, so
@@ -34,7 +34,7 @@ from __future__ import annotations
 import contextvars
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -53,20 +53,18 @@ with workflow.unsafe.imports_passed_through():
         outcome_of,
     )
     from workers.agent import Decision
-    from workers.columns import (
+    from workers.context import (
         RECORDED_DECISION,
         Case,
-        DecisionBox,
+        ContextFactory,
         Emit,
         WorkerContext,
-        _decide,
-        _gate_event,
-        _outcome_text,
-        key_refused_report,
-        outcome_report,
-        refund_intent,
-        run_worker,
+        ask_model,
     )
+    from workers.interlock import gate_listener, gate_report, key_refused, refund_intent
+    from workers.protocol import ColumnOutcome, EventKind
+    from workers.run import report, run_worker
+    from workers.standard import idempotency_key
 
 WORKFLOW = "RefundCase"
 ACTIVITY_ASK_MODEL = "ask_model"
@@ -145,7 +143,7 @@ class RefundCase:
             retry_policy=RetryPolicy(maximum_attempts=3),
         )
         if decision.get("amount") is None:
-            return {"status": "no-refund", "reason": decision.get("text"), "refund_id": None}
+            return ColumnOutcome("no-refund", reason=decision.get("text")).to_wire()
         try:
             outcome: dict[str, Any] = await workflow.execute_activity(
                 ACTIVITY_REFUND,
@@ -166,18 +164,18 @@ class RefundCase:
             recorded = outcome_of(e)
             if recorded is None:
                 raise
-            return _report(recorded)
+            return _recorded(recorded).to_wire()
         return outcome
 
 
-def _report(recorded: dict[str, Any]) -> dict[str, Any]:
+def _recorded(recorded: dict[str, Any]) -> ColumnOutcome:
     """A column's report from the outcome an interlock error carries (`outcome_data`)."""
-    return {
-        "status": recorded["status"],
-        "reason": recorded["reason"],
-        "refund_id": recorded["external_id"],
-        "action_id": recorded["action_id"],
-    }
+    return ColumnOutcome(
+        recorded["status"],
+        reason=recorded["reason"],
+        refund_id=recorded["external_id"],
+        action_id=recorded["action_id"],
+    )
 
 
 class HistoryBox:
@@ -199,8 +197,7 @@ class HistoryBox:
         """Nothing on the first attempt; the decision and the case's key on a retry."""
         if self.attempt == 1 or self.decision is None:
             return None
-        # The key workers.columns derives from the case for the standard and checked columns.
-        return {"decision": self.decision.to_dict(), "key": f"refund-{self.case.case_id}"}
+        return {"decision": self.decision.to_dict(), "key": idempotency_key(self.case)}
 
     def save(self, record: dict[str, Any]) -> None:
         """Nothing to save: the history holds the decision and the activity's result."""
@@ -233,13 +230,10 @@ def _pulse(timeout: timedelta | None) -> Iterator[None]:
 
 
 # The worker code's words for a step that Temporal does differently.
-_TEMPORAL_TEXT = {
-    "decision-saved": "the decision is in the workflow's history (ask_model's result)",
-    "resume": "read the decision from the workflow's history; retrying the refund",
+_TEMPORAL_TEXT: dict[str, str] = {
+    EventKind.DECISION_SAVED: "the decision is in the workflow's history (ask_model's result)",
+    EventKind.RESUME: "read the decision from the workflow's history; retrying the refund",
 }
-
-# Builds a column's worker context for one activity: case, decision box, emit, sleep.
-ContextFactory = Callable[[Case, DecisionBox, Emit, Callable[[float], None]], WorkerContext]
 
 
 class CaseActivities:
@@ -249,7 +243,7 @@ class CaseActivities:
         self._context = context
         self._emit_line = emit
 
-    def _emit(self, kind: str, text: str, **data: Any) -> None:
+    def _emit(self, kind: str, text: str, /, **data: Any) -> None:
         self._emit_line(kind, _TEMPORAL_TEXT.get(kind, text), **data)
         activity.heartbeat(kind)
 
@@ -263,7 +257,7 @@ class CaseActivities:
         c = Case.from_dict(case)
         ctx = self._context(c, HistoryBox(c, None, 1), self._emit, self._sleep)
         with _pulse(activity.info().heartbeat_timeout):
-            return _decide(ctx).to_dict()
+            return ask_model(ctx).to_dict()
 
     @activity.defn(name=ACTIVITY_REFUND)
     def refund(self, args: RefundInput) -> dict[str, Any]:
@@ -274,16 +268,16 @@ class CaseActivities:
         ctx = self._context(case, HistoryBox(case, decision, attempt), self._emit, self._sleep)
         ctx.extra[RECORDED_DECISION] = decision
         self._emit(
-            "activity",
+            EventKind.ACTIVITY,
             f"refund activity, attempt {attempt}" + (" (Temporal's retry)" if attempt > 1 else ""),
             attempt=attempt,
         )
         if case.column == "interlock":
-            return _interlock_refund(ctx, decision)
-        return run_worker(ctx)
+            return _interlock_refund(ctx, decision).to_wire()
+        return run_worker(ctx).to_wire()
 
 
-def _interlock_refund(ctx: WorkerContext, decision: Decision) -> dict[str, Any]:
+def _interlock_refund(ctx: WorkerContext, decision: Decision) -> ColumnOutcome:
     """The interlock column under Temporal: interlock's own helper, nothing of ours."""
     guard = ActivityGate(
         ctx.store,
@@ -291,21 +285,20 @@ def _interlock_refund(ctx: WorkerContext, decision: Decision) -> dict[str, Any]:
         timing=ctx.timing,
         switches=ctx.switches,
         owner=ctx.owner,
-        on_event=lambda kind, data: _gate_event(ctx, kind, data),
+        on_event=gate_listener(ctx),
         clock=ctx.clock,
     )
     intent = refund_intent(ctx.case, decision, activity_action_id())
     try:
-        report = outcome_report(guard.send(intent))
+        outcome = gate_report(guard.send(intent))
     except ApplicationError as e:
         recorded = outcome_of(e)
         if recorded is not None:
-            report = _report(recorded)
-            ctx.emit("outcome", _outcome_text(report, ctx.answerer), **report)
+            report(ctx, _recorded(recorded))
         raise
     except PaymentsAuthError as e:
         # A refused key settles nothing (the action stays pending, its reservation kept):
         # report it, as standalone does, for whoever fixes the key to run the case again.
-        report = key_refused_report(ctx, e, intent.action_id)
-    ctx.emit("outcome", _outcome_text(report, ctx.answerer), **report)
-    return report
+        outcome = key_refused(ctx, e, intent.action_id)
+    report(ctx, outcome)
+    return outcome

@@ -1,0 +1,208 @@
+"""What every column's worker works with: the case, its context, and asking the model.
+
+A worker run gets one `WorkerContext`: the case, the payments API, the journal, where a
+plain worker keeps its decision (`DecisionBox`), how it reports (`Emit`), where it dies
+(`crash`), the model, the timing and switches, its identity, and a clock. The process
+entries (`workers.process`) and mock runs (the engine) build it; the column stories
+(`workers.standard`, `workers.checked`, `workers.interlock`) only read it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from interlock import Owner, Payments, Store, Switches, Timing
+from workers.agent import Decision, Model, decide
+from workers.protocol import EventKind
+from workers.texts import STRIPE
+
+# Where a worker can die, in the order a refund passes them. `in-flight` is not here: the
+# supervisor kills the worker while the emulator holds Stripe's answer.
+CRASH_POINTS = (
+    "after-decision",
+    "after-journal",
+    "after-sending",
+    "before-send",
+    "after-answer",
+    "after-outcome",
+    "during-recovery",
+)
+
+# Columns whose restarted worker reads the payment before it acts (a read fault can hit
+# it); the standard worker resends on its saved decision without reading anything.
+READS_ON_RESTART = frozenset({"interlock", "checked"})
+
+# `WorkerContext.extra` key: a decision made and recorded before this worker ran, which
+# it uses instead of asking the model (the Temporal engine's refund activity).
+RECORDED_DECISION = "recorded_decision"
+
+
+class Emit(Protocol):
+    """How a worker reports: one event, its kind, its line of text and its data."""
+
+    def __call__(self, kind: str, text: str, /, **data: Any) -> None:
+        """Report one event (a process writes it as a JSON line; mock runs record it)."""
+        ...
+
+
+class SimulatedCrash(BaseException):
+    """Raised at the crash point of an in-process (mock) worker: the process 'dies' here."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One support case for one column: its payment, its approval and the request."""
+
+    case_id: str
+    column: str
+    payment_intent: str
+    lease_id: str
+    amount: int
+    request: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """The case as JSON-ready data."""
+        return {
+            "case_id": self.case_id,
+            "column": self.column,
+            "payment_intent": self.payment_intent,
+            "lease_id": self.lease_id,
+            "amount": self.amount,
+            "request": self.request,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Case:
+        """A case from `to_dict` data."""
+        return cls(
+            case_id=str(data["case_id"]),
+            column=str(data["column"]),
+            payment_intent=str(data["payment_intent"]),
+            lease_id=str(data["lease_id"]),
+            amount=int(data["amount"]),
+            request=str(data["request"]),
+        )
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        """What the agent's refunds carry in their metadata."""
+        return {"case": self.case_id, "column": self.column}
+
+
+class DecisionBox(Protocol):
+    """Where the standard and checked workers keep their decision across a crash."""
+
+    def load(self) -> dict[str, Any] | None:
+        """The saved record, or None."""
+        ...
+
+    def save(self, record: dict[str, Any]) -> None:
+        """Save durably before returning."""
+        ...
+
+
+class DecisionFile:
+    """A decision saved as JSON: written to a temp file, fsynced, renamed, dir fsynced."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def load(self) -> dict[str, Any] | None:
+        """The saved record; None if there is none."""
+        try:
+            data: dict[str, Any] = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return None
+        return data
+
+    def save(self, record: dict[str, Any]) -> None:
+        """Replace the file atomically and durably."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(record, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        dir_fd = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+@dataclass
+class MemoryBox:
+    """A decision box in memory, for mock runs (the 'file' survives the simulated crash)."""
+
+    record: dict[str, Any] | None = None
+
+    def load(self) -> dict[str, Any] | None:
+        """The saved record, or None."""
+        return None if self.record is None else json.loads(json.dumps(self.record))
+
+    def save(self, record: dict[str, Any]) -> None:
+        """Keep a copy."""
+        self.record = json.loads(json.dumps(record))
+
+
+@dataclass
+class WorkerContext:
+    """Everything one worker run needs; built by the process entry or by mock mode."""
+
+    case: Case
+    payments: Payments
+    store: Store
+    box: DecisionBox
+    emit: Emit
+    crash: Callable[[str], None]
+    model: Callable[[], Model]
+    timing: Timing
+    switches: Switches
+    owner: Owner
+    clock: Callable[[], float]
+    sleep: Callable[[float], None]
+    extra: dict[str, Any] = field(default_factory=dict)
+    answerer: str = STRIPE
+
+
+# Builds a column's worker context for one run from the case, its decision box, how it
+# reports and how it sleeps; the rest (journal, payments, crash point) is the process's.
+ContextFactory = Callable[[Case, DecisionBox, Emit, Callable[[float], None]], WorkerContext]
+
+
+def ask_model(ctx: WorkerContext) -> Decision:
+    """The model's decision on the case: asked now, or the one recorded before this run.
+
+    Every column decides the same way; this is the `after-decision` crash point.
+    """
+    recorded = ctx.extra.get(RECORDED_DECISION)
+    if isinstance(recorded, Decision):
+        return recorded  # decided earlier and kept elsewhere (a Temporal workflow's history)
+    ctx.emit(EventKind.ASK_MODEL, "asking the model about the support request")
+    decision = decide(ctx.model(), ctx.payments, ctx.case.payment_intent, ctx.case.request)
+    seen = decision.payment_seen
+    ctx.emit(
+        EventKind.TOOL_CALL,
+        f"get_payment: ${seen['amount'] / 100:.2f}, ${seen['amount_refunded'] / 100:.2f} "
+        f"refunded ({len(seen['refunds'])} refunds)",
+    )
+    if decision.refund:
+        ctx.emit(
+            EventKind.DECISION,
+            f"model calls issue_refund(${(decision.amount or 0) / 100:.2f})",
+            amount=decision.amount,
+            model=decision.model,
+        )
+    else:
+        ctx.emit(
+            EventKind.DECISION, f"model decided no refund: {decision.text}", model=decision.model
+        )
+    ctx.crash("after-decision")
+    return decision

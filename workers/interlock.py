@@ -1,0 +1,140 @@
+"""The interlock column: the refund behind `interlock.Gate`, and recovery on restart.
+
+1. Recover: the case's journaled actions without an outcome go through
+   `gate.recover_action` (it finds its own refund at Stripe, or re-checks and sends).
+2. Or, with nothing journaled, ask the model and `gate.submit` the refund it decided.
+
+The gate journals, claims, looks up, checks and sends; this worker only turns its
+events into lines (`gate_listener`, where the gate's crash points are) and its outcome
+into the column's report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from interlock import (
+    Gate,
+    Intent,
+    Outcome,
+    PaymentsAuthError,
+    StripeRefund,
+    new_action_id,
+)
+from workers.agent import Decision
+from workers.context import Case, WorkerContext, ask_model
+from workers.protocol import ColumnOutcome, EventKind, gate_kind
+from workers.texts import gate_event_text, key_refused_reason
+
+# Gate events that are crash points for the interlock worker.
+_GATE_CRASH_POINTS = {
+    "journaled": "after-journal",
+    "sending": "after-sending",
+    "before-send": "before-send",
+    "after-answer": "after-answer",
+    "settled": "after-outcome",
+    "claim": "during-recovery",
+}
+
+
+def run(ctx: WorkerContext) -> ColumnOutcome:
+    """Recover this case's journaled action, or decide and submit a new one."""
+    gate = Gate(
+        ctx.store,
+        StripeRefund(ctx.payments),
+        timing=ctx.timing,
+        switches=ctx.switches,
+        owner=ctx.owner,
+        on_event=gate_listener(ctx),
+        clock=ctx.clock,
+        sleep=ctx.sleep,
+    )
+    try:
+        return _recover_or_submit(ctx, gate)
+    except PaymentsAuthError as e:
+        mine = ctx.store.actions(ctx.case.metadata)
+        return key_refused(ctx, e, mine[-1] if mine else None)
+
+
+def _recover_or_submit(ctx: WorkerContext, gate: Gate) -> ColumnOutcome:
+    case = ctx.case
+    mine = ctx.store.actions(case.metadata)
+    # Each of the case's few actions is read on its own: the store's pending list may be long.
+    states = [(aid, ctx.store.action(aid)) for aid in mine]
+    pending = [aid for aid, state in states if state is not None and state.settlement is None]
+    if pending:
+        ctx.emit(
+            EventKind.RECOVER,
+            f"gate.recover(): {len(pending)} journaled action without an outcome",
+        )
+        outcomes = [gate.recover_action(aid) for aid in pending]
+        outcome = outcomes[-1]
+    elif mine:
+        state = ctx.store.action(mine[-1])
+        assert state is not None
+        ctx.emit(EventKind.RESUME, "the journal already has this case's outcome")
+        outcome = Outcome.from_state(state)
+    else:
+        decision = ask_model(ctx)
+        if not decision.refund:
+            return ColumnOutcome("no-refund", reason=decision.text)
+        outcome = gate.submit(refund_intent(case, decision, new_action_id()))
+    return gate_report(outcome)
+
+
+def refund_intent(case: Case, decision: Decision, action_id: str) -> Intent:
+    """The interlock worker's intent for the case's decided refund, under `action_id`."""
+    return Intent(
+        action_id=action_id,
+        kind="refund",
+        target=case.payment_intent,
+        amount=int(decision.amount or 0),
+        lease_id=case.lease_id,
+        fingerprint=decision.fingerprint,
+        metadata=case.metadata,
+        context={"model": decision.model, "tool_call": dict(decision.tool_call)},
+    )
+
+
+def gate_report(outcome: Outcome) -> ColumnOutcome:
+    """The interlock worker's report of a gate outcome."""
+    return ColumnOutcome(
+        outcome.status,
+        reason=outcome.reason,
+        refund_id=outcome.external_id,
+        action_id=outcome.action_id,
+    )
+
+
+def key_refused(ctx: WorkerContext, e: PaymentsAuthError, action_id: str | None) -> ColumnOutcome:
+    """The interlock worker's report when the gate met a refused key: pending.
+
+    The gate settles nothing on a refused key (docs/design.md §4 "Reads"): the action
+    stays pending, its reservation kept, and recovery finishes it once the key works.
+    """
+    reason = key_refused_reason(e)
+    ctx.emit(EventKind.KEY_REFUSED, f"{reason}: fix the key and run recovery again")
+    return ColumnOutcome("pending", reason=reason, action_id=action_id)
+
+
+def gate_listener(ctx: WorkerContext) -> Callable[[str, Mapping[str, Any]], None]:
+    """The gate's `on_event` for this worker: each shown event as a line, and the
+    worker's crash points among the gate's steps."""
+
+    def on_event(kind: str, data: Mapping[str, Any]) -> None:
+        point = _GATE_CRASH_POINTS.get(kind)
+        if kind == "before-send" and point is not None:
+            # The request has not gone out yet: a worker that dies here never says it sent.
+            ctx.crash(point)
+        text = gate_event_text(kind, data, answerer=ctx.answerer)
+        if text is not None:
+            ctx.emit(gate_kind(kind), text, **{k: v for k, v in data.items() if _plain(v)})
+        if kind != "before-send" and point is not None:
+            ctx.crash(point)
+
+    return on_event
+
+
+def _plain(v: Any) -> bool:
+    return v is None or isinstance(v, (str, int, float, bool))

@@ -1,0 +1,175 @@
+"""What a worker process sets up around its column's story, read from its environment.
+
+Both process entries use it: `workers.standalone` (one run of one case) and
+`workers.temporal_worker` (a Temporal worker for one case's workflow).
+
+- `emit`: one JSON event line on stdout, flushed at once, so it reaches the supervisor
+  before any kill.
+- `supervised_crash_point`: watch the supervisor (exit when it goes away) and read
+  `INTERLOCK_CRASH`.
+- `journal_and_payments`: `INTERLOCK_HOME`, the journal and the Stripe client.
+- `context_factory`: the worker context of one run, less what the entry decides (the
+  case, its decision box, how it reports, how it sleeps).
+
+Environment: `INTERLOCK_HOME`, `INTERLOCK_STORE` (the journal), `INTERLOCK_CRASH`,
+`INTERLOCK_AGENT` (`scripted`, `anthropic`, or `none`: act on a saved decision, no
+model), `INTERLOCK_STRIPE_BASE` (offline: the emulator's address), `STRIPE_SECRET_KEY`,
+`ANTHROPIC_API_KEY` (only when a real model is asked), `INTERLOCK_RECEIPT_KEY` (only
+interlock's), and the timing and emulated switches that `interlock` reads. The engine
+gives it nothing else (`interlock_demo.settings.worker_env`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from interlock import (
+    Owner,
+    Store,
+    StripePayments,
+    Switches,
+    Timing,
+    make_stripe_client,
+    open_store,
+)
+from workers.agent import AgentError, AnthropicModel, Model, ScriptedModel
+from workers.context import CRASH_POINTS, Case, ContextFactory, DecisionBox, Emit, WorkerContext
+from workers.protocol import EXIT_ORPHANED, EventKind
+from workers.texts import EMULATOR, STRIPE
+
+# `INTERLOCK_AGENT` of a worker started to act on a saved decision: no model, no key.
+AGENT_NONE = "none"
+_PARENT_POLL_S = 0.5
+
+
+def emit(kind: str, text: str, /, **data: Any) -> None:
+    """Write one event line and flush it, so it reaches the supervisor before any kill."""
+    line = {"t": time.monotonic(), "pid": os.getpid(), "kind": kind, "text": text, **data}
+    sys.stdout.write(json.dumps(line) + "\n")
+    sys.stdout.flush()
+
+
+def supervised_crash_point() -> tuple[bool, str | None]:
+    """Start watching the supervisor, then read `INTERLOCK_CRASH`: (usable, crash point).
+
+    From here on the process exits (`EXIT_ORPHANED`) as soon as its supervisor goes away:
+    stdin reaches EOF or its parent changes, so even a SIGKILLed supervisor leaves no
+    worker behind. A crash point that is not one of `CRASH_POINTS` is named on stderr with
+    the known ones, and comes back unusable: the worker then exits with `EXIT_USAGE`.
+    """
+    _watch_supervisor()
+    crash_at = os.environ.get("INTERLOCK_CRASH") or None
+    if crash_at is not None and crash_at not in CRASH_POINTS:
+        print(
+            f"INTERLOCK_CRASH={crash_at!r} is not one of {', '.join(CRASH_POINTS)}", file=sys.stderr
+        )
+        return False, crash_at
+    return True, crash_at
+
+
+def journal_and_payments(timing: Timing) -> tuple[Path, Store, StripePayments]:
+    """The worker's INTERLOCK_HOME, its journal and its Stripe client, from the environment.
+
+    The journal is `INTERLOCK_STORE` (a PostgreSQL URL or a SQLite path), else the SQLite
+    file under the home; the client talks to `INTERLOCK_STRIPE_BASE` when it is set (the
+    emulator), else to Stripe, with `timing`'s Stripe timeout.
+    """
+    key = os.environ.get("STRIPE_SECRET_KEY", "")
+    client = make_stripe_client(
+        key, timeout_s=timing.stripe_timeout_s, base_url=os.environ.get("INTERLOCK_STRIPE_BASE")
+    )
+    home = Path(os.environ.get("INTERLOCK_HOME", ".interlock"))
+    store = open_store(os.environ.get("INTERLOCK_STORE") or home / "interlock.sqlite3")
+    return home, store, StripePayments(client)
+
+
+def context_factory(
+    payments: StripePayments,
+    store: Store,
+    timing: Timing,
+    switches: Switches,
+    crash_at: str | None,
+) -> ContextFactory:
+    """How this process builds a worker context for a case: its journal, payments, timing,
+    switches and crash point, a model from `INTERLOCK_AGENT`, an owner named after the
+    column and the pid, the wall clock, and who answers (the emulator when
+    `INTERLOCK_STRIPE_BASE` is set, else Stripe)."""
+    crash = _crash_hook(crash_at)
+
+    def make(
+        case: Case, box: DecisionBox, emit_: Emit, sleep: Callable[[float], None]
+    ) -> WorkerContext:
+        return WorkerContext(
+            case=case,
+            payments=payments,
+            store=store,
+            box=box,
+            emit=emit_,
+            crash=crash,
+            model=_model_factory(case),
+            timing=timing,
+            switches=switches,
+            owner=Owner.current(f"{case.column}-{os.getpid()}"),
+            clock=time.time,
+            sleep=sleep,
+            answerer=EMULATOR if os.environ.get("INTERLOCK_STRIPE_BASE") else STRIPE,
+        )
+
+    return make
+
+
+def _watch_supervisor() -> None:
+    """Exit when the supervisor is gone: stdin reaches EOF, or the parent changes."""
+    parent = os.getppid()
+
+    def stdin_eof() -> None:
+        # os.read holds no interpreter-level lock, so this thread cannot block shutdown.
+        try:
+            while os.read(0, 4096):
+                pass
+        except OSError:
+            pass
+        os._exit(EXIT_ORPHANED)
+
+    def parent_gone() -> None:
+        while os.getppid() == parent:
+            time.sleep(_PARENT_POLL_S)
+        os._exit(EXIT_ORPHANED)
+
+    threading.Thread(target=stdin_eof, name="stdin-eof", daemon=True).start()
+    threading.Thread(target=parent_gone, name="parent-watch", daemon=True).start()
+
+
+def _crash_hook(point: str | None) -> Callable[[str], None]:
+    def crash(at: str) -> None:
+        if at == point:
+            emit(EventKind.CRASH, f"SIGKILL at {at}", crash_point=at)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return crash
+
+
+def _model_factory(case: Case) -> Callable[[], Model]:
+    def make() -> Model:
+        agent = os.environ.get("INTERLOCK_AGENT", "scripted")
+        if agent == AGENT_NONE:
+            raise AgentError(
+                "this worker was started to act on a saved decision, without the model or "
+                "its key, but finds none saved; run the case again"
+            )
+        if agent == "anthropic":
+            key = os.environ.get("ANTHROPIC_API_KEY", "")
+            if not key:
+                raise AgentError("ANTHROPIC_API_KEY is not set; the live agent needs it")
+            return AnthropicModel(key)
+        return ScriptedModel(case.amount)
+
+    return make
