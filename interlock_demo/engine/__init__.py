@@ -70,20 +70,11 @@ from scenarios import (
     scenario,
 )
 from workers.agent import ScriptedModel
-from workers.columns import (
-    EMULATOR,
-    MOCK,
-    READS_ON_RESTART,
-    STRIPE,
-    Case,
-    MemoryBox,
-    SimulatedCrash,
-    WorkerContext,
-    gate_event_text,
-    run_worker,
-)
+from workers.context import READS_ON_RESTART, Case, MemoryBox, SimulatedCrash, WorkerContext
 from workers.protocol import ColumnOutcome
+from workers.run import run_worker
 from workers.standalone import decision_path
+from workers.texts import EMULATOR, MOCK, STRIPE, gate_event_text
 
 if TYPE_CHECKING:
     from interlock_demo.engine.temporal import TemporalRuntime
