@@ -368,7 +368,7 @@ def worker_env(
     yet), so a live restart that acts on a saved decision never holds it; the receipt
     key only for the interlock column, the only one that signs receipts.
     """
-    from workers.standalone import AGENT_NONE  # the worker's word for "no model"
+    from workers.process import AGENT_NONE  # the worker's word for "no model"
 
     parent = os.environ if parent is None else parent
     env = child_env(parent)
