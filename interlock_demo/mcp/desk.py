@@ -48,7 +48,7 @@ from interlock import (
 )
 from interlock_demo.errors import DeskError
 from workers.agent import payment_view
-from workers.columns import gate_event_text
+from workers.texts import gate_event_text
 
 # Every action this server journals carries this in its metadata (and so in Stripe's).
 SOURCE_KEY, SOURCE = "via", "mcp"
