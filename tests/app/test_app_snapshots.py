@@ -26,7 +26,7 @@ from textual.pilot import Pilot
 import interlock._gate
 import interlock_demo.core.run
 import interlock_demo.payments.model
-import workers.columns
+import workers.interlock
 from interlock_demo import engine as engine_module
 from interlock_demo.core.run import Run
 from interlock_demo.settings import resolve
@@ -93,7 +93,7 @@ def deterministic(monkeypatch: pytest.MonkeyPatch) -> Deterministic:
     """Patch every random id and the run clock for the length of the test."""
     d = Deterministic()
     monkeypatch.setattr(interlock_demo.payments.model, "new_id", d.new_id)
-    monkeypatch.setattr(workers.columns, "new_action_id", d.new_action_id)
+    monkeypatch.setattr(workers.interlock, "new_action_id", d.new_action_id)
     monkeypatch.setattr(interlock._gate, "new_action_id", d.new_action_id)
     monkeypatch.setattr(interlock_demo.core.run, "secrets", SimpleNamespace(token_hex=d.token_hex))
     monkeypatch.setattr(Run, "now", lambda run: d.now(run))
