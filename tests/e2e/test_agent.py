@@ -42,7 +42,7 @@ from workers.agent import (
     decide,
     payment_view,
 )
-from workers.columns import Case
+from workers.context import Case
 
 REQUEST = "Could you refund $20 for the item that never arrived?"
 MODEL = "claude-test-model"
@@ -305,7 +305,7 @@ def test_refund_before_reading_and_unknown_tools_get_error_results(
 def test_worker_modules_do_not_import_anthropic() -> None:
     """Importing the worker modules leaves `anthropic` unimported; building the real model does."""
     probe = (
-        "import sys, workers.standalone, workers.columns, workers.agent\n"
+        "import sys, workers.standalone, workers.run, workers.agent\n"
         "print('anthropic' in sys.modules)\n"
         "workers.agent.AnthropicModel('sk-ant-test-notARealKey')\n"
         "print('anthropic' in sys.modules)\n"
