@@ -138,7 +138,10 @@ class Gate:
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
         max_sends: int = 3,
+        new_action_id: Callable[[], str] = new_action_id,
     ) -> None:
+        """`new_action_id` mints the id of the action `reapprove` journals: a test passes
+        one it can predict, as `clock` and `sleep` let it own the gate's time."""
         self.store = store
         self.effect = effect
         self.timing = timing if timing is not None else Timing.from_env()
@@ -149,6 +152,7 @@ class Gate:
         self._clock = clock
         self._sleep = sleep
         self._max_sends = max_sends
+        self._new_action_id = new_action_id
 
     # -- public --------------------------------------------------------------------------
 
@@ -259,7 +263,7 @@ class Gate:
         obs = self.effect.observe(state.intent)
         intent = replace(
             state.intent,
-            action_id=new_action_id(),
+            action_id=self._new_action_id(),
             lease_id=lease_id,
             fingerprint=obs.fingerprint,
             context={**state.intent.context, "reapproves": action_id, "approved_by": approved_by},

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from interlock import Owner, Payments, Store, Switches, Timing
+from interlock import Owner, Payments, Store, Switches, Timing, new_action_id
 from workers.agent import Decision, Model, decide
 from workers.protocol import EventKind
 from workers.texts import STRIPE
@@ -170,6 +170,8 @@ class WorkerContext:
     sleep: Callable[[float], None]
     extra: dict[str, Any] = field(default_factory=dict)
     answerer: str = STRIPE
+    # Mints a new decision's action id; mock runs pass the engine's, so tests can predict it.
+    new_action_id: Callable[[], str] = new_action_id
 
 
 # Builds a column's worker context for one run from the case, its decision box, how it

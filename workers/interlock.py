@@ -20,7 +20,6 @@ from interlock import (
     Outcome,
     PaymentsAuthError,
     StripeRefund,
-    new_action_id,
 )
 from workers.agent import Decision
 from workers.context import Case, WorkerContext, ask_model
@@ -79,7 +78,7 @@ def _recover_or_submit(ctx: WorkerContext, gate: Gate) -> ColumnOutcome:
         decision = ask_model(ctx)
         if not decision.refund:
             return ColumnOutcome("no-refund", reason=decision.text)
-        outcome = gate.submit(refund_intent(case, decision, new_action_id()))
+        outcome = gate.submit(refund_intent(case, decision, ctx.new_action_id()))
     return gate_report(outcome)
 
 

@@ -18,6 +18,8 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Any
 
+from interlock import new_action_id
+from interlock_demo.payments.model import new_id
 from workers.protocol import ColumnOutcome
 
 SCHEMA = "interlock-demo/run@1"
@@ -45,6 +47,24 @@ SYSTEM_CLOCK = Clock()
 def new_run_id() -> str:
     """A fresh run id, `run_` and 12 hex digits."""
     return "run_" + secrets.token_hex(6)
+
+
+@dataclass(frozen=True)
+class Ids:
+    """Where a run's ids come from: the run's own, the mock Stripe's objects, the actions.
+
+    The engine and the app take one, so a test (a snapshot) can hand out ids it can
+    predict. `object_id(prefix)` names the in-memory payments model's objects (`pi_...`,
+    `re_...`); `action_id()` names the gate's actions, minted by workers and by a
+    re-approval. Real Stripe and worker processes mint their own and never read this.
+    """
+
+    run_id: Callable[[], str] = new_run_id
+    object_id: Callable[[str], str] = new_id
+    action_id: Callable[[], str] = new_action_id
+
+
+SYSTEM_IDS = Ids()
 
 
 class Pacer:

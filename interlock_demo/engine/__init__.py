@@ -41,10 +41,14 @@ from interlock import (
 )
 from interlock.testing import UNSETTLED_REPORTS
 from interlock_demo.core.run import (
+    SYSTEM_CLOCK,
+    SYSTEM_IDS,
     ClaimWait,
+    Clock,
     Column,
     ColumnState,
     Expected,
+    Ids,
     Listener,
     Pacer,
     Run,
@@ -127,10 +131,24 @@ def error_text(e: Exception) -> str:
 class Engine:
     """Runs scenarios, one at a time, and keeps the runs of this process in memory."""
 
-    def __init__(self, config: DemoConfig, *, mock_pace_s: float = 0.0) -> None:
-        """`mock_pace_s` spaces out a mock run's events so an audience can follow them."""
+    def __init__(
+        self,
+        config: DemoConfig,
+        *,
+        mock_pace_s: float = 0.0,
+        clock: Clock = SYSTEM_CLOCK,
+        ids: Ids = SYSTEM_IDS,
+    ) -> None:
+        """`mock_pace_s` spaces out a mock run's events so an audience can follow them.
+
+        `clock` times the runs (and starts mock runs' clocks); `ids` names the runs, the
+        mock payments' objects and the actions of mock workers and re-approvals. A test
+        passes its own of both to get the same run twice.
+        """
         self.config = config
         self.mock_pace_s = mock_pace_s
+        self.clock = clock
+        self.ids = ids
         self.runs: dict[str, Run] = {}
         self.current: Run | None = None
         self._lock = threading.Lock()
@@ -173,6 +191,8 @@ class Engine:
                 emulated=config.switches.names,
                 settings=self._settings(config, request.checked),
                 columns=[Column(name=n, title=titles[n]) for n in names],
+                run_id=self.ids.run_id(),
+                clock=self.clock,
             )
             run.pacer = request.pacer
             if config.fallback_reason:
@@ -253,7 +273,7 @@ class Engine:
             )
             owned = store = config.open_store()
         try:
-            now = time.time()
+            now = self.clock.wall()
             lease = store.grant_lease(
                 Lease(
                     id=f"lease_{col.case_id}-reapproved-{len(col.action_ids)}",
@@ -273,6 +293,7 @@ class Engine:
                 switches=config.switches,
                 owner=Owner.current("reapprove"),
                 on_event=lambda kind, data: _reapprove_event(run, kind, data),
+                new_action_id=self.ids.action_id,
             )
             outcome = gate.reapprove(str(refused), lease.id, approved_by="support")
             runner = _ColumnRunner(run, col, scenario(run.scenario), config, payments, store)
@@ -381,16 +402,20 @@ class Engine:
             store.close()
 
     def _execute_mock(self, run: Run, sc: Scenario, config: DemoConfig) -> None:
-        payments = InProcessPayments(PaymentsModel())
+        payments = InProcessPayments(
+            PaymentsModel(clock=self.clock.wall, new_id=self.ids.object_id)
+        )
 
         def make(col: Column) -> _ColumnRunner:
             # Each column keeps claims in its own clock, which skips its simulated waits;
             # one shared store would let one column's skipped wait expire another's claim.
-            clock = _MockClock()
+            clock = _MockClock(self.clock.wall())
             store = MemoryStore(clock=clock.now)
             if col.name == "interlock":
                 self._mock_parts = {run.run_id: (payments, store)}
-            return _MockColumn(run, col, sc, config, payments, store, self.mock_pace_s, clock)
+            return _MockColumn(
+                run, col, sc, config, payments, store, self.mock_pace_s, clock, self.ids
+            )
 
         self._columns(run, make)
 
@@ -482,7 +507,7 @@ class _ColumnRunner:
         payment = self.payments.create_payment(
             PAYMENT_AMOUNT, metadata={"case": case_id, "demo_run": run.run_id}
         )
-        now = time.time()
+        now = self.run_.clock.wall()
         lease = self.store.grant_lease(
             Lease(
                 id=f"lease_{case_id}",
@@ -825,8 +850,8 @@ class _ProcessColumn(_ColumnRunner):
 class _MockClock:
     """A column's clock in mock mode: sleeping moves it forward at once."""
 
-    def __init__(self) -> None:
-        self._t = time.time()
+    def __init__(self, start: float) -> None:
+        self._t = start
         self._lock = threading.Lock()
 
     def now(self) -> float:
@@ -851,11 +876,13 @@ class _MockColumn(_ColumnRunner):
         store: Store,
         pace_s: float,
         clock: _MockClock,
+        ids: Ids,
     ) -> None:
         super().__init__(run, col, sc, config, payments, store)
         self.pace_s = pace_s
         self.box = MemoryBox()
         self.clock = clock
+        self.ids = ids
         self.n = 0
 
     def on_worker_event(self, ev: dict[str, Any], pid: int | None) -> None:
@@ -915,6 +942,7 @@ class _MockColumn(_ColumnRunner):
             clock=self.clock.now,
             sleep=self.clock.sleep,
             answerer=MOCK,
+            new_action_id=self.ids.action_id,
         )
         self.on_worker_event(
             {"kind": "start", "text": f"{col.name} worker started (simulated)"}, None

@@ -280,8 +280,12 @@ class PaymentsModel:
     Thread-safe: the HTTP face calls it from many threads at once.
     """
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.time, *, new_id: Callable[[str], str] = new_id
+    ) -> None:
+        """`clock` stamps objects and ages idempotency keys; `new_id(prefix)` names objects."""
         self._clock = clock
+        self._new_id = new_id
         self._offset = 0.0
         self._lock = threading.RLock()
         self._intents: dict[str, JSONObj] = {}
@@ -352,7 +356,7 @@ class PaymentsModel:
         if count < 1 or hold_ms < 0:
             raise ValueError("a fault needs count >= 1 and hold_ms >= 0")
         fault = Fault(
-            id=new_id("flt"),
+            id=self._new_id("flt"),
             kind=kind,
             stage=stage,
             hold_ms=hold_ms,
@@ -657,7 +661,7 @@ class PaymentsModel:
             raise _missing("payment_method", pm, param="payment_method")
         with self._lock:
             now = int(self.now())
-            intent_id = new_id("pi")
+            intent_id = self._new_id("pi")
             status = "requires_payment_method"
             charge = None
             if pm is not None:
@@ -674,7 +678,7 @@ class PaymentsModel:
                         saved=True,
                     )
                 status = "succeeded"
-                charge = new_id("ch")
+                charge = self._new_id("ch")
             intent = {
                 "id": intent_id,
                 "object": "payment_intent",
@@ -703,7 +707,7 @@ class PaymentsModel:
                 "metadata": metadata,
                 "next_action": None,
                 "on_behalf_of": None,
-                "payment_method": new_id("pm") if pm is not None else None,
+                "payment_method": self._new_id("pm") if pm is not None else None,
                 "payment_method_configuration_details": None,
                 "payment_method_options": {},
                 "payment_method_types": types,
@@ -774,12 +778,12 @@ class PaymentsModel:
                     param="amount",
                     saved=True,
                 )
-            refund_id = new_id("re")
+            refund_id = self._new_id("re")
             refund = {
                 "id": refund_id,
                 "object": "refund",
                 "amount": amount,
-                "balance_transaction": new_id("txn"),
+                "balance_transaction": self._new_id("txn"),
                 "charge": intent["latest_charge"],
                 "created": self._created(),
                 "currency": intent["currency"],

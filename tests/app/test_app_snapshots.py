@@ -11,24 +11,22 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import hashlib
 import threading
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from textual.pilot import Pilot
 
-import interlock._gate
-import interlock_demo.core.run
-import interlock_demo.payments.model
-import workers.interlock
+import interlock_demo.views.tui.app
 from interlock_demo import engine as engine_module
-from interlock_demo.core.run import Run
+from interlock_demo.core.run import Ids, Run
+from interlock_demo.engine import Engine
 from interlock_demo.settings import resolve
 from interlock_demo.views.tui.app import DemoApp, make_app
 from interlock_demo.views.tui.widgets import ColumnPane
@@ -92,10 +90,8 @@ class Deterministic:
 def deterministic(monkeypatch: pytest.MonkeyPatch) -> Deterministic:
     """Patch every random id and the run clock for the length of the test."""
     d = Deterministic()
-    monkeypatch.setattr(interlock_demo.payments.model, "new_id", d.new_id)
-    monkeypatch.setattr(workers.interlock, "new_action_id", d.new_action_id)
-    monkeypatch.setattr(interlock._gate, "new_action_id", d.new_action_id)
-    monkeypatch.setattr(interlock_demo.core.run, "secrets", SimpleNamespace(token_hex=d.token_hex))
+    ids = Ids(run_id=lambda: "run_" + d.token_hex(6), object_id=d.new_id, action_id=d.new_action_id)
+    monkeypatch.setattr(interlock_demo.views.tui.app, "Engine", functools.partial(Engine, ids=ids))
     monkeypatch.setattr(Run, "now", lambda run: d.now(run))
     return d
 
