@@ -176,7 +176,9 @@ def _event_kind(event: HistoryEvent) -> str:
     """The event's type without its prefix: `ACTIVITY_TASK_COMPLETED`."""
     from temporalio.api.enums.v1 import EventType
 
-    return EventType.Name(event.event_type).removeprefix("EVENT_TYPE_")
+    # Typed through a variable: without the optional temporalio, EventType is Any.
+    name: str = EventType.Name(event.event_type)
+    return name.removeprefix("EVENT_TYPE_")
 
 
 def _words(kind: str) -> str:
