@@ -245,7 +245,7 @@ class CaseActivities:
 
     def _emit(self, kind: str, text: str, /, **data: Any) -> None:
         self._emit_line(kind, _TEMPORAL_TEXT.get(kind, text), **data)
-        activity.heartbeat(kind)
+        activity.heartbeat(str(kind))
 
     def _sleep(self, seconds: float) -> None:
         activity.heartbeat("waiting")
