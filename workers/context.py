@@ -46,7 +46,7 @@ RECORDED_DECISION = "recorded_decision"
 class Emit(Protocol):
     """How a worker reports: one event, its kind, its line of text and its data."""
 
-    def __call__(self, kind: str, text: str, /, **data: Any) -> None:
+    def __call__(self, kind: str, text: str, **data: Any) -> None:
         """Report one event (a process writes it as a JSON line; mock runs record it)."""
         ...
 

@@ -50,7 +50,7 @@ AGENT_NONE = "none"
 _PARENT_POLL_S = 0.5
 
 
-def emit(kind: str, text: str, /, **data: Any) -> None:
+def emit(kind: str, text: str, **data: Any) -> None:
     """Write one event line and flush it, so it reaches the supervisor before any kill."""
     line = {"t": time.monotonic(), "pid": os.getpid(), "kind": kind, "text": text, **data}
     sys.stdout.write(json.dumps(line) + "\n")

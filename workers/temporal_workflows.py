@@ -243,7 +243,7 @@ class CaseActivities:
         self._context = context
         self._emit_line = emit
 
-    def _emit(self, kind: str, text: str, /, **data: Any) -> None:
+    def _emit(self, kind: str, text: str, **data: Any) -> None:
         self._emit_line(kind, _TEMPORAL_TEXT.get(kind, text), **data)
         activity.heartbeat(str(kind))
 
