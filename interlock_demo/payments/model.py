@@ -110,18 +110,12 @@ ACCEPTED_PARAMS: dict[str, dict[str, frozenset[str]]] = {
         "ending_before": frozenset(),
     },
 }
-# The SDK's TypedDict listing what each endpoint accepts: (module, class).
+# The SDK's TypedDict listing what each endpoint accepts: (module, class), public names only.
 SDK_PARAMS = {
-    "POST /v1/payment_intents": (
-        "stripe.params._payment_intent_create_params",
-        "PaymentIntentCreateParams",
-    ),
-    "GET /v1/payment_intents/{id}": (
-        "stripe.params._payment_intent_retrieve_params",
-        "PaymentIntentRetrieveParams",
-    ),
-    "POST /v1/refunds": ("stripe.params._refund_create_params", "RefundCreateParams"),
-    "GET /v1/refunds": ("stripe.params._refund_list_params", "RefundListParams"),
+    "POST /v1/payment_intents": ("stripe.params", "PaymentIntentCreateParams"),
+    "GET /v1/payment_intents/{id}": ("stripe.params", "PaymentIntentRetrieveParams"),
+    "POST /v1/refunds": ("stripe.params", "RefundCreateParams"),
+    "GET /v1/refunds": ("stripe.params", "RefundListParams"),
 }
 METADATA_MAX_KEYS = 50
 METADATA_KEY_MAX = 40
@@ -886,7 +880,7 @@ def sdk_params(endpoint: str) -> frozenset[str]:
     """The parameters the installed stripe SDK lists for `endpoint` (request options aside)."""
     import importlib
 
-    from stripe._request_options import RequestOptions
+    from stripe import RequestOptions
 
     module, name = SDK_PARAMS[endpoint]
     typed = getattr(importlib.import_module(module), name)
