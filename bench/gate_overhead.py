@@ -128,7 +128,7 @@ class DurableCommit:
         return time.perf_counter() - start
 
 
-def _decision(payments: TimedPayments, store: SQLiteStore) -> Intent:
+def decision(payments: TimedPayments, store: SQLiteStore) -> Intent:
     """A new payment, an approval for it, and a decision to refund AMOUNT (with metadata
     naming its case and column, as the demo's decisions carry)."""
     payment = payments.create_payment(5000)
@@ -154,7 +154,7 @@ def _calls(requests: list[tuple[str, str]]) -> tuple[int, int]:
 
 def _crashed(store: SQLiteStore, payments: TimedPayments, timing: Timing, landed: bool) -> str:
     """An action whose worker died after `sending` (and, if `landed`, after Stripe made it)."""
-    intent = _decision(payments, store)
+    intent = decision(payments, store)
     dead = Owner("crashed-worker", pid=0, started_at=0.0, host="elsewhere")
     long_ago = time.time() - 10 * timing.claim_ttl_s
     # The dead worker wrote its claim long ago: a second handle on the file with that clock.
@@ -196,7 +196,7 @@ def _statements(store: SQLiteStore, gate: Gate, payments: TimedPayments) -> int:
     """SQL statements of one first attempt (the most over a few), BEGIN/COMMIT included."""
     counts = []
     for _ in range(STATEMENT_SAMPLES):
-        intent = _decision(payments, store)
+        intent = decision(payments, store)
         seen: list[str] = []
         # The bench reads the store's own connection: the count is what the gate sends it.
         store._conn.set_trace_callback(seen.append)
@@ -223,7 +223,7 @@ def repeat(actions: int, workdir: Path) -> Repeat:
         bookkeeping_s: list[float] = []
         commit_s: list[float] = []
         for i in range(WARMUP + actions):
-            intent = _decision(payments, store)
+            intent = decision(payments, store)
             one_commit = baseline.timed()
             c0, r0, p0 = store.commits, len(payments.model.requests), payments.spent_s
             start = time.perf_counter()

@@ -36,7 +36,7 @@ for _path in (ROOT, BENCH):  # run as a script from anywhere in a checkout
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
-from gate_overhead import DurableCommit, TimedPayments, _decision  # noqa: E402
+from gate_overhead import DurableCommit, TimedPayments, decision  # noqa: E402
 
 from interlock import Gate, SQLiteStore, StripeRefund, Switches, Timing  # noqa: E402
 from interlock_demo.payments import InProcessPayments  # noqa: E402
@@ -61,7 +61,7 @@ class GateArm:
 
     def run(self) -> float:
         """One action; its time outside the payments calls."""
-        intent = _decision(self.payments, self.store)
+        intent = decision(self.payments, self.store)
         p0 = self.payments.spent_s
         start = time.perf_counter()
         outcome = self.gate.submit(intent)
