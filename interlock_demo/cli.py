@@ -21,11 +21,11 @@ import sys
 from pathlib import Path
 
 from interlock_demo.errors import KeyRefusedError, UsageError
+from interlock_demo.exit_codes import ExitCode
 from interlock_demo.mcp.cli import add_mcp_parser
 from interlock_demo.settings import resolve
 from scenarios import SCENARIOS
 
-EXIT_USAGE = 2
 SCENARIO_HELP = (
     ", ".join(SCENARIOS)
     + " or all (the app's keys "
@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:
-        return EXIT_USAGE if e.code else 0
+        return ExitCode.USAGE if e.code else ExitCode.OK
     if args.command == "stripe-emulator":
         return _emulator(args.port)
     if args.command == "mcp":
@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
 
         if args.parallel < 1:
             print("interlock-demo: --parallel needs 1 or more", file=sys.stderr)
-            return EXIT_USAGE
+            return ExitCode.USAGE
         return e2e_report.main(args.out, parallel=args.parallel)
     if args.command == "screenshots":
         from interlock_demo.reports.screenshots import main as screenshots
@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
             return main_results(args.out)
         except (UsageError, KeyRefusedError) as e:
             print(f"interlock-demo: {e}", file=sys.stderr)
-            return EXIT_USAGE
+            return ExitCode.USAGE
     try:
         _check_headless_usage(args)
         config = resolve(
@@ -255,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
             check_temporal(config)  # the extra installed, the activity's timeouts workable
     except (UsageError, KeyRefusedError) as e:
         print(f"interlock-demo: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     if args.headless:
         from interlock_demo.views.headless import run_headless
 
@@ -322,10 +322,10 @@ def _sweep(
         config = resolve(mode=mode, store=store)
     except (UsageError, KeyRefusedError) as e:
         print(f"interlock-demo: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     if parallel < 1:
         print("interlock-demo: --parallel needs 1 or more", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     return main_sweep(config, as_json=as_json, parallel=parallel, faults=faults)
 
 
@@ -341,10 +341,10 @@ def _emulator(port: int | None) -> int:
         emu = StripeEmulator(port or 0, control_token=preset)
     except OSError as e:
         print(f"interlock-demo: cannot listen on 127.0.0.1:{port}: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     except ValueError as e:
         print(f"interlock-demo: {TOKEN_ENV}: {e}; unset it for a random one", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     print(f"Stripe emulator on {emu.url} (test keys only; Ctrl-C stops it)", file=sys.stderr)
     if preset is not None:
         print(f"Control token: the one in {TOKEN_ENV}", file=sys.stderr)
@@ -362,7 +362,7 @@ def _emulator(port: int | None) -> int:
         pass
     finally:
         emu.stop()
-    return 0
+    return ExitCode.OK
 
 
 if __name__ == "__main__":

@@ -38,11 +38,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from interlock_demo.errors import KeyRefusedError, UsageError
+from interlock_demo.exit_codes import ExitCode
 from interlock_demo.keys import Secret, find_anthropic_key, find_stripe_key, key_kind
 from interlock_demo.settings import DemoConfig, resolve
 
-EXIT_READY = 0
-EXIT_NOT_READY = 1
 PROBE_TIMEOUT_S = 5.0
 # What `python -m workers.standalone` without a case file exits with, after its usage line.
 WORKER_USAGE_EXIT = 2
@@ -478,4 +477,4 @@ def main_doctor(mode: str | None = None, engine: str = "standalone") -> int:
         blocked = blocked or line.blocks
     verdict = "NOT READY: fix the FAIL lines above" if blocked else "ready"
     print(verdict)
-    return EXIT_NOT_READY if blocked else EXIT_READY
+    return ExitCode.NOT_READY if blocked else ExitCode.OK

@@ -19,10 +19,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from interlock_demo.exit_codes import ExitCode
+
 if TYPE_CHECKING:
     from interlock import SQLiteStore
 
-EXIT_USAGE = 2
 OFFLINE_PAYMENT = 10_000
 OFFLINE_CAP = 2_000
 
@@ -74,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     if args.mcp_command in ("approve", "revoke"):
         store = _open_store()
         if store is None:
-            return EXIT_USAGE
+            return ExitCode.USAGE
         by = args.by or os.environ.get("USER") or "a person"
         try:
             if args.mcp_command == "approve":
@@ -90,10 +91,10 @@ def run(args: argparse.Namespace) -> int:
                 print(f"revoked the approval for {args.payment} ({lease.id})")
         except (DeskError, InterlockError) as e:
             print(f"interlock-demo mcp: {e}", file=sys.stderr)
-            return EXIT_USAGE
+            return ExitCode.USAGE
         finally:
             store.close()
-        return 0
+        return ExitCode.OK
     return _serve(args)
 
 
@@ -116,7 +117,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     def usage(text: str) -> int:
         log(text)
-        return EXIT_USAGE
+        return ExitCode.USAGE
 
     if args.mcp_stripe_base and not args.mcp_offline:
         return usage("--stripe-base points the server at an emulator: add --offline")
@@ -147,7 +148,7 @@ def _serve(args: argparse.Namespace) -> int:
         key = secret.value
     store = _open_store()
     if store is None:
-        return EXIT_USAGE
+        return ExitCode.USAGE
     emulator = None
     try:
         base = args.mcp_stripe_base
@@ -209,7 +210,7 @@ def _serve(args: argparse.Namespace) -> int:
         store.close()
         if emulator is not None:
             emulator.stop()
-    return 0
+    return ExitCode.OK
 
 
 def _open_store() -> SQLiteStore | None:

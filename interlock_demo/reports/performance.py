@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from interlock_demo.exit_codes import ExitCode
+
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench"
 COMMAND = "interlock-demo results"
@@ -269,8 +271,8 @@ def write_performance(out: Path, benches: tuple[Bench, ...] = BENCHES) -> int:
             lines[bench.key] = run_bench(bench)
         except (RuntimeError, subprocess.TimeoutExpired) as e:
             sys.stderr.write(f"results: {e}; performance.md is left as it was\n")
-            return 1
+            return ExitCode.STEP_FAILED
     temporal = temporal_from(out / "e2e_offline.md")
     text = render(lines, temporal, (out / "stores.md").is_file(), benches)
     (out / "performance.md").write_text(text)
-    return 0
+    return ExitCode.OK

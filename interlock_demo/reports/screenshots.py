@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from interlock import Switches
 from interlock_demo.core.run import Run
 from interlock_demo.errors import KeyRefusedError, ScreenshotError, UsageError
+from interlock_demo.exit_codes import ExitCode
 from interlock_demo.settings import resolve
 from scenarios import SCENARIOS
 
@@ -150,10 +151,10 @@ def main(out: Path = DEFAULT_OUT, scenario: str = "all") -> int:
         svgs = asyncio.run(take(out, ids))
     except (UsageError, KeyRefusedError) as e:
         print(f"interlock-demo screenshots: {e}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     except ScreenshotError as e:
         print(f"interlock-demo screenshots: {e}", file=sys.stderr)
-        return 3
+        return ExitCode.UNFINISHED
     for line in pngs_for(svgs):
         print(line)
     if shutil.which("rsvg-convert") is None:
@@ -162,7 +163,7 @@ def main(out: Path = DEFAULT_OUT, scenario: str = "all") -> int:
             "these SVGs were removed, so none shows an earlier screen.)",
             file=sys.stderr,
         )
-    return 0
+    return ExitCode.OK
 
 
 def pngs_for(svgs: Sequence[Path]) -> list[Path]:

@@ -44,6 +44,7 @@ from interlock import Store
 from interlock_demo.core.run import Column, Run
 from interlock_demo.core.verdict import tally
 from interlock_demo.engine import UNSETTLED, Engine, RunRequest
+from interlock_demo.exit_codes import ExitCode
 from interlock_demo.settings import DemoConfig
 from scenarios import (
     COLUMNS,
@@ -56,10 +57,6 @@ from scenarios import (
     sweep_scenario,
 )
 
-EXIT_OK = 0
-EXIT_INTERLOCK_WRONG = 1
-EXIT_USAGE = 2
-EXIT_UNFINISHED = 3
 # Runs at once: each run is three columns of worker processes on a 2-core machine.
 DEFAULT_PARALLEL = 3
 
@@ -324,7 +321,7 @@ def main_sweep(
             "interlock-demo: sweep --faults needs --offline with the standalone engine: only "
             "the loopback emulator can give Stripe's faulty answers on demand\n"
         )
-        return EXIT_USAGE
+        return ExitCode.USAGE
     rows = f"{len(SWEEP_FAULTS)} faults" if faults else f"{len(SWEEP_CRASH_POINTS)} crash points"
     sys.stderr.write(
         f"sweep: {rows} x {len(SWEEP_OUTAGES)} outages x "
@@ -349,5 +346,5 @@ def main_sweep(
         out.write(f"\ninterlock: {verdict}\n")
     out.flush()
     if any(c.error for c in cells):
-        return EXIT_UNFINISHED
-    return EXIT_INTERLOCK_WRONG if failures else EXIT_OK
+        return ExitCode.UNFINISHED
+    return ExitCode.INTERLOCK_WRONG if failures else ExitCode.OK

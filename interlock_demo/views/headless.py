@@ -19,12 +19,10 @@ from typing import Any, TextIO
 
 from interlock_demo.core.run import Run
 from interlock_demo.engine import Engine, RunRequest
+from interlock_demo.exit_codes import ExitCode
 from interlock_demo.settings import DemoConfig
 from scenarios import SCENARIOS
 
-EXIT_OK = 0
-EXIT_DEVIATION = 1
-EXIT_UNFINISHED = 3
 # The signals that stop a headless run; SIGHUP is not on every platform.
 STOP_SIGNALS = tuple(
     getattr(signal, name) for name in ("SIGHUP", "SIGINT", "SIGTERM") if hasattr(signal, name)
@@ -96,10 +94,10 @@ def run_headless(
         out.write(json.dumps(docs if scenario_id == "all" else docs[0], indent=2) + "\n")
     out.flush()
     if interrupted.is_set() or any(d["error"] for d in docs):
-        return EXIT_UNFINISHED
+        return ExitCode.UNFINISHED
     if not all(r.all_as_predicted for r in runs):
-        return EXIT_DEVIATION
-    return EXIT_OK
+        return ExitCode.DEVIATION
+    return ExitCode.OK
 
 
 def _summary(run: Run) -> str:

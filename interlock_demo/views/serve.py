@@ -19,6 +19,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from aiohttp import web
 from textual_serve.server import Server
 
+from interlock_demo.exit_codes import ExitCode
+
 HOST = "127.0.0.1"
 TITLE = "Interlock demo"
 
@@ -71,5 +73,5 @@ def serve(port: int, *, argv: Sequence[str] = ()) -> int:
             "choose another with --port",
             file=sys.stderr,
         )
-        return 2
-    return 0
+        return ExitCode.USAGE
+    return ExitCode.OK

@@ -32,6 +32,7 @@ from interlock_demo.core.run import Pacer, Run
 from interlock_demo.engine import TEMPORAL_TITLES, TITLES, Engine, RunRequest
 from interlock_demo.engine.temporal.probe import temporal_unavailable
 from interlock_demo.errors import BusyError, UsageError
+from interlock_demo.exit_codes import ExitCode
 from interlock_demo.settings import DemoConfig, open_private
 from interlock_demo.views.tui.commands import DemoCommands
 from interlock_demo.views.tui.messages import RunUpdated
@@ -703,7 +704,7 @@ def run_app(config: DemoConfig, *, checked: bool = False, http_port: int | None 
         except OSError as e:
             print(f"interlock-demo: {e}", file=sys.stderr)
             app.engine.close()
-            return 2
+            return ExitCode.USAGE
         app.http_url = api.url
     try:
         code = app.run()
