@@ -176,6 +176,16 @@ class ClaimWait:
             data["simulated"] = True
         return data
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ClaimWait:
+        """Read a wait back from run@1 JSON."""
+        return cls(
+            start=float(data["from"]),
+            until=float(data["until"]),
+            seconds=float(data["seconds"]),
+            simulated=bool(data.get("simulated", False)),
+        )
+
 
 @dataclass(frozen=True)
 class Wanted:
@@ -194,6 +204,16 @@ class Wanted:
             "hand_refunds": self.hand_refunds,
             "refunded_total": self.refunded_total,
         }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Wanted:
+        """Read what was wanted back from run@1 JSON."""
+        return cls(
+            text=str(data["text"]),
+            agent_refunds=int(data["agent_refunds"]),
+            hand_refunds=int(data["hand_refunds"]),
+            refunded_total=int(data["refunded_total"]),
+        )
 
 
 @dataclass(frozen=True)
@@ -216,6 +236,17 @@ class Expected:
             "note": self.note,
         }
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Expected:
+        """Read the truth table's prediction back from run@1 JSON."""
+        return cls(
+            agent_refunds=int(data["agent_refunds"]),
+            hand_refunds=int(data["hand_refunds"]),
+            refunded_total=int(data["refunded_total"]),
+            outcome=str(data["outcome"]),
+            note=str(data["note"]),
+        )
+
 
 @dataclass(frozen=True)
 class RefundRow:
@@ -237,6 +268,17 @@ class RefundRow:
             "by": self.by,
         }
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RefundRow:
+        """Read a refund back from run@1 JSON."""
+        return cls(
+            id=str(data["id"]),
+            amount=int(data["amount"]),
+            status=str(data["status"]),
+            metadata={str(k): str(v) for k, v in data["metadata"].items()},
+            by=str(data["by"]),
+        )
+
 
 @dataclass(frozen=True)
 class StripeCard:
@@ -252,6 +294,14 @@ class StripeCard:
             "refunded_total": self.refunded_total,
         }
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> StripeCard:
+        """Read a payment's card back from run@1 JSON."""
+        return cls(
+            refunds=tuple(RefundRow.from_json(r) for r in data["refunds"]),
+            refunded_total=int(data["refunded_total"]),
+        )
+
 
 @dataclass
 class Event:
@@ -265,6 +315,16 @@ class Event:
     def to_json(self) -> dict[str, Any]:
         """The event as run@1 JSON."""
         return {"t": round(self.t, 3), "kind": self.kind, "text": self.text, "pid": self.pid}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Event:
+        """Read an event back from run@1 JSON."""
+        return cls(
+            t=float(data["t"]),
+            kind=str(data["kind"]),
+            text=str(data["text"]),
+            pid=_optional_int(data["pid"]),
+        )
 
 
 @dataclass
@@ -290,6 +350,20 @@ class WorkerInfo:
         if self.simulated:
             data["simulated"] = True
         return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> WorkerInfo:
+        """Read a worker back from run@1 JSON."""
+        crash_point = data["crash_point"]
+        ended_at = data["ended_at"]
+        return cls(
+            pid=_optional_int(data["pid"]),
+            crash_point=None if crash_point is None else str(crash_point),
+            started_at=float(data["started_at"]),
+            exit_code=_optional_int(data["exit_code"]),
+            ended_at=None if ended_at is None else float(ended_at),
+            simulated=bool(data.get("simulated", False)),
+        )
 
 
 @dataclass
@@ -345,6 +419,37 @@ class Column:
             data["receipt"] = self.receipt
             data["verify"] = self.verify
         return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Column:
+        """Read a column back from run@1 JSON.
+
+        What the JSON does not carry (the case id, the claim's end, the action ids) is left
+        unset: a column read back is for reading, not for an engine to go on with.
+        """
+        outcome, stripe, claim_wait = data["outcome"], data["stripe"], data["claim_wait"]
+        wanted, expected, error = data["wanted"], data["expected"], data["error"]
+        return cls(
+            name=str(data["name"]),
+            title=str(data["title"]),
+            state=ColumnState(data["state"]),
+            payment_intent=_optional_str(data["payment_intent"]),
+            lease_id=_optional_str(data["lease_id"]),
+            workers=[WorkerInfo.from_json(w) for w in data["workers"]],
+            events=[Event.from_json(e) for e in data["events"]],
+            outcome=None if outcome is None else ColumnOutcome.from_wire(outcome),
+            stripe=None if stripe is None else StripeCard.from_json(stripe),
+            wanted=Wanted.from_json(wanted) if wanted else None,
+            expected=Expected.from_json(expected) if expected else None,
+            ok=_optional_bool(data["ok"]),
+            truthful=_optional_bool(data["truthful"]),
+            as_predicted=_optional_bool(data["as_predicted"]),
+            deviations=[str(d) for d in data["deviations"]],
+            receipt=data.get("receipt"),
+            verify=data.get("verify"),
+            claim_wait=None if claim_wait is None else ClaimWait.from_json(claim_wait),
+            error=None if error is None else str(error),
+        )
 
 
 @dataclass
@@ -530,6 +635,50 @@ class RunSnapshot:
             "columns": [c.to_json() for c in self.columns],
         }
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RunSnapshot:
+        """Read an `interlock-demo/run@1` document (as `to_json` wrote it) back.
+
+        Raises `ValueError` for another schema, and `KeyError` or `TypeError` for a document
+        that lacks a field or holds one of the wrong shape. `now` is the run's elapsed time:
+        a document has no clock.
+        """
+        if data.get("schema") != SCHEMA:
+            raise ValueError(
+                f"not an {SCHEMA} document (its schema is {data.get('schema')!r}): read a "
+                "run as `interlock-demo --headless --json` prints it"
+            )
+        elapsed_s = float(data["elapsed_s"])
+        return cls(
+            run_id=str(data["run_id"]),
+            mode=str(data["mode"]),
+            engine=str(data["engine"]),
+            scenario=str(data["scenario"]),
+            title=str(data["title"]),
+            status=str(data["status"]),
+            emulated=tuple(str(e) for e in data["emulated"]),
+            settings=dict(data["settings"]),
+            started_at=str(data["started_at"]),
+            finished_at=_optional_str(data["finished_at"]),
+            elapsed_s=elapsed_s,
+            now=elapsed_s,
+            error=_optional_str(data["error"]),
+            notes=tuple(str(n) for n in data["notes"]),
+            columns=tuple(Column.from_json(c) for c in data["columns"]),
+        )
+
 
 def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, tz=timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _optional_str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _optional_bool(value: Any) -> bool | None:
+    return None if value is None else bool(value)
