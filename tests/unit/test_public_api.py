@@ -117,22 +117,3 @@ def test_headless_imports_stay_light(module: str) -> None:
 
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == []
-
-
-def test_nothing_outside_the_library_imports_its_private_modules() -> None:
-    """The demo, the workers, the scenarios and the benchmarks use `interlock`'s public names
-    only: an `interlock._x` import outside `interlock/` couples them to its insides."""
-    found = []
-    for folder in ("interlock_demo", "workers", "scenarios", "bench"):
-        for path in sorted((ROOT / folder).rglob("*.py")):
-            for node in ast.walk(ast.parse(path.read_text())):
-                if isinstance(node, ast.ImportFrom) and node.module:
-                    modules = [node.module]
-                elif isinstance(node, ast.Import):
-                    modules = [alias.name for alias in node.names]
-                else:
-                    continue
-                for module in modules:
-                    if module.startswith("interlock._"):
-                        found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {module}")
-    assert found == []
