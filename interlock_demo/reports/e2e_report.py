@@ -31,7 +31,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from interlock_demo.core.run import Column, RunSnapshot
+from interlock_demo.core.verdict import AGENT, counting, tally
+from interlock_demo.exit_codes import ExitCode
 from interlock_demo.settings import Paths
+from workers.protocol import GATE_CLAIM_WAIT, EventKind, gate_kind
 
 COMMAND = "interlock-demo e2e-report"
 DEFAULT_OUT = Path("results/e2e_offline.md")
@@ -46,7 +50,8 @@ CASES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 )
 # A run that takes longer than this is stuck (the demo's own timings take about 30 s).
 RUN_DEADLINE_S = 300.0
-EXIT_OK, EXIT_DEVIATION, EXIT_USAGE, EXIT_UNFINISHED = 0, 1, 2, 3
+# The gate's event for each check it makes (the lookup's says when it found its own refund).
+GATE_CHECK = gate_kind("check")
 # Never handed to a run: keys (runs are offline) and switches (set by flags instead).
 _SCRUBBED = (
     "STRIPE_SECRET_KEY",
@@ -58,33 +63,51 @@ _SCRUBBED = (
 )
 
 
-@dataclass
+@dataclass(frozen=True)
 class CaseRun:
-    """One headless run: which engine and case, its exit code and its run@1 document."""
+    """One headless run: which engine and case, its exit code and the run it printed.
+
+    `unreadable` says why stdout held no run@1 document, when it did not.
+    """
 
     engine: str
     case: str
     code: int
-    doc: dict[str, Any] | None
+    run: RunSnapshot | None
     folder: Path
+    unreadable: str | None = None
+
+    @classmethod
+    def read(cls, engine: str, case: str, code: int, folder: Path) -> CaseRun:
+        """The run a headless process left in `folder/stdout.json`, read through core/."""
+        path = folder / "stdout.json"
+        text = path.read_text() if path.is_file() else ""
+        if not text.strip():
+            return cls(engine, case, code, None, folder, unreadable="no JSON on stdout")
+        try:
+            return cls(engine, case, code, RunSnapshot.from_json(json.loads(text)), folder)
+        except json.JSONDecodeError as e:
+            why = f"its stdout is not JSON ({e})"
+        except (AttributeError, KeyError, TypeError, ValueError) as e:
+            # A document of another shape: a missing field, or another schema.
+            why = f"its JSON is not a run@1 document ({type(e).__name__}: {e})"
+        return cls(engine, case, code, None, folder, unreadable=why)
 
     @property
     def problem(self) -> str | None:
         """Why this run has no usable result, or None."""
-        if self.doc is None:
-            return f"exit {self.code}, no JSON on stdout (see {self.folder / 'stderr.log'})"
-        if self.doc.get("error"):
-            return str(self.doc["error"])
-        if self.code not in (EXIT_OK, EXIT_DEVIATION):
+        if self.run is None:
+            why = self.unreadable or "no JSON on stdout"
+            return f"exit {self.code}, {why} (see {self.folder / 'stderr.log'})"
+        if self.run.error:
+            return self.run.error
+        if self.code not in (ExitCode.OK, ExitCode.DEVIATION):
             return f"the run's JSON has no error, but it exited {self.code}"
         return None
 
-    def column(self, name: str) -> dict[str, Any] | None:
+    def column(self, name: str) -> Column | None:
         """The column with this name, if the run has it."""
-        for col in (self.doc or {}).get("columns", []):
-            if col["name"] == name:
-                return dict(col)
-        return None
+        return None if self.run is None else self.run.column(name)
 
 
 def _run_one(engine: str, case: str, args: tuple[str, ...], folder: Path) -> CaseRun:
@@ -113,11 +136,7 @@ def _run_one(engine: str, case: str, args: tuple[str, ...], folder: Path) -> Cas
         except subprocess.TimeoutExpired:
             proc.kill()
             code = proc.wait()
-    try:
-        doc = json.loads((folder / "stdout.json").read_text())
-    except ValueError:
-        doc = None
-    return CaseRun(engine, case, code, doc if isinstance(doc, dict) else None, folder)
+    return CaseRun.read(engine, case, code, folder)
 
 
 def run_all(home: Path, *, parallel: int) -> list[CaseRun]:
@@ -140,18 +159,18 @@ def run_all(home: Path, *, parallel: int) -> list[CaseRun]:
 def _verdict(run: CaseRun) -> str:
     if run.problem:
         return f"could not finish: {run.problem}"
-    assert run.doc is not None
-    wrong = [c["name"] for c in run.doc["columns"] if not c["as_predicted"]]
+    assert run.run is not None
+    wrong = [c.name for c in run.run.columns if not c.as_predicted]
     return f"DEVIATION in {', '.join(wrong)}" if wrong else "as predicted"
 
 
 def exit_code(runs: list[CaseRun]) -> int:
     """0 all as predicted, 1 a deviation, 3 a run could not finish."""
     if any(r.problem for r in runs):
-        return EXIT_UNFINISHED
-    if any(not c["as_predicted"] for r in runs for c in (r.doc or {}).get("columns", [])):
-        return EXIT_DEVIATION
-    return EXIT_OK
+        return ExitCode.UNFINISHED
+    if any(not c.as_predicted for r in runs if r.run for c in r.run.columns):
+        return ExitCode.DEVIATION
+    return ExitCode.OK
 
 
 def main(out: str | Path | None = None, *, parallel: int) -> int:
@@ -162,7 +181,7 @@ def main(out: str | Path | None = None, *, parallel: int) -> int:
     reason = temporal_unavailable()
     if reason is not None:
         sys.stderr.write(f"interlock-demo: the report compares both engines; {reason}\n")
-        return EXIT_USAGE
+        return ExitCode.USAGE
     home = Paths.from_env().demo / "e2e-report"
     sys.stderr.write(
         f"{COMMAND}: {len(ENGINES) * len(CASES)} offline runs, {parallel} at a time; "
@@ -182,14 +201,17 @@ def _money(cents: int | None) -> str:
     return "n/a" if cents is None else f"${cents / 100:.2f}"
 
 
-def _stripe_words(col: Mapping[str, Any]) -> str:
-    stripe = col.get("stripe") or {}
-    refunds = [r for r in stripe.get("refunds", []) if r["status"] in ("succeeded", "pending")]
-    agent = sum(r["by"] == "agent" for r in refunds)
-    hand = sum(r["by"] == "hand" for r in refunds)
+def _stripe_words(col: Column | None) -> str:
+    card = None if col is None else col.stripe
+    agent, hand = (0, 0) if card is None else tally(card)
     parts = [f"{agent} agent" if agent else "", f"{hand} hand" if hand else ""]
     what = " + ".join(p for p in parts if p) or "no refund"
-    return f"{what}, {_money(stripe.get('refunded_total'))}"
+    return f"{what}, {_money(None if card is None else card.refunded_total)}"
+
+
+def _status(col: Column | None) -> str:
+    """The status the column reported, as the report prints it (`None` when it reported none)."""
+    return str(None if col is None or col.outcome is None else col.outcome.status)
 
 
 def _cell(run: CaseRun | None, name: str) -> str:
@@ -200,10 +222,9 @@ def _cell(run: CaseRun | None, name: str) -> str:
     col = run.column(name)
     if col is None:
         return "no such column"
-    outcome = (col.get("outcome") or {}).get("status")
-    mark = "as predicted" if col.get("as_predicted") else "**DEVIATION**"
-    text = f"{_stripe_words(col)}; reported `{outcome}`; {mark}"
-    if col.get("truthful") is False:
+    mark = "as predicted" if col.as_predicted else "**DEVIATION**"
+    text = f"{_stripe_words(col)}; reported `{_status(col)}`; {mark}"
+    if col.truthful is False:
         text += "; not truthful"
     return text
 
@@ -215,38 +236,37 @@ def _find(runs: list[CaseRun], engine: str, case: str) -> CaseRun | None:
 def _result(run: CaseRun | None, name: str) -> tuple[str, str] | None:
     """A column's refunds at Stripe and its reported outcome, to compare across runs."""
     col = run.column(name) if run else None
-    if col is None or col.get("stripe") is None:
+    if col is None or col.stripe is None:
         return None
-    return _stripe_words(col), str((col.get("outcome") or {}).get("status"))
+    return _stripe_words(col), _status(col)
 
 
 def _refund_ids(run: CaseRun | None, name: str) -> list[tuple[str, int]] | None:
     col = run.column(name) if run else None
-    if col is None or col.get("stripe") is None:
+    if col is None or col.stripe is None:
         return None
-    counting = [r for r in col["stripe"]["refunds"] if r["status"] in ("succeeded", "pending")]
-    return sorted((r["by"], r["amount"]) for r in counting)
+    return sorted((r.by, r.amount) for r in counting(col.stripe))
 
 
-def _event(col: Mapping[str, Any], *kinds: str, contains: str = "") -> str | None:
-    for e in col.get("events", []):
-        if e["kind"] in kinds and contains in e["text"]:
-            return str(e["text"])
+def _event(col: Column, *kinds: str, contains: str = "") -> str | None:
+    for e in col.events:
+        if e.kind in kinds and contains in e.text:
+            return e.text
     return None
 
 
 def _settings_lines(runs: list[CaseRun], parallel: int) -> list[str]:
-    docs = [r.doc for r in runs if r.doc is not None]
+    docs = [r.run for r in runs if r.run is not None]
     if not docs:
         return ["No run produced JSON; see each run's stderr."]
-    s = docs[0]["settings"]
+    s = docs[0].settings
     lines = [
         f"Timing: claim TTL {s['claim_ttl_s']:g} s, Stripe timeout {s['stripe_timeout_s']:g} s "
         f"(set `INTERLOCK_CLAIM_TTL` and `INTERLOCK_STRIPE_TIMEOUT` to change them). "
         f"Model: {s['model']}. Stripe: {s['stripe']} (loopback, the real `stripe` SDK). "
         f"{parallel} runs at a time on {os.cpu_count()} CPUs."
     ]
-    temporal = [d["settings"]["temporal"] for d in docs if "temporal" in d["settings"]]
+    temporal = [d.settings["temporal"] for d in docs if "temporal" in d.settings]
     if temporal:
         t = temporal[0]
         starts = sorted(x["server_started_in_s"] for x in temporal)
@@ -289,8 +309,8 @@ def render(runs: list[CaseRun], *, generated_at: datetime, parallel: int) -> str
     for name, _, _ in CASES:
         for col_name in ("standard", "interlock", "checked"):
             std, tmp = _find(runs, "standalone", name), _find(runs, "temporal", name)
-            col = (std and std.column(col_name)) or (tmp and tmp.column(col_name)) or {}
-            note = (col.get("expected") or {}).get("note", "")
+            col = (std and std.column(col_name)) or (tmp and tmp.column(col_name)) or None
+            note = "" if col is None or col.expected is None else col.expected.note
             lines.append(
                 f"| {name} | {col_name} | {_cell(std, col_name)} | {_cell(tmp, col_name)} "
                 f"| {note} |"
@@ -300,12 +320,10 @@ def render(runs: list[CaseRun], *, generated_at: datetime, parallel: int) -> str
         cells = []
         for engine in ENGINES:
             run = _find(runs, engine, name)
-            if run is None or run.doc is None:
+            if run is None or run.run is None:
                 cells.append("no result")
             else:
-                cells.append(
-                    f"`{run.doc['run_id']}`, {run.doc['elapsed_s']:.1f} s, {_verdict(run)}"
-                )
+                cells.append(f"`{run.run.run_id}`, {run.run.elapsed_s:.1f} s, {_verdict(run)}")
         lines.append(f"| {name} | {cells[0]} | {cells[1]} |")
     lines += ["", *_differences(runs), "", *_temporal_notes(runs), ""]
     return "\n".join(lines)
@@ -329,18 +347,18 @@ def _differences(runs: list[CaseRun]) -> list[str]:
         if not checked or not interlock:
             lines.append(f"- {engine}: no result for this run.")
             continue
-        refunds = (checked.get("stripe") or {}).get("refunds", [])
-        own = [r for r in refunds if r["by"] == "agent"]
+        refunds = () if checked.stripe is None else checked.stripe.refunds
+        own = [r for r in refunds if r.by == AGENT]
         only_own = bool(own) and len(own) == len(refunds)
-        stop = _event(checked, "recheck", contains="stopping") or "(no re-check line)"
-        found = _event(interlock, "gate-check", contains="found its own") or "(no lookup line)"
-        refund_id = (interlock.get("outcome") or {}).get("refund_id")
-        receipt_id = (interlock.get("receipt") or {}).get("external_id")
+        stop = _event(checked, EventKind.RECHECK, contains="stopping") or "(no re-check line)"
+        found = _event(interlock, GATE_CHECK, contains="found its own") or "(no lookup line)"
+        refund_id = None if interlock.outcome is None else interlock.outcome.refund_id
+        receipt_id = (interlock.receipt or {}).get("external_id")
         lines.append(
-            f"- {engine} (`{run.doc['run_id'] if run and run.doc else '?'}`): the checked "
+            f"- {engine} (`{run.run.run_id if run and run.run else '?'}`): the checked "
             f'column re-read the payment and said "{stop}", reporting '
-            f"`{(checked.get('outcome') or {}).get('status')}`, while Stripe holds its own "
-            f"refund {', '.join(r['id'] for r in own) or '(none)'} with its case in the "
+            f"`{_status(checked)}`, while Stripe holds its own "
+            f"refund {', '.join(r.id for r in own) or '(none)'} with its case in the "
             "metadata"
             + (
                 ", and no other: the change it stopped on was its own refund (a false alarm)"
@@ -348,18 +366,17 @@ def _differences(runs: list[CaseRun]) -> list[str]:
                 else ""
             )
             + f"; the run marks the column {_truthful_words(checked)}. Interlock's recovery "
-            f'said "{found}" and reported `{(interlock.get("outcome") or {}).get("status")}` '
+            f'said "{found}" and reported `{_status(interlock)}` '
             f"naming {refund_id}; its receipt records "
             + ("the same refund." if receipt_id == refund_id else f"{receipt_id}.")
         )
     lines.append("")
     for engine in ENGINES:
         run = _find(runs, engine, "after-answer+emulate-24h")
-        if run is None or run.doc is None:
+        if run is None or run.run is None:
             continue
         said = {
-            c: f"{_stripe_words(run.column(c) or {})}, reported "
-            f"`{((run.column(c) or {}).get('outcome') or {}).get('status')}`"
+            c: f"{_stripe_words(run.column(c))}, reported `{_status(run.column(c))}`"
             for c in ("standard", "checked", "interlock")
         }
         lines.append(
@@ -387,9 +404,9 @@ def _differences(runs: list[CaseRun]) -> list[str]:
             if not col:
                 lines.append(f"| {name} | {engine} | no result | | |")
                 continue
-            receipt = col.get("receipt") or {}
+            receipt = col.receipt or {}
             checks = ", ".join(_check_words(c) for c in receipt.get("checks", []))
-            v = col.get("verify") or {}
+            v = col.verify or {}
             verified = (
                 f"ok: {v.get('ok')}, chain {v.get('chain_length')}, "
                 f"{'signed' if v.get('signed') else 'unsigned'}"
@@ -426,8 +443,8 @@ def _differences(runs: list[CaseRun]) -> list[str]:
     return lines
 
 
-def _truthful_words(col: Mapping[str, Any]) -> str:
-    truthful = col.get("truthful")
+def _truthful_words(col: Column) -> str:
+    truthful = col.truthful
     return "unjudged" if truthful is None else "truthful" if truthful else "not truthful"
 
 
@@ -476,7 +493,7 @@ def _temporal_notes(runs: list[CaseRun]) -> list[str]:
     if col:
         decision = _event(col, "temporal-decision")
         retry = _event(col, "temporal-retry")
-        wait = _event(col, "gate-claim-wait")
+        wait = _event(col, GATE_CLAIM_WAIT)
         closed = _event(col, "temporal-closed")
         lines += [
             "",

@@ -1,0 +1,104 @@
+"""`interlock-demo e2e-report`: the report reads each run@1 document through core/.
+
+The documents are real mock runs (in-process, milliseconds); a test that needs a refund
+in a state the mock does not reach edits the document, as a run on live Stripe could
+have produced it.
+"""
+
+from __future__ import annotations
+
+import copy
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from interlock_demo.core.run import RunSnapshot
+from interlock_demo.engine import Engine, RunRequest
+from interlock_demo.exit_codes import ExitCode
+from interlock_demo.reports import e2e_report
+from interlock_demo.reports.e2e_report import CaseRun
+from interlock_demo.settings import resolve
+
+WHEN = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def _mock_doc(tmp_path: Path, scenario: str) -> dict[str, Any]:
+    config = resolve(mode="mock", env={"INTERLOCK_HOME": str(tmp_path / "home")})
+    engine = Engine(config)
+    try:
+        return engine.run(RunRequest(scenario, checked=True)).to_json()
+    finally:
+        engine.close()
+
+
+@pytest.fixture(scope="module")
+def hand_refund(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A finished mock run of hand-refund with the checked column."""
+    return _mock_doc(tmp_path_factory.mktemp("mock"), "hand-refund")
+
+
+def _row(report: str, case: str, column: str) -> list[str]:
+    for line in report.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if cells[:2] == [case, column]:
+            return cells
+    raise AssertionError(f"no row for {case}/{column}")
+
+
+def test_a_run_document_reads_back_as_it_was_written(hand_refund: dict[str, Any]) -> None:
+    """RunSnapshot.from_json is to_json's inverse on a real run: nothing lost or added."""
+    assert RunSnapshot.from_json(hand_refund).to_json() == hand_refund
+
+
+def test_a_refund_that_requires_action_counts_against_the_payment(
+    tmp_path: Path, hand_refund: dict[str, Any]
+) -> None:
+    """A hand refund waiting in requires_action is money out, as the gate counts it: the
+    report shows it beside the agent's, and the money tie compares it too."""
+    doc = copy.deepcopy(hand_refund)
+    standard = doc["columns"][0]
+    [hand] = [r for r in standard["stripe"]["refunds"] if r["by"] == "hand"]
+    hand["status"] = "requires_action"
+    run = CaseRun("standalone", "hand-refund", ExitCode.OK, RunSnapshot.from_json(doc), tmp_path)
+    report = e2e_report.render([run], generated_at=WHEN, parallel=1)
+    cell = _row(report, "hand-refund", "standard")[2]
+    assert cell.startswith("1 agent + 1 hand, $40.00;"), cell
+
+
+def test_a_failed_refund_does_not_count(tmp_path: Path, hand_refund: dict[str, Any]) -> None:
+    """A refund Stripe failed or canceled is not money out: the report leaves it out."""
+    doc = copy.deepcopy(hand_refund)
+    standard = doc["columns"][0]
+    [hand] = [r for r in standard["stripe"]["refunds"] if r["by"] == "hand"]
+    hand["status"] = "failed"
+    standard["stripe"]["refunded_total"] -= hand["amount"]
+    run = CaseRun("standalone", "hand-refund", ExitCode.OK, RunSnapshot.from_json(doc), tmp_path)
+    report = e2e_report.render([run], generated_at=WHEN, parallel=1)
+    assert _row(report, "hand-refund", "standard")[2].startswith("1 agent, $20.00;")
+
+
+def test_exit_code_names_the_worst_run(tmp_path: Path, hand_refund: dict[str, Any]) -> None:
+    """All as predicted is 0; a deviation 1; a run without its JSON 3 (it could not finish)."""
+    fine = CaseRun(
+        "standalone", "hand-refund", ExitCode.OK, RunSnapshot.from_json(hand_refund), tmp_path
+    )
+    deviating = copy.deepcopy(hand_refund)
+    deviating["columns"][1]["as_predicted"] = False
+    off = CaseRun(
+        "temporal", "hand-refund", ExitCode.DEVIATION, RunSnapshot.from_json(deviating), tmp_path
+    )
+    lost = CaseRun.read("temporal", "revoked", ExitCode.UNFINISHED, tmp_path)
+    assert e2e_report.exit_code([fine]) == ExitCode.OK
+    assert e2e_report.exit_code([fine, off]) == ExitCode.DEVIATION
+    assert e2e_report.exit_code([fine, off, lost]) == ExitCode.UNFINISHED
+
+
+def test_stdout_that_is_not_a_run_is_a_problem_named_in_words(tmp_path: Path) -> None:
+    """JSON on stdout that is not a run@1 document makes the run unfinished, saying why."""
+    (tmp_path / "stdout.json").write_text('{"schema": "something/else"}')
+    run = CaseRun.read("standalone", "revoked", ExitCode.OK, tmp_path)
+    assert run.run is None
+    assert run.problem is not None and "not an interlock-demo/run@1 document" in run.problem
+    assert e2e_report.exit_code([run]) == ExitCode.UNFINISHED
