@@ -1,4 +1,4 @@
-"""The linters run inside the one test command: ruff over the tree, mypy (strict on interlock)."""
+"""The linters run inside the one test command: ruff over the tree, mypy (strict on every package)."""
 
 from __future__ import annotations
 
@@ -32,6 +32,6 @@ def test_ruff_format_is_clean() -> None:
 
 
 def test_mypy_is_clean() -> None:
-    """mypy passes on the packages, strict on the interlock library."""
+    """mypy passes on the packages, strict on all of them."""
     result = _run("mypy", "--no-error-summary")
     assert result.returncode == 0, result.stdout + result.stderr
