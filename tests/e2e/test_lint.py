@@ -1,4 +1,4 @@
-"""The linters run inside the one test command: ruff over the tree, mypy (strict on every package)."""
+"""The linters inside the one test command: ruff over the tree, mypy strict on every package."""
 
 from __future__ import annotations
 
