@@ -15,10 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 from interlock import is_postgres_url
-from interlock_demo.core.run import Run
+from interlock_demo.core.run import Column, Run
+from interlock_demo.core.verdict import AGENT
 from interlock_demo.engine import Engine, RunRequest
 from interlock_demo.reports.local_postgres import pgserver_missing
 from interlock_demo.reports.sweep import interlock_failures, run_sweep, table
@@ -45,7 +45,8 @@ def write_runs(config: DemoConfig, out: Path) -> Path:
             runs.append(engine.run(RunRequest(sid, checked=True)))
     finally:
         engine.close()
-    docs = [r.to_json() for r in runs]
+    snapshots = [r.snapshot() for r in runs]
+    docs = [s.to_json() for s in snapshots]
     (out / f"runs_{config.mode}.json").write_text(json.dumps(docs, indent=2) + "\n")
     lines = [
         f"# Every scenario, {config.mode}",
@@ -55,19 +56,17 @@ def write_runs(config: DemoConfig, out: Path) -> Path:
         "| predicted |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for doc in docs:
-        for col in doc["columns"]:
-            stripe = col["stripe"] or {"refunds": [], "refunded_total": 0}
-            refunds = (
-                ", ".join(f"${r['amount'] / 100:.2f} {r['by']}" for r in stripe["refunds"])
-                or "none"
-            )
-            outcome = col["outcome"] or {}
-            verdict = "✓ right" if col["ok"] else "✗ wrong"
-            predicted = "yes" if col["as_predicted"] else "NO"
+    for snapshot in snapshots:
+        for col in snapshot.columns:
+            rows = () if col.stripe is None else col.stripe.refunds
+            refunds = ", ".join(f"${r.amount / 100:.2f} {r.by}" for r in rows) or "none"
+            status = None if col.outcome is None else col.outcome.status
+            wanted = None if col.wanted is None else col.wanted.text
+            verdict = "✓ right" if col.ok else "✗ wrong"
+            predicted = "yes" if col.as_predicted else "NO"
             lines.append(
-                f"| {doc['scenario']} | {col['name']} | {refunds} | {outcome.get('status')} | "
-                f"{col['wanted'].get('text')} | {verdict} | {truthful_text(col)} | {predicted} |"
+                f"| {snapshot.scenario} | {col.name} | {refunds} | {status} | "
+                f"{wanted} | {verdict} | {truthful_text(col)} | {predicted} |"
             )
     lines += [
         "",
@@ -83,15 +82,13 @@ def write_runs(config: DemoConfig, out: Path) -> Path:
     return path
 
 
-def truthful_text(col: dict[str, Any]) -> str:
+def truthful_text(col: Column) -> str:
     """Whether a column's report was true, and if not, which way it was wrong."""
-    truthful = col.get("truthful")
-    if truthful is None:
+    if col.truthful is None:
         return "n/a"
-    if truthful:
+    if col.truthful:
         return "yes"
-    stripe = col.get("stripe") or {"refunds": []}
-    own = any(r.get("by") == "agent" for r in stripe["refunds"])
+    own = col.stripe is not None and any(r.by == AGENT for r in col.stripe.refunds)
     if own:
         return "NO: a false alarm (its own refund exists)"
     return "NO: it claims a refund that is not there"
