@@ -17,6 +17,8 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
+from typing import ClassVar
 
 from interlock._errors import ConfigError
 
@@ -38,7 +40,6 @@ ENV_CLAIM_GRACE = "INTERLOCK_CLAIM_GRACE"
 ENV_SEND_SLACK = "INTERLOCK_SEND_SLACK"
 ENV_EMULATE_24H = "INTERLOCK_EMULATE_24H"
 ENV_NO_LOOKUP = "INTERLOCK_NO_LOOKUP"
-EMULATED_SWITCHES = (ENV_EMULATE_24H, ENV_NO_LOOKUP)
 
 
 @dataclass(frozen=True)
@@ -131,7 +132,14 @@ class Switches:
     `emulate_24h`: a retry behaves as if Stripe had pruned the idempotency key (the retry
     uses a key Stripe has not seen). `no_lookup`: the gate skips the lookup of its own
     earlier send. Every run that uses one must say so.
+
+    `ENV_NAMES` is the one spelling of each switch's name, by field: the environment
+    variable that turns it on, and how receipts and runs name it (`names`).
     """
+
+    ENV_NAMES: ClassVar[Mapping[str, str]] = MappingProxyType(
+        {"emulate_24h": ENV_EMULATE_24H, "no_lookup": ENV_NO_LOOKUP}
+    )
 
     emulate_24h: bool = False
     no_lookup: bool = False
@@ -139,20 +147,13 @@ class Switches:
     @property
     def names(self) -> list[str]:
         """The switches that are on, as their environment names."""
-        return [
-            name
-            for name, on in ((ENV_EMULATE_24H, self.emulate_24h), (ENV_NO_LOOKUP, self.no_lookup))
-            if on
-        ]
+        return [name for field, name in self.ENV_NAMES.items() if getattr(self, field)]
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Switches:
         """Switches from `INTERLOCK_EMULATE_24H` and `INTERLOCK_NO_LOOKUP` (1/true/yes)."""
         env = os.environ if env is None else env
-        return cls(
-            emulate_24h=_flag(env, ENV_EMULATE_24H),
-            no_lookup=_flag(env, ENV_NO_LOOKUP),
-        )
+        return cls(**{field: _flag(env, name) for field, name in cls.ENV_NAMES.items()})
 
 
 def _seconds(env: Mapping[str, str], name: str, default: float) -> float:

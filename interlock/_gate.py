@@ -415,7 +415,8 @@ class Gate:
     def _lookup(self, intent: Intent, obs: Observation) -> tuple[list[Check], Found | None]:
         """The lookup of our own earlier send (unless switched off)."""
         if self.switches.no_lookup:
-            return [Check("lookup", "skipped: INTERLOCK_NO_LOOKUP is set", None, True)], None
+            skipped = f"skipped: {Switches.ENV_NAMES['no_lookup']} is set"
+            return [Check("lookup", skipped, None, True)], None
         own = obs.own
         check = Check(
             "lookup",
