@@ -24,7 +24,7 @@ from interlock_demo.errors import KeyRefusedError, UsageError
 from interlock_demo.exit_codes import ExitCode
 from interlock_demo.mcp.cli import add_mcp_parser
 from interlock_demo.settings import resolve
-from scenarios import SCENARIOS
+from scenarios import SCENARIOS, SWITCHES
 
 SCENARIO_HELP = (
     ", ".join(SCENARIOS)
@@ -95,12 +95,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--headless", action="store_true", help="run without the app")
     p.add_argument("--json", action="store_true", help="headless: print the run as JSON")
     p.add_argument("--scenario", help=f"headless: {SCENARIO_HELP}")
-    p.add_argument(
-        "--emulate-24h",
-        action="store_true",
-        help="emulate a retry after Stripe pruned the idempotency key",
-    )
-    p.add_argument("--no-lookup", action="store_true", help="emulate a gate without the lookup")
+    for switch in SWITCHES:
+        p.add_argument(switch.flag, action="store_true", dest=switch.field, help=switch.help)
     p.add_argument(
         "--stripe-base", metavar="URL", help="offline: use an emulator already listening at URL"
     )
@@ -302,10 +298,7 @@ def _app_argv(args: argparse.Namespace) -> list[str]:
         argv += ["--engine", args.engine]
     if args.checked:
         argv.append("--checked")
-    if args.emulate_24h:
-        argv.append("--emulate-24h")
-    if args.no_lookup:
-        argv.append("--no-lookup")
+    argv += [switch.flag for switch in SWITCHES if getattr(args, switch.field)]
     if args.stripe_base:
         argv += ["--stripe-base", args.stripe_base]
     if args.store:

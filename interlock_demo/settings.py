@@ -34,6 +34,7 @@ from interlock import (
 )
 from interlock_demo.errors import UsageError
 from interlock_demo.keys import Secret, find_anthropic_key, find_stripe_key
+from scenarios import SWITCHES
 
 DEMO_CLAIM_TTL_S = 15.0
 DEMO_STRIPE_TIMEOUT_S = 10.0
@@ -265,8 +266,9 @@ def resolve(
         raise UsageError(_missing_text(missing))
     if mode == "live" and (emulate_24h or no_lookup):
         raise UsageError(
-            "--emulate-24h and --no-lookup are emulated switches for offline and mock runs; "
-            "a live run uses Stripe's real keys and lookup. Drop the switch or use --offline."
+            " and ".join(s.flag for s in SWITCHES) + " are emulated switches for offline and "
+            "mock runs; a live run uses Stripe's real keys and lookup. Drop the switch or use "
+            "--offline."
         )
     if mode == "mock" and engine == "temporal":
         raise UsageError("--mock runs in-process without Temporal; drop --engine temporal")

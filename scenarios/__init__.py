@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from interlock import Switches
+
 Outage = Literal["none", "hand-refund", "revoke"]
 ColumnName = Literal["standard", "interlock", "checked"]
 
@@ -18,8 +20,42 @@ REFUND_AMOUNT = 2_000
 LEASE_CAP = 2_000
 COLUMNS: tuple[ColumnName, ...] = ("standard", "interlock", "checked")
 
-SWITCH_EMULATE_24H = "INTERLOCK_EMULATE_24H"
-SWITCH_NO_LOOKUP = "INTERLOCK_NO_LOOKUP"
+
+@dataclass(frozen=True)
+class Switch:
+    """An emulated switch (docs/design.md §3) as the demo offers it, named in one place.
+
+    `field` is its `interlock.Switches` attribute. The library spells its environment name
+    (`env`), which is also what a run's `emulated` lists and the truth table's row key;
+    the command line's option (`flag`, `--emulate-24h`) and the bare words (`name`,
+    `emulate-24h`: a case's suffix in e2e-report) follow from the field.
+    """
+
+    field: str
+    help: str
+
+    @property
+    def env(self) -> str:
+        """The environment variable that turns it on: `INTERLOCK_EMULATE_24H`."""
+        return Switches.ENV_NAMES[self.field]
+
+    @property
+    def name(self) -> str:
+        """The switch in words: `emulate-24h`."""
+        return self.field.replace("_", "-")
+
+    @property
+    def flag(self) -> str:
+        """The command line's option: `--emulate-24h`."""
+        return f"--{self.name}"
+
+
+SWITCHES: tuple[Switch, ...] = (
+    Switch("emulate_24h", "emulate a retry after Stripe pruned the idempotency key"),
+    Switch("no_lookup", "emulate a gate without the lookup"),
+)
+SWITCH_EMULATE_24H = Switches.ENV_NAMES["emulate_24h"]
+SWITCH_NO_LOOKUP = Switches.ENV_NAMES["no_lookup"]
 
 
 @dataclass(frozen=True)

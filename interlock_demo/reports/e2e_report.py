@@ -35,18 +35,20 @@ from interlock_demo.core.run import Column, RunSnapshot
 from interlock_demo.core.verdict import AGENT, counting, tally
 from interlock_demo.exit_codes import ExitCode
 from interlock_demo.settings import Paths
+from scenarios import SWITCHES
 from workers.protocol import GATE_CLAIM_WAIT, EventKind, gate_kind
 
 COMMAND = "interlock-demo e2e-report"
 DEFAULT_OUT = Path("results/e2e_offline.md")
 ENGINES = ("standalone", "temporal")
-# (name, scenario, extra flags): every row of the truth table.
+_SWITCH = {s.field: s for s in SWITCHES}
+# (name, scenario, extra flags): every row of the truth table; the switched rows are
+# after-answer's, named after the switch (`after-answer+emulate-24h`).
 CASES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("hand-refund", "hand-refund", ()),
     ("revoked", "revoked", ()),
     ("after-answer", "after-answer", ()),
-    ("after-answer+emulate-24h", "after-answer", ("--emulate-24h",)),
-    ("after-answer+no-lookup", "after-answer", ("--no-lookup",)),
+    *((f"after-answer+{s.name}", "after-answer", (s.flag,)) for s in SWITCHES),
 )
 # A run that takes longer than this is stuck (the demo's own timings take about 30 s).
 RUN_DEADLINE_S = 300.0
@@ -56,8 +58,7 @@ GATE_CHECK = gate_kind("check")
 _SCRUBBED = (
     "STRIPE_SECRET_KEY",
     "ANTHROPIC_API_KEY",
-    "INTERLOCK_EMULATE_24H",
-    "INTERLOCK_NO_LOOKUP",
+    *(s.env for s in SWITCHES),
     "INTERLOCK_CRASH",
     "INTERLOCK_STORE",
 )
@@ -372,7 +373,7 @@ def _differences(runs: list[CaseRun]) -> list[str]:
         )
     lines.append("")
     for engine in ENGINES:
-        run = _find(runs, engine, "after-answer+emulate-24h")
+        run = _find(runs, engine, f"after-answer+{_SWITCH['emulate_24h'].name}")
         if run is None or run.run is None:
             continue
         said = {
@@ -380,9 +381,9 @@ def _differences(runs: list[CaseRun]) -> list[str]:
             for c in ("standard", "checked", "interlock")
         }
         lines.append(
-            f"- {engine}, with the key expired (`--emulate-24h`, emulated: the retry uses a key "
-            f"Stripe has not seen): standard {said['standard']}; checked {said['checked']}; "
-            f"interlock {said['interlock']}."
+            f"- {engine}, with the key expired (`{_SWITCH['emulate_24h'].flag}`, emulated: the "
+            f"retry uses a key Stripe has not seen): standard {said['standard']}; "
+            f"checked {said['checked']}; interlock {said['interlock']}."
         )
     lines += [
         "",
@@ -420,9 +421,10 @@ def _differences(runs: list[CaseRun]) -> list[str]:
             )
     lines += [
         "",
-        "With `--no-lookup` (emulated: the gate skips its lookup) Interlock cannot tell the "
-        "refund at Stripe is its own, so it refuses; `verify()` with the Stripe reader then "
-        "reports the refund that the refusing receipt does not record (the row above). "
+        f"With `{_SWITCH['no_lookup'].flag}` (emulated: the gate skips its lookup) Interlock "
+        "cannot tell the refund at Stripe is its own, so it refuses; `verify()` with the "
+        "Stripe reader then reports the refund that the refusing receipt does not record "
+        "(the row above). "
         "That is the row's point: the receipts are the gate's record of what it checked, "
         "Stripe's refund list is the evidence, and `verify()` compares the two.",
         "",

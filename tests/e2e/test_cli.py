@@ -366,6 +366,16 @@ def test_serve_takes_the_apps_options_before_or_after(argv: list[str]) -> None:
     assert _app_argv(args) == ["--offline", "--checked"]
 
 
+def test_serve_hands_the_emulated_switches_on_to_each_tab() -> None:
+    """`--offline --no-lookup --emulate-24h serve` opens every browser tab with both switches,
+    spelled as the command line takes them."""
+    from interlock_demo.cli import _app_argv, _parser
+
+    args = _parser().parse_args(["--offline", "--no-lookup", "--emulate-24h", "serve"])
+    assert _app_argv(args) == ["--offline", "--emulate-24h", "--no-lookup"]
+    assert _app_argv(_parser().parse_args(["--offline", "serve"])) == ["--offline"]
+
+
 @pytest.mark.parametrize("argv", [["--mock", "doctor"], ["doctor", "--mock"]])
 def test_doctor_takes_the_mode_before_or_after(argv: list[str]) -> None:
     """`doctor --mock` checks mock mode, as `--mock doctor` does; left out, no mode is set."""

@@ -1,0 +1,37 @@
+"""The emulated switches are named once: the library spells their environment names, the
+demo's flags follow from the same fields, and the contracts (CLI flags, a run's
+`emulated`, a receipt's `emulated`) keep their spelling."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+from interlock import Switches
+from scenarios import SWITCH_EMULATE_24H, SWITCH_NO_LOOKUP, SWITCHES, TRUTH
+
+
+def test_every_switch_of_the_library_is_offered_by_the_demo() -> None:
+    """Each `interlock.Switches` field has its environment name and a row in `SWITCHES`."""
+    names = {f.name for f in fields(Switches)}
+    assert set(Switches.ENV_NAMES) == names
+    assert {s.field for s in SWITCHES} == names
+
+
+def test_the_contract_spellings() -> None:
+    """The flags, environment names and `emulated` values as docs/design.md and the README
+    name them."""
+    assert [(s.flag, s.env) for s in SWITCHES] == [
+        ("--emulate-24h", "INTERLOCK_EMULATE_24H"),
+        ("--no-lookup", "INTERLOCK_NO_LOOKUP"),
+    ]
+    assert Switches(emulate_24h=True, no_lookup=True).names == [
+        "INTERLOCK_EMULATE_24H",
+        "INTERLOCK_NO_LOOKUP",
+    ]
+    assert Switches.from_env({"INTERLOCK_NO_LOOKUP": "yes"}) == Switches(no_lookup=True)
+
+
+def test_the_truth_table_rows_are_keyed_by_the_switches_names() -> None:
+    """The emulated rows of the truth table are found by the names a run lists."""
+    switched = {switch for _, switch in TRUTH if switch}
+    assert switched == {SWITCH_EMULATE_24H, SWITCH_NO_LOOKUP} == {s.env for s in SWITCHES}
