@@ -1,8 +1,10 @@
 """The terminal app a presenter drives at a talk: single keys, one run on screen at a time.
 
-The app is a view: the engine runs the workers and the app subscribes to the run. Updates
-arrive as `RunUpdated` messages from the engine's threads; an update from any run but the
-one on screen is dropped, so a late update can never repaint over a new run.
+The app is a view: the engine runs the workers and the app subscribes to the run. Changes
+arrive as `RunChanged` messages from the engine's threads, and the app draws a snapshot of
+the run (`Run.snapshot()`) on its own thread; a change of any run but the one on screen is
+dropped, so a late update can never repaint over a new run. What the screen shows (the run
+on screen, the chosen column, zoom, presenter mode) is reactive: its watch_ methods redraw.
 
 It fits any projector: three columns side by side from 160 cells wide, the same with
 compact cards from 100, one column at a time below that (left/right switch), and `z`
@@ -24,18 +26,19 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Container
 from textual.notifications import SeverityLevel
+from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from interlock import Switches
-from interlock_demo.core.run import Pacer, Run
+from interlock_demo.core.run import SYSTEM_CLOCK, SYSTEM_IDS, Clock, Ids, Pacer, Run, RunSnapshot
 from interlock_demo.engine import TEMPORAL_TITLES, TITLES, Engine, RunRequest
 from interlock_demo.engine.temporal.probe import temporal_unavailable
 from interlock_demo.errors import BusyError, UsageError
 from interlock_demo.exit_codes import ExitCode
 from interlock_demo.settings import DemoConfig, open_private
 from interlock_demo.views.tui.commands import DemoCommands
-from interlock_demo.views.tui.messages import RunUpdated
+from interlock_demo.views.tui.messages import RunChanged
 from interlock_demo.views.tui.widgets import (
     ColumnPane,
     MessageLine,
@@ -186,24 +189,35 @@ class DemoApp(App[int]):
         ),
     ]
 
+    # What the screen shows; each change redraws what depends on it (the watch_ methods).
+    # The run on screen, None while idle. Set even to the same value it redraws everything:
+    # the choice for the next run changed (`_choose`), so a finished run leaves the screen.
+    run_on_screen = reactive[Run | None](None, always_update=True, init=False)
+    # The column that `left`/`right` chose: shown alone below COMPACT, or zoomed.
+    selected = reactive("interlock", init=False)
+    zoomed = reactive(False, init=False)
+    # Presenter mode: runs started from the keyboard wait for `space` before each phase.
+    presenter = reactive(False, init=False, bindings=True)
+
     def __init__(
-        self, config: DemoConfig, *, checked: bool = False, engine: Engine | None = None
+        self,
+        config: DemoConfig,
+        *,
+        checked: bool = False,
+        clock: Clock = SYSTEM_CLOCK,
+        ids: Ids = SYSTEM_IDS,
     ) -> None:
+        """`clock` and `ids` go to the engine: a test passes its own to draw the same run twice."""
         super().__init__()
+        # The choice for the next run: the scenario, the checked column, the mode and switches.
         self.config = config
-        self.engine = engine if engine is not None else Engine(config, mock_pace_s=MOCK_PACE_S)
         self.scenario = "hand-refund"
         self.checked = checked
-        self.run_on_screen: Run | None = None
+        self.engine = Engine(config, mock_pace_s=MOCK_PACE_S, clock=clock, ids=ids)
         self.http_url: str | None = None
         # Why `t` cannot switch to Temporal here (the extra is missing), or None.
         self.temporal_missing = temporal_unavailable()
         self.temporal_ui: str | None = None
-        # Presenter mode: runs started from the keyboard wait for `space` before each phase.
-        self.presenter = False
-        # The column that `left`/`right` chose: shown alone below COMPACT, or zoomed.
-        self.selected = "interlock"
-        self.zoomed = False
         # How long `exit -9 (SIGKILL)` and `restarting` stay on screen at least.
         self.phase_hold_s: float | None = None
 
@@ -256,7 +270,9 @@ class DemoApp(App[int]):
         alone = layout == "single" or self.zoomed
         shown = self._column_names()
         if self.selected not in shown:
-            self.selected = "interlock"
+            # The chosen column is not in this run: Interlock (always there) instead. No
+            # watcher: the panes are laid out right below.
+            self.set_reactive(DemoApp.selected, "interlock")
         for pane in self.query(ColumnPane):
             pane.display = pane.column_name in shown and (
                 not alone or pane.column_name == self.selected
@@ -321,49 +337,69 @@ class DemoApp(App[int]):
 
     # -- run updates -----------------------------------------------------------------------
 
-    def on_run_updated(self, message: RunUpdated) -> None:
-        if self.run_on_screen is None or message.run_id != self.run_on_screen.run_id:
-            return  # a late update from an older run: never repaint the new one with it
+    def watch_run_on_screen(self, run: Run | None) -> None:
+        """Another run (or none) on screen: its panes start empty and everything is redrawn."""
+        if run is not None:
+            for pane in self.query(ColumnPane):
+                pane.reset(mock=run.mode == "mock")
+        self._apply_config()
+
+    def watch_selected(self) -> None:
+        self._layout()
+
+    def watch_zoomed(self) -> None:
+        self._layout()
+
+    def watch_presenter(self) -> None:
+        self._show_header(self._snapshot())
+
+    def on_run_changed(self, message: RunChanged) -> None:
+        if message.run is not self.run_on_screen:
+            return  # a late change of an older run: never repaint the new one with it
         self._render_run()
-        if self.run_on_screen.finished:
+        if message.run.finished:
             self.refresh_bindings()
 
-    def _render_run(self) -> None:
+    def _snapshot(self) -> RunSnapshot | None:
+        """The run on screen as it is now, or None while idle."""
         run = self.run_on_screen
-        snapshot = run.to_json() if run is not None else None
+        return None if run is None else run.snapshot()
+
+    def _render_run(self) -> None:
+        snapshot = self._snapshot()
         self._show_header(snapshot)
         self.query_one(VerdictStrip).show(snapshot)
         if snapshot is None:
             return
-        for col in snapshot["columns"]:
-            self.query_one(f"#col-{col['name']}", ColumnPane).show(snapshot, col)
+        for col in snapshot.columns:
+            self.query_one(f"#col-{col.name}", ColumnPane).show(snapshot, col)
 
-    def _show_header(self, snapshot: dict[str, Any] | None) -> None:
+    def _show_header(self, snapshot: RunSnapshot | None) -> None:
         self.query_one(RunHeader).show(
-            scenario=snapshot["scenario"] if snapshot else self.scenario,
-            mode=snapshot["mode"] if snapshot else self.config.mode,
+            scenario=snapshot.scenario if snapshot else self.scenario,
+            mode=snapshot.mode if snapshot else self.config.mode,
             engine=self._engine_label(),
             checked=self.checked,
             run=snapshot,
-            presenter=self._presenter_hint(),
+            presenter=self._presenter_hint(snapshot),
         )
 
-    def _presenter_hint(self) -> str | None:
+    def _presenter_hint(self, snapshot: RunSnapshot | None) -> str | None:
         """What `space` does next in presenter mode, for the header; None when it is off."""
         if not self.presenter:
             return None
-        run = self.run_on_screen
-        pacer = run.pacer if run is not None else None
-        if run is None or run.finished or pacer is None:
+        pacer = self._pacer()
+        if snapshot is None or pacer is None:
             return "on: enter, then space for each phase"
         phase = pacer.next_phase
         if phase is None:
             return "every phase open"
         hint = f"space: {phase}" + (" (waiting)" if pacer.held else "")
-        claim = next((c.claim_until for c in run.columns if c.name == "interlock"), None)
+        interlock = snapshot.column("interlock")
+        claim = None if interlock is None else interlock.claim_until
         if phase in ("outage", "restart") and claim is not None:
             # The dead worker's claim: once it ends, the restart has no wait to show.
-            left = claim - run.now()
+            left = claim - snapshot.now
             hint += f" · claim ends in {left:.0f} s" if left > 0 else " · claim has ended"
         return hint
 
@@ -371,11 +407,10 @@ class DemoApp(App[int]):
         run = self.run_on_screen
         if run is None or run.finished:
             return
-        snapshot = run.to_json()
+        snapshot = run.snapshot()
         self._show_header(snapshot)
-        now = run.now()
-        for col in snapshot["columns"]:
-            self.query_one(f"#col-{col['name']}", ColumnPane).tick(now, col)
+        for col in snapshot.columns:
+            self.query_one(f"#col-{col.name}", ColumnPane).tick(snapshot.now, col)
 
     # -- actions ---------------------------------------------------------------------------
 
@@ -416,13 +451,28 @@ class DemoApp(App[int]):
             return True
         return False
 
+    def _choose(
+        self,
+        *,
+        scenario: str | None = None,
+        checked: bool | None = None,
+        config: DemoConfig | None = None,
+    ) -> None:
+        """Change the choice for the next run; the run on screen, of the old one, leaves it."""
+        if scenario is not None:
+            self.scenario = scenario
+        if checked is not None:
+            self.checked = checked
+        if config is not None:
+            self.config = config
+            self.engine.config = config
+        self.run_on_screen = None
+
     def action_pick(self, scenario_id: str) -> None:
         """Choose the scenario for the next run."""
         if self._refuse_while_running("choose a scenario"):
             return
-        self.scenario = scenario_id
-        self.run_on_screen = None
-        self._apply_config()
+        self._choose(scenario=scenario_id)
 
     def action_run(self) -> None:
         """Start the chosen scenario; a second start while one runs is refused."""
@@ -438,7 +488,7 @@ class DemoApp(App[int]):
         """Start a run and put it on screen (keys and the HTTP endpoint both come here)."""
 
         def listener(run: Run, column: str | None) -> None:
-            self.post_message(RunUpdated(run.run_id))
+            self.post_message(RunChanged(run))  # from the engine's thread: post_message is safe
 
         run = self.engine.start(request, listeners=(listener,))
         self.call_later(self._show_new_run, run, request)
@@ -450,9 +500,6 @@ class DemoApp(App[int]):
         if run.mode != self.config.mode:
             self.config = self.config.with_mode(run.mode)
         self.run_on_screen = run
-        for pane in self.query(ColumnPane):
-            pane.reset(mock=run.mode == "mock")
-        self._apply_config()
         if run.pacer is not None:
             self.notify("Presenter mode: the run waits before each phase; space opens the next.")
 
@@ -464,7 +511,7 @@ class DemoApp(App[int]):
         phase = pacer.advance()
         if phase is not None:
             self.notify(f"Presenter: {phase}.")
-        self._show_header(self.run_on_screen.to_json() if self.run_on_screen else None)
+        self._show_header(self._snapshot())
 
     def action_toggle_presenter(self) -> None:
         """Presenter mode on or off (for the next run); headless runs never wait."""
@@ -477,20 +524,16 @@ class DemoApp(App[int]):
             if self.presenter
             else "Presenter mode off: runs go straight through."
         )
-        self._show_header(self.run_on_screen.to_json() if self.run_on_screen else None)
-        self.refresh_bindings()
 
     def action_select_column(self, step: int) -> None:
         """Show the next column to the left or right (one at a time, or zoomed)."""
         names = self._column_names()
         at = names.index(self.selected) if self.selected in names else 0
         self.selected = names[(at + step) % len(names)]
-        self._layout()
 
     def action_zoom(self) -> None:
         """Zoom the chosen column to the whole width, or show every column again."""
         self.zoomed = not self.zoomed
-        self._layout()
         title = self._titles()[self.selected]
         self.notify(
             f"Zoomed: {title} (left/right for another column, z for all)."
@@ -520,22 +563,18 @@ class DemoApp(App[int]):
             )
             return
         try:
-            self.config = self.config.with_mode(mode)
+            config = self.config.with_mode(mode)
         except UsageError as e:
             self.notify(str(e), severity="error")
             return
-        self.engine.config = self.config
-        self.run_on_screen = None
-        self._apply_config()
+        self._choose(config=config)
         self.notify(f"Mode: {mode}.")
 
     def action_toggle_checked(self) -> None:
         """Show or hide the hand-written check column."""
         if self._refuse_while_running("toggle the checked column"):
             return
-        self.checked = not self.checked
-        self.run_on_screen = None
-        self._apply_config()
+        self._choose(checked=not self.checked)
 
     def _titles(self) -> dict[str, str]:
         return TEMPORAL_TITLES if self.config.engine == "temporal" else TITLES
@@ -586,10 +625,7 @@ class DemoApp(App[int]):
         if engine == self.config.engine:
             self._apply_config()
             return
-        self.config = dataclasses.replace(self.config, engine=engine)
-        self.engine.config = self.config
-        self.run_on_screen = None
-        self._apply_config()
+        self._choose(config=dataclasses.replace(self.config, engine=engine))
 
     def set_switch(self, name: str) -> None:
         """Toggle an emulated switch (offline and mock only)."""
@@ -604,10 +640,7 @@ class DemoApp(App[int]):
             if name == "emulate-24h"
             else Switches(emulate_24h=s.emulate_24h, no_lookup=not s.no_lookup)
         )
-        self.config = DemoConfig(**{**self.config.__dict__, "switches": switches})
-        self.engine.config = self.config
-        self.run_on_screen = None
-        self._apply_config()
+        self._choose(config=DemoConfig(**{**self.config.__dict__, "switches": switches}))
         on = ", ".join(switches.names) or "none"
         self.notify(f"Emulated switches for the next run: {on}.")
 
@@ -686,9 +719,18 @@ class DemoApp(App[int]):
         yield ("screenshot: save", "SVG under INTERLOCK_HOME", self.action_save_screenshot)
 
 
-def make_app(config: DemoConfig, *, checked: bool = False) -> DemoApp:
-    """The app factory used by the CLI, the Pilot tests and the snapshot tests."""
-    return DemoApp(config, checked=checked)
+def make_app(
+    config: DemoConfig,
+    *,
+    checked: bool = False,
+    clock: Clock = SYSTEM_CLOCK,
+    ids: Ids = SYSTEM_IDS,
+) -> DemoApp:
+    """The app factory used by the CLI, the Pilot tests and the snapshot tests.
+
+    `clock` and `ids` are the engine's (the snapshot tests pass their own).
+    """
+    return DemoApp(config, checked=checked, clock=clock, ids=ids)
 
 
 def run_app(config: DemoConfig, *, checked: bool = False, http_port: int | None = None) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -17,24 +17,17 @@ from textual.containers import Vertical, VerticalScroll
 from textual.timer import Timer
 from textual.widgets import Label, Static
 
+from interlock_demo.core.run import Column, ColumnState, RunSnapshot
+from interlock_demo.core.verdict import AGENT, counting
 from interlock_demo.engine.supervisor import describe_exit
 from interlock_demo.views.tui.widgets.countdown import ClaimCountdown
 from interlock_demo.views.tui.widgets.story import PhaseLines
 from interlock_demo.views.tui.widgets.verdict_strip import mark
 
-STATE_TEXT = {
-    "idle": "idle",
-    "starting": "creating the payment and the approval",
-    "running": "running",
-    "finished": "worker done",
-    "killed": "killed",
-    "restarting": "restarting",
-    "waiting": "waiting for the claim",
-    "done": "done",
-    "error": "error",
-}
-# States a room must be able to read before the next one replaces them.
-HELD_STATES = ("killed", "restarting")
+# The pane's own state besides the run's: the worker ended by itself (exit 0) and the
+# engine has not taken the next step yet (a presenter may hold it there).
+FINISHED: Literal["finished"] = "finished"
+ShownState = ColumnState | Literal["finished"]
 HOLD_S = 2.0
 READ_BACK = {
     "live": "read back from Stripe",
@@ -76,11 +69,11 @@ class ColumnPane(Vertical):
         self._lines = Text()
         self._card_text = ""
         self._run_id: str | None = None
-        self._shown_state = "idle"
+        self._shown_state: ShownState = ColumnState.IDLE
         self._shown_at = 0.0
-        self._queue: list[tuple[str, Text]] = []
+        self._queue: list[tuple[ShownState, Text]] = []
         self._timer: Timer | None = None
-        self._last: tuple[dict[str, Any], dict[str, Any]] | None = None
+        self._last: tuple[RunSnapshot, Column] | None = None
 
     def compose(self) -> ComposeResult:
         yield Label(self.column_title, classes="title")
@@ -102,7 +95,7 @@ class ColumnPane(Vertical):
         if self._timer is not None:
             self._timer.stop()
             self._timer = None
-        self._shown_state = "idle"
+        self._shown_state = ColumnState.IDLE
         self.set_class(mock, "-mock")
         self.set_class(False, "-killed", "-waiting", "-done", "-wrong", "-right", "-alarm")
         self._show_title()
@@ -135,24 +128,24 @@ class ColumnPane(Vertical):
         """When (by `clock`) the status line took the state it shows."""
         return self._shown_at
 
-    def show(self, run: dict[str, Any], col: dict[str, Any]) -> None:
+    def show(self, run: RunSnapshot, col: Column) -> None:
         """Render a snapshot of the column; events are appended, never redrawn."""
-        mock = run["mode"] == "mock"
-        if self._run_id != run["run_id"]:
+        mock = run.mode == "mock"
+        if self._run_id != run.run_id:
             self.reset(mock=mock)
-            self._run_id = run["run_id"]
+            self._run_id = run.run_id
         self._last = (run, col)
         prefix = "MOCK. " if mock else ""
-        new = col["events"][self._events_shown :]
+        new = col.events[self._events_shown :]
         for event in new:
             if self._lines:
                 self._lines.append("\n")
             self._lines.append(prefix, style="bold")
-            self._lines.append(f"{event['t']:5.2f}s ", style="dim")
-            if event.get("pid"):
-                self._lines.append(f"[{event['pid']}] ", style="dim")
-            self._lines.append(event["text"], style=_event_style(event["kind"]))
-        self._events_shown = len(col["events"])
+            self._lines.append(f"{event.t:5.2f}s ", style="dim")
+            if event.pid:
+                self._lines.append(f"[{event.pid}] ", style="dim")
+            self._lines.append(event.text, style=_event_style(event.kind))
+        self._events_shown = len(col.events)
         if new:
             self.query_one(".event-lines", Static).update(self._lines)
             self.query_one(".story", PhaseLines).show(col, prefix)
@@ -166,21 +159,21 @@ class ColumnPane(Vertical):
         self.compact = compact
         if self._last is not None:
             run, col = self._last
-            prefix = "MOCK. " if run["mode"] == "mock" else ""
+            prefix = "MOCK. " if run.mode == "mock" else ""
             self._render_card(run, col, prefix)
             self._want(_shown_state(col), _status(col, prefix, compact=compact))
 
-    def _render_card(self, run: dict[str, Any], col: dict[str, Any], prefix: str) -> None:
+    def _render_card(self, run: RunSnapshot, col: Column, prefix: str) -> None:
         card = _card(run, col, prefix, compact=self.compact)
         if card.plain != self._card_text:
             self._card_text = card.plain
             self.query_one(".card", Static).update(card)
-        sign = mark(col)[0] if col.get("stripe") is not None else None
+        sign = mark(col)[0] if col.stripe is not None else None
         self.set_class(sign == "✗", "-wrong")
         self.set_class(sign == "✓", "-right")
         self.set_class(sign == "⚠", "-alarm")
 
-    def _want(self, state: str, text: Text) -> None:
+    def _want(self, state: ShownState, text: Text) -> None:
         """Ask for `state` on the status line; it waits behind a held state."""
         if self._queue and self._queue[-1][0] == state:
             self._queue[-1] = (state, text)
@@ -194,7 +187,7 @@ class ColumnPane(Vertical):
     def _advance(self) -> None:
         self._timer = None
         while self._queue:
-            if self._shown_state in HELD_STATES:
+            if self._shown_state != FINISHED and self._shown_state.held:
                 left = self.hold_s - (self.clock() - self._shown_at)
                 if left > 0:
                     if self._timer is None:
@@ -204,18 +197,17 @@ class ColumnPane(Vertical):
             self._shown_state = state
             self._shown_at = self.clock()
             self.query_one(".status", Static).update(text)
-            self.set_class(state == "killed", "-killed")
-            self.set_class(state == "waiting", "-waiting")
-            self.set_class(state == "done", "-done")
-            if state == "waiting" and self._last is not None:
-                self.tick(self._last[0]["elapsed_s"], self._last[1])
+            self.set_class(state == ColumnState.KILLED, "-killed")
+            self.set_class(state == ColumnState.WAITING, "-waiting")
+            self.set_class(state == ColumnState.DONE, "-done")
+            if state == ColumnState.WAITING and self._last is not None:
+                self.tick(self._last[0].now, self._last[1])
 
-    def tick(self, run_now: float, col: dict[str, Any] | None) -> None:
+    def tick(self, run_now: float, col: Column) -> None:
         """Move the claim countdown to `run_now` (seconds since the run started)."""
-        wait = (col or {}).get("claim_wait")
-        if self._shown_state != "waiting" or not wait:
+        if self._shown_state != ColumnState.WAITING or col.claim_wait is None:
             return
-        self.query_one(ClaimCountdown).show(wait, run_now)
+        self.query_one(ClaimCountdown).show(col.claim_wait, run_now)
 
 
 def _event_style(kind: str) -> str:
@@ -230,37 +222,39 @@ def _event_style(kind: str) -> str:
     return ""
 
 
-def _shown_state(col: dict[str, Any]) -> str:
+def _shown_state(col: Column) -> ShownState:
     """The column's state for the status line: a worker just seen dying counts as killed."""
-    state = str(col["state"])
-    workers = col.get("workers") or []
-    if state == "running" and workers and workers[-1].get("exit_code") is not None:
+    last = col.workers[-1] if col.workers else None
+    if col.state == ColumnState.RUNNING and last is not None and last.exit_code is not None:
         # Between a worker's exit and the engine's next step (a presenter may hold it there).
-        return "killed" if workers[-1]["exit_code"] < 0 else "finished"
-    return state
+        return ColumnState.KILLED if last.exit_code < 0 else FINISHED
+    return col.state
 
 
-def _status(col: dict[str, Any], prefix: str, *, compact: bool = False) -> Text:
+def _label(state: ShownState) -> str:
+    return "worker done" if state == FINISHED else state.label
+
+
+def _status(col: Column, prefix: str, *, compact: bool = False) -> Text:
     """The status line: which worker, how it ended, the state (compact: fewest words)."""
-    workers = col.get("workers") or []
     text = Text(prefix, style="bold")
     state = _shown_state(col)
     killed = False
-    if workers:
-        last = workers[-1]
+    if col.workers:
+        last = col.workers[-1]
         if not compact:
-            text.append("simulated · " if last.get("simulated") else f"pid {last.get('pid')} · ")
-        if last.get("exit_code") is not None:
-            killed = last["exit_code"] < 0
+            text.append("simulated · " if last.simulated else f"pid {last.pid} · ")
+        if last.exit_code is not None:
+            killed = last.exit_code < 0
             style = "bold white on red" if killed else ""
-            text.append(describe_exit(last["exit_code"]), style=style)
+            text.append(describe_exit(last.exit_code), style=style)
             text.append(" · ")
-    if compact and killed and state == "killed":
+    if compact and killed and state == ColumnState.KILLED:
         text.right_crop(3)  # the exit says it: no "killed" after it
         return text
-    text.append(STATE_TEXT.get(state, state), style="bold")
-    if col.get("error"):
-        text.append(f": {col['error']}", style="red")
+    text.append(_label(state), style="bold")
+    if col.error:
+        text.append(f": {col.error}", style="red")
     return text
 
 
@@ -277,56 +271,53 @@ def _money(cents: int) -> str:
     return f"${cents / 100:.2f}"
 
 
-def _card(run: dict[str, Any], col: dict[str, Any], prefix: str, *, compact: bool) -> Text:
-    stripe = col.get("stripe")
-    if stripe is None:
+def _card(run: RunSnapshot, col: Column, prefix: str, *, compact: bool) -> Text:
+    if col.stripe is None:
         return Text("")
     text = Text()
     text.append(f"{prefix}RESULT", style="bold underline")
-    source = (SHORT_READ_BACK if compact else READ_BACK).get(run["mode"], "")
+    source = (SHORT_READ_BACK if compact else READ_BACK).get(run.mode, "")
     text.append(f"  ({source})\n")
-    refunds = [
-        r for r in stripe["refunds"] if r["status"] in ("pending", "requires_action", "succeeded")
-    ]
-    total = _money(stripe["refunded_total"])
+    refunds = counting(col.stripe)
+    total = _money(col.stripe.refunded_total)
     if compact:
-        parts = " + ".join(f"{r['by']} ${r['amount'] / 100:g}" for r in refunds) or "no refunds"
+        parts = " + ".join(f"{r.by} ${r.amount / 100:g}" for r in refunds) or "no refunds"
         text.append(f"{prefix}{total}", style="bold")
         text.append(f": {parts}\n")
     else:
         if not refunds:
             text.append(f"{prefix}  no refunds\n")
         for r in refunds:
-            text.append(f"{prefix}  {_money(r['amount'])}  {r['by']:<5}  {r['id']}\n")
+            text.append(f"{prefix}  {_money(r.amount)}  {r.by:<5}  {r.id}\n")
         text.append(f"{prefix}Total {total}", style="bold")
-        text.append(f" · wanted: {col['wanted'].get('text')}\n")
-    outcome = col.get("outcome") or {}
-    reported = outcome.get("status")
+        wanted = None if col.wanted is None else col.wanted.text
+        text.append(f" · wanted: {wanted}\n")
+    outcome = col.outcome
+    reported = None if outcome is None else outcome.status
     sign, style = mark(col)
     verdict = {"✓": "✓ right", "⚠": "⚠ right money, false alarm", "✗": "✗ wrong"}[sign]
     text.append(f"{prefix}{verdict}", style=style)
     text.append(f" · {reported}" if compact else f"   reported: {reported}")
-    if outcome.get("reason") and not compact:
-        text.append(f" ({_where(str(outcome['reason']), run['mode'])})")
+    if outcome is not None and outcome.reason and not compact:
+        text.append(f" ({_where(outcome.reason, run.mode)})")
     text.append("\n")
-    if col.get("truthful") is False:
-        own = any(r["by"] == "agent" for r in refunds)
+    if col.truthful is False:
+        own = any(r.by == AGENT for r in refunds)
         why = (
             f"it said {reported}, but its own refund went through"
             if own and reported not in ("sent", "adopted")
             else "it reports a refund that is not there"
         )
         text.append(f"{prefix}  {why}\n", style="yellow")
-    if outcome.get("reapproves"):
+    if outcome is not None and outcome.reapproves:
         text.append(
             f"{prefix}Re-approved: a person approved $20 again; Interlock sent a second "
             f"refund under the new approval ({total} in all, as the person chose)\n",
             style="bold",
         )
-    receipt = col.get("receipt")
-    if receipt:
-        _receipt(text, receipt, outcome, prefix, compact=compact)
-    verify = col.get("verify")
+    if col.receipt:
+        _receipt(text, col.receipt, prefix, compact=compact)
+    verify = col.verify
     if verify:
         vmark = "✓" if verify["ok"] else "✗"
         signed = "signed" if verify["signed"] else "unsigned"
@@ -336,15 +327,13 @@ def _card(run: dict[str, Any], col: dict[str, Any], prefix: str, *, compact: boo
         )
         for problem in verify["problems"]:
             text.append(f"{prefix}  - {problem}\n", style="red")
-    if not col.get("as_predicted"):
-        for d in col.get("deviations", []):
+    if not col.as_predicted:
+        for d in col.deviations:
             text.append(f"{prefix}DEVIATION: {d}\n", style="bold red")
     return text
 
 
-def _receipt(
-    text: Text, receipt: dict[str, Any], outcome: dict[str, Any], prefix: str, *, compact: bool
-) -> None:
+def _receipt(text: Text, receipt: dict[str, Any], prefix: str, *, compact: bool) -> None:
     """The receipt's checks: which passed, which one decided, which were not needed."""
     reapproves = (receipt.get("context") or {}).get("reapproves")
     # Numbered within this run's column, not by the journal's global sequence.

@@ -7,11 +7,11 @@ wait is not waited: the widget says so instead of counting down.
 
 from __future__ import annotations
 
-from typing import Any
-
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Digits, ProgressBar, Static
+
+from interlock_demo.core.run import ClaimWait
 
 # Why the column waits, longest first: the widest that fits the column is shown.
 CAPTIONS = (
@@ -39,23 +39,21 @@ class ClaimCountdown(Vertical):
         if self.query_one(".bar", ProgressBar).display:
             self.query_one(".caption", Static).update(caption_for(self.size.width))
 
-    def show(self, wait: dict[str, Any], run_now: float) -> None:
+    def show(self, wait: ClaimWait, run_now: float) -> None:
         """Move to `run_now` (seconds since the run started) in the wait `wait`."""
         caption = self.query_one(".caption", Static)
         digits = self.query_one(".seconds", Digits)
         bar = self.query_one(".bar", ProgressBar)
-        if wait.get("simulated"):
+        if wait.simulated:
             digits.display = False
             bar.display = False
-            caption.update(
-                f"simulated: {float(wait['seconds']):.1f} s on the mock clock, no real time"
-            )
+            caption.update(f"simulated: {wait.seconds:.1f} s on the mock clock, no real time")
             return
         digits.display = True
         bar.display = True
-        left = max(float(wait["until"]) - run_now, 0.0)
-        span = max(float(wait["until"]) - float(wait["from"]), 1e-6)
+        left = max(wait.until - run_now, 0.0)
+        span = max(wait.until - wait.start, 1e-6)
         digits.update(f"{left:4.1f}s")
         # Before the first layout the width is 0: the app's width stands in until on_resize.
         caption.update(caption_for(self.size.width or self.app.size.width))
-        bar.update(progress=100 * min(max((run_now - float(wait["from"])) / span, 0.0), 1.0))
+        bar.update(progress=100 * min(max((run_now - wait.start) / span, 0.0), 1.0))

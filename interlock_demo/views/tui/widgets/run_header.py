@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.text import Text
 from textual.widgets import Static
 
+from interlock_demo.core.run import RunSnapshot
 from scenarios import SCENARIOS
 
 
@@ -20,7 +19,7 @@ class RunHeader(Static):
         mode: str,
         engine: str,
         checked: bool,
-        run: dict[str, Any] | None,
+        run: RunSnapshot | None,
         presenter: str | None = None,
     ) -> None:
         """Render the header from the selection and the run's snapshot (or None when idle).
@@ -39,10 +38,10 @@ class RunHeader(Static):
         if run is None:
             text.append("  ready: press enter to run", style="italic")
         else:
-            status = "failed" if run["error"] else run["status"]
+            status = "failed" if run.error else run.status
             label = f"{status}{' (MOCK)' if mock else ''}"
-            text.append(f"  {label} · {run['elapsed_s']:.1f} s", style="bold")
-            if run["error"]:
-                text.append(f": {run['error']}", style="bold red")
+            text.append(f"  {label} · {run.elapsed_s:.1f} s", style="bold")
+            if run.error:
+                text.append(f": {run.error}", style="bold red")
         text.append(f"  · {mode} · {engine}" + (" · checked column" if checked else ""))
         self.update(text)

@@ -8,11 +8,14 @@ tells its story the same way.
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.text import Text
 from textual.widgets import Static
 
+from interlock_demo.core.run import Column
+from workers.protocol import GATE_CLAIM, GATE_CLAIM_WAIT, EventKind, gate_kind
+
+GATE_CHECK = gate_kind("check")
+GATE_SETTLED = gate_kind("settled")
 # The label of each phase and its colour (Rich styles, legible in dark and light themes).
 PHASE_STYLE = {
     "decided": "bold",
@@ -67,7 +70,7 @@ def _outage(text: str) -> str:
     return "nothing happens"
 
 
-def phase_lines(col: dict[str, Any]) -> list[tuple[str, str]]:
+def phase_lines(col: Column) -> list[tuple[str, str]]:
     """The column's phases so far as (label, a few words), oldest first."""
     lines: list[tuple[str, str]] = []
     starts = 0
@@ -80,45 +83,44 @@ def phase_lines(col: dict[str, Any]) -> list[tuple[str, str]]:
         else:
             lines.append((label, words))
 
-    for event in col.get("events", []):
-        kind, text = event["kind"], event["text"]
-        if kind == "decision":
+    for event in col.events:
+        kind, text = event.kind, event.text
+        if kind == EventKind.DECISION:
             amount = text.rsplit("(", 1)[-1].rstrip(")") if "issue_refund" in text else ""
             put("decided", f"refund {amount}" if amount else "no refund")
-        elif kind == "crash":
+        elif kind == EventKind.CRASH:
             killed = True
             point = text.rsplit(" at ", 1)[-1] if " at " in text else ""
             where = _WHERE.get(point, "in flight")
             put("SIGKILL", where)  # a mock line is marked MOCK. before its label
         elif kind == "outage":
             put("outage", _outage(text))
-        elif kind == "start":
+        elif kind == EventKind.START:
             starts += 1
             if starts > 1:
-                pid = event.get("pid")
-                put("restart", f"new worker {pid}" if pid else "new worker")
-        elif kind == "gate-claim-wait":
+                put("restart", f"new worker {event.pid}" if event.pid else "new worker")
+        elif kind == GATE_CLAIM_WAIT:
             simulated = text.startswith("simulated")
             put("wait", "mock clock" if simulated else "dead worker's claim")
-        elif kind == "gate-claim" and killed and (not lines or lines[-1][0] == "restart"):
+        elif kind == GATE_CLAIM and killed and (not lines or lines[-1][0] == "restart"):
             put("wait", "none: claim taken at once")
-        elif kind == "gate-check" and killed:
+        elif kind == GATE_CHECK and killed:
             # The newest check is the one that decided (or the last that passed).
             put("checks", _check(text), replace=True)
-        elif kind == "recheck":
+        elif kind == EventKind.RECHECK:
             found = text.split(": ", 1)[-1]
             words = "CHANGED" if "changed" in found else "revoked" if "revoked" in found else found
             put("checks", f"re-read: {words}")
-        elif kind == "resume" and "retrying" in text and col.get("name") != "checked":
+        elif kind == EventKind.RESUME and "retrying" in text and col.name != "checked":
             put("checks", "none: retries")
-        elif kind == "send" and killed:
+        elif kind == EventKind.SEND and killed:
             put("sends", "again")
         elif kind == "reapprove":
             reapproved = True
             put("approve", "a person, again")
-        elif kind == "gate-settled" and reapproved:
+        elif kind == GATE_SETTLED and reapproved:
             put("outcome", text.rsplit(": ", 1)[-1])
-        elif kind == "outcome":
+        elif kind == EventKind.OUTCOME:
             # The status alone: the checks line above already says why.
             put("outcome", text.removeprefix("outcome: ").split(" (")[0].split(":")[0])
     return lines
@@ -127,7 +129,7 @@ def phase_lines(col: dict[str, Any]) -> list[tuple[str, str]]:
 class PhaseLines(Static):
     """The phase lines of one column, newest last."""
 
-    def show(self, col: dict[str, Any], prefix: str = "") -> None:
+    def show(self, col: Column, prefix: str = "") -> None:
         """Render the phases in the column's events."""
         text = Text(no_wrap=True, overflow="ellipsis")
         for n, (label, words) in enumerate(phase_lines(col)):
