@@ -56,6 +56,7 @@ from scenarios import (
     fault_scenario,
     sweep_scenario,
 )
+from workers.protocol import EventKind
 
 # Runs at once: each run is three columns of worker processes on a 2-core machine.
 DEFAULT_PARALLEL = 3
@@ -166,7 +167,7 @@ def _reports(col: Column) -> tuple[str, ...]:
     return tuple(
         e.text.removeprefix("outcome: ").split(" ")[0].rstrip(":")
         for e in col.events
-        if e.kind == "outcome"
+        if e.kind == EventKind.OUTCOME
     )
 
 
