@@ -14,6 +14,7 @@ import json
 import signal
 import sys
 import threading
+from dataclasses import replace
 from types import FrameType
 from typing import Any, TextIO
 
@@ -84,18 +85,22 @@ def run_headless(
         engine.close()
         for s, handler in previous.items():
             signal.signal(s, handler)
-    docs: list[dict[str, Any]] = [r.to_json() for r in runs]
+    snapshots = [r.snapshot() for r in runs]
     if interrupted.is_set():
         stopped = f"stopped by {received[0]} before the run finished; its workers were killed"
-        for doc in docs:
-            if doc["status"] != "finished" or doc["error"]:
-                doc["error"] = stopped + (f" ({doc['error']})" if doc["error"] else "")
+        snapshots = [
+            replace(s, error=stopped + (f" ({s.error})" if s.error else ""))
+            if s.status != "finished" or s.error
+            else s
+            for s in snapshots
+        ]
     if as_json:
+        docs: list[dict[str, Any]] = [s.to_json() for s in snapshots]
         out.write(json.dumps(docs if scenario_id == "all" else docs[0], indent=2) + "\n")
     out.flush()
-    if interrupted.is_set() or any(d["error"] for d in docs):
+    if interrupted.is_set() or any(s.error for s in snapshots):
         return ExitCode.UNFINISHED
-    if not all(r.all_as_predicted for r in runs):
+    if not all(c.as_predicted for s in snapshots for c in s.columns):
         return ExitCode.DEVIATION
     return ExitCode.OK
 
