@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from interlock import Switches
-from interlock_demo.core.run import Run
+from interlock_demo.core.run import ColumnState, Run
 from interlock_demo.errors import KeyRefusedError, ScreenshotError, UsageError
 from interlock_demo.exit_codes import ExitCode
 from interlock_demo.settings import resolve
@@ -117,7 +117,7 @@ async def _countdown_shows(pilot: Pilot[Any], run: Run) -> bool:
     digits = pane.query_one(Digits)
     first: str | None = None
     while not run.finished:
-        if pane.shown_state == "waiting":
+        if pane.shown_state == ColumnState.WAITING:
             value = str(digits.value)
             if first is None:
                 first = value

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime
 from functools import partial
 from typing import Any, ClassVar
@@ -37,7 +37,7 @@ from interlock_demo.engine.temporal.probe import temporal_unavailable
 from interlock_demo.errors import BusyError, UsageError
 from interlock_demo.exit_codes import ExitCode
 from interlock_demo.settings import DemoConfig, open_private
-from interlock_demo.views.tui.commands import DemoCommands
+from interlock_demo.views.tui.commands import DemoCommands, PaletteCommand
 from interlock_demo.views.tui.messages import RunChanged
 from interlock_demo.views.tui.widgets import (
     ColumnPane,
@@ -54,7 +54,6 @@ MOCK_PACE_S = 0.08
 # Below these widths the columns get compact cards, then show one at a time.
 WIDE = 160
 COMPACT = 100
-PaletteCommand = tuple[str, str, Callable[[], Any]]
 
 
 class _MainScreen(Screen[Any]):

@@ -6,18 +6,30 @@ offers them, so a command and its key always run the same action.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol, runtime_checkable
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
+
+# A palette command: its name, its help line and what it does.
+PaletteCommand = tuple[str, str, Callable[[], Any]]
+
+
+@runtime_checkable
+class PaletteSource(Protocol):
+    """An app that lists its domain commands for the palette."""
+
+    def palette_commands(self) -> Iterator[PaletteCommand]:
+        """The commands: name, help, what it does."""
+        ...
 
 
 class DemoCommands(Provider):
     """Scenarios, runs, modes, switches, views and the presenter's mode."""
 
-    def _commands(self) -> list[tuple[str, str, Callable[[], Any]]]:
-        commands: Callable[[], Any] = getattr(self.app, "palette_commands")  # noqa: B009
-        return list(commands())
+    def _commands(self) -> list[PaletteCommand]:
+        app = self.app
+        return list(app.palette_commands()) if isinstance(app, PaletteSource) else []
 
     async def discover(self) -> Hits:
         """Every command, for the palette opened with nothing typed."""
