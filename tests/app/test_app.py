@@ -11,7 +11,6 @@ import asyncio
 import itertools
 import re
 import shutil
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,11 +27,11 @@ from textual.widgets._toast import Toast
 
 from interlock_demo import cli
 from interlock_demo import engine as engine_module
-from interlock_demo.core.run import Run
+from interlock_demo.core.run import Column, ColumnState, Pacer, Run, RunSnapshot, WorkerInfo
 from interlock_demo.settings import DemoConfig, resolve
 from interlock_demo.views.tui.app import DemoApp, make_app
 from interlock_demo.views.tui.commands import DemoCommands
-from interlock_demo.views.tui.messages import RunUpdated
+from interlock_demo.views.tui.messages import RunChanged
 from interlock_demo.views.tui.widgets import (
     ColumnPane,
     MessageLine,
@@ -76,11 +75,16 @@ def mock_config(home: Path) -> DemoConfig:
     return resolve(mode="mock", env={"INTERLOCK_HOME": str(home)})
 
 
-def new_app(config: DemoConfig, *, checked: bool = False, hold_s: float = 0.0) -> DemoApp:
-    """The app as the CLI makes it, with mock runs unpaced and states held `hold_s`."""
+def new_app(
+    config: DemoConfig, *, checked: bool = False, hold_s: float = 0.0, hold: Hold | None = None
+) -> DemoApp:
+    """The app as the CLI makes it, with mock runs unpaced and states held `hold_s`; with
+    `hold`, its runs stop after the kill until `hold.release()`."""
     app = make_app(config, checked=checked)
     app.engine.mock_pace_s = 0.0
     app.phase_hold_s = hold_s
+    if hold is not None:
+        app.engine.hold = hold.pacer
     return app
 
 
@@ -161,40 +165,36 @@ async def finish(pilot: Pilot[Any], run: Run) -> None:
 
 
 class Hold:
-    """Holds each column of a run right after its first worker was killed, until released."""
+    """Holds each column of a run right after its first worker was killed, until released.
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.released = threading.Event()
-        self._arrived = threading.Semaphore(0)
-        original = engine_module._ColumnRunner._outage
+    The engine's `hold` pacer with the phases up to the kill open: each column waits
+    before its outage, and views see no presenter mode.
+    """
 
-        def held(runner: Any) -> None:
-            self._arrived.release()
-            self.released.wait(RUN_TIMEOUT_S)
-            original(runner)
+    def __init__(self) -> None:
+        self.pacer = Pacer()
+        while self.pacer.next_phase != "outage":
+            self.pacer.advance()
 
-        monkeypatch.setattr(engine_module._ColumnRunner, "_outage", held)
-
-    def wait_for(self, columns: int) -> bool:
-        """Block until `columns` columns are held; False after the deadline."""
-        deadline = time.monotonic() + RUN_TIMEOUT_S
-        return all(
-            self._arrived.acquire(timeout=max(deadline - time.monotonic(), 0))
-            for _ in range(columns)
-        )
+    def release(self) -> None:
+        """Let every held column go on, and every later one through."""
+        self.pacer.release()
 
     async def reached(self, pilot: Pilot[Any], columns: int) -> None:
         """Wait until `columns` columns are held and the app has drawn them."""
-        assert await asyncio.to_thread(self.wait_for, columns), "the run never reached the hold"
+        reached = await asyncio.to_thread(
+            self.pacer.wait_until_waiting, "outage", columns, RUN_TIMEOUT_S
+        )
+        assert reached, "the run never reached the hold"
         await settle(pilot)
 
 
 @pytest.fixture
-def hold(monkeypatch: pytest.MonkeyPatch) -> Iterator[Hold]:
-    """Mock runs started in this test stop after the kill until `hold.released` is set."""
-    h = Hold(monkeypatch)
+def hold() -> Iterator[Hold]:
+    """A hold for mock runs (pass it to `new_app`), released at the latest at teardown."""
+    h = Hold()
     yield h
-    h.released.set()
+    h.release()
 
 
 def standalone_workers() -> list[psutil.Process]:
@@ -250,9 +250,7 @@ async def test_enter_runs_the_scenario_and_every_column_shows_its_result(
             assert ("but its own refund went through" in card) == false_alarm
 
 
-async def test_m_toggles_mock_and_labels_everything_mock(
-    home: Path, hold: Hold, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_m_toggles_mock_and_labels_everything_mock(home: Path, hold: Hold) -> None:
     """m switches to mock: banner, title, badges, "MOCK." lines, "(MOCK)" status; m again leaves."""
     config = resolve(
         mode="live",
@@ -262,7 +260,7 @@ async def test_m_toggles_mock_and_labels_everything_mock(
             "ANTHROPIC_API_KEY": "sk-ant-test",
         },
     )
-    app = new_app(config, checked=True)
+    app = new_app(config, checked=True, hold=hold)
     async with app.run_test(size=SIZE) as pilot:
         assert banner(app).startswith("LIVE")
         assert "claim 15 s" in banner(app)  # the live settings line
@@ -287,7 +285,7 @@ async def test_m_toggles_mock_and_labels_everything_mock(
             assert lines and all(line.startswith("MOCK. ") for line in lines)
             assert pane_part(app, column, "status").startswith("MOCK. ")
 
-        hold.released.set()
+        hold.release()
         await finish(pilot, run)
         assert "finished (MOCK)" in header(app)
         assert "LIVE" not in banner(app) and "claim" not in banner(app)
@@ -474,7 +472,7 @@ async def test_a_second_start_while_a_run_is_going_is_refused(
     home: Path, hold: Hold, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Enter (or another key that changes the run) while a run is going only says why not."""
-    app = new_app(mock_config(home))
+    app = new_app(mock_config(home), hold=hold)
     async with app.run_test(size=SIZE) as pilot:
         seen = notices(app, monkeypatch)
         run = await start(pilot)
@@ -497,7 +495,7 @@ async def test_a_second_start_while_a_run_is_going_is_refused(
             "A run is going: toggle the checked column after it finishes.",
         ]
 
-        hold.released.set()
+        hold.release()
         await finish(pilot, run)
         second = await start(pilot)
         assert second is not run
@@ -514,7 +512,7 @@ async def test_elapsed_time_grows_while_running_and_stops_when_finished(
     home: Path, hold: Hold
 ) -> None:
     """The header's clock moves while a run is going and stands still once it finished."""
-    app = new_app(mock_config(home))
+    app = new_app(mock_config(home), hold=hold)
     async with app.run_test(size=SIZE) as pilot:
         run = await start(pilot)
         await hold.reached(pilot, 2)
@@ -522,7 +520,7 @@ async def test_elapsed_time_grows_while_running_and_stops_when_finished(
         await pilot.pause(0.35)
         assert _elapsed(app) != first
 
-        hold.released.set()
+        hold.release()
         await finish(pilot, run)
         done = _elapsed(app)
         assert abs(float(done) - run.elapsed_s) <= 0.051
@@ -535,7 +533,7 @@ async def test_elapsed_time_grows_while_running_and_stops_when_finished(
 async def test_a_late_update_from_an_old_run_does_not_repaint_the_new_one(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A RunUpdated for an earlier run, arriving after a new run is on screen, is dropped."""
+    """A RunChanged of an earlier run, arriving after a new run is on screen, is dropped."""
     app = new_app(mock_config(home))
     async with app.run_test(size=SIZE) as pilot:
         old = await start(pilot, "1")
@@ -550,12 +548,12 @@ async def test_a_late_update_from_an_old_run_does_not_repaint_the_new_one(
         painted: list[str] = []
         show = ColumnPane.show
 
-        def spy(pane: ColumnPane, run: dict[str, Any], col: dict[str, Any]) -> None:
-            painted.append(run["run_id"])
+        def spy(pane: ColumnPane, run: RunSnapshot, col: Column) -> None:
+            painted.append(run.run_id)
             show(pane, run, col)
 
         monkeypatch.setattr(ColumnPane, "show", spy)
-        app.post_message(RunUpdated(old.run_id))
+        app.post_message(RunChanged(old))
         await settle(pilot)
 
         assert painted == []
@@ -815,17 +813,22 @@ async def test_mock_says_its_claim_wait_is_simulated_and_names_no_stripe(
         assert "wait  mock clock" in pane_part(app, "interlock", "story")
 
 
-def _snapshot(state: str, exit_code: int | None, claim_wait: dict[str, Any] | None = None) -> Any:
-    col = {
-        "name": "interlock",
-        "state": state,
-        "events": [],
-        "workers": [{"pid": 4242, "exit_code": exit_code}],
-        "stripe": None,
-        "claim_wait": claim_wait,
-    }
-    run = {"run_id": "run_held", "mode": "offline", "elapsed_s": 1.0}
-    return run, col
+def _snapshot(state: str, exit_code: int | None) -> tuple[RunSnapshot, Column]:
+    """An offline run's interlock column in `state`, its worker ended with `exit_code`."""
+    worker = WorkerInfo(pid=4242, crash_point=None, started_at=0.0, exit_code=exit_code)
+    col = Column("interlock", "Interlock", state=ColumnState(state), workers=[worker])
+    run = Run(
+        mode="offline",
+        engine="standalone",
+        scenario="hand-refund",
+        title=SCENARIOS["hand-refund"].title,
+        emulated=[],
+        settings={},
+        columns=[col],
+        run_id="run_held",
+    )
+    snapshot = run.snapshot()
+    return snapshot, snapshot.columns[0]
 
 
 async def test_sigkill_and_restarting_stay_on_screen_for_the_hold(home: Path) -> None:
@@ -947,9 +950,10 @@ async def test_a_receipt_is_numbered_within_its_run(home: Path) -> None:
     async with app.run_test(size=SIZE) as pilot:
         run = await start(pilot)
         await finish(pilot, run)
-        snapshot = run.to_json()
-        col = snapshot["columns"][1]
-        col["receipt"] = {**col["receipt"], "seq": 9}
+        snapshot = run.snapshot()
+        col = snapshot.columns[1]  # a copy: the run itself does not change
+        assert col.receipt is not None
+        col.receipt = {**col.receipt, "seq": 9}
         app.query_one("#col-interlock", ColumnPane).show(snapshot, col)
         await settle(pilot)
         card = pane_part(app, "interlock", "card")

@@ -1,9 +1,10 @@
 """Snapshot tests of the terminal app at fixed sizes, with deterministic mock runs.
 
-Mock runs hand out random ids (payments, refunds, actions, runs) and real times. Here
-they come from counters per column thread instead, and each column's clock moves a quarter
-second per reading, so the same run draws the same screen every time. Update the SVGs
-with `pytest tests/app/test_app_snapshots.py --snapshot-update` and look at them before
+Mock runs hand out random ids (payments, refunds, actions, runs) and real times. Here the
+app's engine gets a clock and an id source (`Deterministic`) whose ids come from counters
+per column thread, and whose clock moves a quarter second per reading in each column, so
+the same run draws the same screen every time. Nothing is patched. Update the SVGs with
+`pytest tests/app/test_app_snapshots.py --snapshot-update` and look at them before
 committing (`tests/app/__snapshots__/test_app_snapshots/`).
 """
 
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import functools
 import hashlib
 import threading
 import time
@@ -23,10 +23,7 @@ from typing import Any
 import pytest
 from textual.pilot import Pilot
 
-import interlock_demo.views.tui.app
-from interlock_demo import engine as engine_module
-from interlock_demo.core.run import Ids, Run
-from interlock_demo.engine import Engine
+from interlock_demo.core.run import ClaimWait, Clock, ColumnState, Ids, Pacer, Run
 from interlock_demo.settings import resolve
 from interlock_demo.views.tui.app import DemoApp, make_app
 from interlock_demo.views.tui.widgets import ColumnPane
@@ -45,11 +42,18 @@ RunBefore = Callable[[Pilot[Any]], Awaitable[None]]
 
 
 class Deterministic:
-    """Ids and times that depend only on which thread asks (a run's column), and how often."""
+    """Ids and times that depend only on which thread asks (a run's column), and how often.
+
+    `clock` and `ids` are what the app's engine is given. One run per app: the app's thread
+    reads 0 s once, when the run starts (pressing enter), and `APP_THREAD_NOW` ever after.
+    """
 
     def __init__(self) -> None:
         self._counts: Counter[tuple[str, str]] = Counter()
         self._lock = threading.Lock()
+        self._started = False
+        self.clock = Clock(monotonic=self.monotonic)
+        self.ids = Ids(run_id=self.run_id, object_id=self.new_id, action_id=self.new_action_id)
 
     def _next(self, kind: str) -> tuple[str, int]:
         name = threading.current_thread().name
@@ -69,65 +73,77 @@ class Deterministic:
         thread, n = self._next("act")
         return "act_" + hashlib.sha256(f"act/{thread}/{n}".encode()).hexdigest()[:32]
 
-    def token_hex(self, nbytes: int) -> str:
+    def run_id(self) -> str:
         """Run ids: run_000000000001, run_000000000002, ..."""
         _, n = self._next("run")
-        return f"{n:0{2 * nbytes}d}"
+        return f"run_{n:012d}"
 
-    def now(self, run: Run) -> float:
-        """A thread's clock moves 0.25 s per reading; the app's and the run's read constants."""
+    def monotonic(self) -> float:
+        """A column's thread (`run_...-<column>`) moves 0.25 s per reading; the run's thread
+        (`run-run_...`) reads `FINISHED_AT`, the app's `APP_THREAD_NOW` once the run started,
+        and any other (a re-approval's) counts on from `FINISHED_AT`."""
         thread = threading.current_thread()
         if thread is threading.main_thread():
-            return APP_THREAD_NOW
-        if thread.name == f"run-{run.run_id}":
+            with self._lock:
+                started, self._started = self._started, True
+            return APP_THREAD_NOW if started else 0.0
+        if thread.name.startswith("run-run_"):
             return FINISHED_AT
         _, n = self._next("now")
-        column = thread.name.startswith(f"{run.run_id}-")
-        return 0.25 * n + (0.0 if column else FINISHED_AT)
+        return 0.25 * n + (0.0 if thread.name.startswith("run_") else FINISHED_AT)
 
 
 @pytest.fixture
-def deterministic(monkeypatch: pytest.MonkeyPatch) -> Deterministic:
-    """Patch every random id and the run clock for the length of the test."""
-    d = Deterministic()
-    ids = Ids(run_id=lambda: "run_" + d.token_hex(6), object_id=d.new_id, action_id=d.new_action_id)
-    monkeypatch.setattr(interlock_demo.views.tui.app, "Engine", functools.partial(Engine, ids=ids))
-    monkeypatch.setattr(Run, "now", lambda run: d.now(run))
-    return d
+def deterministic() -> Deterministic:
+    """The clock and the ids of one deterministic run (pass it to `mock_app`)."""
+    return Deterministic()
 
 
 class Hold:
-    """Holds each column of a mock run right after its first worker was killed."""
+    """Holds each column of a mock run right after its first worker was killed.
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.released = threading.Event()
-        self.arrived = threading.Semaphore(0)
-        original = engine_module._ColumnRunner._outage
+    The engine's `hold` pacer with the phases up to the kill open (views see no presenter
+    mode); `mock_app` gives it to its app's engine.
+    """
 
-        def held(runner: Any) -> None:
-            self.arrived.release()
-            self.released.wait(RUN_TIMEOUT_S)
-            original(runner)
-
-        monkeypatch.setattr(engine_module._ColumnRunner, "_outage", held)
+    def __init__(self) -> None:
+        self.pacer = Pacer()
+        while self.pacer.next_phase != "outage":
+            self.pacer.advance()
 
     def wait_for(self, columns: int) -> bool:
         """Block until `columns` columns are held; False if one does not come in time."""
-        return all(self.arrived.acquire(timeout=RUN_TIMEOUT_S) for _ in range(columns))
+        return self.pacer.wait_until_waiting("outage", columns, RUN_TIMEOUT_S)
 
 
 @pytest.fixture
-def hold(monkeypatch: pytest.MonkeyPatch) -> Iterator[Hold]:
-    """Mock runs stop after the kill until `hold.released` is set (at the latest, at teardown)."""
-    h = Hold(monkeypatch)
+def hold() -> Iterator[Hold]:
+    """Mock runs stop after the kill until `hold.pacer` is released (at the latest, at teardown)."""
+    h = Hold()
     yield h
-    h.released.set()
+    h.pacer.release()
 
 
-def mock_app(home: Path, *, checked: bool = True) -> DemoApp:
-    """A mock-mode app with unpaced runs and no held states (timers would race), under `home`."""
-    app = make_app(resolve(mode="mock", env={"INTERLOCK_HOME": str(home)}), checked=checked)
+def mock_app(
+    home: Path,
+    *,
+    checked: bool = True,
+    deterministic: Deterministic | None = None,
+    hold: Hold | None = None,
+) -> DemoApp:
+    """A mock-mode app with unpaced runs and no held states (timers would race), under `home`.
+
+    With `deterministic`, its engine reads that clock and those ids; with `hold`, its runs
+    stop after the kill.
+    """
+    config = resolve(mode="mock", env={"INTERLOCK_HOME": str(home)})
+    if deterministic is None:
+        app = make_app(config, checked=checked)
+    else:
+        app = make_app(config, checked=checked, clock=deterministic.clock, ids=deterministic.ids)
     app.engine.mock_pace_s = 0.0
+    if hold is not None:
+        app.engine.hold = hold.pacer
     app.phase_hold_s = 0.0
     return app
 
@@ -180,7 +196,7 @@ def test_running_after_the_kill(
     snap_compare: Snap, home: Path, deterministic: Deterministic, hold: Hold
 ) -> None:
     """A run going: each column's first worker was just killed, the outage not yet done."""
-    app = mock_app(home)
+    app = mock_app(home, deterministic=deterministic, hold=hold)
 
     async def run_before(pilot: Pilot[Any]) -> None:
         await pilot.press("enter")
@@ -190,21 +206,25 @@ def test_running_after_the_kill(
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
     run = app.run_on_screen
     assert run is not None and not run.finished
-    hold.released.set()
+    hold.pacer.release()
     assert run.wait(RUN_TIMEOUT_S)
 
 
 @pytest.mark.parametrize("sid", list(SCENARIOS))
 def test_finished(snap_compare: Snap, home: Path, deterministic: Deterministic, sid: str) -> None:
     """A finished mock run of each scenario, three columns, each with its result card."""
-    assert snap_compare(mock_app(home), terminal_size=SIZE, run_before=finished(SCENARIOS[sid].key))
+    assert snap_compare(
+        mock_app(home, deterministic=deterministic),
+        terminal_size=SIZE,
+        run_before=finished(SCENARIOS[sid].key),
+    )
 
 
 def test_finished_without_the_checked_column(
     snap_compare: Snap, home: Path, deterministic: Deterministic
 ) -> None:
     """Without the checked column the two other columns share the width."""
-    app = mock_app(home, checked=False)
+    app = mock_app(home, checked=False, deterministic=deterministic)
     assert snap_compare(app, terminal_size=SIZE, run_before=finished("1"))
 
 
@@ -217,18 +237,24 @@ def test_reapproved(snap_compare: Snap, home: Path, deterministic: Deterministic
         await asyncio.wait_for(pilot.app.workers.wait_for_complete(), RUN_TIMEOUT_S)
         await pilot.pause()
 
-    assert snap_compare(mock_app(home), terminal_size=SIZE, run_before=run_before)
+    assert snap_compare(
+        mock_app(home, deterministic=deterministic), terminal_size=SIZE, run_before=run_before
+    )
 
 
 def test_finished_light_theme(snap_compare: Snap, home: Path, deterministic: Deterministic) -> None:
     """The same finished run in Textual's light theme, for a bright room."""
-    app = mock_app(home)
+    app = mock_app(home, deterministic=deterministic)
     assert snap_compare(app, terminal_size=SIZE, run_before=finished("1", "textual-light"))
 
 
 def test_finished_80x24(snap_compare: Snap, home: Path, deterministic: Deterministic) -> None:
     """At 80x24 the columns stack; the first column's card and verdict are on screen."""
-    assert snap_compare(mock_app(home), terminal_size=(80, 24), run_before=finished("1"))
+    assert snap_compare(
+        mock_app(home, deterministic=deterministic),
+        terminal_size=(80, 24),
+        run_before=finished("1"),
+    )
 
 
 def test_finished_80x24_the_checked_column(
@@ -241,12 +267,18 @@ def test_finished_80x24_the_checked_column(
         await pilot.press("right")
         await pilot.pause()
 
-    assert snap_compare(mock_app(home), terminal_size=(80, 24), run_before=run_before)
+    assert snap_compare(
+        mock_app(home, deterministic=deterministic), terminal_size=(80, 24), run_before=run_before
+    )
 
 
 def test_finished_100x30(snap_compare: Snap, home: Path, deterministic: Deterministic) -> None:
     """At 100x30 the three columns stay side by side with compact cards, and the strip."""
-    assert snap_compare(mock_app(home), terminal_size=(100, 30), run_before=finished("1"))
+    assert snap_compare(
+        mock_app(home, deterministic=deterministic),
+        terminal_size=(100, 30),
+        run_before=finished("1"),
+    )
 
 
 def test_zoomed_at_160x45(snap_compare: Snap, home: Path, deterministic: Deterministic) -> None:
@@ -257,7 +289,9 @@ def test_zoomed_at_160x45(snap_compare: Snap, home: Path, deterministic: Determi
         await pilot.press("z")
         await pilot.pause()
 
-    assert snap_compare(mock_app(home), terminal_size=SIZE, run_before=run_before)
+    assert snap_compare(
+        mock_app(home, deterministic=deterministic), terminal_size=SIZE, run_before=run_before
+    )
 
 
 @pytest.mark.parametrize("size", [SIZE, (100, 30), (80, 24)], ids=["160x45", "100x30", "80x24"])
@@ -269,7 +303,7 @@ def test_countdown_mid_wait(
     A mock run is held after the kill and the Interlock column is shown a real (not
     simulated) wait of 16 s that began at 3.0 s, read at the app's 3.5 s: 15.5 s left.
     """
-    app = mock_app(home)
+    app = mock_app(home, deterministic=deterministic, hold=hold)
 
     async def run_before(pilot: Pilot[Any]) -> None:
         await pilot.press("enter")
@@ -277,17 +311,17 @@ def test_countdown_mid_wait(
         await pilot.pause()
         run = app.run_on_screen
         assert run is not None
-        snapshot = run.to_json()
-        col = snapshot["columns"][1]
-        col["state"] = "waiting"
-        col["claim_wait"] = {"from": 3.0, "until": 19.0, "seconds": 16.0}
+        snapshot = run.snapshot()
+        col = snapshot.columns[1]  # a copy: the run itself does not change
+        col.state = ColumnState.WAITING
+        col.claim_wait = ClaimWait(start=3.0, until=19.0, seconds=16.0)
         app.query_one("#col-interlock", ColumnPane).show(snapshot, col)
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=size, run_before=run_before)
     run = app.run_on_screen
     assert run is not None and not run.finished
-    hold.released.set()
+    hold.pacer.release()
     assert run.wait(RUN_TIMEOUT_S)
 
 
@@ -295,7 +329,7 @@ def test_presenter_waiting_for_the_outage(
     snap_compare: Snap, home: Path, deterministic: Deterministic
 ) -> None:
     """Presenter mode after two presses: decision and kill shown, the run waits for space."""
-    app = mock_app(home)
+    app = mock_app(home, deterministic=deterministic)
 
     async def run_before(pilot: Pilot[Any]) -> None:
         await pilot.press("p", "enter")
