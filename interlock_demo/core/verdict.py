@@ -9,9 +9,8 @@ case's metadata, else `hand`), `ok` (Stripe holds what was wanted), `truthful`
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from interlock import COUNTING_REFUND_STATUSES, Refund
 from interlock.testing import truthful as is_truthful
@@ -52,11 +51,6 @@ def tally(card: StripeCard) -> tuple[int, int]:
     """How many counting refunds are the agent's and how many were made by hand."""
     rows = counting(card)
     return sum(r.by == AGENT for r in rows), sum(r.by == HAND for r in rows)
-
-
-def counting_rows(refunds: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """The counting refunds of a run@1 `stripe.refunds` list (reports that read JSON)."""
-    return [r for r in refunds if counts(str(r.get("status")))]
 
 
 @dataclass(frozen=True)
