@@ -93,6 +93,14 @@ class Pacer:
         with self._cond:
             return any(self._waiting.values())
 
+    def wait_until_waiting(self, phase: str, count: int, timeout: float) -> bool:
+        """Block until `count` columns wait before `phase`; False after `timeout` seconds.
+
+        A test holds a run at a phase this way (the engine's `hold` pacer).
+        """
+        with self._cond:
+            return self._cond.wait_for(lambda: self._waiting.get(phase, 0) >= count, timeout)
+
     def advance(self) -> str | None:
         """Open the next phase; returns its name, or None when all were open."""
         with self._cond:
@@ -113,6 +121,7 @@ class Pacer:
         index = PHASES.index(phase)
         with self._cond:
             self._waiting[phase] = self._waiting.get(phase, 0) + 1
+            self._cond.notify_all()  # for wait_until_waiting
             try:
                 self._cond.wait_for(lambda: self._opened > index)
             finally:
@@ -155,6 +164,24 @@ _STATE_LABELS = {
     ColumnState.DONE: "done",
     ColumnState.ERROR: "error",
 }
+
+
+class RunEventKind(str, Enum):
+    """The kinds of event the engine itself adds to a column.
+
+    A worker's own kinds are `workers.protocol.EventKind` (and the gate's `gate_kind`).
+    """
+
+    SETUP = "setup"
+    OUTAGE = "outage"
+    FAULT = "fault"
+    KEY_FIXED = "key-fixed"
+    REAPPROVE = "reapprove"
+    # A line a worker process wrote that is not an event.
+    OUTPUT = "output"
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,9 @@ from typing import IO, Any
 
 import psutil
 
+from interlock_demo.core.run import RunEventKind
 from interlock_demo.settings import PRIVATE_UMASK, open_private
-
-SIGKILL_EXIT = -signal.SIGKILL
+from workers.protocol import SIGKILL_EXIT
 
 
 def kill_tree(pid: int) -> None:
@@ -127,7 +127,7 @@ class WorkerProcess:
             try:
                 event = json.loads(line)
             except ValueError:
-                event = {"kind": "output", "text": line[:200]}
+                event = {"kind": RunEventKind.OUTPUT.value, "text": line[:200]}
             if isinstance(event, dict):
                 self.on_event(event)
         stream.close()

@@ -15,12 +15,13 @@ from typing import Any
 
 import pytest
 
-from interlock_demo import engine as engine_module
 from interlock_demo.engine import Engine, RunRequest
-from interlock_demo.engine.temporal.launcher import TemporalColumn
+from interlock_demo.engine.process import ProcessLauncher
+from interlock_demo.engine.temporal.launcher import TemporalLauncher
 from interlock_demo.engine.temporal.probe import temporal_unavailable
 from interlock_demo.settings import resolve, worker_env
 from scenarios import sweep_scenario
+from workers.context import Case
 
 pytestmark = pytest.mark.e2e
 
@@ -100,17 +101,17 @@ def planted(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _record_environments(
-    monkeypatch: pytest.MonkeyPatch, column_class: type[Any], folder: Path
+    monkeypatch: pytest.MonkeyPatch, launcher_class: type[Any], folder: Path
 ) -> None:
-    """Start each worker of `column_class` through RECORD_AND_RUN, into `folder`."""
-    original = column_class.argv
+    """Start each worker of `launcher_class` through RECORD_AND_RUN, into `folder`."""
+    original = launcher_class.argv
 
-    def recorded(self: Any, case_file: Path) -> list[str]:
-        python, dash_m, module, *args = original(self, case_file)
+    def recorded(self: Any, case: Case) -> list[str]:
+        python, dash_m, module, *args = original(self, case)
         assert dash_m == "-m"
         return [python, "-c", RECORD_AND_RUN, str(folder), module, *args]
 
-    monkeypatch.setattr(column_class, "argv", recorded)
+    monkeypatch.setattr(launcher_class, "argv", recorded)
 
 
 def _check_workers(
@@ -156,7 +157,7 @@ def test_real_workers_get_the_allow_list_and_only_the_secrets_they_need(
     (after-decision), and every column still ends as predicted."""
     folder = tmp_path / "environments"
     folder.mkdir()
-    _record_environments(monkeypatch, engine_module._ProcessColumn, folder)
+    _record_environments(monkeypatch, ProcessLauncher, folder)
     after_decision = sweep_scenario("after-decision", "none").id
     engine = Engine(resolve(mode="offline"))
     try:
@@ -180,7 +181,7 @@ def test_temporal_workers_get_the_allow_list_and_only_the_secrets_they_need(
     in the workflow's history: the restarted worker is started without the model."""
     folder = tmp_path / "environments"
     folder.mkdir()
-    _record_environments(monkeypatch, TemporalColumn, folder)
+    _record_environments(monkeypatch, TemporalLauncher, folder)
     monkeypatch.setenv("INTERLOCK_ACTIVITY_TIMEOUT", "20")
     engine = Engine(resolve(mode="offline", engine="temporal"))
     try:

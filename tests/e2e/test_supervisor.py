@@ -19,13 +19,13 @@ import psutil
 import pytest
 
 from interlock_demo.engine.supervisor import (
-    SIGKILL_EXIT,
     Supervisor,
     WorkerProcess,
     WorkerState,
     describe_exit,
     kill_tree,
 )
+from workers.protocol import SIGKILL_EXIT
 
 DEADLINE_S = 10.0
 

@@ -16,15 +16,14 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import functools
 import sys
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from interlock_demo.core.run import Run
-from interlock_demo.engine import _ProcessColumn
+from interlock_demo.engine.column import ColumnScript
+from interlock_demo.engine.process import ProcessLauncher
 from interlock_demo.engine.temporal.history import (
     Activities,
     Closing,
@@ -36,7 +35,9 @@ from interlock_demo.engine.temporal.history import (
 from interlock_demo.engine.temporal.probe import refund_timeouts
 from interlock_demo.engine.temporal.runtime import NAMESPACE, TemporalRuntime
 from interlock_demo.errors import ColumnFailed
+from interlock_demo.payments.model import PaymentsModel
 from interlock_demo.settings import DemoConfig
+from workers.context import Case
 from workers.protocol import ColumnOutcome
 
 if TYPE_CHECKING:
@@ -50,10 +51,11 @@ _DESCRIBE_EVERY_S = 0.25
 _CLOSE_DEADLINE_S = 10.0
 
 
-def temporal_column(
-    runtime: TemporalRuntime, run: Run, config: DemoConfig
-) -> Callable[..., TemporalColumn]:
-    """This run's column constructor (`_ProcessColumn`'s arguments); notes Temporal's settings."""
+def temporal_launchers(
+    runtime: TemporalRuntime, run: Run, config: DemoConfig, process: ProcessLauncher
+) -> Callable[[], TemporalLauncher]:
+    """One `TemporalLauncher` per column of this run, each spawning through `process`;
+    notes Temporal's settings in the run."""
     timeouts = refund_timeouts(config)
     settings = {
         **runtime.settings(),
@@ -61,51 +63,72 @@ def temporal_column(
         "heartbeat_timeout_s": timeouts.heartbeat_s,
     }
     run.update(None, lambda: run.settings.__setitem__("temporal", settings))
-    return functools.partial(TemporalColumn, runtime=runtime, timeouts=timeouts)
+    return lambda: TemporalLauncher(process, runtime, timeouts)
 
 
-class TemporalColumn(_ProcessColumn):
-    """A column run as a `RefundCase` workflow, its workers real processes, killed for real."""
+def workflow_id(case: Case) -> str:
+    """The column's workflow id."""
+    return f"refund-case-{case.case_id}"
+
+
+def task_queue(case: Case) -> str:
+    """The column's own task queue."""
+    return f"interlock-demo-{case.case_id}"
+
+
+class TemporalLauncher:
+    """A column run as a `RefundCase` workflow; its workers are processes, killed for real.
+
+    It starts the workflow before the first worker, spawns each worker through the
+    `ProcessLauncher` it holds (with the Temporal worker's command line), takes the
+    column's outcome from the workflow's result after the last, and terminates a workflow
+    the column left open. One per column.
+    """
 
     def __init__(
-        self, *args: Any, runtime: TemporalRuntime, timeouts: RefundTimeouts, **kwargs: Any
+        self, process: ProcessLauncher, runtime: TemporalRuntime, timeouts: RefundTimeouts
     ) -> None:
-        super().__init__(*args, **kwargs)
+        """`process` spawns the workers; `timeouts` are the refund activity's."""
+        self.process = process
         self.runtime = runtime
         self.timeouts = timeouts
         self._follower: concurrent.futures.Future[None] | None = None
+        self._workflow_id: str | None = None
         self._closed = threading.Event()
         self._closing: Closing | None = None
 
-    @property
-    def workflow_id(self) -> str:
-        """The column's workflow id."""
-        assert self.case is not None
-        return f"refund-case-{self.case.case_id}"
+    def launch(self, script: ColumnScript, crash_point: str | None) -> int | None:
+        """Start the workflow before the first worker; after the last, wait for it to close."""
+        case = script.case
+        assert case is not None
+        if self._follower is None:
+            self._start_workflow(script, case)
+        code = self.process.run_worker(
+            script, crash_point, self.argv(case), asks_model=self.asks_model(case)
+        )
+        if crash_point is None and code == 0:
+            self._take_outcome(script, case)
+        return code
 
-    @property
-    def task_queue(self) -> str:
-        """The column's own task queue."""
-        assert self.case is not None
-        return f"interlock-demo-{self.case.case_id}"
+    def fault_model(self) -> PaymentsModel:
+        """The emulator the process launcher's workers call, as for standalone columns."""
+        return self.process.fault_model()
 
-    def asks_model(self) -> bool:
-        """Whether the next worker may be asked to run ask_model: its result is not yet in
-        the workflow's history (a restart in the refund activity never asks)."""
-        return not self.runtime.call(self._model_answered())
+    def finish(self, script: ColumnScript) -> None:
+        """Terminate the workflow if the column ended before it closed (a failed or stopped
+        run), and stop following it."""
+        follower, wid = self._follower, self._workflow_id
+        if follower is None or wid is None:
+            return
+        if not self._closed.is_set():
+            with contextlib.suppress(Exception):
+                self.runtime.call(
+                    self._terminate(wid, "the demo run ended before the workflow closed"),
+                    timeout=5.0,
+                )
+        follower.cancel()
 
-    async def _model_answered(self) -> bool:
-        handle = self.runtime.client.get_workflow_handle(self.workflow_id)
-        return model_answered([event async for event in handle.fetch_history_events()])
-
-    def run(self) -> None:
-        """Run the column; a workflow left open (a failed or stopped run) is terminated."""
-        try:
-            super().run()
-        finally:
-            self._finish()
-
-    def argv(self, case_file: Path) -> list[str]:
+    def argv(self, case: Case) -> list[str]:
         """The Temporal worker's command line: the case itself is in the workflow's input."""
         return [
             sys.executable,
@@ -116,49 +139,51 @@ class TemporalColumn(_ProcessColumn):
             "--namespace",
             NAMESPACE,
             "--task-queue",
-            self.task_queue,
+            task_queue(case),
             "--workflow-id",
-            self.workflow_id,
+            workflow_id(case),
         ]
 
-    def launch(self, crash_point: str | None) -> int | None:
-        """Start the workflow before the first worker; after the last, wait for it to close."""
-        if self._follower is None:
-            self._start_workflow()
-        code = super().launch(crash_point)
-        if crash_point is None and code == 0:
-            self._take_outcome()
-        return code
+    def asks_model(self, case: Case) -> bool:
+        """Whether the next worker may be asked to run ask_model: its result is not yet in
+        the workflow's history (a restart in the refund activity never asks)."""
+        return not self.runtime.call(self._model_answered(workflow_id(case)))
 
-    def _start_workflow(self) -> None:
+    async def _model_answered(self, wid: str) -> bool:
+        handle = self.runtime.client.get_workflow_handle(wid)
+        return model_answered([event async for event in handle.fetch_history_events()])
+
+    def _start_workflow(self, script: ColumnScript, case: Case) -> None:
         from workers.temporal_workflows import CaseInput, RefundCase
 
-        assert self.case is not None
         params = CaseInput(
-            case=self.case.to_dict(),
+            case=case.to_dict(),
             refund_start_to_close_s=self.timeouts.start_to_close_s,
             heartbeat_timeout_s=self.timeouts.heartbeat_s,
         )
+        wid = workflow_id(case)
         self.runtime.call(
             self.runtime.client.start_workflow(
-                RefundCase.run, params, id=self.workflow_id, task_queue=self.task_queue
+                RefundCase.run, params, id=wid, task_queue=task_queue(case)
             )
         )
-        self._follower = self.runtime.submit(self._follow())
+        self._workflow_id = wid
+        self._follower = self.runtime.submit(self._follow(script, case))
 
-    def _take_outcome(self) -> None:
+    def _take_outcome(self, script: ColumnScript, case: Case) -> None:
+        wid = workflow_id(case)
         if not self._closed.wait(_CLOSE_DEADLINE_S):
             raise ColumnFailed(
-                f"the last worker exited but workflow {self.workflow_id} did not close "
+                f"the last worker exited but workflow {wid} did not close "
                 f"within {_CLOSE_DEADLINE_S:g} s"
             )
         closing = self._closing
         assert closing is not None
         result = closing.result
         if closing.status != "completed" or result is None:
-            raise ColumnFailed(f"workflow {self.workflow_id} {closing.status}: {closing.text}")
+            raise ColumnFailed(f"workflow {wid} {closing.status}: {closing.text}")
         outcome = ColumnOutcome.from_wire(result)
-        col = self.col
+        col = script.column
 
         def set_outcome() -> None:
             col.outcome = outcome
@@ -166,28 +191,17 @@ class TemporalColumn(_ProcessColumn):
             if action and action not in col.action_ids:
                 col.action_ids.append(action)
 
-        self.run_.update(col.name, set_outcome)
+        script.run.update(col.name, set_outcome)
 
-    def _finish(self) -> None:
-        follower = self._follower
-        if follower is None:
-            return
-        if not self._closed.is_set():
-            with contextlib.suppress(Exception):
-                self.runtime.call(
-                    self._terminate("the demo run ended before the workflow closed"), timeout=5.0
-                )
-        follower.cancel()
-
-    async def _terminate(self, reason: str) -> None:
-        await self.runtime.client.get_workflow_handle(self.workflow_id).terminate(reason=reason)
+    async def _terminate(self, wid: str, reason: str) -> None:
+        await self.runtime.client.get_workflow_handle(wid).terminate(reason=reason)
 
     # -- reading Temporal ------------------------------------------------------------------
 
-    async def _follow(self) -> None:
+    async def _follow(self, script: ColumnScript, case: Case) -> None:
         """Follow the workflow's history to its close, polling describe() meanwhile."""
-        handle = self.runtime.client.get_workflow_handle(self.workflow_id)
-        poller = asyncio.create_task(self._poll_describe(handle))
+        handle = self.runtime.client.get_workflow_handle(workflow_id(case))
+        poller = asyncio.create_task(self._poll_describe(script, handle))
         activities = Activities()
         try:
             async for event in handle.fetch_history_events(wait_new_event=True):
@@ -197,33 +211,30 @@ class TemporalColumn(_ProcessColumn):
                     event,
                     activities,
                     result,
-                    workflow_id=self.workflow_id,
-                    task_queue=self.task_queue,
+                    workflow_id=workflow_id(case),
+                    task_queue=task_queue(case),
                 )
                 if isinstance(read, Closing):
-                    self._event(read.note.kind, read.note.text)
+                    script.event(read.note.kind, read.note.text)
                     self._closing = read
                     self._closed.set()
                     break
                 if read is not None:
-                    self._event(read.kind, read.text)
+                    script.event(read.kind, read.text)
         finally:
             poller.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await poller
 
-    def _event(self, kind: str, text: str) -> None:
-        self.run_.add_event(self.col.name, kind, text, None)
-
     async def _decode(self, payloads: list[Payload]) -> Any:
         values = await self.runtime.client.data_converter.decode(payloads)
         return values[0] if values else None
 
-    async def _poll_describe(self, handle: WorkflowHandle[Any, Any]) -> None:
+    async def _poll_describe(self, script: ColumnScript, handle: WorkflowHandle[Any, Any]) -> None:
         """Show each retry: the history has no event per failed attempt; describe() does."""
         seen: set[tuple[str, int]] = set()
         while True:
             desc = await handle.describe()
             for note in retry_notes(desc.raw_description.pending_activities, seen):
-                self._event(note.kind, note.text)
+                script.event(note.kind, note.text)
             await asyncio.sleep(_DESCRIBE_EVERY_S)

@@ -1,0 +1,175 @@
+"""Workers as real processes, killed with a real SIGKILL: the live and offline launcher.
+
+Each launch writes the column's case file, builds the worker's environment for that
+launch (`settings.worker_env`: the model's key only while no decision is saved), spawns
+`workers.standalone` through the run's `Supervisor` and waits for its exit. The
+`in-flight` crash point is the supervisor's own: it arms a hold on the emulator this
+engine started and kills the worker while Stripe holds the answer to its refund.
+
+`run_worker` is the part the Temporal launcher reuses with its own command line.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from interlock_demo.core.run import ColumnState, WorkerInfo
+from interlock_demo.engine.column import (
+    FAULTS_NEED_THE_EMULATOR,
+    IN_FLIGHT,
+    WORKER_GRACE_S,
+    ColumnScript,
+)
+from interlock_demo.engine.supervisor import Supervisor, WorkerProcess, WorkerState
+from interlock_demo.errors import ColumnFailed
+from interlock_demo.payments.model import Fault, PaymentsModel
+from interlock_demo.settings import DemoConfig, open_private, worker_env
+from workers.context import Case
+from workers.protocol import EventKind
+from workers.standalone import decision_path
+
+# How long Stripe's answer to an in-flight refund is held while the kill lands.
+IN_FLIGHT_HOLD_MS = 500
+
+
+class ProcessLauncher:
+    """Runs a column's workers as processes of one run's supervisor."""
+
+    def __init__(
+        self,
+        config: DemoConfig,
+        supervisor: Supervisor,
+        stripe_base: str | None,
+        emulator: PaymentsModel | None,
+    ) -> None:
+        """`emulator` is the model of the emulator this engine started at `stripe_base`,
+        or None when the workers call another Stripe (no faults, no in-flight kills)."""
+        self.config = config
+        self.supervisor = supervisor
+        self.stripe_base = stripe_base
+        self.emulator = emulator
+
+    def launch(self, script: ColumnScript, crash_point: str | None) -> int | None:
+        """Run `workers.standalone` on the script's case to its end; its exit code."""
+        assert script.case is not None
+        return self.run_worker(
+            script,
+            crash_point,
+            self.argv(script.case),
+            asks_model=self.asks_model(script),
+        )
+
+    def fault_model(self) -> PaymentsModel:
+        """The emulator this engine started; a fault cell cannot run against another."""
+        if self.emulator is None:
+            raise ColumnFailed(FAULTS_NEED_THE_EMULATOR)
+        return self.emulator
+
+    def finish(self, script: ColumnScript) -> None:
+        """Nothing to let go of: the run's supervisor reaps every worker."""
+
+    def case_file(self, case: Case) -> Path:
+        """Where a launch writes the case it runs."""
+        return self.config.paths.cases / f"{case.case_id}.json"
+
+    def argv(self, case: Case) -> list[str]:
+        """The standalone worker's command line: it reads the case from its case file."""
+        return [sys.executable, "-m", "workers.standalone", str(self.case_file(case))]
+
+    def asks_model(self, script: ColumnScript) -> bool:
+        """Whether the next worker will ask the model: this case has no saved decision yet.
+
+        Only such a worker gets the model's key. Interlock's decision is its journaled
+        intent; the others' is the decision file the worker saves before its send.
+        """
+        assert script.case is not None
+        if script.column.name == "interlock":
+            return not script.store.actions(script.case.metadata)
+        return not decision_path(self.config.paths.demo, script.case).exists()
+
+    def run_worker(
+        self,
+        script: ColumnScript,
+        crash_point: str | None,
+        argv: list[str],
+        *,
+        asks_model: bool,
+    ) -> int | None:
+        """Spawn one worker process with `argv`, feed its events to the script, and wait.
+
+        Killed at `crash_point` by itself, or by the supervisor for `in-flight`. Raises
+        `ColumnFailed` when it outlives its time limit or the run was stopped.
+        """
+        case = script.case
+        assert case is not None
+        config = self.config
+        case_file = self.case_file(case)
+        with open_private(case_file, "w") as f:
+            f.write(json.dumps(case.to_dict()))
+        env = worker_env(
+            config,
+            self.stripe_base,
+            column=script.column.name,
+            asks_model=asks_model,
+            crash_point=None if crash_point == IN_FLIGHT else crash_point,
+        )
+        in_flight = None
+        if crash_point == IN_FLIGHT:
+            if self.emulator is None:
+                raise ColumnFailed("in-flight kills need the emulator the engine started itself")
+            # Stripe's answer is held after the refund is committed; the kill lands meanwhile.
+            in_flight = self.emulator.add_fault(
+                "hold", hold_ms=IN_FLIGHT_HOLD_MS, payment_intent=case.payment_intent
+            )
+        run, col = script.run, script.column
+        info = WorkerInfo(pid=None, crash_point=crash_point, started_at=run.now())
+
+        def on_state(worker: WorkerProcess, state: WorkerState) -> None:
+            if state is WorkerState.RUNNING:
+
+                def started() -> None:
+                    info.pid = worker.pid
+                    col.workers.append(info)
+                    col.state = ColumnState.RUNNING
+
+                run.update(col.name, started)
+            elif state in (WorkerState.KILLED, WorkerState.EXITED):
+
+                def ended() -> None:
+                    info.exit_code = worker.exit_code
+                    info.ended_at = run.now()
+
+                run.update(col.name, ended)
+
+        worker = WorkerProcess(
+            argv,
+            env,
+            on_event=lambda ev: script.on_worker_event(ev, ev.get("pid") or worker.pid),
+            on_state=on_state,
+            log_path=config.paths.logs / f"{case.case_id}.log",
+        )
+        self.supervisor.spawn(worker)
+        if in_flight is not None:
+            self._kill_in_flight(script, worker, in_flight)
+        limit = config.timing.renewal_s + config.timing.claim_ttl_s + WORKER_GRACE_S
+        code = worker.wait(limit)
+        while code is None and script.presenter_holds():
+            code = worker.wait(limit)  # its events wait for the presenter, not the worker
+        if code is None:
+            worker.kill()
+            raise ColumnFailed(f"worker {worker.pid} did not finish within {limit:g} s")
+        if self.supervisor.stopped:
+            raise ColumnFailed("the run was stopped")
+        return code
+
+    def _kill_in_flight(self, script: ColumnScript, worker: WorkerProcess, fault: Fault) -> None:
+        limit = WORKER_GRACE_S
+        if not fault.committed.wait(limit):
+            worker.kill()
+            raise ColumnFailed(f"the worker's refund did not reach the emulator within {limit:g} s")
+        script.event(
+            EventKind.CRASH, f"SIGKILL while the refund request is in flight (pid {worker.pid})"
+        )
+        worker.kill()
