@@ -268,6 +268,7 @@ class Engine:
                 switches=config.switches,
                 owner=Owner.current("reapprove"),
                 on_event=lambda kind, data: _reapprove_event(run, kind, data),
+                clock=self.clock.wall,
                 new_action_id=self.ids.action_id,
             )
             outcome = gate.reapprove(str(refused), lease.id, approved_by="support")

@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from interlock_demo.core.run import Clock, Ids, Pacer
 from interlock_demo.engine import Engine, RunRequest
 from interlock_demo.settings import resolve
 from tests.helpers.headless import ROOT, SCRUBBED, SWITCH, TABLE
@@ -117,3 +121,81 @@ def test_mock_cli_all_scenarios(tmp_path: Path) -> None:
         _check_columns(doc, doc["scenario"])
     progress = [line for line in done.stderr.splitlines() if line.strip()]
     assert progress and all(line.startswith("MOCK. ") for line in progress)
+
+
+class CountingIds:
+    """Ids from counters, one per kind: `pi_seam1`, `re_seam2`, `act_seam1`, ..."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def _next(self, kind: str) -> int:
+        with self._lock:
+            self.counts[kind] += 1
+            return self.counts[kind]
+
+    def ids(self) -> Ids:
+        """These counters as an engine's id source."""
+        return Ids(
+            run_id=lambda: f"run_seam{self._next('run')}",
+            object_id=lambda prefix: f"{prefix}_seam{self._next(prefix)}",
+            action_id=lambda: f"act_seam{self._next('act')}",
+        )
+
+
+# 2023-11-14T22:13:20Z: far from today, so a timestamp read from the system clock shows.
+WALL = 1_700_000_000.0
+
+
+def test_runs_take_their_ids_and_clock_from_the_engine(tmp_path: Path) -> None:
+    """A mock run and its re-approval name the run, the mock Stripe's objects and every
+    action from the engine's `Ids`, and time the run on the engine's `Clock`."""
+    counting = CountingIds()
+    config = resolve(mode="mock", env={"INTERLOCK_HOME": str(tmp_path / "home")})
+    clock = Clock(monotonic=lambda: 42.0, wall=lambda: WALL)
+    engine = Engine(config, clock=clock, ids=counting.ids())
+    try:
+        run = engine.start(RunRequest("hand-refund", checked=True))
+        assert run.wait(RUN_DEADLINE_S), "the mock run did not finish"
+        engine.reapprove(run)
+        doc = run.to_json()
+    finally:
+        engine.close()
+    assert doc["run_id"] == "run_seam1"
+    assert doc["started_at"] == doc["finished_at"] == "2023-11-14T22:13:20.000+00:00"
+    assert doc["elapsed_s"] == 0.0
+    seam = re.compile(r"[a-z]+_seam\d+")
+    for col in doc["columns"]:
+        assert seam.fullmatch(col["payment_intent"]), col["payment_intent"]
+        assert all(e["t"] == 0.0 for e in col["events"]), col["name"]
+        for refund in col["stripe"]["refunds"]:
+            assert seam.fullmatch(refund["id"]), refund["id"]
+    interlock = doc["columns"][1]
+    assert interlock["outcome"]["status"] == "sent"
+    assert interlock["outcome"]["reapproves"] == "act_seam1"
+    assert interlock["outcome"]["action_id"] == "act_seam2"
+    assert counting.counts["act"] == 2
+    assert counting.counts["pi"] == 3
+
+
+def test_a_hold_stops_every_column_before_its_outage_unseen_by_views(tmp_path: Path) -> None:
+    """The engine's `hold` pacer keeps each column after its kill, before the outage, until
+    released; the run itself has no pacer, so views show no presenter mode."""
+    hold = Pacer()
+    while hold.next_phase != "outage":
+        hold.advance()
+    config = resolve(mode="mock", env={"INTERLOCK_HOME": str(tmp_path / "home")})
+    engine = Engine(config, hold=hold)
+    try:
+        run = engine.start(RunRequest("hand-refund", checked=True))
+        assert hold.wait_until_waiting("outage", 3, RUN_DEADLINE_S), "no column reached the hold"
+        assert run.pacer is None and not run.finished
+        for col in run.snapshot().columns:
+            kinds = [e.kind for e in col.events]
+            assert "crash" in kinds and "outage" not in kinds, col.name
+        hold.release()
+        assert run.wait(RUN_DEADLINE_S), "the run did not finish after the release"
+    finally:
+        engine.close()
+    assert run.all_as_predicted
