@@ -17,12 +17,13 @@ from textual.containers import Vertical, VerticalScroll
 from textual.timer import Timer
 from textual.widgets import Label, Static
 
-from interlock_demo.core.run import Column, ColumnState, RunSnapshot
+from interlock_demo.core.run import Column, ColumnState, RunEventKind, RunSnapshot
 from interlock_demo.core.verdict import AGENT, counting
 from interlock_demo.engine.supervisor import describe_exit
 from interlock_demo.views.tui.widgets.countdown import ClaimCountdown
 from interlock_demo.views.tui.widgets.story import PhaseLines
 from interlock_demo.views.tui.widgets.verdict_strip import mark
+from workers.protocol import EventKind
 
 # The pane's own state besides the run's: the worker ended by itself (exit 0) and the
 # engine has not taken the next step yet (a presenter may hold it there).
@@ -211,14 +212,12 @@ class ColumnPane(Vertical):
 
 
 def _event_style(kind: str) -> str:
-    if kind == "crash":
+    if kind in (EventKind.CRASH, EventKind.ERROR):
         return "bold red"
-    if kind == "outage":
+    if kind == RunEventKind.OUTAGE:
         return "bold yellow"
-    if kind == "outcome":
+    if kind == EventKind.OUTCOME:
         return "bold"
-    if kind in ("error",):
-        return "bold red"
     return ""
 
 

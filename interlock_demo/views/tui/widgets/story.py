@@ -11,7 +11,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from interlock_demo.core.run import Column
+from interlock_demo.core.run import Column, RunEventKind
 from workers.protocol import GATE_CLAIM, GATE_CLAIM_WAIT, EventKind, gate_kind
 
 GATE_CHECK = gate_kind("check")
@@ -93,7 +93,7 @@ def phase_lines(col: Column) -> list[tuple[str, str]]:
             point = text.rsplit(" at ", 1)[-1] if " at " in text else ""
             where = _WHERE.get(point, "in flight")
             put("SIGKILL", where)  # a mock line is marked MOCK. before its label
-        elif kind == "outage":
+        elif kind == RunEventKind.OUTAGE:
             put("outage", _outage(text))
         elif kind == EventKind.START:
             starts += 1
@@ -115,7 +115,7 @@ def phase_lines(col: Column) -> list[tuple[str, str]]:
             put("checks", "none: retries")
         elif kind == EventKind.SEND and killed:
             put("sends", "again")
-        elif kind == "reapprove":
+        elif kind == RunEventKind.REAPPROVE:
             reapproved = True
             put("approve", "a person, again")
         elif kind == GATE_SETTLED and reapproved:
