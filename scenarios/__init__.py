@@ -33,6 +33,8 @@ class Switch:
 
     field: str
     help: str
+    # The palette's one line for it, in the app.
+    palette: str
 
     @property
     def env(self) -> str:
@@ -51,8 +53,16 @@ class Switch:
 
 
 SWITCHES: tuple[Switch, ...] = (
-    Switch("emulate_24h", "emulate a retry after Stripe pruned the idempotency key"),
-    Switch("no_lookup", "emulate a gate without the lookup"),
+    Switch(
+        "emulate_24h",
+        "emulate a retry after Stripe pruned the idempotency key",
+        "Retry as if Stripe pruned the key (offline/mock)",
+    ),
+    Switch(
+        "no_lookup",
+        "emulate a gate without the lookup",
+        "The gate skips its lookup (offline/mock)",
+    ),
 )
 SWITCH_EMULATE_24H = Switches.ENV_NAMES["emulate_24h"]
 SWITCH_NO_LOOKUP = Switches.ENV_NAMES["no_lookup"]

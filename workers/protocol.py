@@ -57,7 +57,9 @@ def gate_kind(gate_event: str) -> str:
     return GATE_PREFIX + gate_event
 
 
-# The gate events the engine acts on (the claim countdown and the column's state).
+# The gate events the engine and views act on (the claim countdown, the column's state,
+# the lookup that found its own send).
+GATE_CHECK = gate_kind("check")
 GATE_CLAIM = gate_kind("claim")
 GATE_CLAIM_WAIT = gate_kind("claim-wait")
 GATE_SENDING = gate_kind("sending")

@@ -93,6 +93,14 @@ class Pacer:
         with self._cond:
             return any(self._waiting.values())
 
+    @classmethod
+    def holding_before(cls, phase: str) -> Pacer:
+        """A pacer with every phase before `phase` open: columns run on until `phase`."""
+        pacer = cls()
+        while pacer.next_phase != phase:
+            pacer.advance()
+        return pacer
+
     def wait_until_waiting(self, phase: str, count: int, timeout: float) -> bool:
         """Block until `count` columns wait before `phase`; False after `timeout` seconds.
 
@@ -179,6 +187,13 @@ class RunEventKind(str, Enum):
     REAPPROVE = "reapprove"
     # A line a worker process wrote that is not an event.
     OUTPUT = "output"
+    # The Temporal engine's reading of the workflow: its start, the model's decision as
+    # recorded, an activity's completion or failure, a retry (from describe()), the close.
+    TEMPORAL_STARTED = "temporal-started"
+    TEMPORAL_DECISION = "temporal-decision"
+    TEMPORAL_ACTIVITY = "temporal-activity"
+    TEMPORAL_RETRY = "temporal-retry"
+    TEMPORAL_CLOSED = "temporal-closed"
 
     def __str__(self) -> str:
         return self.value

@@ -31,12 +31,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from interlock_demo.core.run import Column, RunSnapshot
+from interlock_demo.core.run import Column, RunEventKind, RunSnapshot
 from interlock_demo.core.verdict import AGENT, counting, tally
 from interlock_demo.exit_codes import ExitCode
 from interlock_demo.settings import Paths
 from scenarios import SWITCHES
-from workers.protocol import GATE_CLAIM_WAIT, EventKind, gate_kind
+from workers.protocol import GATE_CHECK, GATE_CLAIM_WAIT, EventKind
 
 COMMAND = "interlock-demo e2e-report"
 DEFAULT_OUT = Path("results/e2e_offline.md")
@@ -53,7 +53,6 @@ CASES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 # A run that takes longer than this is stuck (the demo's own timings take about 30 s).
 RUN_DEADLINE_S = 300.0
 # The gate's event for each check it makes (the lookup's says when it found its own refund).
-GATE_CHECK = gate_kind("check")
 # Never handed to a run: keys (runs are offline) and switches (set by flags instead).
 _SCRUBBED = (
     "STRIPE_SECRET_KEY",
@@ -493,10 +492,10 @@ def _temporal_notes(runs: list[CaseRun]) -> list[str]:
     run = _find(runs, "temporal", "hand-refund")
     col = run.column("interlock") if run else None
     if col:
-        decision = _event(col, "temporal-decision")
-        retry = _event(col, "temporal-retry")
+        decision = _event(col, RunEventKind.TEMPORAL_DECISION)
+        retry = _event(col, RunEventKind.TEMPORAL_RETRY)
         wait = _event(col, GATE_CLAIM_WAIT)
-        closed = _event(col, "temporal-closed")
+        closed = _event(col, RunEventKind.TEMPORAL_CLOSED)
         lines += [
             "",
             "In the Temporal hand-refund run's interlock column, read from Temporal during the "

@@ -42,7 +42,7 @@ RUN_TIMEOUT_S = 120.0
 def screenshot_env(home: Path, env: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment for the screenshot runs: short timings, no emulated switches, `home`."""
     env = os.environ if env is None else env
-    switches = Switches(emulate_24h=True, no_lookup=True).names
+    switches = list(Switches.ENV_NAMES.values())
     clean = {k: v for k, v in env.items() if k not in switches}
     clean.update(SHORT_TIMING)
     clean["INTERLOCK_HOME"] = str(home)

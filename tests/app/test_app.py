@@ -172,9 +172,7 @@ class Hold:
     """
 
     def __init__(self) -> None:
-        self.pacer = Pacer()
-        while self.pacer.next_phase != "outage":
-            self.pacer.advance()
+        self.pacer = Pacer.holding_before("outage")
 
     def release(self) -> None:
         """Let every held column go on, and every later one through."""

@@ -107,9 +107,7 @@ class Hold:
     """
 
     def __init__(self) -> None:
-        self.pacer = Pacer()
-        while self.pacer.next_phase != "outage":
-            self.pacer.advance()
+        self.pacer = Pacer.holding_before("outage")
 
     def wait_for(self, columns: int) -> bool:
         """Block until `columns` columns are held; False if one does not come in time."""

@@ -182,9 +182,8 @@ def test_runs_take_their_ids_and_clock_from_the_engine(tmp_path: Path) -> None:
 def test_a_hold_stops_every_column_before_its_outage_unseen_by_views(tmp_path: Path) -> None:
     """The engine's `hold` pacer keeps each column after its kill, before the outage, until
     released; the run itself has no pacer, so views show no presenter mode."""
-    hold = Pacer()
-    while hold.next_phase != "outage":
-        hold.advance()
+    hold = Pacer.holding_before("outage")
+    assert hold.next_phase == "outage"
     config = resolve(mode="mock", env={"INTERLOCK_HOME": str(tmp_path / "home")})
     engine = Engine(config, hold=hold)
     try:

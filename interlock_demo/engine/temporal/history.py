@@ -17,6 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from interlock_demo.core.run import RunEventKind
+
 if TYPE_CHECKING:
     from temporalio.api.common.v1 import Payload
     from temporalio.api.history.v1 import HistoryEvent
@@ -53,7 +55,7 @@ class Closing:
     @property
     def note(self) -> Note:
         """The closing line as a column event."""
-        return Note("temporal-closed", self.text)
+        return Note(RunEventKind.TEMPORAL_CLOSED, self.text)
 
 
 @dataclass
@@ -112,7 +114,7 @@ def read_event(
     kind = _event_kind(event)
     if kind == "WORKFLOW_EXECUTION_STARTED":
         return Note(
-            "temporal-started",
+            RunEventKind.TEMPORAL_STARTED,
             f"Temporal: workflow {workflow_id} started on task queue {task_queue}",
         )
     name = activities.completed(event)
@@ -120,14 +122,17 @@ def read_event(
         done = event.activity_task_completed_event_attributes
         attempt = activities.attempts.get(done.scheduled_event_id, 1)
         if name == ACTIVITY_ASK_MODEL and isinstance(result, dict):
-            return Note("temporal-decision", _decision_text(result))
+            return Note(RunEventKind.TEMPORAL_DECISION, _decision_text(result))
         return Note(
-            "temporal-decision" if name == ACTIVITY_ASK_MODEL else "temporal-activity",
+            RunEventKind.TEMPORAL_DECISION
+            if name == ACTIVITY_ASK_MODEL
+            else RunEventKind.TEMPORAL_ACTIVITY,
             f"Temporal history: {name} completed on attempt {attempt}: {_outcome_words(result)}",
         )
     if kind in ("ACTIVITY_TASK_FAILED", "ACTIVITY_TASK_TIMED_OUT"):
         return Note(
-            "temporal-activity", f"Temporal history: {_words(kind)}{_kind(event)}{_why(event)}"
+            RunEventKind.TEMPORAL_ACTIVITY,
+            f"Temporal history: {_words(kind)}{_kind(event)}{_why(event)}",
         )
     if kind == "WORKFLOW_EXECUTION_COMPLETED":
         text = f"Temporal history: workflow completed: {_outcome_words(result)}"
@@ -163,7 +168,7 @@ def retry_notes(pending: Iterable[PendingActivityInfo], seen: set[tuple[str, int
             worker = activity.last_worker_identity or "a worker"
             notes.append(
                 Note(
-                    "temporal-retry",
+                    RunEventKind.TEMPORAL_RETRY,
                     f"Temporal describe: {name} attempt {activity.attempt} of "
                     f"{activity.maximum_attempts or 'unlimited'}; attempt "
                     f"{activity.attempt - 1} on worker {worker} failed: {failure}",

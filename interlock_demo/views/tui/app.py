@@ -15,6 +15,7 @@ phase until `space`; the app's messages go to a line of their own, never over a 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
 from collections.abc import Iterator
 from datetime import datetime
@@ -30,7 +31,6 @@ from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from interlock import Switches
 from interlock_demo.core.run import SYSTEM_CLOCK, SYSTEM_IDS, Clock, Ids, Pacer, Run, RunSnapshot
 from interlock_demo.engine import TEMPORAL_TITLES, TITLES, Engine, RunRequest
 from interlock_demo.engine.temporal.probe import temporal_unavailable
@@ -46,7 +46,7 @@ from interlock_demo.views.tui.widgets import (
     RunHeader,
     VerdictStrip,
 )
-from scenarios import COLUMNS, SCENARIOS
+from scenarios import COLUMNS, SCENARIOS, SWITCHES, Switch
 
 APP_TITLE = "Interlock demo"
 # A mock run's events are spaced out so the room can follow; it still ends in a few seconds.
@@ -626,7 +626,7 @@ class DemoApp(App[int]):
             return
         self._choose(config=dataclasses.replace(self.config, engine=engine))
 
-    def set_switch(self, name: str) -> None:
+    def set_switch(self, switch: Switch) -> None:
         """Toggle an emulated switch (offline and mock only)."""
         if self._refuse_while_running("change switches"):
             return
@@ -634,11 +634,7 @@ class DemoApp(App[int]):
             self.notify("Emulated switches are for offline and mock runs.", severity="error")
             return
         s = self.config.switches
-        switches = (
-            Switches(emulate_24h=not s.emulate_24h, no_lookup=s.no_lookup)
-            if name == "emulate-24h"
-            else Switches(emulate_24h=s.emulate_24h, no_lookup=not s.no_lookup)
-        )
+        switches = dataclasses.replace(s, **{switch.field: not getattr(s, switch.field)})
         self._choose(config=DemoConfig(**{**self.config.__dict__, "switches": switches}))
         on = ", ".join(switches.names) or "none"
         self.notify(f"Emulated switches for the next run: {on}.")
@@ -697,16 +693,12 @@ class DemoApp(App[int]):
             lambda: self._set_mode("offline"),
         )
         yield ("mode: live", "Stripe test mode and the real model", lambda: self._set_mode("live"))
-        yield (
-            "switch: emulate 24h",
-            "Retry as if Stripe pruned the key (offline/mock)",
-            lambda: self.set_switch("emulate-24h"),
-        )
-        yield (
-            "switch: no lookup",
-            "The gate skips its lookup (offline/mock)",
-            lambda: self.set_switch("no-lookup"),
-        )
+        for switch in SWITCHES:
+            yield (
+                f"switch: {switch.name.replace('-', ' ')}",
+                switch.palette,
+                functools.partial(self.set_switch, switch),
+            )
         blocked = self._temporal_blocker()
         yield (
             "engine: switch",

@@ -12,9 +12,8 @@ from rich.text import Text
 from textual.widgets import Static
 
 from interlock_demo.core.run import Column, RunEventKind
-from workers.protocol import GATE_CLAIM, GATE_CLAIM_WAIT, EventKind, gate_kind
+from workers.protocol import GATE_CHECK, GATE_CLAIM, GATE_CLAIM_WAIT, EventKind, gate_kind
 
-GATE_CHECK = gate_kind("check")
 GATE_SETTLED = gate_kind("settled")
 # The label of each phase and its colour (Rich styles, legible in dark and light themes).
 PHASE_STYLE = {
