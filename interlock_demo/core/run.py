@@ -9,6 +9,7 @@ seconds since the run started.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import secrets
 import threading
 import time
@@ -16,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from enum import Enum
-from typing import Any
+from typing import Any, TypeVar
 
 from interlock import new_action_id
 from interlock_demo.payments.model import new_id
@@ -199,6 +200,25 @@ class RunEventKind(str, Enum):
         return self.value
 
 
+_R = TypeVar("_R", bound="JsonFields")
+
+
+class JsonFields:
+    """A frozen dataclass of plain values whose run@1 JSON is its fields, by name."""
+
+    def to_json(self) -> dict[str, Any]:
+        """As run@1 JSON."""
+        record: Any = self  # a dataclass: its subclasses are
+        return dataclasses.asdict(record)
+
+    @classmethod
+    def from_json(cls: type[_R], data: Mapping[str, Any]) -> _R:
+        """Read back from run@1 JSON."""
+        record: Any = cls
+        names = [f.name for f in dataclasses.fields(record)]
+        return cls(**{name: data[name] for name in names})
+
+
 @dataclass(frozen=True)
 class ClaimWait:
     """A column waiting out a dead worker's claim, in run time (seconds since the start).
@@ -230,7 +250,7 @@ class ClaimWait:
 
 
 @dataclass(frozen=True)
-class Wanted:
+class Wanted(JsonFields):
     """What should be in Stripe at the end, whatever the column does (the scenario's goal)."""
 
     text: str
@@ -238,28 +258,9 @@ class Wanted:
     hand_refunds: int
     refunded_total: int
 
-    def to_json(self) -> dict[str, Any]:
-        """As run@1 JSON."""
-        return {
-            "text": self.text,
-            "agent_refunds": self.agent_refunds,
-            "hand_refunds": self.hand_refunds,
-            "refunded_total": self.refunded_total,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Wanted:
-        """Read what was wanted back from run@1 JSON."""
-        return cls(
-            text=str(data["text"]),
-            agent_refunds=int(data["agent_refunds"]),
-            hand_refunds=int(data["hand_refunds"]),
-            refunded_total=int(data["refunded_total"]),
-        )
-
 
 @dataclass(frozen=True)
-class Expected:
+class Expected(JsonFields):
     """What the truth table predicts this column ends with (docs/design.md §2)."""
 
     agent_refunds: int
@@ -268,30 +269,9 @@ class Expected:
     outcome: str
     note: str
 
-    def to_json(self) -> dict[str, Any]:
-        """As run@1 JSON."""
-        return {
-            "agent_refunds": self.agent_refunds,
-            "hand_refunds": self.hand_refunds,
-            "refunded_total": self.refunded_total,
-            "outcome": self.outcome,
-            "note": self.note,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Expected:
-        """Read the truth table's prediction back from run@1 JSON."""
-        return cls(
-            agent_refunds=int(data["agent_refunds"]),
-            hand_refunds=int(data["hand_refunds"]),
-            refunded_total=int(data["refunded_total"]),
-            outcome=str(data["outcome"]),
-            note=str(data["note"]),
-        )
-
 
 @dataclass(frozen=True)
-class RefundRow:
+class RefundRow(JsonFields):
     """One refund of the column's payment as Stripe has it; `by` is `agent` or `hand`."""
 
     id: str
@@ -299,27 +279,6 @@ class RefundRow:
     status: str
     metadata: Mapping[str, str]
     by: str
-
-    def to_json(self) -> dict[str, Any]:
-        """As run@1 JSON."""
-        return {
-            "id": self.id,
-            "amount": self.amount,
-            "status": self.status,
-            "metadata": dict(self.metadata),
-            "by": self.by,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> RefundRow:
-        """Read a refund back from run@1 JSON."""
-        return cls(
-            id=str(data["id"]),
-            amount=int(data["amount"]),
-            status=str(data["status"]),
-            metadata={str(k): str(v) for k, v in data["metadata"].items()},
-            by=str(data["by"]),
-        )
 
 
 @dataclass(frozen=True)
