@@ -54,3 +54,30 @@ async def test_post_without_checked_keeps_the_apps_column(tmp_path: Path, checke
     expected = ["standard", "interlock", "checked"] if checked else ["standard", "interlock"]
     assert [c.name for c in run.columns] == expected
     assert app.checked is checked
+
+
+async def test_enter_after_a_post_in_another_mode_runs_the_mode_on_screen(tmp_path: Path) -> None:
+    """A POSTed run in another mode puts that mode on screen (a mock run is labelled MOCK);
+    the next enter then runs in the mode the screen shows, not the engine's earlier one."""
+    app = make_app(resolve(mode="offline", env={"INTERLOCK_HOME": str(tmp_path)}), checked=False)
+    api = for_view(app, port=0)
+    async with app.run_test(size=(160, 45)) as pilot:
+        api.start()
+        try:
+            body = {"scenario": "revoked", "mode": "mock"}
+            assert await asyncio.to_thread(_post, api.port, body) == 202
+            posted = app.engine.current
+            assert posted is not None and posted.mode == "mock"
+            assert await asyncio.to_thread(posted.wait, WAIT_S)
+            await pilot.pause()
+            assert app.run_on_screen is posted
+            assert app.config.mode == "mock"
+
+            await pilot.press("enter")
+            await pilot.pause()
+            pressed = app.run_on_screen
+            assert pressed is not None and pressed is not posted
+            assert pressed.mode == "mock", "enter ran another mode than the screen shows"
+            assert await asyncio.to_thread(pressed.wait, WAIT_S)
+        finally:
+            api.stop()

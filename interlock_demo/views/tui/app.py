@@ -476,8 +476,13 @@ class DemoApp(App[int]):
     def action_run(self) -> None:
         """Start the chosen scenario; a second start while one runs is refused."""
         pacer = Pacer() if self.presenter else None
+        # The mode on screen, which a run started over HTTP may have changed: what the
+        # banner says is what runs.
+        request = RunRequest(
+            self.scenario, checked=self.checked, mode=self.config.mode, pacer=pacer
+        )
         try:
-            self.start_run(RunRequest(self.scenario, checked=self.checked, pacer=pacer))
+            self.start_run(request)
         except BusyError as e:
             self.notify(f"Not started: {e}.", severity="warning")
         except UsageError as e:
