@@ -66,6 +66,7 @@ if TYPE_CHECKING:
     from interlock_demo.engine.temporal import TemporalRuntime
 
 __all__ = [
+    "SHORT_TITLES",
     "TEMPORAL_TITLES",
     "TITLES",
     "UNSETTLED",
@@ -74,12 +75,14 @@ __all__ = [
     "error_text",
 ]
 
+# Each column's titles: its pane's on each engine, and the verdict strip's one word.
 TITLES = {"standard": "Standard agent", "interlock": "Interlock", "checked": "Hand-written check"}
 TEMPORAL_TITLES = {
     "standard": "Temporal alone",
     "interlock": "Temporal + Interlock",
     "checked": "Temporal + hand-written check",
 }
+SHORT_TITLES = {"standard": "Standard", "interlock": "Interlock", "checked": "Checked"}
 
 
 @dataclass(frozen=True)

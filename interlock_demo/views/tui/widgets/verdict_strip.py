@@ -12,8 +12,8 @@ from textual.widgets import Static
 
 from interlock_demo.core.run import Column, RunSnapshot
 from interlock_demo.core.verdict import AGENT, HAND, counting
+from interlock_demo.engine import SHORT_TITLES
 
-SHORT_TITLES = {"standard": "Standard", "interlock": "Interlock", "checked": "Checked"}
 WHERE = {"live": "at Stripe", "offline": "in the emulator", "mock": "in memory"}
 
 
