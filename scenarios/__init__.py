@@ -84,6 +84,9 @@ class Scenario:
     # Further crash points for the restarted workers (a kill during recovery).
     later_kills: tuple[str, ...] = ()
     sweep: bool = False
+    # The app's footer label for its key, and the key's tooltip (presenter scenarios only).
+    label: str = ""
+    hint: str = ""
     # A fault-axis cell: the id of the `FAULTS` entry Stripe answers the first call with.
     fault: str | None = None
 
@@ -127,6 +130,8 @@ SCENARIOS: dict[str, Scenario] = {
             wanted_text="one $20 refund, the hand one",
             wanted_agent_refunds=0,
             wanted_hand_refunds=1,
+            label="Hand refund",
+            hint="Scenario 1: crash before the send; support refunds $20 by hand",
         ),
         Scenario(
             id="revoked",
@@ -138,6 +143,8 @@ SCENARIOS: dict[str, Scenario] = {
             wanted_text="no refund",
             wanted_agent_refunds=0,
             wanted_hand_refunds=0,
+            label="Revoked",
+            hint="Scenario 2: crash before the send; support revokes the approval",
         ),
         Scenario(
             id="after-answer",
@@ -149,6 +156,8 @@ SCENARIOS: dict[str, Scenario] = {
             wanted_text="one $20 refund",
             wanted_agent_refunds=1,
             wanted_hand_refunds=0,
+            label="After answer",
+            hint="Scenario 3 (control): crash right after Stripe answered",
         ),
     )
 }

@@ -1066,3 +1066,18 @@ async def test_q_in_presenter_mode_leaves_no_run_waiting(home: Path) -> None:
     assert app.return_value == 0
     assert await asyncio.to_thread(run.wait, 10.0), "the run hung on the presenter's gate"
     assert standalone_workers() == []
+
+
+async def test_each_scenario_has_its_key_in_the_footer_and_picks_it(home: Path) -> None:
+    """The scenario keys come from `scenarios.SCENARIOS`: each shows its label in the
+    footer, and pressing it picks that scenario (a new scenario needs no app change)."""
+    app = new_app(mock_config(home))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        footer = {k.key: k.description for k in app.query(FooterKey)}
+        for sc in SCENARIOS.values():
+            assert sc.key and sc.label and sc.hint, f"{sc.id} has no key, label or hint"
+            assert footer.get(sc.key) == sc.label
+            await pilot.press(sc.key)
+            await settle(pilot)
+            assert app.scenario == sc.id

@@ -87,26 +87,10 @@ class DemoApp(App[int]):
             priority=True,
             tooltip="Run the chosen scenario in every column at once",
         ),
-        Binding(
-            "1",
-            "pick('hand-refund')",
-            "Hand refund",
-            id="scenario-hand-refund",
-            tooltip="Scenario 1: crash before the send; support refunds $20 by hand",
-        ),
-        Binding(
-            "2",
-            "pick('revoked')",
-            "Revoked",
-            id="scenario-revoked",
-            tooltip="Scenario 2: crash before the send; support revokes the approval",
-        ),
-        Binding(
-            "3",
-            "pick('after-answer')",
-            "After answer",
-            id="scenario-after-answer",
-            tooltip="Scenario 3 (control): crash right after Stripe answered",
+        # One key per scenario, as `scenarios.SCENARIOS` names them.
+        *(
+            Binding(s.key, f"pick('{s.id}')", s.label, id=f"scenario-{s.id}", tooltip=s.hint)
+            for s in SCENARIOS.values()
         ),
         Binding(
             "space",
