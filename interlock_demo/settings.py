@@ -126,7 +126,7 @@ class Paths:
         for folder in (self.cases, self.logs):
             private_dir(folder)
         if not self.store.exists():
-            _create_private_journal(self.store)
+            create_private_journal(self.store)
         return self
 
     @classmethod
@@ -308,8 +308,11 @@ def resolve(
     )
 
 
-def _create_private_journal(path: Path) -> None:
+def create_private_journal(path: Path) -> None:
     """Create an empty 0600 journal at `path` unless one appeared meanwhile.
+
+    SQLite gives its `-wal` and `-shm` files the database file's mode, so they are 0600
+    too. The folder must exist (`private_dir`).
 
     Made under another name and linked into place, so that no descriptor on the journal
     itself is ever opened and closed here: closing one would drop every SQLite lock this

@@ -215,13 +215,26 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _open_store() -> SQLiteStore | None:
     from interlock import SQLiteStore, StoreError
-    from interlock_demo.settings import Paths
+    from interlock_demo.settings import Paths, create_private_journal, private_dir
 
     path = Path(Paths.from_env().home) / "mcp" / "interlock.sqlite3"
     try:
+        # Who approved what, and every receipt: the user's alone, as the demo's journal is.
+        private_dir(path.parent)
+        if path.parent.stat().st_mode & 0o077:
+            path.parent.chmod(0o700)
+        if not path.exists():
+            create_private_journal(path)
         return SQLiteStore(path)
     except StoreError as e:
         print(f"interlock-demo mcp: {e}", file=sys.stderr)
+        return None
+    except OSError as e:
+        print(
+            f"interlock-demo mcp: cannot keep the journal in {path.parent}: "
+            f"{e.strerror or e}; set INTERLOCK_HOME to a folder of yours",
+            file=sys.stderr,
+        )
         return None
 
 

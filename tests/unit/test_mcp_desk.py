@@ -6,8 +6,11 @@ useful timing; what the MCP tools add on top is covered in `test_mcp_server.py`.
 
 from __future__ import annotations
 
+import os
+import stat
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -196,6 +199,37 @@ def test_approve_and_revoke_commands(capsys: pytest.CaptureFixture[str]) -> None
     assert main(["mcp", "revoke", "pi_Cmd1"]) == 2
     assert "already revoked" in capsys.readouterr().err
     assert main(["mcp", "approve", "not-a-payment", "--cap", "2000"]) == 2
+
+
+def test_the_desk_keeps_its_journal_private(tmp_path: Path) -> None:
+    """The desk's journal is the user's alone, as the demo's is: its folder 0700, the file
+    and SQLite's -wal and -shm files 0600, whatever the umask (others could read who
+    approved what, and every refund's receipt)."""
+    home = Path(os.environ["INTERLOCK_HOME"])
+    old = os.umask(0o022)
+    try:
+        assert main(["mcp", "approve", "pi_Priv1", "--cap", "2000", "--by", "ana"]) == 0
+    finally:
+        os.umask(old)
+    folder = home / "mcp"
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    files = sorted(folder.glob("interlock.sqlite3*"))
+    assert files, "no journal was written"
+    assert {f.name: stat.S_IMODE(f.stat().st_mode) for f in files} == {f.name: 0o600 for f in files}
+
+
+def test_a_home_that_is_a_file_is_refused_in_words(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """INTERLOCK_HOME naming a file: exit 2, saying where and what to do; nothing written."""
+    home = tmp_path / "a-file"
+    home.write_text("not a folder")
+    monkeypatch.setenv("INTERLOCK_HOME", str(home))
+    assert main(["mcp", "approve", "pi_Home1", "--cap", "2000"]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot keep the journal in {home / 'mcp'}" in err
+    assert "set INTERLOCK_HOME" in err
+    assert home.read_text() == "not a folder"
 
 
 @pytest.mark.parametrize(
