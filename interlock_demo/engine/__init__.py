@@ -45,7 +45,6 @@ from interlock_demo.core.run import (
 from interlock_demo.engine.column import (
     LEASE_TTL_S,
     SUPPORT_REQUEST,
-    UNSETTLED,
     ColumnScript,
     Launcher,
     error_text,
@@ -69,7 +68,6 @@ __all__ = [
     "SHORT_TITLES",
     "TEMPORAL_TITLES",
     "TITLES",
-    "UNSETTLED",
     "Engine",
     "RunRequest",
     "error_text",
@@ -238,15 +236,7 @@ class Engine:
         if run.mode == "mock":
             payments, store = self._mock_parts[run.run_id]
         else:
-            base = run.settings.get("stripe_base")
-            if run.mode == "offline":
-                key = EMULATOR_KEY
-            else:
-                assert config.stripe_key is not None  # a live run had one
-                key = config.stripe_key.value
-            payments = StripePayments(
-                make_stripe_client(key, timeout_s=config.timing.stripe_timeout_s, base_url=base)
-            )
+            payments = _stripe(config, run.settings.get("stripe_base"))
             owned = store = config.open_store()
         try:
             now = self.clock.wall()
@@ -347,15 +337,8 @@ class Engine:
         run.finish(error="; ".join(errors) or None)
 
     def _execute_processes(self, run: Run, sc: Scenario, config: DemoConfig) -> None:
-        base = None
-        if config.mode == "offline":
-            base = str(run.settings["stripe_base"])
-            key = EMULATOR_KEY
-        else:
-            assert config.stripe_key is not None
-            key = config.stripe_key.value
-        client = make_stripe_client(key, timeout_s=config.timing.stripe_timeout_s, base_url=base)
-        payments = StripePayments(client)
+        base = str(run.settings["stripe_base"]) if config.mode == "offline" else None
+        payments = _stripe(config, base)
         store = config.open_store()
         supervisor = Supervisor()
         self._supervisor = supervisor
@@ -412,6 +395,17 @@ class Engine:
             t.start()
         for t in threads:
             t.join()
+
+
+def _stripe(config: DemoConfig, base: str | None) -> StripePayments:
+    """The run's Stripe: the emulator at `base` (offline) or Stripe test mode (live)."""
+    if config.mode == "offline":
+        key = EMULATOR_KEY
+    else:
+        assert config.stripe_key is not None  # a live config has one
+        key = config.stripe_key.value
+    client = make_stripe_client(key, timeout_s=config.timing.stripe_timeout_s, base_url=base)
+    return StripePayments(client)
 
 
 def _reapprove_event(run: Run, kind: str, data: Mapping[str, Any]) -> None:

@@ -29,6 +29,7 @@ from interlock_demo.core.run import (
     Run,
     RunEventKind,
     Wanted,
+    WorkerInfo,
 )
 from interlock_demo.core.verdict import judge, stripe_card
 from interlock_demo.doctor import live_failure_line
@@ -67,9 +68,6 @@ FAULTS_NEED_THE_EMULATOR = (
     "fault cells need real workers against the emulator this engine started "
     "(offline mode, standalone engine)"
 )
-# Reports that claim nothing either way (the gate's `pending`, the other workers'
-# `unknown`); one rule with interlock.testing's certification.
-UNSETTLED = tuple(sorted(UNSETTLED_REPORTS))
 
 
 def error_text(e: Exception) -> str:
@@ -344,7 +342,8 @@ class ColumnScript:
 
     def _unsettled(self) -> bool:
         """Whether the column's last report settles nothing (unknown or pending)."""
-        return self.column.outcome is not None and self.column.outcome.status in UNSETTLED
+        # Pending or unknown claims nothing either way: interlock.testing's rule.
+        return self.column.outcome is not None and self.column.outcome.status in UNSETTLED_REPORTS
 
     def on_worker_event(self, ev: Mapping[str, Any], pid: int | None) -> None:
         """Record a worker's event; note outcomes and claim waits."""
@@ -359,14 +358,7 @@ class ColumnScript:
             until = run.now() + float(ev["expires_at"]) - time.time()
             run.update(col.name, lambda: setattr(col, "claim_until", until))
         if kind == EventKind.OUTCOME:
-            outcome = ColumnOutcome.from_wire(ev)
-
-            def set_outcome() -> None:
-                col.outcome = outcome
-                if outcome.action_id:
-                    col.action_ids.append(outcome.action_id)
-
-            run.update(col.name, set_outcome)
+            self.record_outcome(ColumnOutcome.from_wire(ev))
         elif kind == GATE_CLAIM_WAIT:
             seconds = float(ev.get("seconds", 0.0))
             start = run.now()
@@ -380,6 +372,37 @@ class ColumnScript:
         elif kind in (GATE_CLAIM, GATE_SENDING) and col.state is ColumnState.WAITING:
             run.set_state(col.name, ColumnState.RUNNING)
         run.add_event(col.name, kind, str(ev.get("text", "")), pid)
+
+    def record_outcome(self, outcome: ColumnOutcome) -> None:
+        """The column's worker reported `outcome`; the action it names is noted once (a
+        Temporal column hears it from the worker and again from the workflow's result)."""
+        col = self.column
+
+        def change() -> None:
+            col.outcome = outcome
+            if outcome.action_id and outcome.action_id not in col.action_ids:
+                col.action_ids.append(outcome.action_id)
+
+        self.run.update(col.name, change)
+
+    def worker_started(self, info: WorkerInfo) -> None:
+        """A launcher's worker is running: the column shows it."""
+        col = self.column
+
+        def change() -> None:
+            col.workers.append(info)
+            col.state = ColumnState.RUNNING
+
+        self.run.update(col.name, change)
+
+    def worker_ended(self, info: WorkerInfo, exit_code: int | None) -> None:
+        """A launcher's worker has ended with `exit_code` (-9: killed)."""
+
+        def change() -> None:
+            info.exit_code = exit_code
+            info.ended_at = self.run.now()
+
+        self.run.update(self.column.name, change)
 
     def _card(self) -> None:
         assert self.case is not None

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from interlock import Owner
-from interlock_demo.core.run import ColumnState, WorkerInfo
+from interlock_demo.core.run import WorkerInfo
 from interlock_demo.engine.column import FAULTS_NEED_THE_EMULATOR, IN_FLIGHT, ColumnScript
 from interlock_demo.errors import ColumnFailed
 from interlock_demo.payments.model import PaymentsModel
@@ -74,14 +74,11 @@ class MockLauncher:
         case = script.case
         assert case is not None
         self.launched += 1
-        run, col = script.run, script.column
-        info = WorkerInfo(pid=None, crash_point=crash_point, started_at=run.now(), simulated=True)
-
-        def started() -> None:
-            col.workers.append(info)
-            col.state = ColumnState.RUNNING
-
-        run.update(col.name, started)
+        col = script.column
+        info = WorkerInfo(
+            pid=None, crash_point=crash_point, started_at=script.run.now(), simulated=True
+        )
+        script.worker_started(info)
 
         def crash(at: str) -> None:
             if at == crash_point:
@@ -123,11 +120,7 @@ class MockLauncher:
         except SimulatedCrash:
             code = SIGKILL_EXIT
 
-        def ended() -> None:
-            info.exit_code = code
-            info.ended_at = run.now()
-
-        run.update(col.name, ended)
+        script.worker_ended(info, code)
         return code
 
     def fault_model(self) -> PaymentsModel:

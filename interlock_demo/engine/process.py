@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from interlock_demo.core.run import ColumnState, WorkerInfo
+from interlock_demo.core.run import WorkerInfo
 from interlock_demo.engine.column import (
     FAULTS_NEED_THE_EMULATOR,
     IN_FLIGHT,
@@ -123,25 +123,14 @@ class ProcessLauncher:
             in_flight = self.emulator.add_fault(
                 "hold", hold_ms=IN_FLIGHT_HOLD_MS, payment_intent=case.payment_intent
             )
-        run, col = script.run, script.column
-        info = WorkerInfo(pid=None, crash_point=crash_point, started_at=run.now())
+        info = WorkerInfo(pid=None, crash_point=crash_point, started_at=script.run.now())
 
         def on_state(worker: WorkerProcess, state: WorkerState) -> None:
             if state is WorkerState.RUNNING:
-
-                def started() -> None:
-                    info.pid = worker.pid
-                    col.workers.append(info)
-                    col.state = ColumnState.RUNNING
-
-                run.update(col.name, started)
+                info.pid = worker.pid  # not shown yet: the column has no `info` until now
+                script.worker_started(info)
             elif state in (WorkerState.KILLED, WorkerState.EXITED):
-
-                def ended() -> None:
-                    info.exit_code = worker.exit_code
-                    info.ended_at = run.now()
-
-                run.update(col.name, ended)
+                script.worker_ended(info, worker.exit_code)
 
         worker = WorkerProcess(
             argv,

@@ -41,9 +41,10 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from interlock import Store
+from interlock.testing import UNSETTLED_REPORTS
 from interlock_demo.core.run import Column, Run
 from interlock_demo.core.verdict import tally
-from interlock_demo.engine import UNSETTLED, Engine, RunRequest
+from interlock_demo.engine import Engine, RunRequest
 from interlock_demo.exit_codes import ExitCode
 from interlock_demo.settings import DemoConfig
 from scenarios import (
@@ -294,7 +295,7 @@ def _cell_text(cell: Cell) -> str:
 
 def _shown(report: str) -> str:
     # Pending and unknown claim nothing: shown as unknown, never as done (docs/design.md §3).
-    return f"unknown ({report})" if report in UNSETTLED and report != "unknown" else report
+    return f"unknown ({report})" if report in UNSETTLED_REPORTS and report != "unknown" else report
 
 
 def interlock_failures(cells: list[Cell]) -> list[Cell]:

@@ -182,16 +182,7 @@ class TemporalLauncher:
         result = closing.result
         if closing.status != "completed" or result is None:
             raise ColumnFailed(f"workflow {wid} {closing.status}: {closing.text}")
-        outcome = ColumnOutcome.from_wire(result)
-        col = script.column
-
-        def set_outcome() -> None:
-            col.outcome = outcome
-            action = outcome.action_id
-            if action and action not in col.action_ids:
-                col.action_ids.append(action)
-
-        script.run.update(col.name, set_outcome)
+        script.record_outcome(ColumnOutcome.from_wire(result))
 
     async def _terminate(self, wid: str, reason: str) -> None:
         await self.runtime.client.get_workflow_handle(wid).terminate(reason=reason)
