@@ -7,9 +7,21 @@ send instead of sending twice, and writes a receipt of what it checked; `verify`
 the receipts against each other and against Stripe.
 """
 
-from interlock._claims import Claim, Owner
+import importlib as _importlib
+import typing as _typing
+
+from interlock._claims import Owner
 from interlock._config import Switches, Timing
-from interlock._effects import ACTION_METADATA_KEY, Effect, Found, Observation, StripeRefund
+from interlock._crash_points import CrashPoint
+from interlock._effects import (
+    ACTION_METADATA_KEY,
+    CustomEffect,
+    Effect,
+    Found,
+    Observation,
+    StripeRefund,
+    StripeTransfer,
+)
 from interlock._errors import (
     ActionError,
     ConfigError,
@@ -23,54 +35,79 @@ from interlock._errors import (
     SchemaVersionError,
     StoreError,
 )
-from interlock._gate import REASON_NO_TARGET, REASON_WORLD_CHANGED, Gate, Outcome, new_action_id
+from interlock._events import GateEvent
+from interlock._gate import REASON_WORLD_CHANGED, Gate, GateOptions, Outcome, new_action_id
 from interlock._journal import (
     ActionState,
     Intent,
-    JournalRecord,
     Settlement,
     Store,
 )
 from interlock._leases import Lease
 from interlock._payments import (
-    COUNTING_REFUND_STATUSES,
     Payment,
     Payments,
     Refund,
+    Transfer,
+    Transfers,
+    is_test_key,
     refunds_fingerprint,
+    transfers_fingerprint,
 )
 from interlock._receipts import Check, Receipt
 from interlock._store_memory import MemoryStore
-from interlock._store_postgres import PostgresStore, is_postgres_url, redact_dsn
+from interlock._store_postgres import PostgresStore, is_postgres_url
 from interlock._store_sqlite import SQLiteStore
-from interlock._stores import describe_store, open_store
-from interlock._stripe import (
-    DeadlineHTTPClient,
-    StripePayments,
-    make_stripe_client,
-    payment_from_stripe,
-    refund_from_stripe,
-)
+from interlock._stores import open_store
 from interlock._verify import VerifyResult, verify
+
+if _typing.TYPE_CHECKING:
+    from interlock._stripe import (
+        StripePayments,
+        make_stripe_client,
+    )
+
+# Names whose module is imported on first use: the stripe SDK takes a large share of
+# `import interlock` (it loads requests, and aiohttp when installed), and a process that
+# only reads a store never calls Stripe.
+_LAZY = {
+    "make_stripe_client": "interlock._stripe",
+    "StripePayments": "interlock._stripe",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'interlock' has no attribute {name!r}")
+    loaded = _importlib.import_module(module)
+    # Every lazy name of that module at once, so the next lookup is a plain global.
+    globals().update({n: getattr(loaded, n) for n, m in _LAZY.items() if m == module})
+    return globals()[name]
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __all__ = [  # noqa: RUF022 - sorted case-insensitively, as httpx does
     "ACTION_METADATA_KEY",
     "ActionError",
     "ActionState",
     "Check",
-    "Claim",
     "ConfigError",
-    "COUNTING_REFUND_STATUSES",
-    "DeadlineHTTPClient",
-    "describe_store",
+    "CrashPoint",
+    "CustomEffect",
     "Effect",
     "Found",
     "Gate",
+    "GateEvent",
+    "GateOptions",
     "Intent",
     "IntentError",
     "InterlockError",
     "is_postgres_url",
-    "JournalRecord",
+    "is_test_key",
     "Lease",
     "LeaseError",
     "make_stripe_client",
@@ -81,19 +118,15 @@ __all__ = [  # noqa: RUF022 - sorted case-insensitively, as httpx does
     "Outcome",
     "Owner",
     "Payment",
-    "payment_from_stripe",
     "Payments",
     "PaymentsAuthError",
     "PaymentsError",
     "PaymentsRejectedError",
     "PaymentsUnsettledError",
     "PostgresStore",
-    "REASON_NO_TARGET",
     "REASON_WORLD_CHANGED",
     "Receipt",
-    "redact_dsn",
     "Refund",
-    "refund_from_stripe",
     "refunds_fingerprint",
     "SchemaVersionError",
     "Settlement",
@@ -102,8 +135,12 @@ __all__ = [  # noqa: RUF022 - sorted case-insensitively, as httpx does
     "StoreError",
     "StripePayments",
     "StripeRefund",
+    "StripeTransfer",
     "Switches",
     "Timing",
+    "Transfer",
+    "Transfers",
+    "transfers_fingerprint",
     "verify",
     "VerifyResult",
 ]

@@ -2,8 +2,10 @@
 
 STORE is a SQLite file's path or a `postgresql://` URL. Exit 0 when the chain holds, 1 on
 any problem, 2 on bad usage (no such file or database, or one that is not an interlock
-store). The store is opened read-only (PostgreSQL: `READ ONLY` transactions) and never
-written.
+store, or `--stripe` without a key). The store is opened read-only (PostgreSQL: `READ
+ONLY` transactions) and never written. `--stripe` also checks Stripe against the receipts
+(the key from `STRIPE_SECRET_KEY`, the API at `INTERLOCK_STRIPE_BASE` when set), payment
+by payment; `--account-wide` adds the account's refunds since the store's first action.
 """
 
 from __future__ import annotations
@@ -13,11 +15,16 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from interlock._config import Timing
 from interlock._errors import StoreError
-from interlock._store_postgres import is_postgres_url
-from interlock._stores import describe_store, open_store
+from interlock._store_postgres import PostgresStore, is_postgres_url
+from interlock._stores import open_store
 from interlock._verify import verify
+
+if TYPE_CHECKING:
+    from interlock._stripe import StripePayments
 
 DEFAULT_STORE_NAME = "interlock.sqlite3"
 
@@ -27,6 +34,23 @@ def default_store_path() -> Path:
     home = Path(os.environ.get("INTERLOCK_HOME") or ".interlock")
     own, demo = home / DEFAULT_STORE_NAME, home / "demo" / DEFAULT_STORE_NAME
     return demo if demo.is_file() and not own.is_file() else own
+
+
+def _shown(text: str) -> str:
+    """`text` with every control character escaped: a string read from the store (an
+    action id, a reason) must not move the cursor or recolour the verdict on screen."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+
+
+def _stripe(key: str) -> StripePayments:
+    """Stripe over the library's own deadline client: only reads, so the default timing's
+    timeout is a bound on each listing page, not a plan to keep."""
+    from interlock._stripe import StripePayments, make_stripe_client
+
+    base = os.environ.get("INTERLOCK_STRIPE_BASE") or None
+    return StripePayments(
+        make_stripe_client(key, timeout_s=Timing().stripe_timeout_s, base_url=base)
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,10 +66,29 @@ def main(argv: list[str] | None = None) -> int:
         help="path of the SQLite store or a postgresql:// URL (default: under INTERLOCK_HOME)",
     )
     v.add_argument("--json", action="store_true", help="print the result as JSON")
+    v.add_argument(
+        "--stripe",
+        action="store_true",
+        help="check Stripe against the receipts too (key: STRIPE_SECRET_KEY; API: "
+        "INTERLOCK_STRIPE_BASE, default api.stripe.com)",
+    )
+    v.add_argument(
+        "--account-wide",
+        action="store_true",
+        help="with --stripe: also read every refund on the account since the store's first "
+        "action (for a store that is the account's only interlock store)",
+    )
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:
         return 2 if e.code else 0
+    if args.account_wide and not args.stripe:
+        print("--account-wide reads Stripe: give --stripe too", file=sys.stderr)
+        return 2
+    key = os.environ.get("STRIPE_SECRET_KEY", "")
+    if args.stripe and not key:
+        print("--stripe needs a Stripe key: set STRIPE_SECRET_KEY", file=sys.stderr)
+        return 2
     location = args.store or str(default_store_path())
     if not is_postgres_url(location) and not Path(location).is_file():
         print(f"no interlock store at {location}: give the path of a store file", file=sys.stderr)
@@ -56,19 +99,22 @@ def main(argv: list[str] | None = None) -> int:
     except StoreError as e:
         print(str(e), file=sys.stderr)
         return 2
+    payments = _stripe(key) if args.stripe else None
     try:
-        result = verify(store)
+        result = verify(store, payments, account_wide=args.account_wide)
     finally:
         store.close()
+        if payments is not None:
+            payments.close()
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
         state = "holds" if result.ok else "is BROKEN"
         signed = "signed" if result.signed else "unsigned"
-        where = describe_store(location)
-        print(f"{where}: chain of {result.chain_length} receipts ({signed}) {state}")
+        where = PostgresStore.describe(location)
+        print(f"{_shown(where)}: chain of {result.chain_length} receipts ({signed}) {state}")
         for problem in result.problems:
-            print(f"  - {problem}")
+            print(f"  - {_shown(problem)}")
     return 0 if result.ok else 1
 
 

@@ -19,12 +19,33 @@ import os
 import socket
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
-
-import psutil
 
 # Process start times from psutil are floats rounded by the kernel's clock tick.
 _START_TIME_TOLERANCE_S = 0.05
+
+
+def _start_time(pid: int) -> float:
+    """When process `pid` started, in seconds since the epoch, as psutil reckons it.
+
+    On Linux it is read from /proc the way psutil does (the start in clock ticks since
+    boot, plus the boot time), so that a worker's start is known without importing psutil
+    (46 ms of a restart); psutil stays for the dead-owner check and other systems.
+    """
+    try:
+        # The command name (field 2) may hold spaces and parentheses: split after its end.
+        fields = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()
+        boot = next(
+            line
+            for line in Path("/proc/stat").read_bytes().splitlines()
+            if line.startswith(b"btime")
+        )
+    except (OSError, IndexError, StopIteration):
+        import psutil
+
+        return float(psutil.Process(pid).create_time())
+    return float(fields[19]) / os.sysconf("SC_CLK_TCK") + float(boot.split()[1])
 
 
 @dataclass(frozen=True)
@@ -43,7 +64,7 @@ class Owner:
         return cls(
             worker_id=worker_id or f"worker-{uuid.uuid4().hex[:12]}",
             pid=pid,
-            started_at=psutil.Process(pid).create_time(),
+            started_at=_start_time(pid),
             host=socket.gethostname(),
         )
 
@@ -58,6 +79,8 @@ class Owner:
         """
         if self.host != socket.gethostname():
             return False
+        import psutil
+
         try:
             started = psutil.Process(self.pid).create_time()
         except psutil.NoSuchProcess:

@@ -33,6 +33,10 @@ DEFAULT_SLACK_S = 2.0
 MIN_GRACE_S = MIN_SLACK_S = 1.0
 # Past these a typo is likelier than intent, and a demo would wait for hours.
 MAX_CLAIM_TTL_S = 24 * 3600.0
+# A grace or slack of minutes covers no clock step or pause a claim should wait out; a
+# larger one is a unit mistake (2000 meant as milliseconds) that would hold a claim for
+# hours, or decades.
+MAX_GRACE_S = MAX_SLACK_S = 60.0
 
 ENV_CLAIM_TTL = "INTERLOCK_CLAIM_TTL"
 ENV_STRIPE_TIMEOUT = "INTERLOCK_STRIPE_TIMEOUT"
@@ -48,8 +52,22 @@ class Timing:
 
     `grace_s` is added to a `sending` claim's expiry before another worker may take it;
     `slack_s` is asked for beyond the send window right before a create call. Neither may
-    be below one second.
+    be below one second or above a minute, and the claim's renewal before a send never
+    passes the one-day cap.
+
+    `ENV_NAMES` is the one spelling of each field's setting, by field: `from_env` reads
+    them and `to_env` writes every one of them, so a timing handed to another process
+    (the demo's workers) arrives whole and exact.
     """
+
+    ENV_NAMES: ClassVar[Mapping[str, str]] = MappingProxyType(
+        {
+            "claim_ttl_s": ENV_CLAIM_TTL,
+            "stripe_timeout_s": ENV_STRIPE_TIMEOUT,
+            "grace_s": ENV_CLAIM_GRACE,
+            "slack_s": ENV_SEND_SLACK,
+        }
+    )
 
     claim_ttl_s: float = DEFAULT_CLAIM_TTL_S
     stripe_timeout_s: float = DEFAULT_STRIPE_TIMEOUT_S
@@ -70,14 +88,27 @@ class Timing:
                 f"claim TTL {self.claim_ttl_s:g} s is refused: at most {MAX_CLAIM_TTL_S:g} s "
                 f"(a day); set {ENV_CLAIM_TTL} to a number of seconds such as 40"
             )
-        for name, value, floor, env in (
-            ("claim grace", self.grace_s, MIN_GRACE_S, ENV_CLAIM_GRACE),
-            ("send slack", self.slack_s, MIN_SLACK_S, ENV_SEND_SLACK),
+        for name, value, floor, ceiling, env, default in (
+            (
+                "claim grace",
+                self.grace_s,
+                MIN_GRACE_S,
+                MAX_GRACE_S,
+                ENV_CLAIM_GRACE,
+                DEFAULT_GRACE_S,
+            ),
+            ("send slack", self.slack_s, MIN_SLACK_S, MAX_SLACK_S, ENV_SEND_SLACK, DEFAULT_SLACK_S),
         ):
             if value < floor:
                 raise ConfigError(
                     f"the {name} of {value:g} s is refused: it may not be below {floor:g} s, "
                     f"which covers a one-second clock step or pause; raise {env}"
+                )
+            if value > ceiling:
+                raise ConfigError(
+                    f"the {name} of {value:g} s is refused: at most {ceiling:g} s. It is in "
+                    f"seconds, not milliseconds; set {env} to a number of seconds such as "
+                    f"{default:g}"
                 )
         if self.claim_ttl_s - self.stripe_timeout_s < SAFETY_MARGIN_S:
             raise ConfigError(
@@ -86,6 +117,16 @@ class Timing:
                 f"{SAFETY_MARGIN_S:g} s inside the claim (TTL - timeout >= {SAFETY_MARGIN_S:g}), "
                 "so that no worker takes over a send that may still be in flight. Raise "
                 f"{ENV_CLAIM_TTL} or lower {ENV_STRIPE_TIMEOUT}."
+            )
+        # The renewal before a send must cover the whole send window; cutting it to the
+        # cap would not, so a setting that needs more than the cap is refused instead.
+        if self.renewal_s > MAX_CLAIM_TTL_S:
+            raise ConfigError(
+                f"claim TTL {self.claim_ttl_s:g} s with Stripe timeout "
+                f"{self.stripe_timeout_s:g} s and send slack {self.slack_s:g} s is refused: "
+                f"the renewal before a send would hold the claim {self.renewal_s:g} s, past "
+                f"the cap of {MAX_CLAIM_TTL_S:g} s (a day); lower {ENV_STRIPE_TIMEOUT} or "
+                f"{ENV_SEND_SLACK}"
             )
 
     @property
@@ -117,12 +158,23 @@ class Timing:
         `INTERLOCK_SEND_SLACK`, in seconds.
         """
         env = os.environ if env is None else env
+        defaults = {
+            "claim_ttl_s": claim_ttl_s,
+            "stripe_timeout_s": stripe_timeout_s,
+            "grace_s": DEFAULT_GRACE_S,
+            "slack_s": DEFAULT_SLACK_S,
+        }
         return cls(
-            claim_ttl_s=_seconds(env, ENV_CLAIM_TTL, claim_ttl_s),
-            stripe_timeout_s=_seconds(env, ENV_STRIPE_TIMEOUT, stripe_timeout_s),
-            grace_s=_seconds(env, ENV_CLAIM_GRACE, DEFAULT_GRACE_S),
-            slack_s=_seconds(env, ENV_SEND_SLACK, DEFAULT_SLACK_S),
+            **{field: _seconds(env, name, defaults[field]) for field, name in cls.ENV_NAMES.items()}
         )
+
+    def to_env(self) -> dict[str, str]:
+        """Every field as its `INTERLOCK_*` setting, exactly: `from_env` reads back this timing.
+
+        Each value is the shortest decimal that parses back to the same float (`repr`), so
+        nothing is rounded on the way (`%g` would make 17.123456789 s 17.1235 s).
+        """
+        return {name: repr(float(getattr(self, field))) for field, name in self.ENV_NAMES.items()}
 
 
 @dataclass(frozen=True)

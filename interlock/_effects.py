@@ -1,17 +1,30 @@
-"""Irreversible effects the gate can guard, and the Stripe refund.
+"""Irreversible effects the gate can guard: your own, the Stripe refund and transfer.
 
 An `Effect` does three things: one read that serves both the lookup of our own earlier
 send and the fingerprint of the target's state (`observe`), and the send itself, with an
 idempotency key and metadata naming the action (`send`).
+
+A found send is the action's own only when it matches the intent (its target and amount;
+neither the intent nor a listed refund carries a currency, so there is none to compare):
+the gate sends nothing else under the action's key and metadata, so a refund that names
+the action and differs is someone else's, a conflict that is never adopted.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from interlock._journal import Intent
-from interlock._payments import Payments, Refund, refunds_fingerprint
+from interlock._payments import (
+    Payments,
+    Refund,
+    Transfer,
+    Transfers,
+    refunds_fingerprint,
+    transfers_fingerprint,
+)
 
 # The metadata key that names the interlock action on every refund the gate sends.
 ACTION_METADATA_KEY = "interlock_action"
@@ -30,15 +43,29 @@ class Found:
     amount: int
     counts: bool = True
     status: str = "succeeded"
+    target: str | None = None
+
+    def mismatch(self, intent: Intent) -> str | None:
+        """How this send differs from what `intent` decided, or None when it matches."""
+        if self.target is not None and self.target != intent.target:
+            return f"is on {self.target}, the intent is on {intent.target}"
+        if self.amount != intent.amount:
+            return f"is for {self.amount}, the intent is for {intent.amount}"
+        return None
 
 
 @dataclass(frozen=True)
 class Observation:
-    """One read of the target: its fingerprint, our own earlier send if any, what was seen."""
+    """One read of the target: its fingerprint, our own earlier send if any, what was seen.
+
+    `own` always matches the intent; `conflict` is a send that names the action and does
+    not match it (set only when no matching one was found).
+    """
 
     fingerprint: str
     own: Found | None
     seen: list[dict[str, Any]]
+    conflict: Found | None = None
 
 
 class Effect(Protocol):
@@ -63,18 +90,32 @@ class StripeRefund:
     def __init__(self, payments: Payments) -> None:
         self.payments = payments
 
+    @property
+    def deadline_s(self) -> float | None:
+        """The longest one send may run, when the payments know it (`StripePayments` does).
+
+        A gate compares it with its Stripe timeout: its claims are sized by that timeout.
+        """
+        deadline = getattr(self.payments, "deadline_s", None)
+        return None if deadline is None else float(deadline)
+
     def observe(self, intent: Intent) -> Observation:
         """List the payment's refunds once: our own (by metadata) and the fingerprint.
 
-        Our own refund is found whatever its status; one that counts is preferred.
+        Our own refund is found whatever its status, if it matches the intent; one that
+        counts is preferred. One naming the action that does not match is a conflict.
         """
         refunds = self.payments.list_refunds(intent.target)
-        mine = [r for r in refunds if r.metadata.get(ACTION_METADATA_KEY) == intent.action_id]
-        own = next((r for r in mine if r.counts), mine[0] if mine else None)
+        named = [
+            _found(r) for r in refunds if r.metadata.get(ACTION_METADATA_KEY) == intent.action_id
+        ]
+        mine = [f for f in named if f.mismatch(intent) is None]
+        others = [f for f in named if f.mismatch(intent) is not None]
         return Observation(
             fingerprint=refunds_fingerprint(refunds),
-            own=None if own is None else Found(own.id, own.amount, own.counts, own.status),
+            own=_best(mine),
             seen=[_seen(r) for r in refunds],
+            conflict=None if mine else _best(others),
         )
 
     def send(self, intent: Intent, idempotency_key: str) -> Found:
@@ -85,7 +126,16 @@ class StripeRefund:
             idempotency_key=idempotency_key,
             metadata={**intent.metadata, ACTION_METADATA_KEY: intent.action_id},
         )
-        return Found(refund.id, refund.amount, refund.counts, refund.status)
+        return _found(refund)
+
+
+def _found(r: Refund) -> Found:
+    # A refund whose body names no payment is not taken as naming another one.
+    return Found(r.id, r.amount, r.counts, r.status, r.payment_intent or None)
+
+
+def _best(found: list[Found]) -> Found | None:
+    return next((f for f in found if f.counts), found[0] if found else None)
 
 
 def _seen(r: Refund) -> dict[str, Any]:
@@ -95,3 +145,113 @@ def _seen(r: Refund) -> dict[str, Any]:
         "status": r.status,
         "action": r.metadata.get(ACTION_METADATA_KEY),
     }
+
+
+class CustomEffect:
+    """Any irreversible call as an `Effect`, from three functions of yours.
+
+    - `send(intent, idempotency_key) -> Found`: do it once, carrying the idempotency key
+      (the provider must replay its first answer to a resend under that key) and the
+      action id (`intent.action_id`) where `lookup` can find it again;
+    - `lookup(intent) -> Iterable[Found]`: every send at the provider that names *this*
+      action (by the key or the action id it carried), whatever its status; `counts` on
+      each says whether it took hold (False: it happened and failed, and the gate records
+      `failed` rather than send again under the same key);
+    - `state(intent) -> str`: the fingerprint of what the decision was based on, computed
+      as the decision's `Intent.fingerprint` was; the gate refuses when it moved.
+
+    A send that names the action and differs from the intent (`Found.mismatch`: another
+    target or amount) is a conflict the gate never adopts. `lookup` and `state` raise
+    `PaymentsUnsettledError` when they cannot tell; `send` raises it when the answer
+    settled nothing and `PaymentsRejectedError` for a definite no.
+    `interlock.testing.certify` proves the three right together.
+    """
+
+    def __init__(
+        self,
+        *,
+        kind: str,
+        send: Callable[[Intent, str], Found],
+        lookup: Callable[[Intent], Iterable[Found]],
+        state: Callable[[Intent], str],
+    ) -> None:
+        self.kind = kind
+        self._send = send
+        self._lookup = lookup
+        self._state = state
+
+    def observe(self, intent: Intent) -> Observation:
+        """The state, then the action's own sends: a send that lands in between is still found."""
+        fingerprint = self._state(intent)
+        named = list(self._lookup(intent))
+        return _observation(intent, fingerprint, named, [_found_seen(f) for f in named])
+
+    def send(self, intent: Intent, idempotency_key: str) -> Found:
+        """Your `send`."""
+        return self._send(intent, idempotency_key)
+
+
+class StripeTransfer:
+    """A Stripe transfer to a connected account as an `Effect`, over any `Transfers`.
+
+    `Intent.target` is the destination account (`acct_...`) and `Intent.amount` its cents;
+    the fingerprint is `transfers_fingerprint` of the account's transfers as seen.
+    """
+
+    kind = "transfer"
+
+    def __init__(self, transfers: Transfers, *, currency: str = "usd") -> None:
+        self.transfers = transfers
+        self.currency = currency
+
+    @property
+    def deadline_s(self) -> float | None:
+        """The longest one send may run, when the client knows it (`StripePayments` does)."""
+        deadline = getattr(self.transfers, "deadline_s", None)
+        return None if deadline is None else float(deadline)
+
+    def observe(self, intent: Intent) -> Observation:
+        """List the account's transfers once: our own (by metadata) and the fingerprint."""
+        transfers = self.transfers.list_transfers(intent.target)
+        named = [
+            _transfer_found(t)
+            for t in transfers
+            if t.metadata.get(ACTION_METADATA_KEY) == intent.action_id
+        ]
+        seen = [
+            {
+                "id": t.id,
+                "amount": t.amount,
+                "currency": t.currency,
+                "action": t.metadata.get(ACTION_METADATA_KEY),
+            }
+            for t in transfers
+        ]
+        return _observation(intent, transfers_fingerprint(transfers), named, seen)
+
+    def send(self, intent: Intent, idempotency_key: str) -> Found:
+        """Create the transfer with the action named in its metadata."""
+        transfer = self.transfers.create_transfer(
+            intent.target,
+            intent.amount,
+            currency=self.currency,
+            idempotency_key=idempotency_key,
+            metadata={**intent.metadata, ACTION_METADATA_KEY: intent.action_id},
+        )
+        return _transfer_found(transfer)
+
+
+def _transfer_found(t: Transfer) -> Found:
+    return Found(t.id, t.amount, True, "succeeded", t.destination or None)
+
+
+def _observation(
+    intent: Intent, fingerprint: str, named: list[Found], seen: list[dict[str, Any]]
+) -> Observation:
+    mine = [f for f in named if f.mismatch(intent) is None]
+    others = [f for f in named if f.mismatch(intent) is not None]
+    return Observation(fingerprint, _best(mine), seen, None if mine else _best(others))
+
+
+def _found_seen(f: Found) -> dict[str, Any]:
+    return {"id": f.external_id, "amount": f.amount, "status": f.status, "target": f.target}

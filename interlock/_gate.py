@@ -20,14 +20,26 @@ closed with nothing found the call did not land: the checks run again and a rese
 through commit 2 again, under the same key. A 5xx makes the action *unknown* for good
 (Stripe saves and replays it, and may reconcile it hours later): the mark is written at
 once, unfenced, and from then on the action is only looked up, never resent.
+
+**Evidence wins.** A found send settles the action only when it matches the intent (its
+target and amount): one that names the action and differs is a *conflict*, marked
+unknown like a 5xx, never adopted and never resent. A path that has the action's own
+earlier send in hand (a recovery, a resend, a re-approval) settles on it and sends nothing.
+A gate whose commit 3 is fenced out reports what it knows (the refund it holds), never
+another gate's outcome as its own.
+
+**Clocks.** Durations inside this process (the in-flight window, the claim left since
+commit 2, the waits) run on the monotonic clock, which a wall-clock step does not move;
+claims, leases and receipts are in the store's clock, the one every process shares.
 """
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from interlock._claims import Owner
@@ -35,13 +47,18 @@ from interlock._config import Switches, Timing
 from interlock._effects import Effect, Found, Observation
 from interlock._errors import (
     ActionError,
+    ConfigError,
+    LeaseError,
     PaymentsAuthError,
     PaymentsRejectedError,
     PaymentsUnsettledError,
     StoreError,
 )
+from interlock._events import GateEvent
 from interlock._journal import (
+    CODE_CONFLICT,
     CODE_REFUND_FAILED,
+    CONFLICT_PREFIX,
     ActionState,
     ClaimAttempt,
     Intent,
@@ -52,7 +69,8 @@ from interlock._leases import approval_problem
 from interlock._receipts import Check, Receipt, receipt_key
 
 Status = Literal["sent", "adopted", "refused", "failed", "pending"]
-EventSink = Callable[[str, Mapping[str, Any]], None]
+EventSink = Callable[[GateEvent, Mapping[str, Any]], None]
+"""`on_event(kind, data)`: every `GateEvent` with its fields (`interlock.GateEvent` lists them)."""
 
 REASON_WORLD_CHANGED = "the payment's refunds changed after the model decided"
 """The reason a refusal records when the refunds differ from those the decision saw."""
@@ -91,8 +109,13 @@ class Outcome:
         s = state.settlement
         if s is None:
             if state.unknown is not None:
+                code = CODE_CONFLICT if state.unknown.startswith(CONFLICT_PREFIX) else None
                 return cls(
-                    state.intent.action_id, "pending", _unknown_text(state.unknown), unknown=True
+                    state.intent.action_id,
+                    "pending",
+                    _unknown_text(state.unknown),
+                    code=code,
+                    unknown=True,
                 )
             return cls(state.intent.action_id, "pending", "no outcome recorded yet")
         return cls(
@@ -112,10 +135,69 @@ def new_action_id() -> str:
 
 
 def _unknown_text(reason: str) -> str:
+    if reason.startswith(CONFLICT_PREFIX):
+        return (
+            f"unknown: {reason}; it is never adopted and nothing is sent under this action; "
+            "a person who checked Stripe may re-approve it as a new action"
+        )
     return (
         f"unknown: {reason}; Stripe may still have made the refund, so it is only looked up, "
         "never resent; a person who checked Stripe may re-approve it as a new action"
     )
+
+
+def _conflict_text(found: Found, mismatch: str) -> str:
+    return (
+        f"{CONFLICT_PREFIX}refund {found.external_id} names this action but {mismatch}: "
+        "it is not this action's send"
+    )
+
+
+@dataclass(frozen=True)
+class GateOptions:
+    """Everything a `Gate` is built with besides its store and its effect.
+
+    `Gate(store, effect, **options)` takes the same names with the same defaults;
+    `Gate.from_options` builds one from this, and `gate.options` gives them back resolved
+    (the timing, switches, owner, signing key and monotonic clock the gate settled on), so
+    a helper that needs the same gate with another event sink or sleep (Temporal's
+    `ActivityGate`) replaces those two and copies nothing else.
+    """
+
+    timing: Timing | None = None
+    switches: Switches | None = None
+    owner: Owner | None = None
+    # A secret: kept out of the repr, which logs and tracebacks print.
+    signing_key: bytes | None = field(default=None, repr=False)
+    on_event: EventSink | None = None
+    clock: Callable[[], float] = time.time
+    sleep: Callable[[float], None] = time.sleep
+    max_sends: int = 3
+    new_action_id: Callable[[], str] = new_action_id
+    monotonic: Callable[[], float] | None = None
+
+
+@dataclass
+class _Drive:
+    """One drive's state across its turns: what it has read, sent and learned."""
+
+    state: ActionState
+    epoch: int
+    # Why the action is unknown (a 5xx, a conflict): from then on it is only looked up.
+    unknown: str | None
+    # An early take's read, used for the first turn instead of a second read.
+    looked: Observation | None = None
+    unsettled: list[dict[str, Any]] = field(default_factory=list)
+    sends: int = 0
+    reads_failed: int = 0
+    # While the monotonic clock is before this, our last create may still land: only
+    # look up.
+    in_flight_until: float | None = None
+
+    @property
+    def intent(self) -> Intent:
+        """The action's intent."""
+        return self.state.intent
 
 
 class Gate:
@@ -124,6 +206,24 @@ class Gate:
     `submit(intent)` runs a new decision; `recover()` finishes every journaled action
     without an outcome. Both are safe to run in many processes against one store.
     """
+
+    @classmethod
+    def from_options(cls, store: Store, effect: Effect, options: GateOptions) -> Gate:
+        """The gate over `store` and `effect` with `options` (see `GateOptions`)."""
+        return cls(
+            store,
+            effect,
+            timing=options.timing,
+            switches=options.switches,
+            owner=options.owner,
+            signing_key=options.signing_key,
+            on_event=options.on_event,
+            clock=options.clock,
+            sleep=options.sleep,
+            max_sends=options.max_sends,
+            new_action_id=options.new_action_id,
+            monotonic=options.monotonic,
+        )
 
     def __init__(
         self,
@@ -139,20 +239,55 @@ class Gate:
         sleep: Callable[[float], None] = time.sleep,
         max_sends: int = 3,
         new_action_id: Callable[[], str] = new_action_id,
+        monotonic: Callable[[], float] | None = None,
     ) -> None:
         """`new_action_id` mints the id of the action `reapprove` journals: a test passes
-        one it can predict, as `clock` and `sleep` let it own the gate's time."""
+        one it can predict, as `clock`, `monotonic` and `sleep` let it own the gate's time.
+
+        `clock` is the wall clock (an intent's time, a lease's expiry); `monotonic` times
+        every duration inside this process, so that a step of the wall clock (an NTP
+        step, a resumed VM) cannot close the in-flight window early. Without it: the
+        system's monotonic clock, or `clock` when `sleep` is not `time.sleep` (a fake
+        sleep moves only the fake clock it came with)."""
         self.store = store
         self.effect = effect
         self.timing = timing if timing is not None else Timing.from_env()
+        # Claims are sized by the planned timeout: a send that may outlast it could land
+        # after another worker took the claim and re-checked without it.
+        deadline = getattr(effect, "deadline_s", None)
+        if deadline is not None and deadline > self.timing.stripe_timeout_s:
+            took = f"{deadline:g} s per call" if math.isfinite(deadline) else "none per call"
+            raise ConfigError(
+                f"the Stripe client's deadline ({took}) is longer than the "
+                f"Stripe timeout the gate plans with ({self.timing.stripe_timeout_s:g} s): "
+                "a send could land after another worker took over its claim. Build the client "
+                "with make_stripe_client(key, timeout_s=timing.stripe_timeout_s) and give "
+                "the gate the same Timing."
+            )
         self.switches = switches if switches is not None else Switches.from_env()
         self.owner = owner if owner is not None else Owner.current()
         self._key = signing_key if signing_key is not None else receipt_key()
         self._emit_to = on_event
         self._clock = clock
         self._sleep = sleep
+        if monotonic is None:
+            monotonic = time.monotonic if sleep is time.sleep else clock
+        self._monotonic = monotonic
         self._max_sends = max_sends
         self._new_action_id = new_action_id
+        self.options = GateOptions(
+            timing=self.timing,
+            switches=self.switches,
+            owner=self.owner,
+            signing_key=self._key,
+            on_event=on_event,
+            clock=clock,
+            sleep=sleep,
+            max_sends=max_sends,
+            new_action_id=new_action_id,
+            monotonic=monotonic,
+        )
+        """The options this gate was built with, resolved (see `GateOptions`)."""
 
     # -- public --------------------------------------------------------------------------
 
@@ -163,7 +298,7 @@ class Gate:
             intent = replace(intent, created_at=self._clock())
         t = self.timing
         attempt = self.store.begin(intent, self.owner, t.claim_ttl_s, t.grace_s)
-        self._emit("journaled", action_id=intent.action_id, claim=attempt.status)
+        self._emit(GateEvent.JOURNALED, action_id=intent.action_id, claim=attempt.status)
         if attempt.status == "taken":
             return self._drive(attempt)
         return self.recover_action(intent.action_id)
@@ -184,22 +319,27 @@ class Gate:
                 raise
             except Exception as e:
                 error = f"{type(e).__name__}: {e}"
-                self._emit("recover-error", action_id=aid, error=error)
+                self._emit(GateEvent.RECOVER_ERROR, action_id=aid, error=error)
                 outcomes.append(Outcome(aid, "pending", f"recovery failed: {error}"))
         return outcomes
 
     def recover_action(self, action_id: str, *, wait: bool = True) -> Outcome:
         """Finish one action: take its claim (waiting if needed) and run the send path."""
+        return self._recover(action_id, wait=wait)
+
+    def _recover(
+        self, action_id: str, *, wait: bool = True, looked: Observation | None = None
+    ) -> Outcome:
+        """`recover_action`, starting from a lookup already made (`looked`), if any."""
         state = self.store.action(action_id)
         if state is None:
             raise ActionError(action_id, "not in the journal; nothing to recover")
         self._check_kind(state.intent)
         t = self.timing
         announced = False
-        looked: Observation | None = None
-        looked_once = False
+        looked_once = looked is not None
         while True:
-            found_own = looked is not None and looked.own is not None
+            found_own = looked is not None and self._matching(state.intent, looked.own) is not None
             attempt = self.store.take_claim(
                 action_id, self.owner, t.claim_ttl_s, t.grace_s, found_own=found_own
             )
@@ -207,7 +347,7 @@ class Gate:
                 return Outcome.from_state(attempt.state)
             if attempt.status == "taken":
                 self._emit(
-                    "claim",
+                    GateEvent.CLAIM,
                     action_id=action_id,
                     attempt=attempt.state.attempts,
                     epoch=attempt.epoch,
@@ -228,7 +368,7 @@ class Gate:
             ):
                 looked_once = True
                 looked = self._look(attempt.state.intent)
-                if looked is not None and looked.own is not None:
+                if looked is not None and self._matching(state.intent, looked.own) is not None:
                     continue
             if not wait:
                 return Outcome(
@@ -236,7 +376,7 @@ class Gate:
                 )
             if not announced:
                 self._emit(
-                    "claim-wait",
+                    GateEvent.CLAIM_WAIT,
                     action_id=action_id,
                     owner=claim.owner.label(),
                     seconds=round(left, 3),
@@ -246,12 +386,22 @@ class Gate:
                 announced = True
             self._sleep(max(0.0, min(left, _WAIT_POLL_S)))
 
-    def reapprove(self, action_id: str, lease_id: str, approved_by: str) -> Outcome:
+    def reapprove(
+        self, action_id: str, lease_id: str, approved_by: str, *, new_action_id: str | None = None
+    ) -> Outcome:
         """After a refusal (or an unknown answer), a person approves the action again.
 
         The new action, under a new lease, takes the target's state as it is now as its
         decision context, since the person decided on that; its receipt names the action
         it replaces. An unknown action stays as it is (it is never resent under its key).
+
+        Evidence wins: when the action's own refund exists, nothing new is sent. An
+        unknown action adopts it (the outcome is the original action's); a refused one
+        raises `ActionError` naming the refund, since its recorded refusal is wrong and
+        only `verify()` and a person can set that straight.
+
+        `new_action_id` names the new action instead of `Gate(new_action_id=...)`: a framework
+        guard that may run the same re-approval again after a crash derives it from the call.
         """
         state = self.store.action(action_id)
         if state is None:
@@ -261,9 +411,19 @@ class Gate:
         if not (refused or unknown):
             raise ActionError(action_id, "only a refused or unknown action can be approved again")
         obs = self.effect.observe(state.intent)
+        own = self._matching(state.intent, obs.own)
+        if own is not None and unknown:
+            self._emit(GateEvent.REAPPROVE_ADOPTS, action_id=action_id, external_id=own.external_id)
+            return self._recover(action_id, looked=obs)
+        if own is not None:
+            raise ActionError(
+                action_id,
+                f"was refused, but its own refund {own.external_id} exists at Stripe: nothing "
+                "is approved again or sent; verify() reports the refusal that missed it",
+            )
         intent = replace(
             state.intent,
-            action_id=self._new_action_id(),
+            action_id=new_action_id or self._new_action_id(),
             lease_id=lease_id,
             fingerprint=obs.fingerprint,
             context={**state.intent.context, "reapproves": action_id, "approved_by": approved_by},
@@ -274,136 +434,182 @@ class Gate:
     # -- the send path -------------------------------------------------------------------
 
     def _drive(self, attempt: ClaimAttempt, looked: Observation | None = None) -> Outcome:
-        state = attempt.state
-        intent = state.intent
-        aid = intent.action_id
-        epoch = attempt.epoch
-        t = self.timing
-        unsettled: list[dict[str, Any]] = []
-        unknown = state.unknown
-        sends = 0
-        reads_failed = 0
-        # While the clock is before this, our last create may still land: only look up.
-        in_flight_until: float | None = None
-        while True:
-            obs, looked = looked, None
-            if obs is None:
-                try:
-                    obs = self.effect.observe(intent)
-                except PaymentsAuthError:
-                    self.store.release(aid, epoch)
-                    raise
-                except PaymentsUnsettledError as e:
-                    reads_failed += 1
-                    unsettled.append(
-                        {"step": "read", "error": e.detail, "http_status": e.http_status}
-                    )
-                    self._emit("read-unsettled", action_id=aid, error=e.detail)
-                    maybe_sent = in_flight_until is not None and self._clock() < in_flight_until
-                    if reads_failed > self._max_sends and not maybe_sent:
-                        return self._leave(aid, epoch, f"could not read the payment: {e.detail}")
-                    self._backoff(reads_failed)
-                    continue
-                except PaymentsRejectedError as e:
-                    if e.code == "resource_missing" and e.http_status == 404 and sends == 0:
-                        checks = [
-                            Check(
-                                "read",
-                                "the payment exists",
-                                f"{e.code}: {e.provider_message}",
-                                False,
-                            )
-                        ]
-                        verdict = Settlement("refused", REASON_NO_TARGET)
-                        return self._settle(state, epoch, verdict, checks, unsettled)
-                    return self._leave(
-                        aid, epoch, f"could not read the payment ({e.code}): {e.provider_message}"
-                    )
+        """From a taken claim to an outcome: the module docstring's steps, in a loop.
 
-            checks, own = self._lookup(intent, obs)
-            if own is not None:
-                return self._settle_found(state, epoch, own, checks, unsettled, answered=False)
-            if in_flight_until is not None and self._clock() < in_flight_until:
-                self._sleep(max(0.0, min(_LOOKUP_POLL_S, in_flight_until - self._clock())))
+        Each turn reads the target once and looks our own send up in it; while a create may
+        still land it only looks; otherwise it re-checks the world and the approval, commits
+        2 (`sending`), sends, and settles on the answer (commit 3). An answer that settles
+        nothing comes back here, to look again.
+        """
+        drive = _Drive(attempt.state, attempt.epoch, attempt.state.unknown, looked)
+        intent = drive.intent
+        while True:
+            obs = self._read(drive)
+            if isinstance(obs, Outcome):
+                return obs
+            if obs is None:
                 continue
-            if unknown is not None:
-                return self._leave(aid, epoch, _unknown_text(unknown), unknown=True)
+
+            checks, own, conflict = self._lookup(intent, obs)
+            if own is not None:
+                return self._settle_found(
+                    drive.state, drive.epoch, own, checks, drive.unsettled, answered=False
+                )
+            if conflict is not None:
+                drive.unknown = self._mark_conflict(intent, drive.unknown, conflict)
+            if drive.in_flight_until is not None and self._in_flight(drive.in_flight_until):
+                self._sleep(
+                    max(0.0, min(_LOOKUP_POLL_S, drive.in_flight_until - self._monotonic()))
+                )
+                continue
+            if drive.unknown is not None:
+                return self._leave_unknown(intent.action_id, drive.epoch, drive.unknown)
 
             refusal = self._world_and_approval(intent, obs, checks)
             if refusal is not None:
-                return self._settle(state, epoch, refusal, checks, unsettled)
-            if sends >= self._max_sends:
+                return self._settle(drive.state, drive.epoch, refusal, checks, drive.unsettled)
+            if drive.sends >= self._max_sends:
                 return self._leave(
-                    aid, epoch, f"no settled answer after {sends} sends; recovery will look it up"
+                    intent.action_id,
+                    drive.epoch,
+                    f"no settled answer after {drive.sends} sends; recovery will look it up",
                 )
 
-            sending = self.store.mark_sending(aid, epoch, t.renewal_s)
-            marked_at = self._clock()
-            if sending.status == "claim_lost":
-                return self._leave(
-                    aid, epoch, "the claim was lost before sending; nothing was sent", release=False
-                )
-            if sending.status == "unknown":
-                unknown = sending.reason or "a create got an answer that may hide a send"
+            ready = self._commit_sending(drive, checks)
+            if ready is not None:
+                return ready
+            if drive.unknown is not None:
                 continue
-            if sending.status == "lease_refused":
-                checks[-1] = Check("approval", checks[-1].expected, sending.reason, False)
-                verdict = Settlement("refused", sending.reason)
-                return self._settle(state, epoch, verdict, checks, unsettled)
-            assert sending.claim is not None
-            self._emit("sending", action_id=aid, expires_at=sending.claim.expires_at, epoch=epoch)
+            settled = self._send(drive, checks)
+            if settled is not None:
+                return settled
 
-            left = sending.left_s - (self._clock() - marked_at)
-            window = t.send_window_s
-            claim_check = Check(
-                "claim", f">= {window:g} s of claim left", round(left, 3), left >= window
+    def _read(self, drive: _Drive) -> Observation | Outcome | None:
+        """The one read of the target a turn needs (the early take's, if it brought one).
+
+        None: the read settled nothing and was backed off; look again. An `Outcome`: the
+        payment is not there (nothing was sent: refused) or cannot be read (left).
+        """
+        obs, drive.looked = drive.looked, None
+        if obs is not None:
+            return obs
+        intent, aid, epoch = drive.intent, drive.intent.action_id, drive.epoch
+        try:
+            return self.effect.observe(intent)
+        except PaymentsAuthError:
+            self.store.release(aid, epoch)
+            raise
+        except PaymentsUnsettledError as e:
+            drive.reads_failed += 1
+            drive.unsettled.append(
+                {"step": "read", "error": e.detail, "http_status": e.http_status}
             )
-            if not claim_check.passed:
-                return self._leave(
-                    aid, epoch, f"only {left:.1f} s of claim left, {window:g} s needed to send"
-                )
-            checks.append(claim_check)
+            self._emit(GateEvent.READ_UNSETTLED, action_id=aid, error=e.detail)
+            if drive.reads_failed > self._max_sends and not self._in_flight(drive.in_flight_until):
+                return self._leave(aid, epoch, f"could not read the payment: {e.detail}")
+            self._backoff(drive.reads_failed)
+            return None
+        except PaymentsRejectedError as e:
+            if e.code == "resource_missing" and e.http_status == 404 and drive.sends == 0:
+                checks = [
+                    Check("read", "the payment exists", f"{e.code}: {e.provider_message}", False)
+                ]
+                verdict = Settlement("refused", REASON_NO_TARGET)
+                return self._settle(drive.state, epoch, verdict, checks, drive.unsettled)
+            return self._leave(
+                aid, epoch, f"could not read the payment ({e.code}): {e.provider_message}"
+            )
 
-            key = self._idempotency_key(intent, state.attempts, sends)
-            sends += 1
-            in_flight_until = self._clock() + t.in_flight_s
-            self._emit("before-send", action_id=aid, idempotency_key=key, amount=intent.amount)
-            try:
-                found = self.effect.send(intent, key)
-            except PaymentsRejectedError as e:
-                self._emit(
-                    "answer", action_id=aid, ok=False, code=e.code, message=e.provider_message
-                )
-                verdict = Settlement("failed", e.provider_message, code=e.code)
-                return self._settle(state, epoch, verdict, checks, unsettled)
-            except PaymentsUnsettledError as e:
-                unsettled.append(
-                    {
-                        "step": "send",
-                        "error": e.detail,
-                        "http_status": e.http_status,
-                        "idempotency_key": key,
-                    }
-                )
-                self._emit(
-                    "answer-unsettled", action_id=aid, error=e.detail, http_status=e.http_status
-                )
-                if e.http_status is not None and e.http_status >= 500 and unknown is None:
-                    unknown = f"Stripe answered HTTP {e.http_status} to the create call"
-                    self.store.mark_unknown(aid, unknown)
-                    self._emit("unknown", action_id=aid, reason=unknown)
-                self._emit(
-                    "in-flight-wait",
-                    action_id=aid,
-                    seconds=round(in_flight_until - self._clock(), 3),
-                )
-                continue
+    def _commit_sending(self, drive: _Drive, checks: list[Check]) -> Outcome | None:
+        """Commit 2, then the claim left for the call; appends the claim check to `checks`.
+
+        None with `drive.unknown` unset: ready to send. None with it set: the store says a
+        create got an answer that may hide a send; look again, never send.
+        """
+        aid, epoch = drive.intent.action_id, drive.epoch
+        sending = self.store.mark_sending(aid, epoch, self.timing.renewal_s)
+        marked_at = self._monotonic()
+        if sending.status == "claim_lost":
+            return self._leave(
+                aid, epoch, "the claim was lost before sending; nothing was sent", release=False
+            )
+        if sending.status == "unknown":
+            drive.unknown = sending.reason or "a create got an answer that may hide a send"
+            return None
+        if sending.status == "lease_refused":
+            checks[-1] = Check("approval", checks[-1].expected, sending.reason, False)
+            verdict = Settlement("refused", sending.reason)
+            return self._settle(drive.state, epoch, verdict, checks, drive.unsettled)
+        assert sending.claim is not None
+        self._emit(
+            GateEvent.SENDING, action_id=aid, expires_at=sending.claim.expires_at, epoch=epoch
+        )
+
+        left = sending.left_s - (self._monotonic() - marked_at)
+        window = self.timing.send_window_s
+        claim_check = Check(
+            "claim", f">= {window:g} s of claim left", round(left, 3), left >= window
+        )
+        if not claim_check.passed:
+            return self._leave(
+                aid, epoch, f"only {left:.1f} s of claim left, {window:g} s needed to send"
+            )
+        checks.append(claim_check)
+        return None
+
+    def _send(self, drive: _Drive, checks: list[Check]) -> Outcome | None:
+        """The call, and commit 3 on an answer that settles it.
+
+        None: the answer settled nothing (the send may still land); look again, and only
+        look until its in-flight window has closed.
+        """
+        intent, aid, epoch = drive.intent, drive.intent.action_id, drive.epoch
+        key = self._idempotency_key(intent, drive.state.attempts, drive.sends)
+        drive.sends += 1
+        drive.in_flight_until = self._monotonic() + self.timing.in_flight_s
+        self._emit(GateEvent.BEFORE_SEND, action_id=aid, idempotency_key=key, amount=intent.amount)
+        try:
+            found = self.effect.send(intent, key)
+        except PaymentsRejectedError as e:
             self._emit(
-                "after-answer", action_id=aid, external_id=found.external_id, amount=found.amount
+                GateEvent.ANSWER, action_id=aid, ok=False, code=e.code, message=e.provider_message
             )
-            return self._settle_found(
-                state, epoch, found, checks, unsettled, answered=True, idempotency_key=key
+            verdict = Settlement("failed", e.provider_message, code=e.code)
+            return self._settle(drive.state, epoch, verdict, checks, drive.unsettled)
+        except PaymentsUnsettledError as e:
+            drive.unsettled.append(
+                {
+                    "step": "send",
+                    "error": e.detail,
+                    "http_status": e.http_status,
+                    "idempotency_key": key,
+                }
             )
+            self._emit(
+                GateEvent.ANSWER_UNSETTLED, action_id=aid, error=e.detail, http_status=e.http_status
+            )
+            if e.http_status is not None and e.http_status >= 500 and drive.unknown is None:
+                drive.unknown = f"Stripe answered HTTP {e.http_status} to the create call"
+                self.store.mark_unknown(aid, drive.unknown)
+                self._emit(GateEvent.UNKNOWN, action_id=aid, reason=drive.unknown)
+            self._emit(
+                GateEvent.IN_FLIGHT_WAIT,
+                action_id=aid,
+                seconds=round(drive.in_flight_until - self._monotonic(), 3),
+            )
+            return None
+        self._emit(
+            GateEvent.AFTER_ANSWER,
+            action_id=aid,
+            external_id=found.external_id,
+            amount=found.amount,
+        )
+        if self._matching(intent, found) is None:
+            drive.unknown = self._mark_conflict(intent, drive.unknown, found)
+            return self._leave_unknown(aid, epoch, drive.unknown)
+        return self._settle_found(
+            drive.state, epoch, found, checks, drive.unsettled, answered=True, idempotency_key=key
+        )
 
     def _look(self, intent: Intent) -> Observation | None:
         """One lookup for an early take; None when the read settles nothing."""
@@ -412,25 +618,56 @@ class Gate:
         except (PaymentsUnsettledError, PaymentsRejectedError):
             return None
 
-    def _lookup(self, intent: Intent, obs: Observation) -> tuple[list[Check], Found | None]:
-        """The lookup of our own earlier send (unless switched off)."""
+    def _lookup(
+        self, intent: Intent, obs: Observation
+    ) -> tuple[list[Check], Found | None, Found | None]:
+        """The lookup of our own earlier send (unless switched off): the checks, our own
+        send (matching the intent), and a send naming the action that does not match."""
         if self.switches.no_lookup:
             skipped = f"skipped: {Switches.ENV_NAMES['no_lookup']} is set"
-            return [Check("lookup", skipped, None, True)], None
-        own = obs.own
+            return [Check("lookup", skipped, None, True)], None, None
+        # The effect's answer is checked here too: the gate owns what it adopts.
+        own = self._matching(intent, obs.own)
+        conflict = obs.conflict if own is None and obs.conflict is not None else None
+        if own is None and conflict is None and obs.own is not None:
+            conflict = obs.own
         check = Check(
             "lookup",
-            "a refund at Stripe naming this action, if one exists",
+            "a refund at Stripe naming this action and matching it, if one exists",
             own.external_id if own else "none",
             True,
         )
         self._emit(
-            "check",
+            GateEvent.CHECK,
             action_id=intent.action_id,
             name="lookup",
             found=own.external_id if own else None,
         )
-        return [check], own
+        return [check], own, conflict
+
+    @staticmethod
+    def _matching(intent: Intent, found: Found | None) -> Found | None:
+        """`found` when it matches the intent (our own send), else None."""
+        return found if found is not None and found.mismatch(intent) is None else None
+
+    def _mark_conflict(self, intent: Intent, unknown: str | None, found: Found) -> str:
+        """Record a send naming the action that does not match it: the action becomes
+        unknown for good (never adopted, never resent); returns the reason to report."""
+        reason = _conflict_text(found, found.mismatch(intent) or "does not match")
+        if unknown is None:
+            self.store.mark_unknown(intent.action_id, reason)
+        self._emit(
+            GateEvent.CONFLICT,
+            action_id=intent.action_id,
+            external_id=found.external_id,
+            amount=found.amount,
+            reason=reason,
+        )
+        return reason
+
+    def _in_flight(self, until: float | None) -> bool:
+        """Whether our last create may still land (its in-flight window is open)."""
+        return until is not None and self._monotonic() < until
 
     def _world_and_approval(
         self, intent: Intent, obs: Observation, checks: list[Check]
@@ -445,7 +682,9 @@ class Gate:
                 unchanged,
             )
         )
-        self._emit("check", action_id=intent.action_id, name="world_unchanged", passed=unchanged)
+        self._emit(
+            GateEvent.CHECK, action_id=intent.action_id, name="world_unchanged", passed=unchanged
+        )
         if not unchanged:
             return Settlement("refused", REASON_WORLD_CHANGED)
         problem = approval_problem(
@@ -459,7 +698,7 @@ class Gate:
         expected = f"approval {intent.lease_id} live and covering {intent.amount}"
         checks.append(Check("approval", expected, problem or "ok", problem is None))
         self._emit(
-            "check",
+            GateEvent.CHECK,
             action_id=intent.action_id,
             name="approval",
             passed=problem is None,
@@ -530,19 +769,25 @@ class Gate:
             "emulated": self.switches.names,
             "idempotency_key": idempotency_key,
         }
-        receipt = self.store.settle(aid, epoch, self.owner, verdict, checks, extra, self._key)
-        if receipt is None:
-            settled = self.store.action(aid)
-            if settled is not None and settled.settlement is not None:
-                return Outcome.from_state(settled)
-            return self._leave(
-                aid,
-                epoch,
-                "the claim ran out before the outcome was recorded; recovery settles it",
-                release=False,
+        try:
+            receipt = self.store.settle(aid, epoch, self.owner, verdict, checks, extra, self._key)
+        except LeaseError as e:
+            # The store refused to record a spend past the approval's cap: the refund is
+            # real and cannot be counted, which only a person can sort out.
+            reason = f"{CONFLICT_PREFIX}refund {verdict.external_id} cannot be recorded: {e}"
+            self.store.mark_unknown(aid, reason)
+            self._emit(
+                GateEvent.CONFLICT,
+                action_id=aid,
+                external_id=verdict.external_id,
+                amount=verdict.amount,
+                reason=reason,
             )
+            return self._leave_unknown(aid, epoch, reason)
+        if receipt is None:
+            return self._fenced_out(aid, epoch, verdict)
         self._emit(
-            "settled",
+            GateEvent.SETTLED,
             action_id=aid,
             status=verdict.status,
             reason=verdict.reason,
@@ -559,6 +804,46 @@ class Gate:
             receipt,
         )
 
+    def _fenced_out(self, action_id: str, epoch: int, verdict: Settlement) -> Outcome:
+        """Commit 3 was fenced out (the claim ran out, or another gate took it): report what
+        this gate knows. The recorded outcome is returned only when it agrees with this
+        gate's verdict; otherwise pending, naming the refund this gate holds, if any."""
+        held = verdict.external_id
+        state = self.store.action(action_id)
+        recorded = None if state is None else state.settlement
+        landed = ("sent", "adopted")
+        if recorded is not None and state is not None:
+            same = (recorded.status in landed) == (verdict.status in landed)
+            if same and recorded.external_id == held:
+                return Outcome.from_state(state)
+        knows = f"this gate's verdict was {verdict.status}"
+        if held is not None:
+            knows += f" with refund {held}"
+        if recorded is None:
+            reason = (
+                f"the claim ran out before the outcome was recorded ({knows}); recovery settles it"
+            )
+            return self._leave(action_id, epoch, reason, release=False, external_id=held)
+        reason = (
+            f"the claim was lost before this gate recorded its outcome ({knows}); another gate "
+            f"recorded {recorded.status}"
+            + (f" with refund {recorded.external_id}" if recorded.external_id else "")
+        )
+        self._emit(
+            GateEvent.CONFLICT,
+            action_id=action_id,
+            external_id=held,
+            amount=verdict.amount,
+            reason=reason,
+        )
+        return self._leave(
+            action_id, epoch, reason, release=False, external_id=held, code=CODE_CONFLICT
+        )
+
+    def _leave_unknown(self, action_id: str, epoch: int, unknown: str) -> Outcome:
+        code = CODE_CONFLICT if unknown.startswith(CONFLICT_PREFIX) else None
+        return self._leave(action_id, epoch, _unknown_text(unknown), unknown=True, code=code)
+
     def _leave(
         self,
         action_id: str,
@@ -567,17 +852,19 @@ class Gate:
         *,
         release: bool = True,
         unknown: bool = False,
+        code: str | None = None,
+        external_id: str | None = None,
     ) -> Outcome:
         # A claim not marked `sending` covers nothing in flight: end it, so the next
         # recovery need not wait it out. A `sending` one is left to expire.
         if release:
             self.store.release(action_id, epoch)
-        self._emit("left-to-recovery", action_id=action_id, reason=reason)
-        return Outcome(action_id, "pending", reason, unknown=unknown)
+        self._emit(GateEvent.LEFT_TO_RECOVERY, action_id=action_id, reason=reason)
+        return Outcome(action_id, "pending", reason, external_id, code=code, unknown=unknown)
 
     def _backoff(self, n: int) -> None:
         self._sleep(min(0.1 * 2 ** (n - 1), 1.0))
 
-    def _emit(self, kind: str, **data: Any) -> None:
+    def _emit(self, kind: GateEvent, **data: Any) -> None:
         if self._emit_to is not None:
             self._emit_to(kind, data)

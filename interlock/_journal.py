@@ -35,6 +35,11 @@ MAX_ID_LENGTH = 200
 MAX_AMOUNT = 10**10
 # The failed-refund code: the send happened and the money did not move.
 CODE_REFUND_FAILED = "refund_failed"
+# A found send that names the action and does not match its intent (or cannot be counted
+# against its approval): never adopted, never resent. Its unknown mark starts with the
+# prefix, so that it reads as a conflict wherever it is shown.
+CODE_CONFLICT = "conflict"
+CONFLICT_PREFIX = "conflict: "
 
 
 def _check_id(name: str, value: object) -> None:
@@ -401,7 +406,8 @@ class RuleStore:
     """The store's rules, written once over `Tx`; backends store the rows.
 
     A backend provides `_write()` (a serialized, durable transaction that reads its clock
-    after taking the write lock) and `_read()`, plus the scans of `Store`.
+    after taking its locks: a rule reads `tx.now` only after its first read, which takes
+    the row's lock where a backend locks rows) and `_read()`, plus the scans of `Store`.
     """
 
     commits: int
@@ -501,8 +507,8 @@ class RuleStore:
     def mark_sending(self, action_id: str, epoch: int, ttl_s: float) -> SendingAttempt:
         """Commit 2: `sending`, the lease reservation and the claim's renewal, all or none."""
         with self._write() as tx:
-            now = tx.now
             row = tx.get_action(action_id)
+            now = tx.now
             if row is None:
                 raise ActionError(action_id, "not in the journal")
             if not self._holds(row, epoch, now):
@@ -567,8 +573,8 @@ class RuleStore:
     ) -> Receipt | None:
         """Commit 3, fenced on `epoch`: outcome, receipt and lease spend; None if lost."""
         with self._write() as tx:
-            now = tx.now
             row = tx.get_action(action_id)
+            now = tx.now
             if row is None:
                 raise ActionError(action_id, "not in the journal")
             if not self._holds(row, epoch, now):
@@ -589,6 +595,15 @@ class RuleStore:
                 released = lease.with_reservation(action_id, None)
                 if settlement.status in ("sent", "adopted"):
                     spent = settlement.amount if settlement.amount is not None else intent.amount
+                    # The cap holds in the store, not only in the checks before: this
+                    # write is the one that counts the money, in the settle's transaction.
+                    if lease.spent + spent > lease.cap:
+                        raise LeaseError(
+                            lease.id,
+                            f"recording {spent} for action {action_id} would spend "
+                            f"{lease.spent + spent} of its cap of {lease.cap}: refused, "
+                            "nothing was recorded; a person must check Stripe",
+                        )
                     released = replace(released, spent=lease.spent + spent)
                 if released != lease:
                     tx.put_lease(released, new=False)

@@ -3,13 +3,29 @@
 A lease lets actions of one kind on one target spend up to `cap` cents before
 `expires_at`. Every check fails closed. Reservations are keyed by action: a recovery
 reuses its own, a refusal releases it, a send turns it into spent money.
+
+A lease is checked when it is made (`LeaseError` naming the field, so nothing is granted):
+ids as an `Intent` checks them, whole cents in range, finite times, expiry after the
+grant. A lease that was stored bad anyway (by an older version, or by hand) is read back
+as *damaged*: every action under it is refused, saying so, instead of raising on each
+attempt and staying pending for good (docs/design.md §4).
 """
 
 from __future__ import annotations
 
+import math
+import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+from interlock._errors import LeaseError
+
+# The same rules an Intent holds its ids and amount to (interlock/_journal.py): ids go
+# into HTTP headers, metadata and SQL; amounts are whole cents below 10^10.
+_ID_CHARS = frozenset(string.ascii_letters + string.digits + string.punctuation)
+_MAX_ID_LENGTH = 200
+_MAX_CENTS = 10**10
 
 
 @dataclass(frozen=True)
@@ -27,6 +43,52 @@ class Lease:
     revoked_at: float | None = None
     revoked_by: str | None = None
     reservations: Mapping[str, int] = field(default_factory=dict)
+    # Set only by `from_dict` for a stored lease that fails these checks: what is wrong.
+    damaged: str | None = field(default=None, compare=False)
+    # The stored data of a damaged lease, written back as it was (nothing is lost).
+    raw: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.damaged is None:
+            problem = self.invalid()
+            if problem is not None:
+                raise LeaseError(str(self.id)[:_MAX_ID_LENGTH], problem)
+
+    def invalid(self) -> str | None:
+        """What makes this lease unusable (a field and what to give instead), or None."""
+        for name in ("id", "target"):
+            problem = _id_problem(getattr(self, name))
+            if problem is not None:
+                return f"{name} {problem}"
+        for name in ("kind", "granted_by"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value.strip() or not value.isprintable():
+                return f"{name} must be a non-empty printable string, got {value!r}"
+        problem = _cents_problem("cap", self.cap) or _cents_problem("spent", self.spent, zero=True)
+        if problem is not None:
+            return problem
+        if not isinstance(self.reservations, Mapping):
+            return "reservations must map action ids to cents"
+        for aid, cents in self.reservations.items():
+            problem = _id_problem(aid)
+            if problem is not None:
+                return f"a reservation's action id {problem}"
+            problem = _cents_problem(f"the reservation of {aid}", cents)
+            if problem is not None:
+                return problem
+        for name in ("granted_at", "expires_at", "revoked_at"):
+            value = getattr(self, name)
+            if value is None and name == "revoked_at":
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                return f"{name} must be a time in seconds, got {value!r}"
+            if not math.isfinite(value):
+                return f"{name} must be a finite time in seconds, got {value!r}"
+        if not self.expires_at > self.granted_at:
+            return f"expires_at ({self.expires_at}) must come after granted_at ({self.granted_at})"
+        if self.revoked_by is not None and not isinstance(self.revoked_by, str):
+            return f"revoked_by must be a string, got {self.revoked_by!r}"
+        return None
 
     @property
     def revoked(self) -> bool:
@@ -42,6 +104,11 @@ class Lease:
         self, *, kind: str, target: str, amount: int, action_id: str, now: float
     ) -> str | None:
         """Why this lease does not cover the action, or None when it does."""
+        if self.damaged is not None:
+            return (
+                f"approval {self.id} is damaged in the store ({self.damaged}): "
+                "grant a new approval, and check the store"
+            )
         if self.revoked:
             return f"approval revoked by {self.revoked_by or 'someone'}"
         if now >= self.expires_at:
@@ -54,7 +121,9 @@ class Lease:
         return None
 
     def to_dict(self) -> dict[str, Any]:
-        """The lease as JSON-ready data."""
+        """The lease as JSON-ready data (a damaged one as it was stored)."""
+        if self.raw is not None:
+            return dict(self.raw)
         return {
             "id": self.id,
             "kind": self.kind,
@@ -71,19 +140,33 @@ class Lease:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Lease:
-        """A lease from `to_dict` data."""
+        """A lease from `to_dict` data; a damaged one (see `damaged`) if it fails its checks."""
+        try:
+            return cls._parse(data)
+        except (LeaseError, ValueError, TypeError, KeyError, OverflowError, AttributeError) as e:
+            lease_id = str(data.get("id", "")) if isinstance(data, Mapping) else ""
+            return cls(lease_id, "", "", 0, 0.0, "", 0.0, damaged=str(e) or type(e).__name__,
+                       raw=dict(data) if isinstance(data, Mapping) else {})  # fmt: skip
+
+    @classmethod
+    def _parse(cls, data: Mapping[str, Any]) -> Lease:
         return cls(
             id=str(data["id"]),
             kind=str(data["kind"]),
             target=str(data["target"]),
-            cap=int(data["cap"]),
-            expires_at=float(data["expires_at"]),
+            cap=_whole("cap", data["cap"]),
+            expires_at=_time("expires_at", data["expires_at"]),
             granted_by=str(data["granted_by"]),
-            granted_at=float(data["granted_at"]),
-            spent=int(data.get("spent", 0)),
-            revoked_at=None if data.get("revoked_at") is None else float(data["revoked_at"]),
+            granted_at=_time("granted_at", data["granted_at"]),
+            spent=_whole("spent", data.get("spent", 0)),
+            revoked_at=None
+            if data.get("revoked_at") is None
+            else _time("revoked_at", data["revoked_at"]),
             revoked_by=data.get("revoked_by"),
-            reservations={str(k): int(v) for k, v in dict(data.get("reservations") or {}).items()},
+            reservations={
+                str(k): _whole(f"the reservation of {k}", v)
+                for k, v in dict(data.get("reservations") or {}).items()
+            },
         )
 
     def with_reservation(self, action_id: str, amount: int | None) -> Lease:
@@ -94,6 +177,42 @@ class Lease:
         else:
             reservations[action_id] = amount
         return replace(self, reservations=reservations)
+
+
+def _whole(name: str, value: object) -> int:
+    """Stored cents as an int; a float that is not whole (or not finite) is not cents."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be a whole number of cents, got {value!r}")
+    return value
+
+
+def _time(name: str, value: object) -> float:
+    """A stored time as a float (the checks then ask that it be finite)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name} must be a time in seconds, got {value!r}")
+    return float(value)
+
+
+def _id_problem(value: object) -> str | None:
+    if not isinstance(value, str) or not value:
+        return "must be a non-empty string"
+    if len(value) > _MAX_ID_LENGTH:
+        return f"is {len(value)} characters long; at most {_MAX_ID_LENGTH}"
+    bad = next((c for c in value if c not in _ID_CHARS), None)
+    if bad is not None:
+        return f"contains {bad!r}; use printable ASCII without whitespace"
+    return None
+
+
+def _cents_problem(name: str, value: object, *, zero: bool = False) -> str | None:
+    low = 0 if zero else 1
+    if isinstance(value, bool) or not isinstance(value, int):
+        return f"{name} must be a whole number of cents, got {value!r}"
+    if not low <= value < _MAX_CENTS:
+        return f"{name} must be from {low} to below {_MAX_CENTS} cents, got {value}"
+    return None
 
 
 def approval_problem(

@@ -9,18 +9,30 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import ClassVar, Protocol, runtime_checkable
 
-# Refunds in these states count against the payment; failed or canceled ones do not.
-COUNTING_REFUND_STATUSES = frozenset({"pending", "requires_action", "succeeded"})
+_TEST_KEY = re.compile(r"(?:sk|rk)_test_[A-Za-z0-9_]+")
+
+
+def is_test_key(key: str) -> bool:
+    """Whether `key` has the shape of a Stripe test secret or restricted key."""
+    return _TEST_KEY.fullmatch(key) is not None
 
 
 @dataclass(frozen=True)
 class Refund:
-    """One refund as the provider reports it."""
+    """One refund as the provider reports it.
 
+    `COUNTING_STATUSES`: the statuses in which a refund counts against the payment
+    (`counts`); a failed or canceled one does not.
+    """
+
+    COUNTING_STATUSES: ClassVar[frozenset[str]] = frozenset(
+        {"pending", "requires_action", "succeeded"}
+    )
     id: str
     amount: int
     status: str
@@ -31,7 +43,7 @@ class Refund:
     @property
     def counts(self) -> bool:
         """Whether this refund counts against the payment (not failed or canceled)."""
-        return self.status in COUNTING_REFUND_STATUSES
+        return self.status in self.COUNTING_STATUSES
 
 
 @dataclass(frozen=True)
@@ -87,6 +99,11 @@ class Payments(Protocol):
         """Every refund of a payment, newest first, every page."""
         ...
 
+    def list_refunds_since(self, created_gte: int) -> list[Refund]:
+        """Every refund on the account created at or after `created_gte` (Unix seconds, the
+        provider's clock), newest first, every page: what `verify()` reads account-wide."""
+        ...
+
     def create_refund(
         self,
         payment_intent: str,
@@ -96,4 +113,48 @@ class Payments(Protocol):
         metadata: Mapping[str, str] | None = None,
     ) -> Refund:
         """Create a refund; `idempotency_key` goes to the provider's idempotency layer."""
+        ...
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """One transfer to a connected account as the provider reports it.
+
+    A transfer takes hold when it is created (Stripe has no pending state for one); a
+    reversal is not modelled, so every listed transfer counts.
+    """
+
+    id: str
+    amount: int
+    currency: str
+    destination: str
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    created: int = 0
+
+
+def transfers_fingerprint(transfers: Iterable[Transfer]) -> str:
+    """A fingerprint of a connected account's transfers: each one's id and amount, in id order."""
+    seen = sorted((t.id, t.amount) for t in transfers)
+    text = json.dumps(seen, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+@runtime_checkable
+class Transfers(Protocol):
+    """Creates and lists transfers to connected accounts; errors are `PaymentsError` subclasses."""
+
+    def list_transfers(self, destination: str) -> list[Transfer]:
+        """Every transfer to the connected account `destination`, newest first, every page."""
+        ...
+
+    def create_transfer(
+        self,
+        destination: str,
+        amount: int,
+        *,
+        currency: str = "usd",
+        idempotency_key: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> Transfer:
+        """Create a transfer; `idempotency_key` goes to the provider's idempotency layer."""
         ...

@@ -3,12 +3,17 @@
 The same rules as the other stores (`RuleStore`); this backend only stores rows. What
 PostgreSQL adds:
 
-- **The database's clock.** Every write transaction first takes one transaction-scoped
-  advisory lock (the store's write lock, as `BEGIN IMMEDIATE` is SQLite's), then reads
-  `clock_timestamp()`: claimed-at, expires-at and every "time left" check use that clock,
-  so hosts whose clocks disagree still agree on who holds a claim, and waiting for the
-  lock never eats a claim's margin. The rules serialize on this lock because the receipt
-  chain is one chain and a lease is shared by many actions.
+- **Row-level locks, one fixed order.** There is no store-wide lock: a write takes its
+  action's lock (a transaction-scoped advisory lock keyed by the action id, which a new
+  action has no row for yet), then the action's row and its lease's row `FOR UPDATE`,
+  and commit 3 alone, last, the receipt chain's head (the chain is one chain). Every
+  write takes them in that order (action, lease, chain), so two writes never deadlock.
+- **The database's clock.** It is read with `clock_timestamp()` after those locks, so
+  hosts whose clocks disagree still agree on who holds a claim, and waiting for a lock
+  never eats a claim's margin.
+- **Few round trips.** Statements go in pipeline mode: a write's first round trip
+  carries BEGIN, its locks, its reads and the clock; its last carries every write, the
+  journal records (one INSERT) and COMMIT; commit 3 has one more, for the chain's head.
 - **Recovery scans skip rows being changed.** A writer locks the action's row
   (`FOR UPDATE`) when it reads it; `pending()` reads `FOR KEY SHARE SKIP LOCKED`, so a
   recoverer never waits on a row another worker is changing: that worker holds it.
@@ -16,10 +21,15 @@ PostgreSQL adds:
   transactions: locks and settings are transaction-scoped, statements are never
   prepared on the server (`prepare_threshold=None`), and the tables are named with
   their schema rather than through `search_path`.
+- **A lost connection.** A connection the server closed while it sat idle (an
+  `idle_session_timeout`, `pg_terminate_backend`, a restart) is found on a transaction's
+  first round trip and replaced at once. A write whose connection is lost later runs
+  again, once, on a new connection: the server rolled the first run back, or, when its
+  COMMIT was sent, it may have been kept; every rule is fenced by epoch or changes
+  nothing twice, and `mark_sending` and `settle` first look whether the first run was
+  kept under their epoch and answer as it would have.
 - **Errors.** Every driver error surfaces as a `StoreError` (the DSN without its
-  password, what to do) with the driver's error as its cause. A connection lost in the
-  middle of a transaction settles nothing: the server rolls it back; the next call opens
-  a new connection.
+  password, what to do) with the driver's error as its cause.
 
 psycopg is imported when a store is made, so `interlock` itself needs no driver.
 """
@@ -31,23 +41,29 @@ import json
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
+from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
+from interlock._claims import Owner
 from interlock._errors import SchemaVersionError, StoreError
 from interlock._journal import (
     GENESIS,
     SCHEMA_VERSION,
     ActionRow,
+    ActionState,
+    ClaimAttempt,
     Clock,
     Intent,
     JournalRecord,
     RuleStore,
+    SendingAttempt,
     SettledAction,
+    Settlement,
     Tx,
 )
 from interlock._leases import Lease
-from interlock._receipts import Receipt, canonical_json
+from interlock._receipts import Check, Receipt, canonical_json
 
 _BATCH = 500
 # Seconds since the epoch by the database's clock, read when the statement runs (not at
@@ -55,22 +71,19 @@ _BATCH = 500
 _CLOCK_SQL = "SELECT extract(epoch FROM clock_timestamp())::float8"
 # A write's first statement: durable commits whatever the server's default (a setting
 # scoped to the transaction, so a pooler's next client never inherits it), then the
-# store's write lock. The clock is read in the outer query, which cannot produce its row
-# before the subquery (kept apart by OFFSET 0) has taken the lock: one round trip.
-_LOCK_SQL = "SELECT set_config('synchronous_commit', 'on', true), pg_advisory_xact_lock(%s)"
-# A write reads the action with its lease and the receipt chain's head, in one statement;
-# the action's row is locked (`FOR UPDATE`), which is what recovery scans skip.
-_GET_ACTION_FOR_WRITE = """
-SELECT a.intent, a.claim, a.settlement, a.attempts, a.receipt_seq, a.unknown,
-    a.intent::jsonb ->> 'lease_id', l.lease, h.seq, h.hash
-FROM {actions} a
-LEFT JOIN {leases} l ON l.lease_id = a.intent::jsonb ->> 'lease_id'
-LEFT JOIN LATERAL (SELECT seq, hash FROM {receipts} ORDER BY seq DESC LIMIT 1) h ON true
-WHERE a.action_id = %s
-FOR UPDATE OF a
-"""
-_LOCK_THEN_CLOCK_SQL = (
-    f"SELECT extract(epoch FROM clock_timestamp())::float8 FROM ({_LOCK_SQL} OFFSET 0) AS locked"
+# action's own lock (class: the store, key: the action id), which a new action has no row
+# for yet. Then, in the same round trip, the row and its lease `FOR UPDATE` and the clock,
+# each statement with its own snapshot, taken after the locks before it.
+_ACTION_LOCK_SQL = (
+    "SELECT set_config('synchronous_commit', 'on', true), pg_advisory_xact_lock(%s, hashtext(%s))"
+)
+_ACTION_SQL = (
+    "SELECT intent, claim, settlement, attempts, receipt_seq, unknown FROM {actions}"
+    " WHERE action_id=%s"
+)
+_LEASE_OF_ACTION_FOR_UPDATE = (
+    "SELECT lease_id, lease FROM {leases} WHERE lease_id ="
+    " (SELECT intent::jsonb ->> 'lease_id' FROM {actions} WHERE action_id=%s) FOR UPDATE"
 )
 
 
@@ -120,91 +133,158 @@ def _problem(e: BaseException) -> str:
     return f"{text}; check the DSN, the server and the role's privileges"
 
 
-class _PostgresTx:
-    """Rows in and out of one transaction.
+class _ConnectionLost(Exception):
+    """A write's connection was lost; `committing` if COMMIT was already sent (so the
+    write may have been kept). Internal: the store retries or raises `error`."""
 
-    A write reads an action together with its lease and the receipt chain's head (every
-    commit on the send path needs them) and keeps them for the rest of the transaction,
-    which holds the store's write lock, so they cannot change underneath it; journal
-    records go in one INSERT when the transaction commits (`flush`).
+    def __init__(self, error: StoreError, *, committing: bool) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.committing = committing
+
+
+class _PostgresTx:
+    """Rows in and out of one transaction, a round trip at a time (pipeline mode).
+
+    A write's first round trip sends BEGIN, the action's (or the lease's) lock and its
+    row read `FOR UPDATE`, and the clock, after the locks; the rules' writes are kept
+    and go, with the journal records and COMMIT, in the last one (`commit`). A connection
+    found dead on the first round trip (closed by the server while idle) is replaced and
+    the round trip sent again: nothing had been sent on it.
     """
 
-    def __init__(self, store: PostgresStore, cur: Any, now: float | None, *, write: bool) -> None:
+    def __init__(self, store: PostgresStore, *, write: bool) -> None:
         self.s = store
-        self.c = cur
-        self._now = now
         self._write = write
+        self._started = False
+        self._now: float | None = None
         self._leases: dict[str, Lease | None] = {}
         self._head: tuple[int, str] | None = None
+        self._writes: list[tuple[str, tuple[Any, ...] | list[Any]]] = []
         self._records: list[tuple[str, float, str, str]] = []
 
     @property
     def now(self) -> float:
-        """The store's clock in this transaction (a write reads it right after its lock; a
-        read, only if asked, so reading a lease costs no extra round trip)."""
+        """The store's clock in this transaction (a write reads it after its row locks)."""
         if self._now is None:
-            self._now = self.s._now(self.c)
+            self._clocked([] if self.s._clock is not None else self._trip([(_CLOCK_SQL, ())])[0])
+        assert self._now is not None
         return self._now
 
     @now.setter
     def now(self, value: float) -> None:
         self._now = value
 
-    def _one(self, sql: str, args: tuple[Any, ...] = ()) -> Any:
-        self.c.execute(self.s._sql(sql), args)
-        return self.c.fetchone()
+    def _clocked(self, rows: list[Any]) -> None:
+        # The database's clock as read in the trip that took the locks, or the injected one
+        # read now, after it.
+        self._now = self.s._clock() if self.s._clock is not None else float(rows[0][0])
+
+    def _trip(
+        self, statements: list[tuple[str, tuple[Any, ...] | list[Any]]], *, last: bool = False
+    ) -> list[list[Any]]:
+        """Send `statements` in one round trip; each one's rows (empty for none)."""
+        first = not self._started
+        if first:
+            begin = "BEGIN READ WRITE" if self._write else "BEGIN READ ONLY"
+            statements = [(begin, ()), *statements]
+        for retry in (False, True):
+            conn = self.s._connection()
+            try:
+                cursors = []
+                with conn.pipeline():
+                    for sql, args in statements:
+                        cur = conn.cursor()
+                        cur.execute(self.s._sql(sql), args)
+                        cursors.append(cur)
+                rows = [c.fetchall() if c.description is not None else [] for c in cursors]
+                self._started = True
+                return rows[1:] if first else rows
+            except self.s._psycopg.OperationalError as e:
+                if conn.closed or conn.broken:
+                    if first and not retry:
+                        continue
+                    if not self._write:
+                        if last:
+                            return []  # a read's COMMIT: nothing was there to keep
+                        doing = "cannot read"
+                    elif last:
+                        doing = (
+                            "the commit's answer was lost, so it may or may not have been "
+                            "kept (recovery settles the action either way)"
+                        )
+                    else:
+                        doing = "the write failed and was rolled back"
+                    raise _ConnectionLost(self.s._error(e, doing), committing=last) from e
+                raise
+        raise AssertionError("unreachable")
 
     def get_action(self, action_id: str) -> ActionRow | None:
-        if self._write:
-            r = self._one(_GET_ACTION_FOR_WRITE, (action_id,))
+        if self._write and not self._started:
+            lock_args = self.s._action_lock(action_id)
+            _, action, lease, clock = self._trip(
+                [
+                    (_ACTION_LOCK_SQL, lock_args),
+                    (_ACTION_SQL + " FOR UPDATE", (action_id,)),
+                    (_LEASE_OF_ACTION_FOR_UPDATE, (action_id,)),
+                    (_CLOCK_SQL, ()),
+                ]
+            )
+            self._clocked(clock)
+            if lease:
+                self._leases[str(lease[0][0])] = Lease.from_dict(json.loads(lease[0][1]))
         else:
-            r = self._one(
-                "SELECT intent, claim, settlement, attempts, receipt_seq, unknown"
-                " FROM {actions} WHERE action_id=%s",
-                (action_id,),
+            (action,) = self._trip(
+                [(_ACTION_SQL + (" FOR UPDATE" if self._write else ""), (action_id,))]
             )
-        if r is None:
+        if not action:
             return None
+        r = action[0]
+        row = ActionRow.from_columns(Intent.from_dict(json.loads(r[0])), *r[1:6])
         if self._write:
-            lease_id, lease, head_seq, head_hash = r[6:10]
-            self._leases.setdefault(
-                str(lease_id), None if lease is None else Lease.from_dict(json.loads(lease))
-            )
-            if self._head is None:
-                self._head = GENESIS if head_seq is None else (int(head_seq), str(head_hash))
-        return ActionRow.from_columns(Intent.from_dict(json.loads(r[0])), *r[1:6])
+            self._leases.setdefault(row.intent.lease_id, None)
+        return row
 
     def put_action(self, row: ActionRow, *, new: bool) -> None:
         values = row.columns()
         if new:
-            self.c.execute(
-                self.s._sql(
-                    "INSERT INTO {actions} (claim, settlement, attempts, receipt_seq, unknown,"
-                    " action_id, kind, intent, created_at) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s)"
-                ),
+            self._writes.append(
                 (
-                    *values,
-                    row.intent.action_id,
-                    row.intent.kind,
-                    canonical_json(row.intent.to_dict()),
-                    row.intent.created_at,
-                ),
+                    "INSERT INTO {actions} (claim, settlement, attempts, receipt_seq, unknown,"
+                    " action_id, kind, intent, created_at) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+                    (
+                        *values,
+                        row.intent.action_id,
+                        row.intent.kind,
+                        canonical_json(row.intent.to_dict()),
+                        row.intent.created_at,
+                    ),
+                )
             )
         else:
             # The intent never changes once journaled, so it is not written again.
-            self.c.execute(
-                self.s._sql(
+            self._writes.append(
+                (
                     "UPDATE {actions} SET claim=%s, settlement=%s, attempts=%s, receipt_seq=%s,"
-                    " unknown=%s WHERE action_id=%s"
-                ),
-                (*values, row.intent.action_id),
+                    " unknown=%s WHERE action_id=%s",
+                    (*values, row.intent.action_id),
+                )
             )
 
     def get_lease(self, lease_id: str) -> Lease | None:
         if lease_id in self._leases:
             return self._leases[lease_id]
-        r = self._one("SELECT lease FROM {leases} WHERE lease_id=%s", (lease_id,))
-        return None if r is None else Lease.from_dict(json.loads(r[0]))
+        sql = "SELECT lease FROM {leases} WHERE lease_id=%s"
+        if self._write:
+            rows, clock = self._trip([(sql + " FOR UPDATE", (lease_id,)), (_CLOCK_SQL, ())])
+            if self._now is None:
+                self._clocked(clock)
+        else:
+            (rows,) = self._trip([(sql, (lease_id,))])
+        lease = None if not rows else Lease.from_dict(json.loads(rows[0][0]))
+        if self._write:
+            self._leases[lease_id] = lease
+        return lease
 
     def put_lease(self, lease: Lease, *, new: bool) -> None:
         self._leases[lease.id] = lease
@@ -213,51 +293,80 @@ class _PostgresTx:
             sql = "INSERT INTO {leases} (lease, lease_id) VALUES (%s, %s)"
         else:
             sql = "UPDATE {leases} SET lease=%s WHERE lease_id=%s"
-        self.c.execute(self.s._sql(sql), (text, lease.id))
+        self._writes.append((sql, (text, lease.id)))
 
     def journal(self, action_id: str, record: str, data: Mapping[str, Any]) -> None:
         self._records.append((action_id, self.now, record, canonical_json(dict(data))))
 
-    def flush(self) -> None:
-        """Write the journal records of this transaction, in order, in one statement."""
-        if not self._records:
-            return
-        rows = ",".join(["(%s,%s,%s,%s)"] * len(self._records))
-        self.c.execute(
-            self.s._sql(f"INSERT INTO {{journal}} (action_id, at, record, data) VALUES {rows}"),
-            [v for record in self._records for v in record],
-        )
+    def commit(self) -> None:
+        """Send the kept writes, the journal records (one INSERT) and COMMIT, in one trip."""
+        writes = list(self._writes)
+        if self._records:
+            rows = ",".join(["(%s,%s,%s,%s)"] * len(self._records))
+            writes.append(
+                (
+                    f"INSERT INTO {{journal}} (action_id, at, record, data) VALUES {rows}",
+                    [v for record in self._records for v in record],
+                )
+            )
+        self._writes.clear()
         self._records.clear()
+        if not self._started and not writes:
+            return
+        self._trip([*writes, ("COMMIT", ())], last=True)
 
     def last_receipt(self) -> tuple[int, str]:
         if self._head is not None:
             return self._head
-        r = self._one("SELECT seq, hash FROM {receipts} ORDER BY seq DESC LIMIT 1")
-        return GENESIS if r is None else (int(r[0]), str(r[1]))
+        # The chain is one chain: its head is locked (held to COMMIT) and read after the
+        # lock came, in a statement of its own so that it sees the last settle's receipt.
+        statements: list[tuple[str, tuple[Any, ...] | list[Any]]] = [
+            ("SELECT seq, hash FROM {receipts} ORDER BY seq DESC LIMIT 1", ())
+        ]
+        if self._write:
+            statements.insert(0, ("SELECT pg_advisory_xact_lock(%s)", (self.s._lock_key,)))
+        rows = self._trip(statements)[-1]
+        self._head = GENESIS if not rows else (int(rows[0][0]), str(rows[0][1]))
+        return self._head
 
     def add_receipt(self, receipt: Receipt) -> None:
         self._head = (receipt.seq, receipt.hash)
-        self.c.execute(
-            self.s._sql(
-                "INSERT INTO {receipts} (seq, action_id, body, prev_hash, hash, signature)"
-                " VALUES (%s,%s,%s,%s,%s,%s)"
-            ),
+        self._writes.append(
             (
-                receipt.seq,
-                receipt.action_id,
-                receipt.body_text,
-                receipt.prev_hash,
-                receipt.hash,
-                receipt.signature,
-            ),
+                "INSERT INTO {receipts} (seq, action_id, body, prev_hash, hash, signature)"
+                " VALUES (%s,%s,%s,%s,%s,%s)",
+                (
+                    receipt.seq,
+                    receipt.action_id,
+                    receipt.body_text,
+                    receipt.prev_hash,
+                    receipt.hash,
+                    receipt.signature,
+                ),
+            )
         )
 
     def get_receipt(self, seq: int) -> Receipt | None:
-        r = self._one(
-            "SELECT seq, action_id, body, prev_hash, hash, signature FROM {receipts} WHERE seq=%s",
-            (seq,),
+        for sql, args in self._writes:
+            if sql.startswith("INSERT INTO {receipts}") and args[0] == seq:
+                return Receipt(int(args[0]), *args[1:])
+        (rows,) = self._trip(
+            [
+                (
+                    "SELECT seq, action_id, body, prev_hash, hash, signature FROM {receipts}"
+                    " WHERE seq=%s",
+                    (seq,),
+                )
+            ]
         )
-        return None if r is None else Receipt(int(r[0]), *r[1:])
+        return None if not rows else Receipt(int(rows[0][0]), *rows[0][1:])
+
+    def rollback(self) -> None:
+        """End the transaction without keeping anything (quietly, on a lost connection)."""
+        conn = self.s._conn
+        if self._started and conn is not None and not conn.closed and not conn.broken:
+            with suppress(self.s._psycopg.Error):
+                conn.execute("ROLLBACK")
 
 
 class PostgresStore(RuleStore):
@@ -288,7 +397,7 @@ class PostgresStore(RuleStore):
             raise StoreError(
                 redact_dsn(dsn),
                 "PostgreSQL needs psycopg: install the extra"
-                " (pip install 'interlock-demo[postgres]')",
+                " (pip install './packaging/interlock[postgres]')",
             ) from e
         self._psycopg = psycopg
         self.dsn = dsn
@@ -316,6 +425,16 @@ class PostgresStore(RuleStore):
     def open_read_only(cls, dsn: str, *, schema: str | None = None) -> PostgresStore:
         """Open an existing interlock store for reading only."""
         return cls(dsn, schema=schema, read_only=True)
+
+    @staticmethod
+    def describe(location: str | Path) -> str:
+        """Where a store lives, fit for logs, JSON and messages: a URL with its password
+        replaced by `***`, a path as it is (so it takes whatever `open_store` takes).
+
+        Any URL, not only PostgreSQL's: a mistyped scheme must not print its password either.
+        """
+        text = str(location)
+        return redact_dsn(text) if "://" in text else text
 
     def _sql(self, text: str) -> str:
         return text.format(**self._names)
@@ -377,12 +496,6 @@ class PostgresStore(RuleStore):
             with suppress(self._psycopg.Error):
                 cur.close()
 
-    def _now(self, cur: Any) -> float:
-        if self._clock is not None:
-            return self._clock()
-        cur.execute(_CLOCK_SQL)
-        return float(cur.fetchone()[0])
-
     def _resolve_schema(self) -> None:
         # Without a schema the tables go to the role's default one. Its name, resolved
         # once, qualifies every table and keys the write lock, so that a store opened
@@ -405,6 +518,7 @@ class PostgresStore(RuleStore):
             for t in ("meta", "actions", "journal", "leases", "receipts")
         }
         self._lock_key = _lock_key(self._schema_name)
+        self._action_lock_class = self._lock_key >> 32
 
     def _version(self, cur: Any) -> int | None:
         cur.execute(
@@ -445,36 +559,178 @@ class PostgresStore(RuleStore):
                     (str(SCHEMA_VERSION),),
                 )
 
+    def _action_lock(self, action_id: str) -> tuple[int, str]:
+        return (self._action_lock_class, action_id)
+
     @contextmanager
     def _write(self) -> Iterator[Tx]:
         if self.read_only:
             raise StoreError(self.location, "opened read-only; nothing can be written")
-        with self._lock, self._transaction(write=True) as cur:
+        with self._lock:
+            tx = _PostgresTx(self, write=True)
             try:
-                if self._clock is None:
-                    cur.execute(_LOCK_THEN_CLOCK_SQL, (self._lock_key,))
-                    now = float(cur.fetchone()[0])
-                else:
-                    cur.execute(_LOCK_SQL, (self._lock_key,))
-                    now = self._clock()
-            except self._psycopg.Error as e:
-                raise self._error(e, "cannot start a write") from e
-            tx = _PostgresTx(self, cur, now, write=True)
-            yield tx
-            tx.flush()
+                yield tx
+                tx.commit()
+            except _ConnectionLost:
+                raise
+            except BaseException as e:
+                tx.rollback()
+                if isinstance(e, self._psycopg.Error):
+                    raise self._error(e, "the write failed and was rolled back") from e
+                raise
         self.commits += 1
 
     @contextmanager
     def _read(self) -> Iterator[Tx]:
-        with self._lock, self._transaction(write=False) as cur:
-            yield _PostgresTx(self, cur, None, write=False)
+        with self._lock:
+            tx = _PostgresTx(self, write=False)
+            try:
+                yield tx
+                tx.commit()
+            except _ConnectionLost:
+                raise
+            except BaseException as e:
+                tx.rollback()
+                if isinstance(e, self._psycopg.Error):
+                    raise self._error(e, "cannot read") from e
+                raise
 
     def _rows(
         self, sql: str, args: tuple[Any, ...] | list[Any] = (), *, write: bool = False
     ) -> Any:
-        with self._lock, self._transaction(write=write) as cur:
-            cur.execute(self._sql(sql), args)
-            return cur.fetchall()
+        with self._lock:
+            tx = _PostgresTx(self, write=write)
+            try:
+                rows, _ = tx._trip([(sql, args), ("COMMIT", ())])
+                return rows
+            except _ConnectionLost as lost:
+                raise lost.error from lost.__cause__
+            except BaseException as e:
+                tx.rollback()
+                if isinstance(e, self._psycopg.Error):
+                    raise self._error(e, "cannot read") from e
+                raise
+
+    # A write whose connection was lost runs again, once, on a new connection. Each rule
+    # is fenced (by epoch, or it changes nothing twice), so a second run is safe; where
+    # the first run's COMMIT was sent, it may have been kept, so the store first looks
+    # whether it was and answers as that run would have.
+
+    def now(self) -> float:
+        """The database's clock (see `Store.now`), read again on a new connection if lost."""
+        try:
+            return super().now()
+        except _ConnectionLost:
+            return super().now()
+
+    def action(self, action_id: str) -> ActionState | None:
+        """One action (see `Store.action`), read again on a new connection if lost."""
+        try:
+            return super().action(action_id)
+        except _ConnectionLost:
+            return super().action(action_id)
+
+    def lease(self, lease_id: str) -> Lease | None:
+        """One lease (see `Store.lease`), read again on a new connection if lost."""
+        try:
+            return super().lease(lease_id)
+        except _ConnectionLost:
+            return super().lease(lease_id)
+
+    def begin(self, intent: Intent, owner: Owner, ttl_s: float, grace_s: float) -> ClaimAttempt:
+        """Commit 1 (see `Store.begin`), once more on a new connection if its own was lost:
+        a kept first run left a claim of this owner, which it takes again, a new epoch."""
+        try:
+            return super().begin(intent, owner, ttl_s, grace_s)
+        except _ConnectionLost:
+            return super().begin(intent, owner, ttl_s, grace_s)
+
+    def take_claim(
+        self, action_id: str, owner: Owner, ttl_s: float, grace_s: float, *, found_own: bool = False
+    ) -> ClaimAttempt:
+        """Take a claim (see `Store.take_claim`), once more on a new connection if its own
+        was lost (a kept first run's claim is this owner's: taken again, a new epoch)."""
+        try:
+            return super().take_claim(action_id, owner, ttl_s, grace_s, found_own=found_own)
+        except _ConnectionLost:
+            return super().take_claim(action_id, owner, ttl_s, grace_s, found_own=found_own)
+
+    def mark_sending(self, action_id: str, epoch: int, ttl_s: float) -> SendingAttempt:
+        """Commit 2 (see `Store.mark_sending`), once more on a new connection if its own was
+        lost; a lost COMMIT that was kept is answered from the row."""
+        try:
+            return super().mark_sending(action_id, epoch, ttl_s)
+        except _ConnectionLost:
+            state = self.action(action_id)
+            claim = None if state is None else state.claim
+            if (
+                state is not None
+                and state.settlement is None
+                and claim is not None
+                and claim.epoch == epoch
+                and claim.sending
+            ):
+                now = self.now()
+                if claim.live(now):
+                    return SendingAttempt("ok", claim=claim, left_s=claim.expires_at - now)
+            return super().mark_sending(action_id, epoch, ttl_s)
+
+    def mark_unknown(self, action_id: str, reason: str) -> None:
+        """Mark unknown (see `Store.mark_unknown`), once more on a new connection if lost."""
+        try:
+            super().mark_unknown(action_id, reason)
+        except _ConnectionLost:
+            super().mark_unknown(action_id, reason)
+
+    def release(self, action_id: str, epoch: int) -> None:
+        """Release (see `Store.release`), once more on a new connection if lost."""
+        try:
+            super().release(action_id, epoch)
+        except _ConnectionLost:
+            super().release(action_id, epoch)
+
+    def settle(
+        self,
+        action_id: str,
+        epoch: int,
+        owner: Owner,
+        settlement: Settlement,
+        checks: list[Check],
+        extra: Mapping[str, Any],
+        receipt_key: bytes | None,
+    ) -> Receipt | None:
+        """Commit 3 (see `Store.settle`), once more on a new connection if its own was lost;
+        a lost COMMIT that was kept (settled under this epoch) answers with its receipt."""
+        args = (action_id, epoch, owner, settlement, checks, extra, receipt_key)
+        try:
+            return super().settle(*args)
+        except _ConnectionLost:
+            state = self.action(action_id)
+            if (
+                state is not None
+                and state.settlement is not None
+                and state.claim is not None
+                and state.claim.epoch == epoch
+            ):
+                return state.receipt
+            return super().settle(*args)
+
+    def grant_lease(self, lease: Lease) -> Lease:
+        """Store a new lease (see `Store.grant_lease`), once more on a new connection if
+        lost; a lost COMMIT that was kept is found as this very lease."""
+        try:
+            return super().grant_lease(lease)
+        except _ConnectionLost:
+            if self.lease(lease.id) == lease:
+                return lease
+            return super().grant_lease(lease)
+
+    def revoke_lease(self, lease_id: str, by: str) -> Lease:
+        """Revoke (see `Store.revoke_lease`), once more on a new connection if lost."""
+        try:
+            return super().revoke_lease(lease_id, by)
+        except _ConnectionLost:
+            return super().revoke_lease(lease_id, by)
 
     def pending(self, kind: str | None = None) -> list[str]:
         """Action ids (of `kind`, if given) with an intent and no outcome, oldest first.

@@ -10,6 +10,7 @@ open is refused before anything can be sent against it.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -18,6 +19,11 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
+
+try:
+    import fcntl
+except ImportError:  # not on Windows: there, SQLite's busy handler alone orders writers
+    fcntl = None  # type: ignore[assignment]
 
 from interlock._errors import SchemaVersionError, StoreError
 from interlock._journal import (
@@ -256,12 +262,17 @@ class SQLiteStore(RuleStore):
                 if not self.path.is_file():
                     raise StoreError(str(self.path), "no such file; give the path of a store")
                 uri = f"file:{quote(str(self.path.resolve()))}?mode=ro"
+                if not Path(f"{self.path}-wal").exists():
+                    # No WAL to read: open it immutable, so SQLite creates no -wal or -shm
+                    # beside it (a reader may not write there) (docs/design.md §4).
+                    uri += "&immutable=1"
                 self._conn = sqlite3.connect(
                     uri, uri=True, timeout=busy_timeout_s, isolation_level=None,
                     check_same_thread=False,
                 )  # fmt: skip
             else:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
+                _create_private(self.path)
                 self._conn = sqlite3.connect(
                     str(self.path),
                     timeout=busy_timeout_s,
@@ -270,6 +281,13 @@ class SQLiteStore(RuleStore):
                 )
         except (sqlite3.Error, OSError) as e:
             raise StoreError(str(self.path), f"cannot open: {_describe(e)}") from e
+        self._queue: int | None = None
+        if not read_only and fcntl is not None:
+            try:
+                self._queue = os.open(f"{self.path}-writers", os.O_RDWR | os.O_CREAT, 0o600)
+            except OSError as e:
+                self._conn.close()
+                raise StoreError(str(self.path), f"cannot open: {_describe(e)}") from e
         try:
             self._set_up(busy_timeout_s)
         except BaseException as e:
@@ -386,7 +404,7 @@ class SQLiteStore(RuleStore):
     def _write(self) -> Iterator[Tx]:
         if self.read_only:
             raise StoreError(str(self.path), "opened read-only; nothing can be written")
-        with self._lock:
+        with self._lock, self._in_line():
             try:
                 self._conn.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as e:
@@ -403,6 +421,22 @@ class SQLiteStore(RuleStore):
                     raise self._error(e, "the write failed and was rolled back") from e
                 raise
             self.commits += 1
+
+    @contextmanager
+    def _in_line(self) -> Iterator[None]:
+        # Writers of this store wait for each other on a lock the kernel hands over the
+        # moment it is released (flock on `<file>-writers`; a killed holder's is released
+        # by the kernel). SQLite's own busy handler polls with sleeps of up to 100 ms, so
+        # under many processes a writer could lose the lock race sleep after sleep: that
+        # was the p99. The busy handler still covers writers that are not interlock's.
+        if self._queue is None:
+            yield
+            return
+        fcntl.flock(self._queue, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(self._queue, fcntl.LOCK_UN)
 
     @contextmanager
     def _read(self) -> Iterator[Tx]:
@@ -530,6 +564,36 @@ class SQLiteStore(RuleStore):
         """Close the connection."""
         with self._lock:
             self._conn.close()
+            if self._queue is not None:
+                os.close(self._queue)
+                self._queue = None
+
+
+def _create_private(path: Path) -> None:
+    """Create an empty 0600 store file at `path` unless one is there (or appears meanwhile).
+
+    The file holds who approved what and every receipt: a new one is the user's alone
+    whatever the umask, and SQLite gives its -wal and -shm the file's own mode; an
+    existing file keeps the mode its owner chose. Made under another name and linked into
+    place, so that no descriptor on the store itself is opened and closed here: closing
+    one drops every SQLite lock this process holds on it (POSIX locks belong to the
+    process), and another store in this process may be in a transaction on it.
+    """
+    if path.exists():
+        return
+    fresh = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.new")
+    os.close(os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    try:
+        os.link(fresh, path)
+    except FileExistsError:
+        pass
+    except OSError:
+        # No hard links here (some network or FUSE file systems): create it in place,
+        # only if absent, so no descriptor of anyone's open store is ever closed.
+        with suppress(FileExistsError):
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    finally:
+        fresh.unlink()
 
 
 def _describe(e: BaseException) -> str:

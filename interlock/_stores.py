@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from interlock._journal import Store
-from interlock._store_postgres import PostgresStore, is_postgres_url, redact_dsn
+from interlock._store_postgres import PostgresStore, is_postgres_url
 from interlock._store_sqlite import SQLiteStore
 
 
@@ -14,7 +14,9 @@ def open_store(location: str | Path, *, read_only: bool = False) -> Store:
     opens a `SQLiteStore`. `read_only=True` opens an existing store for reading only.
 
     A PostgreSQL URL may name its schema with a `schema` query parameter
-    (`postgresql://host/db?schema=interlock`); the rest goes to the driver as it is.
+    (`postgresql://host/db?schema=interlock`); the rest goes to the driver as it is. To
+    show a location in a log or a message, `PostgresStore.describe(location)` hides its
+    password.
     """
     text = str(location)
     if not is_postgres_url(text):
@@ -32,10 +34,3 @@ def split_schema(url: str) -> tuple[str, str | None]:
     schema = next((v for k, v in query if k == "schema"), None)
     rest = urlencode([(k, v) for k, v in query if k != "schema"])
     return urlunsplit(parts._replace(query=rest)), schema or None
-
-
-def describe_store(location: str | Path) -> str:
-    """Where a store lives, fit for JSON and logs: a path, or a URL without its password."""
-    text = str(location)
-    # Any URL, not only PostgreSQL's: a mistyped scheme must not print its password either.
-    return redact_dsn(text) if "://" in text else text

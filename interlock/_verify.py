@@ -3,21 +3,32 @@
 It reports problems; it never repairs and never writes. Stripe's refund list is the evidence: every
 `sent`/`adopted` receipt must name a refund that exists with that amount and metadata,
 and every refund that names one of the store's actions must be recorded by that action's
-receipt (a send the receipts do not show is a problem).
+receipt (a send the receipts do not show is a problem). A refund on a listed payment that
+names an action the store does not have is a problem too: rows deleted whole, or a `-wal`
+lost after a crash, leave nothing else behind. Asked to (`account_wide`), it reads the
+account's refunds since the store's first action, so a lost action whose payment no
+remaining action names is seen as well (docs/design.md §4).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from interlock._effects import ACTION_METADATA_KEY
 from interlock._errors import PaymentsError
-from interlock._journal import SettledAction, Store
+from interlock._journal import ActionState, JournalRecord, SettledAction, Store
 from interlock._payments import Payments, Refund
 from interlock._receipts import ChainCheck, receipt_key
+
+# How far before the store's first action the account-wide listing starts. The intent is
+# stamped by the gate host's wall clock, a refund's `created` by Stripe's (whole seconds):
+# an hour covers any skew a host that keeps time at all can have, and costs one more hour
+# of the account's refunds to read.
+ACCOUNT_SKEW_MARGIN_S: Final = 3600
 
 
 @dataclass(frozen=True)
@@ -68,6 +79,7 @@ def verify(
     *,
     actions: Iterable[str] | None = None,
     signing_key: bytes | None = None,
+    account_wide: bool = False,
 ) -> VerifyResult:
     """Check the receipt chain, the store against it, and Stripe against both.
 
@@ -75,12 +87,18 @@ def verify(
     downgrade). The store as a whole: every settled action has its receipt and the
     receipt records that outcome (a deleted tail shows here). Given `payments`, Stripe:
     every `sent`/`adopted` receipt names a refund that exists with that amount and
-    metadata, and every refund naming one of the actions is recorded by its receipt.
-    `actions` limits the Stripe cross-check (a run's own); by default it covers every
-    action in the store. The chain and the settled actions are read side by side, a batch
-    at a time, both in receipt order, so memory stays bounded however large the store;
-    nothing is ever written. A store file that fails its integrity check is reported as
-    that alone.
+    metadata, every refund naming one of the actions is recorded by its receipt, and no
+    refund on those payments names an action the store lacks. With `account_wide`, it
+    also reads every refund on the account created since the store's first action (less
+    `ACCOUNT_SKEW_MARGIN_S`): one naming an action the store lacks, or one of its actions
+    on another payment, is a problem too. That reaches a lost action whose payment no
+    remaining action names; it also reports the actions of any other interlock store on
+    the same account, which the metadata cannot tell apart, so it is for a store that
+    is the account's only one. `actions` limits the Stripe cross-check (a run's own); by
+    default it covers every action in the store. The chain and the settled actions are
+    read side by side, a batch at a time, both in receipt order, so memory stays bounded
+    however large the store; nothing is ever written. A store file that fails its
+    integrity check is reported as that alone.
     """
     key = signing_key if signing_key is not None else receipt_key()
     damaged = store.integrity_problems()
@@ -89,12 +107,17 @@ def verify(
         return VerifyResult(0, False, damaged, 0)
     chain = ChainCheck(key)
     problems = _store_problems(store, chain)
+    problems.extend(_record_problems(store))
     signed = chain.length > 0 and chain.all_signed
     checked = 0
     if payments is not None:
         scope = list(actions) if actions is not None else store.actions()
         cross, checked = _cross_check(store, payments, scope)
         problems.extend(cross)
+        if account_wide:
+            wide, seen = _account_check(store, payments, set(scope))
+            problems.extend(wide)
+            checked += seen
     return VerifyResult(chain.length, signed, chain.problems + problems, checked)
 
 
@@ -135,6 +158,72 @@ def _store_problems(store: Store, chain: ChainCheck) -> list[str]:
             problems.append(_gone(row.action_id, row.settlement.status, row.receipt_seq))
         row = next(settled, None)
     return problems
+
+
+def _record_problems(store: Store) -> list[str]:
+    """Each action's history and each approval against what the action's row records.
+
+    A journal row deleted (or lost with a -wal) leaves the action's row, its receipt and
+    the chain whole; its history then lacks a record every such row has: the intent, a
+    claim for every epoch, the outcome, the unknown mark (a `sending` record is not
+    required by the store's rules, so one lost is not seen). An approval deleted leaves
+    its actions naming nothing; one replaced by a fresh grant has spent less than its
+    actions' settled refunds. Settled actions stream a batch at a time; only a total per
+    approval is kept.
+    """
+    problems: list[str] = []
+    spent: dict[str, int] = {}
+    settled = (row.action_id for row in store.settled() if row.settlement is not None)
+    for action_id in itertools.chain(settled, store.pending()):
+        try:
+            state = store.action(action_id)
+        except (ValueError, KeyError, TypeError):
+            continue  # unreadable: reported with the receipts
+        if state is None:
+            continue
+        problems.extend(_history_problems(action_id, state, store.history(action_id)))
+        lease_id, s = state.intent.lease_id, state.settlement
+        total = spent.setdefault(lease_id, 0)
+        if s is not None and s.status in ("sent", "adopted"):
+            spent[lease_id] = total + (s.amount if s.amount is not None else state.intent.amount)
+    for lease_id, total in sorted(spent.items()):
+        lease = store.lease(lease_id)
+        if lease is None:
+            problems.append(
+                f"approval {lease_id}: its actions act under it, but it is not in the store "
+                "(its row was deleted or lost)"
+            )
+        elif lease.spent < total:
+            problems.append(
+                f"approval {lease_id}: records {lease.spent} spent, but its actions' settled "
+                f"refunds come to {total} (its row was replaced or edited)"
+            )
+    return problems
+
+
+def _history_problems(
+    action_id: str, state: ActionState, history: list[JournalRecord]
+) -> list[str]:
+    kinds = [h.record for h in history]
+    missing: list[str] = []
+    if not kinds or kinds[0] != "intent":
+        missing.append("its intent")
+    epochs = sorted(int(h.data.get("epoch", 0)) for h in history if h.record == "claim")
+    if epochs != list(range(1, state.attempts + 1)):
+        missing.append(f"a claim for each of its {state.attempts} epochs (has {epochs})")
+    s = state.settlement
+    if s is not None:
+        outcomes = [h.data.get("status") for h in history if h.record == "outcome"]
+        if not outcomes or outcomes[-1] != s.status:
+            missing.append(f"its {s.status} outcome")
+    if state.unknown is not None and "unknown" not in kinds:
+        missing.append("its unknown mark")
+    if not missing:
+        return []
+    return [
+        f"action {action_id}: its history lacks {', '.join(missing)} "
+        "(journal rows were deleted or lost)"
+    ]
 
 
 def _unreceipted(row: SettledAction) -> str:
@@ -189,10 +278,70 @@ def _cross_check(store: Store, payments: Payments, scope: Iterable[str]) -> tupl
                 problems.extend(_receipt_matches(aid, f, by_id))
         for refund in refunds:
             named = refund.metadata.get(ACTION_METADATA_KEY)
-            if named is None or named not in facts or not refund.counts:
+            if named is None or not refund.counts:
                 continue
-            problems.extend(_refund_recorded(refund, named, facts[named]))
+            if named in facts:
+                problems.extend(_refund_recorded(refund, named, facts[named]))
+                continue
+            other = store.action(named)
+            if other is None:
+                # Rows deleted whole, or a lost -wal, leave no gap in what is left: only
+                # Stripe still remembers the action (docs/design.md §4).
+                problems.append(
+                    f"refund {refund.id} ({refund.amount}) at Stripe names action {named}, "
+                    "which the store does not have: its rows were deleted or lost "
+                    "(a -wal lost after a crash); restore the store from a backup"
+                )
+            elif other.intent.target != target:
+                problems.append(_elsewhere(refund, named, other.intent.target))
     return problems, checked
+
+
+def _account_check(store: Store, payments: Payments, scope: set[str]) -> tuple[list[str], int]:
+    """The account's refunds since the store's first action, beyond the listed payments."""
+    targets: dict[str, str] = {}
+    first: float | None = None
+    for aid in store.actions():
+        state = store.action(aid)
+        if state is None:
+            continue
+        targets[aid] = state.intent.target
+        first = state.intent.created_at if first is None else min(first, state.intent.created_at)
+    if first is None:
+        # No action to date the store by (a new store, or one emptied whole, which no
+        # check can tell apart): the account's whole history is not this store's to judge.
+        return [], 0
+    since = max(0, int(first) - ACCOUNT_SKEW_MARGIN_S)
+    try:
+        refunds = payments.list_refunds_since(since)
+    except PaymentsError as e:
+        return [f"could not read the account's refunds since {since}: {e}"], 0
+    # The payments the per-payment pass listed were checked there, refund by refund.
+    listed = {targets[aid] for aid in scope if aid in targets}
+    problems: list[str] = []
+    for refund in refunds:
+        named = refund.metadata.get(ACTION_METADATA_KEY)
+        if named is None or not refund.counts or refund.payment_intent in listed:
+            continue
+        target = targets.get(named)
+        if target is None:
+            problems.append(
+                f"refund {refund.id} ({refund.amount}) on {refund.payment_intent} at Stripe "
+                f"names action {named}, which the store does not have: its rows were deleted "
+                "or lost (a -wal lost after a crash), or it is another interlock store's on "
+                "this account; restore the store from a backup, or check only the payments "
+                "this store names (without account-wide)"
+            )
+        elif target != refund.payment_intent:
+            problems.append(_elsewhere(refund, named, target))
+    return problems, len(refunds)
+
+
+def _elsewhere(refund: Refund, action_id: str, target: str) -> str:
+    return (
+        f"refund {refund.id} ({refund.amount}) on {refund.payment_intent} at Stripe names "
+        f"action {action_id}, whose target is {target}: a send the receipts do not show"
+    )
 
 
 def _receipt_facts(store: Store, action_id: str) -> _Facts | None:

@@ -14,8 +14,8 @@ instead of sending twice, and re-checks the approval and the refunds the decisio
   recorded outcomes and refunds nothing twice. Build the intent from the activity's input
   only (the decision recorded in the workflow's history): a retry must journal the same
   decision, or the gate refuses it (`ActionError`, below).
-- **Heartbeats while it waits.** `ActivityGate` runs the gate with a `sleep` and an
-  `on_event` that heartbeat, the details naming the gate's last event (`{"event":
+- **Heartbeats while it waits.** `ActivityGate` wraps a `Gate` and runs it with a
+  `sleep` and an `on_event` that heartbeat, the details naming the gate's last event (`{"event":
   "claim-wait", "owner": ..., "seconds": ...}`), so a worker killed while it waits for a
   claim or for a send in flight is noticed one heartbeat timeout later. Nothing beats
   during one Stripe request: `ActivityTimeouts` gives a heartbeat timeout that covers one,
@@ -141,7 +141,8 @@ server (`interlock-demo stripe-emulator --port 12111` and `temporal server start
             )
         )
         ask = Refund(payment.id, 2_000, lease.id, interlock.refunds_fingerprint(payment.refunds))
-        refunds = Refunds(ActivityGate(store, interlock.StripeRefund(payments), timing=TIMING))
+        gate = interlock.Gate(store, interlock.StripeRefund(payments), timing=TIMING)
+        refunds = Refunds(ActivityGate(gate))
         client = await Client.connect("127.0.0.1:7233")
         with ThreadPoolExecutor() as pool:
             async with Worker(
@@ -175,9 +176,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 from urllib.parse import quote
@@ -187,16 +187,15 @@ try:
     from temporalio.exceptions import ApplicationError
 except ImportError as e:  # pragma: no cover - exercised in a subprocess without temporalio
     raise ImportError(
-        "interlock.temporal needs temporalio: pip install 'interlock-demo[temporal]' "
+        "interlock.temporal needs temporalio: pip install './packaging/interlock[temporal]' "
         "(the core of interlock works without it)"
     ) from e
 
-from interlock._claims import Owner
-from interlock._config import Switches, Timing
-from interlock._effects import Effect
+from interlock._config import Timing
 from interlock._errors import ActionError
+from interlock._events import GateEvent
 from interlock._gate import EventSink, Gate, Outcome
-from interlock._journal import MAX_ID_LENGTH, Intent, Store
+from interlock._journal import MAX_ID_LENGTH, Intent
 
 __all__ = [  # noqa: RUF022 - sorted case-insensitively, as interlock's own __all__
     "action_id_for",
@@ -305,33 +304,15 @@ class ActivityTimeouts:
 class ActivityGate:
     """A `Gate` for Temporal activities: heartbeats while it waits, errors Temporal sorts.
 
-    Make one per worker (it keeps only its settings; every `send` runs its own gate, so
-    concurrent activities heartbeat their own details). The options are `Gate`'s;
-    `on_event` also receives every gate event, before the heartbeat that carries it.
+    Wraps the gate it is given: make one per worker (`ActivityGate(Gate(store, effect,
+    timing=...))`). Every `send` runs a copy of that gate with all of its options but
+    two, its event sink and its sleep, which also heartbeat, so concurrent activities
+    heartbeat their own details; the given `on_event` still receives every gate event,
+    before the heartbeat that carries it.
     """
 
-    def __init__(
-        self,
-        store: Store,
-        effect: Effect,
-        *,
-        timing: Timing | None = None,
-        switches: Switches | None = None,
-        owner: Owner | None = None,
-        signing_key: bytes | None = None,
-        on_event: EventSink | None = None,
-        clock: Callable[[], float] = time.time,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
-        self.store = store
-        self.effect = effect
-        self.timing = timing
-        self.switches = switches
-        self.owner = owner
-        self._signing_key = signing_key
-        self._on_event = on_event
-        self._clock = clock
-        self._sleep = sleep
+    def __init__(self, gate: Gate) -> None:
+        self.gate = gate
 
     def send(self, intent: Intent) -> Outcome:
         """Run `intent` through the gate in the running activity; see the module docstring.
@@ -348,17 +329,14 @@ class ActivityGate:
                 "ActivityGate.send blocks on the store and on Stripe: call it in a synchronous "
                 "activity (def, run with an activity_executor), not in an async one"
             )
-        beats = _Heartbeats(self._on_event, self._sleep)
-        gate = Gate(
-            self.store,
-            self.effect,
-            timing=self.timing,
-            switches=self.switches,
-            owner=self.owner,
-            signing_key=self._signing_key,
-            on_event=beats.event,
-            clock=self._clock,
-            sleep=beats.sleep,
+        options = self.gate.options
+        beats = _Heartbeats(options.on_event, options.sleep)
+        # The wrapped gate's resolved monotonic clock stays: the heartbeating sleep waits
+        # in real time exactly when the given one does.
+        gate = Gate.from_options(
+            self.gate.store,
+            self.gate.effect,
+            replace(options, on_event=beats.event, sleep=beats.sleep),
         )
         try:
             outcome = gate.submit(intent)
@@ -381,11 +359,11 @@ class _Heartbeats:
         self._sleep = sleep
         self._last: dict[str, Any] = {"event": "start"}
 
-    def event(self, kind: str, data: Mapping[str, Any]) -> None:
+    def event(self, kind: GateEvent, data: Mapping[str, Any]) -> None:
         if self._on_event is not None:
             self._on_event(kind, data)
         plain = {k: v for k, v in data.items() if v is None or isinstance(v, (str, int, float))}
-        self._last = {"event": kind, **plain}
+        self._last = {"event": kind.value, **plain}
         activity.heartbeat(self._last)
 
     def sleep(self, seconds: float) -> None:

@@ -1,10 +1,11 @@
 """Certify your own effect: every crash point x provider answer x outage, judged per cell.
 
 Give it an `Effect` and a way to build a fresh world for it; it runs each cell in-process
-(the crash is simulated by stopping the worker at a gate event, as a SIGKILL would; the
-restart is a new `Gate` with a new owner; a fake clock makes every wait instant) and
-reports, per cell, whether the world ended as wanted (**right**), whether the outcome the
-gate reported agrees with it (**truthful**), and how many sends reached the provider.
+(the crash is simulated by stopping the worker at a crash point's gate event, as a SIGKILL
+would: `CRASH_POINTS`, each `interlock.CrashPoint` on a first send's path; the restart is
+a new `Gate` with a new owner; a fake clock makes every wait instant) and reports, per
+cell, whether the world ended as wanted (**right**), whether the outcome the gate reported
+agrees with it (**truthful**), and how many sends reached the provider.
 
 The provider's answers are made by wrapping your effect's `send`, so your effect needs no
 fault hooks of its own:
@@ -13,8 +14,10 @@ fault hooks of its own:
 - `lost`: the send happens, the answer is lost (a dropped connection);
 - `late`: the client's deadline passes while the provider still runs the request; it
   lands after any outage action (a request that reached the provider first counts first);
-- `in-progress`: as late, and a resend under the same key while it is held is told "in
-  progress" (a 409); the request lands after any outage action;
+- `in-progress`: as late, but the request is still running when the gate's wait ends: a
+  resend under the same key is told "in progress" (a real 409), and the request finishes
+  right after that answer; with an outage (no resend) it finishes by the end of the
+  in-flight window;
 - `refused`: a definite no (a 4xx): nothing happens;
 - `garbled`: the send happens, the answer cannot be read (a 2xx that is not the object).
 
@@ -23,6 +26,12 @@ refund a refund by hand); `revoke`, the approval is revoked. An outage happens w
 crashed worker is down, or (with no crash) while a send whose answer settled nothing may
 still land, or else between the decision and the gate's first read. The answer is the
 first worker's first send's; a restarted worker meets a provider that answers.
+
+Every cell is on a target where another action already sent, through your effect, under
+an action id one character from this one's (near-identical metadata), and the decision saw
+it; after the cell a second action on the same target is submitted. A lookup that adopts
+any agent's send instead of this action's own is caught: an outcome that claims the effect
+must name this action's own send, and the second action must tell the truth about its own.
 
 What is wanted: the effect exists exactly once if it reached the provider before the
 outage action, or if there was no outage action; otherwise (and for `refused`) it does
@@ -48,32 +57,32 @@ import itertools
 import socket
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from interlock._claims import Owner
 from interlock._config import Switches, Timing
+from interlock._crash_points import CrashPoint
 from interlock._effects import Effect, Found, Observation
 from interlock._errors import PaymentsRejectedError, PaymentsUnsettledError
+from interlock._events import GateEvent, event_problem
 from interlock._gate import Gate, Outcome
 from interlock._journal import Intent, Store
 from interlock._leases import Lease
 from interlock._store_memory import MemoryStore
+from interlock._stripe_emulator import TOKEN_ENV, StripeEmulator
+from interlock._stripe_inprocess import InProcessPayments
+from interlock._stripe_model import Fault, PaymentsModel, Reply, new_id
 
 # The provider's answers to the first send (see the module docstring).
 ANSWERS = ("ok", "lost", "late", "in-progress", "refused", "garbled")
 # What a person does while the worker is down or its send is held.
 OUTAGES = ("none", "change", "revoke")
-# The gate events a worker is killed at (None: it is not killed).
-CRASH_POINTS: tuple[str | None, ...] = (
+# Where the first worker is killed: every crash point at a gate event of a first send
+# (None: it is not killed).
+CRASH_POINTS: tuple[CrashPoint | None, ...] = (
     None,
-    "journaled",
-    "check",
-    "sending",
-    "before-send",
-    "answer-unsettled",
-    "after-answer",
-    "settled",
+    *(p for p in CrashPoint if p.event is not None and not p.recovery),
 )
 # The smallest useful timing; the fake clock makes every wait instant anyway.
 TIMING = Timing(claim_ttl_s=6, stripe_timeout_s=1)
@@ -90,13 +99,21 @@ __all__ = [
     "CLAIMING_REPORTS",
     "CRASH_POINTS",
     "OUTAGES",
+    "TOKEN_ENV",
     "UNSETTLED_REPORTS",
     "Cell",
     "CellResult",
     "Certification",
     "EffectWorld",
+    "Fault",
+    "InProcessPayments",
+    "PaymentsModel",
+    "Reply",
+    "StripeEmulator",
     "cells",
     "certify",
+    "event_problem",
+    "new_id",
     "run_cell",
     "truthful",
 ]
@@ -142,11 +159,16 @@ class EffectWorld(Protocol):
 
 @dataclass(frozen=True)
 class Cell:
-    """One crash point x provider answer x outage."""
+    """One crash point x provider answer x outage; a crash point's word is read as its
+    `CrashPoint` (an unknown one raises `ConfigError` naming the crash points)."""
 
-    crash: str | None
+    crash: CrashPoint | None
     answer: str
     outage: str
+
+    def __post_init__(self) -> None:
+        if self.crash is not None:
+            object.__setattr__(self, "crash", CrashPoint(self.crash))
 
     def __str__(self) -> str:
         return f"{self.crash or 'no-crash'}/{self.answer}/{self.outage}"
@@ -163,6 +185,9 @@ class CellResult:
     reason: str | None
     sends: int
     lease_ok: bool
+    names_its_own: bool = True
+    second_ok: bool = True
+    conflicts: int = 0
 
     @property
     def right(self) -> bool:
@@ -171,8 +196,12 @@ class CellResult:
 
     @property
     def truthful(self) -> bool:
-        """The report says the effect exists exactly when it does (`pending` claims nothing)."""
-        return truthful(self.reported, self.got)
+        """The report says the effect exists exactly when it does (`pending` claims nothing),
+        a claiming report names this action's own send (not the neighbour's), and the
+        second action on the target told the truth about its own."""
+        return truthful(self.reported, self.got, names_its_own=self.names_its_own) and (
+            self.second_ok
+        )
 
     def assert_certified(self) -> None:
         """Raise AssertionError naming the cell unless it is right and truthful."""
@@ -215,7 +244,7 @@ class Certification:
 
 
 def cells(
-    crash_points: tuple[str | None, ...] = CRASH_POINTS,
+    crash_points: tuple[CrashPoint | None, ...] = CRASH_POINTS,
     answers: tuple[str, ...] = ANSWERS,
     outages: tuple[str, ...] = OUTAGES,
 ) -> list[Cell]:
@@ -254,32 +283,48 @@ class _Crash(BaseException):
 class _Provider:
     """Wraps the effect's send to answer the first send as the cell says."""
 
-    def __init__(self, effect: Effect, answer: str) -> None:
+    def __init__(self, effect: Effect, answer: str, clock: Callable[[], float]) -> None:
         self.kind = effect.kind
+        self.clock = clock
+        # When a held request finishes at the latest (None: only a resend's 409 ends it).
+        self.land_by: float | None = None
         self.inner = effect
         self.answer = answer
         self.armed = answer != "ok"
         # Whether the answer was still unused when the first worker ended (it never sent).
         self.armed_at_end = self.armed
         self.sends = 0
+        self.conflicts = 0
         self.held: list[tuple[Intent, str]] = []
+        # The ids of the effects each idempotency key made: what an outcome may name.
+        self.made: dict[str, set[str]] = {}
 
     def observe(self, intent: Intent) -> Observation:
+        if self.held and self.land_by is not None and self.clock() >= self.land_by:
+            self.land()
         return self.inner.observe(intent)
+
+    def _make(self, intent: Intent, key: str) -> Found:
+        found = self.inner.send(intent, key)
+        self.made.setdefault(key, set()).add(found.external_id)
+        return found
 
     def send(self, intent: Intent, idempotency_key: str) -> Found:
         self.sends += 1
         if any(key == idempotency_key for _, key in self.held):
+            # The first request is still running: a real 409, after which it finishes.
+            self.conflicts += 1
+            self.land()
             raise PaymentsUnsettledError("send", "a request with this key is in progress", 409)
         if not self.armed:
-            return self.inner.send(intent, idempotency_key)
+            return self._make(intent, idempotency_key)
         self.armed = False
         if self.answer == "refused":
             raise PaymentsRejectedError("send", "refused", "the provider refused it", 400)
         if self.answer in ("late", "in-progress"):
             self.held.append((intent, idempotency_key))
             raise PaymentsUnsettledError("send", "the client's deadline passed")
-        found = self.inner.send(intent, idempotency_key)
+        found = self._make(intent, idempotency_key)
         if self.answer == "garbled":
             raise PaymentsUnsettledError("send", f"an unreadable answer ({found.external_id})", 200)
         raise PaymentsUnsettledError("send", "the answer was lost")
@@ -288,7 +333,7 @@ class _Provider:
         """Held requests finish at the provider."""
         held, self.held = self.held, []
         for intent, key in held:
-            self.inner.send(intent, key)
+            self._make(intent, key)
 
 
 def _dead_owner(name: str) -> Owner:
@@ -313,7 +358,13 @@ def run_cell(
     journal.grant_lease(
         Lease(lease_id, intent.kind, intent.target, intent.amount, _T0 + 86_400, "harness", _T0)
     )
-    provider = _Provider(w.effect, cell.answer)
+    provider = _Provider(w.effect, cell.answer, clock)
+    # Another action on the same target went first, through the same effect, under an id
+    # one character away: a lookup that adopts any agent's send (not this action's) adopts
+    # it. The decision saw it, as a model reading the target would.
+    neighbour = replace(intent, action_id=_near(intent.action_id))
+    w.effect.send(neighbour, neighbour.action_id)
+    intent = replace(intent, fingerprint=w.effect.observe(intent).fingerprint)
     reached_before: list[bool] = []
 
     def outage() -> None:
@@ -326,12 +377,16 @@ def run_cell(
         else:
             journal.revoke_lease(lease_id, "harness")
 
-    def gate(owner: Owner, events: Mapping[str, Callable[[], None]], crash: str | None) -> Gate:
-        def on_event(kind: str, _data: Mapping[str, Any]) -> None:
+    def gate(
+        owner: Owner,
+        events: Mapping[GateEvent, Callable[[Mapping[str, Any]], None]],
+        crash: CrashPoint | None,
+    ) -> Gate:
+        def on_event(kind: GateEvent, data: Mapping[str, Any]) -> None:
             hook = events.get(kind)
             if hook is not None:
-                hook()
-            if kind == crash:
+                hook(data)
+            if crash is not None and kind is crash.event:
                 raise _Crash(kind)
 
         return Gate(
@@ -346,15 +401,23 @@ def run_cell(
             sleep=clock.sleep,
         )
 
-    def while_held() -> None:
+    def while_held(seconds: float) -> None:
         outage()
-        provider.land()
+        if cell.answer != "in-progress":
+            provider.land()
+        elif cell.outage != "none":
+            # Still running while the gate waits; it finishes by the end of the in-flight
+            # window (Stripe within 5 s of the client's deadline, docs/design.md §4).
+            provider.land_by = clock.now + seconds
+        # With no outage it runs on past the window: the gate's resend meets a real 409.
 
     # With no crash, the outage comes while an unsettled send may still land, or (when
     # the answer settles at once) between the decision and the gate's first read.
-    first_events: dict[str, Callable[[], None]] = {"in-flight-wait": while_held}
+    first_events: dict[GateEvent, Callable[[Mapping[str, Any]], None]] = {
+        GateEvent.IN_FLIGHT_WAIT: lambda d: while_held(float(d["seconds"]))
+    }
     if cell.crash is None and cell.answer in ("ok", "refused"):
-        first_events["journaled"] = outage
+        first_events[GateEvent.JOURNALED] = lambda _d: outage()
     reported: Outcome | None
     try:
         reported = gate(_dead_owner("first"), first_events, cell.crash).submit(intent)
@@ -368,10 +431,36 @@ def run_cell(
     if reported is None or not reported.settled:
         clock.now += 10 * TIMING.claim_ttl_s
         reported = gate(Owner.current("restart"), {}, None).recover_action(intent.action_id)
+    # A second action on the same target after the first settled, decided on what is there
+    # now: it must send its own (or be refused), never adopt the first's.
+    sends = provider.sends
+    second = replace(w.decide(lease_id), target=intent.target, action_id=_near(intent.action_id, 1))
+    second = replace(second, fingerprint=w.effect.observe(second).fingerprint)
+    second_lease = f"{lease_id}-2"
+    journal.grant_lease(
+        Lease(second_lease, second.kind, second.target, second.amount, _T0 + 86_400 * 2,
+              "harness", clock.now)
+    )  # fmt: skip
+    second = replace(second, lease_id=second_lease)
+    second_out = gate(Owner.current("second"), {}, None).submit(second)
     got = w.count(intent)
     # A definite no means it never happens; a crash before the send means no answer came.
     refused = cell.answer == "refused" and provider.sends > 0 and not provider.armed_at_end
     wanted = 0 if refused or (reached_before and not reached_before[0]) else 1
     lease = journal.lease(lease_id)
     lease_ok = lease is not None and lease.spent <= lease.cap
-    return CellResult(cell, wanted, got, reported.status, reported.reason, provider.sends, lease_ok)
+    own = provider.made.get(intent.action_id, set())
+    names_own = reported.external_id in own
+    second_own = provider.made.get(second.action_id, set())
+    second_ok = truthful(
+        second_out.status,
+        w.count(second),
+        names_its_own=second_out.external_id in second_own,
+    ) and (second_out.status not in CLAIMING_REPORTS or w.count(second) == 1)
+    return CellResult(cell, wanted, got, reported.status, reported.reason, sends,
+                      lease_ok, names_own, second_ok, provider.conflicts)  # fmt: skip
+
+
+def _near(action_id: str, n: int = 0) -> str:
+    """The `n`th action id one character away from `action_id` (near-identical metadata)."""
+    return action_id[:-1] + [c for c in "xyz" if c != action_id[-1]][n]

@@ -1,0 +1,508 @@
+"""The refund desk behind `interlock.mcp`'s tools: approvals, what the model saw, the gate.
+
+No MCP import here: the desk is plain Python over a `Payments` and a `Store`, so a person's
+approval command and the tests use it without the `mcp` SDK; `interlock.mcp` puts its two
+tools on an MCP server.
+
+An MCP client calls `get_payment`, then `issue_refund`. The desk remembers, for this
+session, the fingerprint of the refunds it showed for each payment (or takes the one the
+call passes back), journals the refund as an `interlock.Intent` under the payment's
+approval, and runs it through `interlock.Gate`. The answer says in words what happened
+and what the model should do next; `pending` is always "unknown, being recovered", never
+a failure.
+
+The action id is derived from the payment and the `request_id` the model chose for this
+decision, so a call retried after its answer was lost (same payment, same request_id)
+names the same action: the gate finds it journaled, or finds its refund at Stripe, and
+refunds once. Nothing from the MCP session goes into it, so a retry through a restarted
+server is the same action too.
+
+Approvals are interlock leases, one live at a time per payment, with ids
+`mcp-approval:<payment>:<n>`; a person grants one (`grant_approval`) and revokes it
+(`revoke_approval`), and every refund re-checks it right before the send.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from interlock._claims import Owner
+from interlock._config import Switches, Timing
+from interlock._effects import StripeRefund
+from interlock._errors import InterlockError, PaymentsRejectedError, PaymentsUnsettledError
+from interlock._gate import REASON_WORLD_CHANGED, EventSink, Gate, Outcome
+from interlock._journal import Intent, Store
+from interlock._leases import Lease
+from interlock._payments import Payment, Payments, refunds_fingerprint
+
+
+class DeskError(InterlockError, ValueError):
+    """A tool call or an approval the desk cannot act on as given; the message says what
+    to send instead. Nothing was journaled or sent."""
+
+
+# Every action this server journals carries this in its metadata (and so in Stripe's).
+SOURCE_KEY, SOURCE = "via", "mcp"
+APPROVAL_PREFIX = "mcp-approval"
+_PAYMENT_ID = re.compile(r"pi_[A-Za-z0-9]{1,200}")
+_FINGERPRINT = re.compile(r"sha256:[0-9a-f]{64}")
+_REQUEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{7,99}")
+REQUEST_ID_RULE = "8 to 100 characters: letters, digits and _ . : - (a UUID is best)"
+# Stripe's largest amount in cents ($999,999.99); past it the journal's own bounds refuse.
+MAX_AMOUNT = 99_999_999
+MAX_REASON = 500
+AMOUNT_RULE = f"an integer number of cents from 1 to {MAX_AMOUNT:,} (a JSON number, not a string)"
+REASON_RULE = f"at most {MAX_REASON} characters of text on one line, no control characters"
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# What a refused refund says when the payment's refunds changed after the model's read.
+WORLD_CHANGED_WORDS = (
+    "the payment's refunds changed since you read it: read it again and ask a person"
+)
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A tool's answer: words for the model, data for programs, and whether it failed."""
+
+    text: str
+    data: dict[str, Any]
+    is_error: bool = False
+
+
+def action_id_for(payment_intent: str, request_id: str) -> str:
+    """The action id of a refund request: the same payment and request_id give the same id."""
+    digest = hashlib.sha256(f"{payment_intent}\n{request_id}".encode()).hexdigest()
+    return f"mcp_{digest[:32]}"
+
+
+def check_payment_id(payment_intent: object) -> str:
+    """The PaymentIntent id if it is a string of Stripe's shape, else `DeskError`."""
+    if not isinstance(payment_intent, str) or not _PAYMENT_ID.fullmatch(payment_intent):
+        raise DeskError(
+            f"{_shown(payment_intent)} is not a PaymentIntent id: use the payment's id as Stripe "
+            "shows it, a string such as pi_3Qx8..."
+        )
+    return payment_intent
+
+
+def _shown(value: object) -> str:
+    """An argument as the model sent it, short and on one line."""
+    text = json.dumps(value) if isinstance(value, (str, int, float, bool, type(None))) else ""
+    text = text or type(value).__name__
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def dollars(cents: int) -> str:
+    """Cents as dollars, `$20.00`."""
+    return f"${cents // 100:,}.{cents % 100:02d}"
+
+
+# -- approvals ----------------------------------------------------------------------------
+
+
+def _approval_id(payment_intent: str, n: int) -> str:
+    return f"{APPROVAL_PREFIX}:{payment_intent}:{n}"
+
+
+def current_approval(store: Store, payment_intent: str) -> Lease | None:
+    """The payment's latest approval (live, revoked or expired), or None if it never had one."""
+    latest, n = None, 1
+    while (lease := store.lease(_approval_id(payment_intent, n))) is not None:
+        latest, n = lease, n + 1
+    return latest
+
+
+def approval_state(lease: Lease, now: float) -> str:
+    """`live`, `revoked` or `expired`."""
+    if lease.revoked:
+        return "revoked"
+    return "expired" if now >= lease.expires_at else "live"
+
+
+def grant_approval(
+    store: Store,
+    payment_intent: str,
+    cap: int,
+    *,
+    hours: float,
+    by: str,
+    now: float | None = None,
+) -> Lease:
+    """Approve refunds on the payment up to `cap` cents for `hours`; `DeskError` if one is live.
+
+    A live approval is never replaced silently: the person revokes it first, so that its
+    spend and its reservations are not forgotten by a fresh cap. `now` defaults to the
+    wall clock.
+    """
+    now = time.time() if now is None else now
+    check_payment_id(payment_intent)
+    if cap <= 0:
+        raise DeskError(f"the cap must be a positive number of cents, got {cap}")
+    if not 0 < hours <= 24 * 366:
+        raise DeskError(f"the approval must last more than 0 and at most a year, got {hours} h")
+    latest = current_approval(store, payment_intent)
+    if latest is not None and approval_state(latest, now) == "live":
+        raise DeskError(
+            f"{payment_intent} already has a live approval ({dollars(latest.cap)} cap, "
+            f"{dollars(latest.available_for(''))} left): revoke it first, then approve again"
+        )
+    n = 1 if latest is None else int(latest.id.rsplit(":", 1)[1]) + 1
+    return store.grant_lease(
+        Lease(
+            id=_approval_id(payment_intent, n),
+            kind=StripeRefund.kind,
+            target=payment_intent,
+            cap=cap,
+            expires_at=now + hours * 3600,
+            granted_by=by,
+            granted_at=now,
+        )
+    )
+
+
+def revoke_approval(
+    store: Store, payment_intent: str, *, by: str, now: float | None = None
+) -> Lease:
+    """Revoke the payment's approval; `DeskError` if it has none that is live."""
+    now = time.time() if now is None else now
+    check_payment_id(payment_intent)
+    latest = current_approval(store, payment_intent)
+    if latest is None:
+        raise DeskError(f"{payment_intent} has no approval to revoke")
+    if approval_state(latest, now) != "live":
+        raise DeskError(f"{payment_intent}'s approval is already {approval_state(latest, now)}")
+    return store.revoke_lease(latest.id, by)
+
+
+def approval_view(lease: Lease | None, now: float) -> dict[str, Any] | None:
+    """The approval as `get_payment` shows it to the model."""
+    if lease is None:
+        return None
+    return {
+        "id": lease.id,
+        "state": approval_state(lease, now),
+        "cap": lease.cap,
+        "spent": lease.spent,
+        "left": max(0, lease.available_for("")),
+        "expires_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(lease.expires_at)),
+    }
+
+
+# -- the desk -----------------------------------------------------------------------------
+
+
+class RefundDesk:
+    """The two tools' logic over a payments client and a journal store, for one session.
+
+    `log` gets a line for each recovery and each gate step that raised; `on_event` gets the
+    gate's own events (`interlock.GateEvent`). One desk per server process: its owner is
+    this process, so a restarted server takes over a dead one's claims.
+    """
+
+    def __init__(
+        self,
+        payments: Payments,
+        store: Store,
+        *,
+        timing: Timing,
+        owner: Owner | None = None,
+        log: Log | None = None,
+        on_event: EventSink | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.payments = payments
+        self.store = store
+        self._log = log or (lambda _text: None)
+        self._clock = clock
+        self.gate = refund_gate(
+            payments,
+            store,
+            timing=timing,
+            owner=owner or Owner.current("mcp-server"),
+            on_event=on_event,
+            clock=clock,
+        )
+        # payment -> fingerprint of the refunds get_payment showed in this session
+        self._shown: dict[str, str] = {}
+        self._lock = threading.Lock()
+        # The SDK runs tool calls in threads, maybe at once. One gate step at a time: two
+        # steps of one owner on one action would fence each other out and answer
+        # "pending" for nothing.
+        self._gate_lock = threading.Lock()
+
+    def recover(self) -> list[Outcome]:
+        """Finish this server's journaled refunds that have no outcome yet, without waiting.
+
+        Runs on start and before every tool call: an unknown answer is looked up at Stripe
+        (and settled when its refund shows) while the claim rules allow, never sent twice.
+        Skipped while another call is at the gate; it runs again before the next call.
+        """
+        if not self._gate_lock.acquire(blocking=False):
+            return []
+        try:
+            return self._recover()
+        finally:
+            self._gate_lock.release()
+
+    def _recover(self) -> list[Outcome]:
+        outcomes = []
+        for aid in self.store.pending():
+            state = self.store.action(aid)
+            if state is None or state.intent.metadata.get(SOURCE_KEY) != SOURCE:
+                continue
+            try:
+                outcome = self.gate.recover_action(aid, wait=False)
+            except InterlockError as e:
+                self._log(f"recovery of {aid} stopped: {e}")
+                continue
+            self._log(f"recovery of {aid}: {outcome.status} {outcome.reason or ''}".rstrip())
+            outcomes.append(outcome)
+        return outcomes
+
+    # -- get_payment ---------------------------------------------------------------------
+
+    def get_payment(self, payment_intent: str) -> Answer:
+        """The payment with its refunds and its approval; remembers what it showed."""
+        try:
+            check_payment_id(payment_intent)
+        except DeskError as e:
+            return _invalid(str(e))
+        self.recover()
+        try:
+            payment = self.payments.get_payment(payment_intent)
+        except PaymentsRejectedError as e:
+            return Answer(
+                f"Could not read {payment_intent}: Stripe answered {e.code}: "
+                f"{e.provider_message}. Check the payment id.",
+                {"status": "error", "code": e.code},
+                is_error=True,
+            )
+        except PaymentsUnsettledError as e:
+            return Answer(
+                f"Could not read {payment_intent} right now ({e.detail}); try again shortly.",
+                {"status": "error", "code": "unsettled"},
+                is_error=True,
+            )
+        fingerprint = refunds_fingerprint(payment.refunds)
+        with self._lock:
+            self._shown[payment_intent] = fingerprint
+        view = _payment_view(payment)
+        view["refunds_fingerprint"] = fingerprint
+        view["approval"] = approval_view(
+            current_approval(self.store, payment_intent), self._clock()
+        )
+        return Answer(json.dumps(view), view)
+
+    # -- issue_refund --------------------------------------------------------------------
+
+    def issue_refund(
+        self,
+        payment_intent: str,
+        amount: int,
+        request_id: str,
+        seen_fingerprint: str | None = None,
+        reason: str | None = None,
+    ) -> Answer:
+        """Refund through the gate; a retried request_id returns its first outcome.
+
+        `seen_fingerprint` is the `refunds_fingerprint` of the read the model decided on;
+        without it, the one this session's last `get_payment` of the payment showed.
+        """
+        try:
+            check_payment_id(payment_intent)
+            if (
+                isinstance(amount, bool)
+                or not isinstance(amount, int)
+                or not 1 <= amount <= MAX_AMOUNT
+            ):
+                raise DeskError(f"amount must be {AMOUNT_RULE}; got {_shown(amount)}")
+            if not isinstance(request_id, str) or not _REQUEST_ID.fullmatch(request_id):
+                raise DeskError(
+                    f"request_id {_shown(request_id)} is not valid: use a string of "
+                    f"{REQUEST_ID_RULE}"
+                )
+            if reason is not None and (
+                not isinstance(reason, str) or len(reason) > MAX_REASON or _CONTROL.search(reason)
+            ):
+                raise DeskError(
+                    f"reason must be {REASON_RULE} (got {_shown(reason)}, "
+                    f"{len(reason) if isinstance(reason, str) else 0} characters); shorten it "
+                    "or leave it out"
+                )
+            if seen_fingerprint is not None and (
+                not isinstance(seen_fingerprint, str)
+                or not _FINGERPRINT.fullmatch(seen_fingerprint)
+            ):
+                raise DeskError(
+                    "refunds_fingerprint must be the value get_payment returned (sha256:...); "
+                    "leave it out to use this session's last read of the payment"
+                )
+        except DeskError as e:
+            return _invalid(str(e))
+        self.recover()
+        aid = action_id_for(payment_intent, request_id)
+        asked = {"payment_intent": payment_intent, "amount": amount, "request_id": request_id}
+        state = self.store.action(aid)
+        if state is not None:
+            if state.intent.amount != amount:
+                return _invalid(
+                    f"request_id {request_id} already names a refund of "
+                    f"{dollars(state.intent.amount)} on {payment_intent}; a retry must repeat "
+                    "the same amount. For a new refund decision use a new request_id."
+                )
+            retry = state.settlement is not None
+            outcome = (
+                Outcome.from_state(state) if retry else self._run(aid, lambda: self._resume(aid))
+            )
+            return outcome_answer(outcome, asked, retry=retry)
+
+        seen = seen_fingerprint
+        with self._lock:
+            seen = seen or self._shown.get(payment_intent)
+        if seen is None:
+            return _invalid(
+                f"read the payment with get_payment({payment_intent}) before refunding, so the "
+                "refund is checked against the refunds you saw"
+            )
+        lease = current_approval(self.store, payment_intent)
+        if lease is None:
+            return Answer(
+                f"Not refunded: {payment_intent} has no approval for refunds. Ask a person to "
+                "approve it; nothing was journaled or sent.",
+                {**asked, "status": "refused", "refunded": False, "reason": "no approval"},
+                is_error=True,
+            )
+        intent = Intent(
+            action_id=aid,
+            kind=StripeRefund.kind,
+            target=payment_intent,
+            amount=amount,
+            lease_id=lease.id,
+            fingerprint=seen,
+            metadata={SOURCE_KEY: SOURCE, "request_id": request_id},
+            context={
+                "request_id": request_id,
+                "reason": reason or "",
+                "fingerprint_from": "call" if seen_fingerprint else "get_payment",
+            },
+        )
+        return outcome_answer(self._run(aid, lambda: self.gate.submit(intent)), asked, retry=False)
+
+    def _resume(self, action_id: str) -> Outcome:
+        return self.gate.recover_action(action_id, wait=False)
+
+    def _run(self, action_id: str, step: Callable[[], Outcome]) -> Outcome:
+        """Run a gate step; if it raises, report what the journal holds, never a guess."""
+        try:
+            with self._gate_lock:
+                return step()
+        except InterlockError as e:
+            self._log(f"{action_id}: {type(e).__name__}: {e}")
+            state = self.store.action(action_id)
+            if state is not None and state.settlement is not None:
+                return Outcome.from_state(state)
+            return Outcome(action_id, "pending", f"{type(e).__name__}: {e}")
+
+
+def refund_gate(
+    payments: Payments,
+    store: Store,
+    *,
+    timing: Timing,
+    owner: Owner,
+    on_event: EventSink | None,
+    clock: Callable[[], float],
+) -> Gate:
+    """The gate every refund of the desk goes through."""
+    return Gate(
+        store,
+        StripeRefund(payments),
+        timing=timing,
+        switches=Switches(),  # a server that moves money never emulates
+        owner=owner,
+        on_event=on_event,
+        clock=clock,
+        # One send per call: a call that gets no settled answer waits out that send's
+        # in-flight window (looking its refund up) and then answers "unknown", within
+        # an MCP client's patience; the next call or a restart carries on.
+        max_sends=1,
+    )
+
+
+def _payment_view(payment: Payment) -> dict[str, Any]:
+    return {
+        "id": payment.id,
+        "amount": payment.amount,
+        "currency": payment.currency,
+        "status": payment.status,
+        "amount_refunded": payment.amount_refunded,
+        "refunds": [{"id": r.id, "amount": r.amount, "status": r.status} for r in payment.refunds],
+    }
+
+
+def _invalid(text: str) -> Answer:
+    return Answer(text, {"status": "invalid", "refunded": False, "reason": text}, is_error=True)
+
+
+def outcome_answer(outcome: Outcome, asked: Mapping[str, Any], *, retry: bool) -> Answer:
+    """An outcome in words the model can act on, with the data a program needs.
+
+    `retry` says the request_id had settled before this call, so nothing was attempted now.
+    """
+    pi, amount, rid = asked["payment_intent"], int(asked["amount"]), asked["request_id"]
+    receipt = outcome.receipt
+    data: dict[str, Any] = {
+        **asked,
+        "status": outcome.status,
+        "refunded": {"sent": True, "adopted": True, "pending": None}.get(outcome.status, False),
+        "refund_id": outcome.external_id,
+        "reason": outcome.reason,
+        "action_id": outcome.action_id,
+        "retry": retry,
+        "receipt": None
+        if receipt is None
+        else {"seq": receipt.seq, "hash": receipt.hash, "signed": receipt.signature is not None},
+    }
+    again = "Already settled for this request_id; nothing was sent again. " if retry else ""
+    note = f" Receipt #{receipt.seq} ({receipt.hash[:16]}…)." if receipt is not None else ""
+    status = outcome.status
+    if status == "sent":
+        text = f"Refunded {dollars(amount)} on {pi}: refund {outcome.external_id}."
+    elif status == "adopted":
+        text = (
+            f"Refunded {dollars(amount)} on {pi}: refund {outcome.external_id}. An earlier try "
+            "of this request had already made it at Stripe (its answer was lost); it was "
+            "found there and nothing was sent twice."
+        )
+    elif status == "pending":
+        text = (
+            f"Unknown, being recovered: Stripe's answer did not settle whether the refund of "
+            f"{dollars(amount)} on {pi} was made ({outcome.reason}). It is not failed: the "
+            "server looks it up at Stripe before every call and on restart, and never sends "
+            "it twice. Do not refund again with a new request_id; call issue_refund later "
+            f"with the same request_id ({rid}) to learn the outcome, and tell the customer "
+            "the refund is being confirmed. If it stays unknown, ask a person to check the "
+            "payment in Stripe."
+        )
+    elif status == "refused" and outcome.reason == REASON_WORLD_CHANGED:
+        text = f"Not refunded: {WORLD_CHANGED_WORDS}. Nothing was sent."
+    elif status == "refused":
+        text = (
+            f"Not refunded: {outcome.reason}. Nothing was sent. Do not retry; ask a person "
+            "to look at the payment and its approval."
+        )
+    else:
+        text = (
+            f"Not refunded: Stripe declined it ({outcome.code}: {outcome.reason}). Nothing "
+            "was refunded; tell the customer or ask a person."
+        )
+    return Answer(again + text + note, data, is_error=status in ("refused", "failed"))
