@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from interlock import Switches
+from interlock import ConfigError, CrashPoint, Switches
 
 Outage = Literal["none", "hand-refund", "revoke"]
 ColumnName = Literal["standard", "interlock", "checked"]
@@ -75,14 +75,15 @@ class Scenario:
     id: str
     key: str
     title: str
-    crash_point: str
+    # Where the first worker dies (None: it lives, as in a fault cell that needs no kill).
+    crash_point: CrashPoint | None
     outage: Outage
     story: str
     wanted_text: str
     wanted_agent_refunds: int
     wanted_hand_refunds: int
     # Further crash points for the restarted workers (a kill during recovery).
-    later_kills: tuple[str, ...] = ()
+    later_kills: tuple[CrashPoint, ...] = ()
     sweep: bool = False
     # The app's footer label for its key, and the key's tooltip (presenter scenarios only).
     label: str = ""
@@ -91,9 +92,10 @@ class Scenario:
     fault: str | None = None
 
     @property
-    def kills(self) -> tuple[str, ...]:
+    def kills(self) -> tuple[CrashPoint, ...]:
         """Every crash point in order: the first worker's, then each restarted one's."""
-        return (self.crash_point, *self.later_kills)
+        first = () if self.crash_point is None else (self.crash_point,)
+        return (*first, *self.later_kills)
 
     @property
     def wanted_total(self) -> int:
@@ -124,7 +126,7 @@ SCENARIOS: dict[str, Scenario] = {
             id="hand-refund",
             key="1",
             title="Hand refund during the outage",
-            crash_point="before-send",
+            crash_point=CrashPoint.BEFORE_SEND,
             outage="hand-refund",
             story="The worker dies right before the refund call; support refunds $20 by hand.",
             wanted_text="one $20 refund, the hand one",
@@ -137,7 +139,7 @@ SCENARIOS: dict[str, Scenario] = {
             id="revoked",
             key="2",
             title="Approval revoked during the outage",
-            crash_point="before-send",
+            crash_point=CrashPoint.BEFORE_SEND,
             outage="revoke",
             story="The worker dies right before the refund call; support revokes the approval.",
             wanted_text="no refund",
@@ -150,7 +152,7 @@ SCENARIOS: dict[str, Scenario] = {
             id="after-answer",
             key="3",
             title="Crash after Stripe answered (control)",
-            crash_point="after-answer",
+            crash_point=CrashPoint.AFTER_ANSWER,
             outage="none",
             story="The worker dies right after Stripe's answer, before anything recorded it.",
             wanted_text="one $20 refund",
@@ -196,39 +198,45 @@ TRUTH: dict[tuple[str, str], dict[str, Expectation]] = {
 }
 
 
-# The sweep: every crash point on a refund's path x every outage action (docs/design.md §3).
-SWEEP_CRASH_POINTS = (
-    "after-decision",
-    "after-journal",
-    "after-sending",
-    "before-send",
-    "in-flight",
-    "after-answer",
-    "after-outcome",
-    "during-recovery",
+# The sweep: every crash point on a refund's path that every column's worker has, x every
+# outage action (docs/design.md §3). The gate's own steps (a check, an unsettled answer)
+# are certified in-process (`interlock.testing.CRASH_POINTS`).
+SWEEP_CRASH_POINTS: tuple[CrashPoint, ...] = (
+    CrashPoint.AFTER_DECISION,
+    CrashPoint.AFTER_JOURNAL,
+    CrashPoint.AFTER_SENDING,
+    CrashPoint.BEFORE_SEND,
+    CrashPoint.IN_FLIGHT,
+    CrashPoint.AFTER_ANSWER,
+    CrashPoint.AFTER_OUTCOME,
+    CrashPoint.DURING_RECOVERY,
 )
 SWEEP_OUTAGES: tuple[Outage, ...] = ("none", "hand-refund", "revoke")
 # Crash points after which the agent's refund is already at Stripe when people act.
-REACHED_STRIPE = frozenset({"in-flight", "after-answer", "after-outcome"})
+REACHED_STRIPE = frozenset(
+    {CrashPoint.IN_FLIGHT, CrashPoint.AFTER_ANSWER, CrashPoint.AFTER_OUTCOME}
+)
 _SWEEP_PREFIX = "sweep/"
 
 
-def sweep_scenario(crash_point: str, outage: Outage) -> Scenario:
+def sweep_scenario(crash_point: CrashPoint, outage: Outage) -> Scenario:
     """One cell of the sweep, with what is wanted by the rule of docs/design.md §3.
 
     The agent's refund must exist exactly once if it reached Stripe before the outage
     action, or if there was no outage action; otherwise it must not exist. A hand refund
-    is always there once it was made. `during-recovery` dies right before the send, then
-    kills the restarted worker in its recovery, and a third worker finishes.
+    is always there once it was made. A recovery's crash point (`during-recovery`) dies
+    right before the send, then kills the restarted worker in its recovery, and a third
+    worker finishes.
     """
     if crash_point not in SWEEP_CRASH_POINTS or outage not in SWEEP_OUTAGES:
-        raise KeyError(f"no sweep cell {crash_point}/{outage}")
+        raise KeyError(
+            f"no sweep cell {crash_point}/{outage}; the sweep's crash points are "
+            f"{', '.join(SWEEP_CRASH_POINTS)} and its outages {', '.join(SWEEP_OUTAGES)}"
+        )
     agent = 1 if outage == "none" or crash_point in REACHED_STRIPE else 0
     hand = 1 if outage == "hand-refund" else 0
     first, later = (
-        ("before-send", ("during-recovery",))
-        if crash_point == "during-recovery"
-        else (crash_point, ())
+        (CrashPoint.BEFORE_SEND, (crash_point,)) if crash_point.recovery else (crash_point, ())
     )
     wanted = " and ".join(
         part
@@ -253,7 +261,7 @@ def sweep_scenario(crash_point: str, outage: Outage) -> Scenario:
     )
 
 
-# The fault axis (issue 10): what Stripe answers to the first refund call of each
+# The fault axis: what Stripe answers to the first refund call of each
 # column's worker, x every outage action, done while that call is held at Stripe.
 @dataclass(frozen=True)
 class FaultSpec:
@@ -263,10 +271,11 @@ class FaultSpec:
     ends after the client gave up and inside the 5 s in-flight margin (docs/design.md §4).
     `lands`: Stripe began executing the first call, so its refund is made whatever the
     answer said; a call that never began (a 429) did not reach Stripe in §3's sense.
-    `crash_point`: where the first worker dies ("none": it lives and handles the answer).
+    `crash_point`: where the first worker dies (None: it lives and handles the answer).
     `restart_after_landing`: a restart waits until the held call has landed (else it comes
     at once, while the call may still be running). `read_fault`: armed for the restarted
-    worker's first read.
+    worker's first read. `count`: how many answers the fault takes (a `drop` twice also
+    loses the one resend the Stripe transport makes on a new connection).
     """
 
     id: str
@@ -276,9 +285,10 @@ class FaultSpec:
     story: str
     hold_over_timeout_s: float | None = None
     hold_ms: int = 0
-    crash_point: str = "none"
+    crash_point: CrashPoint | None = None
     restart_after_landing: bool = False
     read_fault: str | None = None
+    count: int = 1
 
     def hold_for(self, stripe_timeout_s: float) -> int:
         """The hold in milliseconds for a client with this Stripe timeout."""
@@ -319,7 +329,8 @@ FAULTS: dict[str, FaultSpec] = {
             kind="drop",
             stage=None,
             lands=True,
-            story="Stripe makes the refund; the connection closes with no answer",
+            count=2,
+            story="Stripe makes the refund; the connection closes with no answer, twice",
         ),
         FaultSpec(
             id="429",
@@ -341,7 +352,7 @@ FAULTS: dict[str, FaultSpec] = {
             stage="after_commit",
             lands=True,
             hold_ms=500,
-            crash_point="after-answer",
+            crash_point=CrashPoint.AFTER_ANSWER,
             read_fault="read_401",
             story="the worker dies after Stripe's answer; the restarted worker's first read "
             "gets a 401 (a key problem), and a later one works once the key is fixed",
@@ -396,7 +407,11 @@ def scenario(scenario_id: str) -> Scenario:
         return fault_scenario(fault, outage)  # type: ignore[arg-type]
     if scenario_id.startswith(_SWEEP_PREFIX):
         crash, _, outage = scenario_id[len(_SWEEP_PREFIX) :].partition("/")
-        return sweep_scenario(crash, outage)  # type: ignore[arg-type]
+        try:
+            point = CrashPoint(crash)
+        except ConfigError as e:
+            raise KeyError(f"no sweep cell {crash}/{outage}: {e}") from None
+        return sweep_scenario(point, outage)  # type: ignore[arg-type]
     try:
         return SCENARIOS[scenario_id]
     except KeyError:

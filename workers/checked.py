@@ -12,7 +12,7 @@ from interlock import PaymentsAuthError, PaymentsUnsettledError, refunds_fingerp
 from workers import standard
 from workers.agent import Decision
 from workers.context import WorkerContext
-from workers.protocol import ColumnOutcome, EventKind
+from workers.protocol import CHECK_APPROVAL, CHECK_WORLD, ColumnOutcome, EventKind
 
 
 def run(ctx: WorkerContext) -> ColumnOutcome:
@@ -30,7 +30,11 @@ def stop_if_changed(ctx: WorkerContext, decision: Decision) -> ColumnOutcome | N
     except PaymentsAuthError as e:
         return standard.key_refused(ctx, e)
     except PaymentsUnsettledError as e:
-        ctx.emit(EventKind.RECHECK, f"could not re-read the refunds: {e.detail}; nothing sent")
+        ctx.emit(
+            EventKind.RECHECK,
+            f"could not re-read the refunds: {e.detail}; nothing sent",
+            error=e.detail,
+        )
         return ColumnOutcome("unknown", reason=f"could not re-check: {e.detail}")
     return None if stop is None else ColumnOutcome("stopped", reason=stop)
 
@@ -38,17 +42,24 @@ def stop_if_changed(ctx: WorkerContext, decision: Decision) -> ColumnOutcome | N
 def recheck(ctx: WorkerContext, decision: Decision) -> str | None:
     """The hand-written check: stop if the refunds or the approval changed.
 
-    Returns why it stops, or None. A read that fails raises (`PaymentsAuthError`,
+    Returns why it stops, or None; its event names the check that stopped it as the gate
+    names its own (`failed_check`). A read that fails raises (`PaymentsAuthError`,
     `PaymentsUnsettledError`): then nothing was checked.
     """
     payment = ctx.payments.get_payment(ctx.case.payment_intent)
     lease = ctx.store.lease(ctx.case.lease_id)
     if refunds_fingerprint(payment.refunds) != decision.fingerprint:
-        reason = "the payment's refunds changed since the decision"
+        failed, reason = CHECK_WORLD, "the payment's refunds changed since the decision"
     elif lease is None or lease.revoked or lease.expires_at <= ctx.clock():
-        reason = "the approval was revoked or expired"
+        failed, reason = CHECK_APPROVAL, "the approval was revoked or expired"
     else:
-        ctx.emit(EventKind.RECHECK, "re-read the refunds and the approval: unchanged")
+        ctx.emit(
+            EventKind.RECHECK, "re-read the refunds and the approval: unchanged", failed_check=None
+        )
         return None
-    ctx.emit(EventKind.RECHECK, f"re-read the refunds and the approval: {reason}; stopping")
+    ctx.emit(
+        EventKind.RECHECK,
+        f"re-read the refunds and the approval: {reason}; stopping",
+        failed_check=failed,
+    )
     return reason

@@ -17,26 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from interlock import Owner, Payments, Store, Switches, Timing, new_action_id
+from interlock import CrashPoint, Owner, Payments, Store, Switches, Timing, new_action_id
 from workers.agent import Decision, Model, decide
 from workers.protocol import EventKind
 from workers.texts import STRIPE
-
-# Where a worker can die, in the order a refund passes them. `in-flight` is not here: the
-# supervisor kills the worker while the emulator holds Stripe's answer.
-CRASH_POINTS = (
-    "after-decision",
-    "after-journal",
-    "after-sending",
-    "before-send",
-    "after-answer",
-    "after-outcome",
-    "during-recovery",
-)
-
-# Columns whose restarted worker reads the payment before it acts (a read fault can hit
-# it); the standard worker resends on its saved decision without reading anything.
-READS_ON_RESTART = frozenset({"interlock", "checked"})
 
 # `WorkerContext.extra` key: a decision made and recorded before this worker ran, which
 # it uses instead of asking the model (the Temporal engine's refund activity).
@@ -161,7 +145,7 @@ class WorkerContext:
     store: Store
     box: DecisionBox
     emit: Emit
-    crash: Callable[[str], None]
+    crash: Callable[[CrashPoint], None]
     model: Callable[[], Model]
     timing: Timing
     switches: Switches
@@ -172,6 +156,8 @@ class WorkerContext:
     answerer: str = STRIPE
     # Mints a new decision's action id; mock runs pass the engine's, so tests can predict it.
     new_action_id: Callable[[], str] = new_action_id
+    # Where `crash` kills this run (None: nowhere), so a story can refuse one it never reaches.
+    crash_point: CrashPoint | None = None
 
 
 # Builds a column's worker context for one run from the case, its decision box, how it
@@ -206,5 +192,5 @@ def ask_model(ctx: WorkerContext) -> Decision:
         ctx.emit(
             EventKind.DECISION, f"model decided no refund: {decision.text}", model=decision.model
         )
-    ctx.crash("after-decision")
+    ctx.crash(CrashPoint.AFTER_DECISION)
     return decision

@@ -15,33 +15,44 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from interlock import (
+    CrashPoint,
     Gate,
+    GateEvent,
+    GateOptions,
     Intent,
     Outcome,
+    Payments,
     PaymentsAuthError,
+    Store,
     StripeRefund,
 )
 from workers.agent import Decision
 from workers.context import Case, WorkerContext, ask_model
-from workers.protocol import ColumnOutcome, EventKind, gate_kind
+from workers.protocol import ColumnOutcome, EventKind, event_fields, gate_kind
 from workers.texts import gate_event_text, key_refused_reason
-
-# Gate events that are crash points for the interlock worker.
-_GATE_CRASH_POINTS = {
-    "journaled": "after-journal",
-    "sending": "after-sending",
-    "before-send": "before-send",
-    "after-answer": "after-answer",
-    "settled": "after-outcome",
-    "claim": "during-recovery",
-}
 
 
 def run(ctx: WorkerContext) -> ColumnOutcome:
     """Recover this case's journaled action, or decide and submit a new one."""
-    gate = Gate(
-        ctx.store,
-        StripeRefund(ctx.payments),
+    gate = refund_gate(ctx.store, ctx.payments, gate_options(ctx))
+    try:
+        return _recover_or_submit(ctx, gate)
+    except PaymentsAuthError as e:
+        mine = ctx.store.actions(ctx.case.metadata)
+        return key_refused(ctx, e, mine[-1] if mine else None)
+
+
+def refund_gate(store: Store, payments: Payments, options: GateOptions) -> Gate:
+    """The demo's refund gate: interlock's Stripe refund over `payments`, journaled in
+    `store`. Every gate of the demo is this one (the worker's, Temporal's activity, the
+    engine's re-approval); they differ only in `options`."""
+    return Gate.from_options(store, StripeRefund(payments), options)
+
+
+def gate_options(ctx: WorkerContext) -> GateOptions:
+    """A worker's gate options: its context's timing, switches, owner, clock and sleep,
+    and its event lines and crash points (`gate_listener`)."""
+    return GateOptions(
         timing=ctx.timing,
         switches=ctx.switches,
         owner=ctx.owner,
@@ -49,11 +60,6 @@ def run(ctx: WorkerContext) -> ColumnOutcome:
         clock=ctx.clock,
         sleep=ctx.sleep,
     )
-    try:
-        return _recover_or_submit(ctx, gate)
-    except PaymentsAuthError as e:
-        mine = ctx.store.actions(ctx.case.metadata)
-        return key_refused(ctx, e, mine[-1] if mine else None)
 
 
 def _recover_or_submit(ctx: WorkerContext, gate: Gate) -> ColumnOutcome:
@@ -117,23 +123,19 @@ def key_refused(ctx: WorkerContext, e: PaymentsAuthError, action_id: str | None)
     return ColumnOutcome("pending", reason=reason, action_id=action_id)
 
 
-def gate_listener(ctx: WorkerContext) -> Callable[[str, Mapping[str, Any]], None]:
+def gate_listener(ctx: WorkerContext) -> Callable[[GateEvent, Mapping[str, Any]], None]:
     """The gate's `on_event` for this worker: each shown event as a line, and the
     worker's crash points among the gate's steps."""
 
-    def on_event(kind: str, data: Mapping[str, Any]) -> None:
-        point = _GATE_CRASH_POINTS.get(kind)
-        if kind == "before-send" and point is not None:
+    def on_event(kind: GateEvent, data: Mapping[str, Any]) -> None:
+        point = CrashPoint.at(kind)
+        if kind is GateEvent.BEFORE_SEND and point is not None:
             # The request has not gone out yet: a worker that dies here never says it sent.
             ctx.crash(point)
         text = gate_event_text(kind, data, answerer=ctx.answerer)
         if text is not None:
-            ctx.emit(gate_kind(kind), text, **{k: v for k, v in data.items() if _plain(v)})
-        if kind != "before-send" and point is not None:
+            ctx.emit(gate_kind(kind), text, **event_fields(data))
+        if kind is not GateEvent.BEFORE_SEND and point is not None:
             ctx.crash(point)
 
     return on_event
-
-
-def _plain(v: Any) -> bool:
-    return v is None or isinstance(v, (str, int, float, bool))

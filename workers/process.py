@@ -15,8 +15,9 @@ Environment: `INTERLOCK_HOME`, `INTERLOCK_STORE` (the journal), `INTERLOCK_CRASH
 `INTERLOCK_AGENT` (`scripted`, `anthropic`, or `none`: act on a saved decision, no
 model), `INTERLOCK_STRIPE_BASE` (offline: the emulator's address), `STRIPE_SECRET_KEY`,
 `ANTHROPIC_API_KEY` (only when a real model is asked), `INTERLOCK_RECEIPT_KEY` (only
-interlock's), and the timing and emulated switches that `interlock` reads. The engine
-gives it nothing else (`interlock_demo.settings.worker_env`).
+interlock's), the whole timing (`worker_timing`: every `Timing.ENV_NAMES`) and the emulated
+switches that `interlock` reads. The engine gives it nothing else
+(`interlock_demo.settings.worker_env`).
 """
 
 from __future__ import annotations
@@ -27,11 +28,13 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from interlock import (
+    ConfigError,
+    CrashPoint,
     Owner,
     Store,
     StripePayments,
@@ -41,7 +44,7 @@ from interlock import (
     open_store,
 )
 from workers.agent import AgentError, AnthropicModel, Model, ScriptedModel
-from workers.context import CRASH_POINTS, Case, ContextFactory, DecisionBox, Emit, WorkerContext
+from workers.context import Case, ContextFactory, DecisionBox, Emit, WorkerContext
 from workers.protocol import EXIT_ORPHANED, EventKind
 from workers.texts import EMULATOR, STRIPE
 
@@ -57,22 +60,59 @@ def emit(kind: str, text: str, **data: Any) -> None:
     sys.stdout.flush()
 
 
-def supervised_crash_point() -> tuple[bool, str | None]:
+def supervised_crash_point() -> tuple[bool, CrashPoint | None]:
     """Start watching the supervisor, then read `INTERLOCK_CRASH`: (usable, crash point).
 
     From here on the process exits (`EXIT_ORPHANED`) as soon as its supervisor goes away:
     stdin reaches EOF or its parent changes, so even a SIGKILLed supervisor leaves no
-    worker behind. A crash point that is not one of `CRASH_POINTS` is named on stderr with
-    the known ones, and comes back unusable: the worker then exits with `EXIT_USAGE`.
+    worker behind. A crash point this worker cannot die at (`crash_point_from_env`) is
+    named on stderr, and comes back unusable: the worker then exits with `EXIT_USAGE`.
     """
     _watch_supervisor()
-    crash_at = os.environ.get("INTERLOCK_CRASH") or None
-    if crash_at is not None and crash_at not in CRASH_POINTS:
-        print(
-            f"INTERLOCK_CRASH={crash_at!r} is not one of {', '.join(CRASH_POINTS)}", file=sys.stderr
+    try:
+        return True, crash_point_from_env()
+    except ConfigError as e:
+        print(e, file=sys.stderr)
+        return False, None
+
+
+def crash_point_from_env(env: Mapping[str, str] | None = None) -> CrashPoint | None:
+    """The `INTERLOCK_CRASH` this worker kills itself at, or None when it is unset or empty.
+
+    `ConfigError` names the crash points when the word is none of them, and says who
+    kills there when it is a point no worker kills itself at (`in-flight`).
+    """
+    env = os.environ if env is None else env
+    word = env.get("INTERLOCK_CRASH") or None
+    if word is None:
+        return None
+    try:
+        point = CrashPoint(word)
+    except ConfigError as e:
+        raise ConfigError(f"INTERLOCK_CRASH: {e}") from None
+    if point.held:
+        raise ConfigError(
+            f"INTERLOCK_CRASH={point}: no worker kills itself there ({point.doc}); "
+            "run the scenario through the engine instead"
         )
-        return False, crash_at
-    return True, crash_at
+    return point
+
+
+def worker_timing(env: Mapping[str, str] | None = None) -> Timing:
+    """The timing the engine gave this worker: every one of `Timing.ENV_NAMES`, required.
+
+    The engine plans its waits and kills with the timing it sent (`Timing.to_env`); a
+    worker that fell back to the library's defaults (a 40 s claim) for a setting that did
+    not arrive would hold claims the engine does not wait for.
+    """
+    env = os.environ if env is None else env
+    missing = [name for name in Timing.ENV_NAMES.values() if not env.get(name, "").strip()]
+    if missing:
+        raise ConfigError(
+            f"{', '.join(missing)} not set: a worker runs with the whole timing its engine "
+            "gives it (Timing.to_env writes every setting); set them all, in seconds"
+        )
+    return Timing.from_env(env)
 
 
 def journal_and_payments(timing: Timing) -> tuple[Path, Store, StripePayments]:
@@ -96,7 +136,7 @@ def context_factory(
     store: Store,
     timing: Timing,
     switches: Switches,
-    crash_at: str | None,
+    crash_at: CrashPoint | None,
 ) -> ContextFactory:
     """How this process builds a worker context for a case: its journal, payments, timing,
     switches and crash point, a model from `INTERLOCK_AGENT`, an owner named after the
@@ -121,6 +161,7 @@ def context_factory(
             clock=time.time,
             sleep=sleep,
             answerer=EMULATOR if os.environ.get("INTERLOCK_STRIPE_BASE") else STRIPE,
+            crash_point=crash_at,
         )
 
     return make
@@ -148,9 +189,9 @@ def _watch_supervisor() -> None:
     threading.Thread(target=parent_gone, name="parent-watch", daemon=True).start()
 
 
-def _crash_hook(point: str | None) -> Callable[[str], None]:
-    def crash(at: str) -> None:
-        if at == point:
+def _crash_hook(point: CrashPoint | None) -> Callable[[CrashPoint], None]:
+    def crash(at: CrashPoint) -> None:
+        if at is point:
             emit(EventKind.CRASH, f"SIGKILL at {at}", crash_point=at)
             os.kill(os.getpid(), signal.SIGKILL)
 

@@ -5,7 +5,7 @@ A worker process writes one JSON object per line on stdout, `{"t", "pid", "kind"
 activity returns the outcome as its result. The engine reads all three through this
 module, so a kind or a field is named here once.
 
-The outcome's wire form is also the `outcome` object of the run@1 JSON (docs/design.md §6).
+The outcome's wire form is also the `outcome` object of the run@2 JSON (docs/design.md §6).
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
+
+from interlock import GateEvent
 
 # A worker's exit codes besides 0 (its outcome was reported).
 EXIT_ERROR = 1  # an unexpected error; its `error` event says what
@@ -52,17 +54,30 @@ class EventKind(str, Enum):
 GATE_PREFIX = "gate-"
 
 
-def gate_kind(gate_event: str) -> str:
+def gate_kind(gate_event: GateEvent) -> str:
     """The worker event kind that carries the gate's `on_event(gate_event, ...)`."""
-    return GATE_PREFIX + gate_event
+    return f"{GATE_PREFIX}{gate_event.value}"
 
 
 # The gate events the engine and views act on (the claim countdown, the column's state,
 # the lookup that found its own send).
-GATE_CHECK = gate_kind("check")
-GATE_CLAIM = gate_kind("claim")
-GATE_CLAIM_WAIT = gate_kind("claim-wait")
-GATE_SENDING = gate_kind("sending")
+GATE_CHECK = gate_kind(GateEvent.CHECK)
+GATE_CLAIM = gate_kind(GateEvent.CLAIM)
+GATE_CLAIM_WAIT = gate_kind(GateEvent.CLAIM_WAIT)
+GATE_SENDING = gate_kind(GateEvent.SENDING)
+
+
+def event_fields(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of `data` an event line carries: its plain JSON values (the gate's
+    `receipt`, a mapping, stays in the journal)."""
+    return {k: v for k, v in data.items() if v is None or isinstance(v, (str, int, float, bool))}
+
+
+# The gate's checks, as a `check` event names them (`interlock.GateEvent.CHECK`); the
+# checked worker's re-check names what stopped it the same way.
+CHECK_LOOKUP = "lookup"
+CHECK_WORLD = "world_unchanged"
+CHECK_APPROVAL = "approval"
 
 
 @dataclass(frozen=True)
@@ -82,7 +97,7 @@ class ColumnOutcome:
     reapproves: str | None = None
 
     def to_wire(self) -> dict[str, Any]:
-        """The outcome as event fields and as run@1's `outcome` object."""
+        """The outcome as event fields and as run@2's `outcome` object."""
         data: dict[str, Any] = {
             "status": self.status,
             "reason": self.reason,
@@ -95,7 +110,7 @@ class ColumnOutcome:
 
     @classmethod
     def from_wire(cls, data: Mapping[str, Any]) -> ColumnOutcome:
-        """Read an outcome from an event line, an activity's result or run@1 JSON."""
+        """Read an outcome from an event line, an activity's result or run@2 JSON."""
 
         def text(key: str) -> str | None:
             value = data.get(key)

@@ -20,17 +20,24 @@ import time
 from pathlib import Path
 
 if __name__ == "__main__":
-    # `stripe` probes `requests` and `aiohttp` when imported, to pick default HTTP clients
-    # that a worker never uses (interlock hands it its own). With both installed that
-    # doubles the restart path's imports (docs/design.md §7: restart to first Stripe call under
-    # 0.3 s), so this worker process treats them as absent.
-    for _unused in ("requests", "aiohttp"):
+    # `stripe` imports `requests`, `httpx` and `aiohttp` when imported, to pick default HTTP
+    # clients that a worker never uses (interlock hands it its own; the Anthropic SDK is on
+    # httpx2). With them installed that is most of the restart path's imports (docs/design.md
+    # §7: restart to first Stripe call under 0.2 s), so this worker process treats them as
+    # absent.
+    for _unused in ("requests", "httpx", "aiohttp"):
         sys.modules.setdefault(_unused, None)  # type: ignore[arg-type]
 
-from interlock import InterlockError, StoreError, Switches, Timing
+from interlock import InterlockError, StoreError, Switches
 from workers.agent import AgentError
 from workers.context import Case, DecisionFile
-from workers.process import context_factory, emit, journal_and_payments, supervised_crash_point
+from workers.process import (
+    context_factory,
+    emit,
+    journal_and_payments,
+    supervised_crash_point,
+    worker_timing,
+)
 from workers.protocol import EXIT_ERROR, EXIT_STORE, EXIT_USAGE, EventKind
 from workers.run import run_worker
 
@@ -51,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         case = Case.from_dict(json.loads(Path(args[0]).read_text()))
-        timing = Timing.from_env()
+        timing = worker_timing()
         switches = Switches.from_env()
         home, store, payments = journal_and_payments(timing)
         context = context_factory(payments, store, timing, switches, crash_at)

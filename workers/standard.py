@@ -14,7 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from interlock import PaymentsAuthError, PaymentsRejectedError, PaymentsUnsettledError
+from interlock import (
+    CrashPoint,
+    PaymentsAuthError,
+    PaymentsRejectedError,
+    PaymentsUnsettledError,
+)
 from workers.agent import Decision
 from workers.context import Case, WorkerContext, ask_model
 from workers.protocol import ColumnOutcome, EventKind
@@ -45,12 +50,12 @@ def run(ctx: WorkerContext, before_retry: BeforeRetry | None = None) -> ColumnOu
         saved = {"decision": decision.to_dict(), "key": idempotency_key(case)}
         ctx.box.save(saved)
         ctx.emit(EventKind.DECISION_SAVED, "saved the decision to a local file (fsync)")
-        ctx.crash("after-journal")
+        ctx.crash(CrashPoint.AFTER_JOURNAL)
         retry = False
     else:
         decision = Decision.from_dict(saved["decision"])
-        ctx.emit(EventKind.RESUME, "read the saved decision; retrying the refund")
-        ctx.crash("during-recovery")
+        ctx.emit(EventKind.RESUME, "read the saved decision; retrying the refund", retrying=True)
+        ctx.crash(CrashPoint.DURING_RECOVERY)
         retry = True
         if before_retry is not None:
             stopped = before_retry(ctx, decision)
@@ -60,8 +65,8 @@ def run(ctx: WorkerContext, before_retry: BeforeRetry | None = None) -> ColumnOu
     if retry and ctx.switches.emulate_24h:
         # Emulated: Stripe pruned the key after 24 h, so the retry's key is one it has not seen.
         key += "-after-24h"
-    ctx.crash("after-sending")
-    ctx.crash("before-send")
+    ctx.crash(CrashPoint.AFTER_SENDING)
+    ctx.crash(CrashPoint.BEFORE_SEND)
     amount = int(decision.amount or 0)
     ctx.emit(EventKind.SEND, send_text(ctx.answerer, amount, key), key=key)
     try:
@@ -82,10 +87,10 @@ def run(ctx: WorkerContext, before_retry: BeforeRetry | None = None) -> ColumnOu
         f"{ctx.answerer} answered: refund {refund.id} ${refund.amount / 100:.2f}",
         refund_id=refund.id,
     )
-    ctx.crash("after-answer")
+    ctx.crash(CrashPoint.AFTER_ANSWER)
     saved["done"] = {"refund_id": refund.id}
     ctx.box.save(saved)
-    ctx.crash("after-outcome")
+    ctx.crash(CrashPoint.AFTER_OUTCOME)
     return ColumnOutcome("sent", refund_id=refund.id)
 
 

@@ -26,8 +26,14 @@ from datetime import timedelta
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.worker import Worker
 
-from interlock import InterlockError, Switches, Timing
-from workers.process import context_factory, emit, journal_and_payments, supervised_crash_point
+from interlock import InterlockError, Switches
+from workers.process import (
+    context_factory,
+    emit,
+    journal_and_payments,
+    supervised_crash_point,
+    worker_timing,
+)
 from workers.protocol import EXIT_ERROR, EXIT_USAGE, EventKind
 from workers.temporal_workflows import CaseActivities, RefundCase
 
@@ -80,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     if not usable:
         return EXIT_USAGE
     try:
-        timing = Timing.from_env()
+        timing = worker_timing()
         _, store, payments = journal_and_payments(timing)
         context = context_factory(payments, store, timing, Switches.from_env(), crash_at)
         emit(

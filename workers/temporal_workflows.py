@@ -36,7 +36,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -45,7 +45,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from interlock import PaymentsAuthError, StripeRefund, Timing
+    from interlock import PaymentsAuthError, Timing
     from interlock.temporal import (
         ActivityGate,
         ActivityTimeouts,
@@ -61,7 +61,13 @@ with workflow.unsafe.imports_passed_through():
         WorkerContext,
         ask_model,
     )
-    from workers.interlock import gate_listener, gate_report, key_refused, refund_intent
+    from workers.interlock import (
+        gate_options,
+        gate_report,
+        key_refused,
+        refund_gate,
+        refund_intent,
+    )
     from workers.protocol import ColumnOutcome, EventKind
     from workers.run import report, run_worker
     from workers.standard import idempotency_key
@@ -279,15 +285,10 @@ class CaseActivities:
 
 def _interlock_refund(ctx: WorkerContext, decision: Decision) -> ColumnOutcome:
     """The interlock column under Temporal: interlock's own helper, nothing of ours."""
-    guard = ActivityGate(
-        ctx.store,
-        StripeRefund(ctx.payments),
-        timing=ctx.timing,
-        switches=ctx.switches,
-        owner=ctx.owner,
-        on_event=gate_listener(ctx),
-        clock=ctx.clock,
-    )
+    # The activity's context sleeps with a bare "waiting" heartbeat; ActivityGate's own
+    # sleep beats with the gate's last event instead, over a plain sleep.
+    options = replace(gate_options(ctx), sleep=time.sleep)
+    guard = ActivityGate(refund_gate(ctx.store, ctx.payments, options))
     intent = refund_intent(ctx.case, decision, activity_action_id())
     try:
         outcome = gate_report(guard.send(intent))

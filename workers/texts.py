@@ -1,9 +1,11 @@
-"""The words of a worker's event lines that more than one place writes or reads.
+"""The words of a worker's event lines that more than one place writes.
 
 Who answers the refund calls is named in the lines (`STRIPE`, `EMULATOR`, `MOCK`); the
 gate's events, the refund call and the outcome read the same from every column and every
-engine (the standalone and Temporal workers, mock runs, the MCP desk). The demo's
-snapshot tests pin these words: change them here and nowhere else.
+engine (the standalone and Temporal workers, mock runs, the MCP desk). These functions
+only render an event's fields in words: each line travels with its fields (the run@2
+event's `data`), which is what the views and reports read, so rewording a line here
+changes no phase line and no verdict. The snapshot tests show these words on screen.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from interlock import PaymentsAuthError
+from interlock import GateEvent, PaymentsAuthError
 from workers.protocol import ColumnOutcome
 
 # Who answers a worker's refund calls, as its events name it: Stripe test mode (live),
@@ -19,6 +21,13 @@ from workers.protocol import ColumnOutcome
 STRIPE = "Stripe"
 EMULATOR = "the emulator"
 MOCK = "the mock"
+# Where the money was read in each, said alike on screen, in the run JSON and in reports.
+MONEY_AT = {STRIPE: "at Stripe", EMULATOR: "at the emulator", MOCK: "in memory"}
+
+
+def said_at(reason: str | None, answerer: str) -> str | None:
+    """A reason as the gate words it ("at Stripe"), said of whatever answered refund calls."""
+    return reason.replace("at Stripe", MONEY_AT[answerer]) if reason else reason
 
 
 def send_text(answerer: str, amount: int, key: str) -> str:
@@ -35,10 +44,7 @@ def key_refused_reason(e: PaymentsAuthError) -> str:
 
 def outcome_text(outcome: ColumnOutcome, answerer: str = STRIPE) -> str:
     """The `outcome` event's line: the status, the refund it names and the reason."""
-    reason = outcome.reason
-    if reason and answerer != STRIPE:
-        # The gate says "at Stripe" of whatever answers refund calls: name it here.
-        reason = reason.replace("at Stripe", f"at {answerer}")
+    reason = said_at(outcome.reason, answerer)
     text = f"outcome: {outcome.status}"
     if outcome.refund_id:
         text += f" ({outcome.refund_id})"
@@ -47,24 +53,24 @@ def outcome_text(outcome: ColumnOutcome, answerer: str = STRIPE) -> str:
     return text
 
 
-def gate_event_text(kind: str, d: Mapping[str, Any], *, answerer: str = STRIPE) -> str | None:
+def gate_event_text(kind: GateEvent, d: Mapping[str, Any], *, answerer: str = STRIPE) -> str | None:
     """A gate event in words for a column's event list, or None for events not shown.
 
     `answerer` names who answers refund calls (`STRIPE`, `EMULATOR` or `MOCK`).
     """
     short = _short_id(str(d.get("action_id", "")))
-    if kind == "journaled":
+    if kind is GateEvent.JOURNALED:
         claim = d.get("claim")
         if claim == "held":
             return f"intent {short} was already journaled; another worker holds its claim"
         if claim == "settled":
             return f"intent {short} was already journaled, with its outcome"
         return f"journaled intent {short} and took the claim"
-    if kind == "claim":
+    if kind is GateEvent.CLAIM:
         return f"took the claim on {short} (attempt {d.get('attempt')})"
-    if kind == "claim-wait":
+    if kind is GateEvent.CLAIM_WAIT:
         return f"waiting for the claim of {d.get('owner')}: {float(d.get('seconds', 0)):.1f} s left"
-    if kind == "check":
+    if kind is GateEvent.CHECK:
         name = d.get("name")
         if name == "lookup":
             found = d.get("found")
@@ -81,28 +87,28 @@ def gate_event_text(kind: str, d: Mapping[str, Any], *, answerer: str = STRIPE) 
             )
         if name == "approval":
             return "approval: ok" if d.get("passed") else f"approval: {d.get('problem')}"
-    if kind == "sending":
+    if kind is GateEvent.SENDING:
         return "journaled `sending`; claim renewed"
-    if kind == "before-send":
+    if kind is GateEvent.BEFORE_SEND:
         return send_text(answerer, int(d.get("amount", 0)), short)
-    if kind == "after-answer":
+    if kind is GateEvent.AFTER_ANSWER:
         return f"{answerer} answered: refund {d.get('external_id')}"
-    if kind == "answer":
+    if kind is GateEvent.ANSWER:
         return f"{answerer} refused: {d.get('code')}: {d.get('message')}"
-    if kind in ("answer-unsettled", "read-unsettled"):
+    if kind in (GateEvent.ANSWER_UNSETTLED, GateEvent.READ_UNSETTLED):
         return f"no settled answer from {answerer} ({d.get('error')}); will look it up"
-    if kind == "settled":
+    if kind is GateEvent.SETTLED:
         return f"receipt written: {d.get('status')}"
-    if kind == "left-to-recovery":
+    if kind is GateEvent.LEFT_TO_RECOVERY:
         return f"left to recovery: {d.get('reason')}"
-    if kind == "in-flight-wait":
+    if kind is GateEvent.IN_FLIGHT_WAIT:
         return (
             f"the refund call may still land at {answerer}: looking it up for "
             f"{float(d.get('seconds', 0)):.1f} s before anything else (never resent meanwhile)"
         )
-    if kind == "unknown":
+    if kind is GateEvent.UNKNOWN:
         return f"unknown: {d.get('reason')}; from now on only looked up, never resent"
-    if kind == "recover-error":
+    if kind is GateEvent.RECOVER_ERROR:
         return f"recovery of {short} failed: {d.get('error')}; going on with the others"
     return None
 
