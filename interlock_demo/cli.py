@@ -8,6 +8,7 @@
     interlock-demo mcp [--offline] [--approve PAYMENT --cap CENTS]        refunds over MCP
     interlock-demo e2e-report [--out FILE] [--parallel N]                   both engines, offline
     interlock-demo screenshots [--out DIR] [--scenario ID|all]              SVG/PNG files
+    interlock-demo record --scenario ID [--offline|--mock] --out FILE.cast  asciinema cast
 
 Exit codes: 0 as predicted, 1 a deviation, 2 bad usage or configuration, 3 a run could
 not finish. `doctor`: 0 when the chosen mode can run, else 1.
@@ -16,14 +17,17 @@ not finish. `doctor`: 0 when the chosen mode can run, else 1.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
+import io
+import os
 import sys
 from pathlib import Path
 
 from interlock_demo.errors import KeyRefusedError, UsageError
 from interlock_demo.exit_codes import ExitCode
 from interlock_demo.mcp.cli import add_mcp_parser
-from interlock_demo.settings import resolve
+from interlock_demo.settings import MODES, resolve
 from scenarios import SCENARIOS, SWITCHES
 
 SCENARIO_HELP = (
@@ -166,6 +170,16 @@ def _parser() -> argparse.ArgumentParser:
         choices=[*SCENARIOS, "all"],
         help="one scenario, or all (default)",
     )
+    rec = sub.add_parser(
+        "record", help="record the app through one scenario as an asciinema v2 .cast file"
+    )
+    rec.add_argument("--scenario", dest="rec_scenario", required=True, choices=list(SCENARIOS))
+    rec_modes = rec.add_mutually_exclusive_group()
+    for mode in ("offline", "mock"):
+        rec_modes.add_argument(
+            f"--{mode}", action="store_const", const=mode, dest="rec_mode", default="offline"
+        )
+    rec.add_argument("--out", type=Path, metavar="FILE.cast", required=True)
     add_mcp_parser(sub)
     return p
 
@@ -176,7 +190,7 @@ def _app_options_again(sub: argparse.ArgumentParser, *, checked: bool) -> None:
     Left out, they leave the value given before the subcommand alone (SUPPRESS).
     """
     modes = sub.add_mutually_exclusive_group()
-    for mode in ("live", "offline", "mock"):
+    for mode in MODES:
         modes.add_argument(
             f"--{mode}",
             action="store_const",
@@ -197,6 +211,10 @@ def _app_options_again(sub: argparse.ArgumentParser, *, checked: bool) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command; returns the exit code."""
+    refused = _live_key_refusal(argv if argv is not None else sys.argv[1:])
+    if refused is not None:
+        print(f"interlock-demo: {refused}", file=sys.stderr)
+        return ExitCode.USAGE
     parser = _parser()
     try:
         args = parser.parse_args(argv)
@@ -220,9 +238,13 @@ def main(argv: list[str] | None = None) -> int:
             return ExitCode.USAGE
         return e2e_report.main(args.out, parallel=args.parallel)
     if args.command == "screenshots":
-        from interlock_demo.reports.screenshots import main as screenshots
+        from interlock_demo.views.tui.screenshots import main as screenshots
 
         return screenshots(args.out, args.shot_scenario)
+    if args.command == "record":
+        from interlock_demo.views.record import main as record
+
+        return record(args.rec_scenario, args.rec_mode, args.out)
     if args.command == "sweep":
         return _sweep(
             args.sweep_mode or "offline", args.sweep_json, args.parallel, args.faults, args.store
@@ -265,6 +287,40 @@ def main(argv: list[str] | None = None) -> int:
     from interlock_demo.views.tui.app import run_app
 
     return run_app(config, checked=args.checked, http_port=args.http)
+
+
+def _command(argv: list[str]) -> str | None:
+    """The subcommand `argv` names, as the parser reads it (an option's value named
+    `doctor` is not the command); None when it names none or does not parse."""
+    try:  # quietly: `--help` or a bad option is answered by the real parse that follows
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            args, _ = _parser().parse_known_args(argv)
+    except SystemExit:
+        return None
+    command = getattr(args, "command", None)
+    return command if isinstance(command, str) else None
+
+
+def _live_key_refusal(argv: list[str]) -> KeyRefusedError | None:
+    """Why no command may run with the Stripe key set here, or None when it may.
+
+    Checked before anything is parsed or started, so every command (the emulator, the MCP
+    desk offline, the reports) refuses a live key with the same words and exit code, even
+    those that would never send it. `doctor` alone goes on: naming a refused key on its
+    keys line is what the venue check is for, and it starts nothing.
+    """
+    if _command(argv) == "doctor":
+        return None
+    from interlock_demo.keys import Secret, check_test_key
+
+    value = os.environ.get("STRIPE_SECRET_KEY", "").strip()
+    if not value:
+        return None
+    try:
+        check_test_key(Secret(value, "STRIPE_SECRET_KEY"))
+    except KeyRefusedError as e:
+        return e
+    return None
 
 
 def _check_headless_usage(args: argparse.Namespace) -> None:
@@ -324,10 +380,7 @@ def _sweep(
 
 def _emulator(port: int | None) -> int:
     """Serve the emulator until Ctrl-C; its address and control token go to stderr only."""
-    import os
-
-    from interlock_demo.payments import StripeEmulator
-    from interlock_demo.payments.emulator import TOKEN_ENV
+    from interlock.testing import TOKEN_ENV, StripeEmulator
 
     preset = os.environ.get(TOKEN_ENV) or None
     try:

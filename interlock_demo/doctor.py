@@ -9,22 +9,19 @@ One line per check, each saying what was found and, when it fails, what to do:
     workers     live and offline: a worker process starts with this Python
     emulator    offline: the loopback Stripe emulator starts and answers the SDK
     temporal    the Temporal dev server starts (when the extra is installed)
-    terminal    size and colours (the three columns side by side need 100 columns)
+    terminal    size and colours: which layout the app gives it, and what that hides
     home        INTERLOCK_HOME is writable
 
 Exit 0 only when every check the chosen mode needs passed; 1 otherwise. A `warn` line
 (a narrow terminal, Temporal missing with the standalone engine) does not stop the mode.
 
-The network failure words (`network_failure`) are shared with the engine, so a live run
-that cannot reach Stripe or the model says so in one line instead of a deep traceback.
+The network failure words are `interlock_demo.network`'s, which the engine shares.
 """
 
 from __future__ import annotations
 
-import errno
 import http.client
 import os
-import re
 import shutil
 import socket
 import ssl
@@ -40,119 +37,15 @@ from urllib.parse import urlsplit
 from interlock_demo.errors import KeyRefusedError, UsageError
 from interlock_demo.exit_codes import ExitCode
 from interlock_demo.keys import Secret, find_anthropic_key, find_stripe_key, key_kind
+from interlock_demo.layout import LAYOUTS, SMALLEST, WIDE, layout_for
+from interlock_demo.network import FIXES, OFFLINE_FIX, short_error
 from interlock_demo.settings import DemoConfig, resolve
 
 PROBE_TIMEOUT_S = 5.0
 # What `python -m workers.standalone` without a case file exits with, after its usage line.
 WORKER_USAGE_EXIT = 2
-# Below this width the app cannot put the three columns side by side.
-SIDE_BY_SIDE_COLUMNS = 100
-SMALLEST = (80, 24)
-OFFLINE_FIX = "or rehearse with --offline (local emulator, no network needed)"
 
 Resolver = Callable[[str, int], Any]
-
-
-# -- network failures, in words --------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class NetworkFailure:
-    """Which stage of reaching a service failed, the detail, and what to do."""
-
-    stage: str  # "DNS", "connect", "TLS", "timeout" or "auth"
-    detail: str
-    fix: str
-
-    def line(self, service: str) -> str:
-        """One line for the screen and the run's JSON."""
-        return f"the network failed: {service}: {self.stage}: {self.detail}. Fix: {self.fix}"
-
-
-_FIXES = {
-    "DNS": "check the venue's network and DNS (a Wi-Fi login page?), " + OFFLINE_FIX,
-    "connect": "a firewall or proxy may block port 443: try another network, " + OFFLINE_FIX,
-    "TLS": "something intercepts HTTPS (a captive portal or a proxy): log in to the Wi-Fi, "
-    + OFFLINE_FIX,
-    "timeout": "the network is too slow or drops packets: try another network, " + OFFLINE_FIX,
-}
-# Text patterns for failures that only arrive as text (a worker's error event).
-_TEXT_STAGES = (
-    ("DNS", re.compile(r"gaierror|Name or service not known|nodename nor servname|getaddrinfo")),
-    ("TLS", re.compile(r"SSLError|SSLCertVerificationError|CERTIFICATE_VERIFY|certificate")),
-    (
-        "connect",
-        re.compile(
-            r"ConnectionRefusedError|Connection refused|Network is unreachable|"
-            r"No route to host|ConnectionResetError|APIConnectionError|Connection error"
-        ),
-    ),
-    ("timeout", re.compile(r"timed out|TimeoutError|APITimeoutError")),
-)
-
-
-# How a failure that reached the model reads (the agent wraps Anthropic's errors).
-_MODEL = re.compile(r"model call failed|AgentError|anthropic", re.IGNORECASE)
-_NETWORK_ERRNOS = {errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ENETDOWN, errno.ETIMEDOUT}
-
-
-def _chain(exc: BaseException) -> Iterator[BaseException]:
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        yield current
-        current = current.__cause__ or current.__context__
-
-
-def network_failure(problem: BaseException | str) -> NetworkFailure | None:
-    """The network stage that failed, if `problem` (an exception or its text) is one; else None.
-
-    An exception is judged by its causes (a `socket.gaierror` under the SDK's wrappers is
-    DNS); text, as a worker reports it, by the names it carries.
-    """
-    if isinstance(problem, BaseException):
-        for e in _chain(problem):
-            if isinstance(e, socket.gaierror):
-                return _failure("DNS", f"the name did not resolve ({e.strerror or e})")
-            if isinstance(e, ssl.SSLError | ssl.CertificateError):
-                return _failure("TLS", f"the handshake failed ({_short(e)})")
-            if isinstance(e, TimeoutError | socket.timeout):
-                return _failure("timeout", "no answer in time")
-            if isinstance(e, ConnectionError) or (
-                isinstance(e, OSError) and e.errno in _NETWORK_ERRNOS
-            ):
-                return _failure("connect", f"no connection ({_short(e)})")
-        problem = f"{type(problem).__name__}: {problem}"
-    for stage, pattern in _TEXT_STAGES:
-        if pattern.search(problem):
-            return _failure(stage, "the request did not get through")
-    return None
-
-
-def network_line(problem: BaseException | str, service: str) -> str | None:
-    """`network_failure(problem)` as one line naming `service`, or None if it is not one."""
-    failure = network_failure(problem)
-    return None if failure is None else failure.line(service)
-
-
-def live_failure_line(problem: BaseException | str) -> str | None:
-    """For a live run: a network failure as one line naming Stripe or the model, else None."""
-    if isinstance(problem, BaseException):
-        text = " ".join(f"{type(e).__name__}: {e}" for e in _chain(problem))
-    else:
-        text = problem
-    service = "the model (api.anthropic.com)" if _MODEL.search(text) else "Stripe (api.stripe.com)"
-    return network_line(problem, service)
-
-
-def _failure(stage: str, detail: str) -> NetworkFailure:
-    return NetworkFailure(stage, detail, _FIXES[stage])
-
-
-def _short(e: BaseException) -> str:
-    text = str(e).splitlines()[0] if str(e) else type(e).__name__
-    return text if len(text) <= 120 else text[:117] + "..."
 
 
 # -- the checks ------------------------------------------------------------------------
@@ -227,7 +120,7 @@ def probe(
     port = url.port or (443 if url.scheme == "https" else 80)
 
     def failed(stage: str, detail: str, fix: str | None = None) -> Line:
-        return Line("FAIL", name, f"{host}: {stage}: {detail}. Fix: {fix or _FIXES[stage]}")
+        return Line("FAIL", name, f"{host}: {stage}: {detail}. Fix: {fix or FIXES[stage]}")
 
     try:
         addresses = resolve_name(host, port)
@@ -242,13 +135,13 @@ def probe(
         except TimeoutError:
             return failed("timeout", f"no connection within {timeout_s:g} s")
         except OSError as e:
-            return failed("connect", f"no connection to port {port} ({_short(e)})")
+            return failed("connect", f"no connection to port {port} ({short_error(e)})")
         if url.scheme == "https":
             context = ssl_context or ssl.create_default_context()
             try:
                 sock = context.wrap_socket(sock, server_hostname=host)
             except (ssl.SSLError, ssl.CertificateError) as e:
-                return failed("TLS", f"the handshake failed ({_short(e)})")
+                return failed("TLS", f"the handshake failed ({short_error(e)})")
             except TimeoutError:
                 return failed("timeout", f"no TLS handshake within {timeout_s:g} s")
         conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
@@ -259,7 +152,7 @@ def probe(
         except TimeoutError:
             return failed("timeout", f"no answer within {timeout_s:g} s")
         except (OSError, http.client.HTTPException) as e:
-            return failed("connect", f"the connection broke ({_short(e)})")
+            return failed("connect", f"the connection broke ({short_error(e)})")
     finally:
         sock.close()
     if status == 401:
@@ -288,7 +181,7 @@ def check_mode(
         return Line("FAIL", "mode", f"{mode or 'the default mode'} cannot start: {e}"), None
     if mode is not None:
         why = f"asked for with --{mode}"
-    elif config.mode == "live":
+    elif config.run_mode.needs_keys:
         why = "both keys found"
     else:
         why = config.fallback_reason or "no keys"
@@ -327,19 +220,21 @@ def check_keys(env: Mapping[str, str]) -> Line:
 def check_emulator() -> Line:
     """The loopback emulator starts and answers the real stripe SDK."""
     from interlock import StripePayments, make_stripe_client
-    from interlock_demo.payments import StripeEmulator
+    from interlock.testing import StripeEmulator
     from interlock_demo.settings import EMULATOR_KEY
 
     try:
         emu = StripeEmulator().start()
     except OSError as e:
-        return Line("FAIL", "emulator", f"cannot listen on 127.0.0.1 ({_short(e)})")
+        return Line("FAIL", "emulator", f"cannot listen on 127.0.0.1 ({short_error(e)})")
     try:
         payments = StripePayments(make_stripe_client(EMULATOR_KEY, timeout_s=5, base_url=emu.url))
         payment = payments.create_payment(100, metadata={"doctor": "1"})
         payments.list_refunds(payment.id)
     except Exception as e:  # any failure here is the line's news, not a crash
-        return Line("FAIL", "emulator", f"started on {emu.url} but did not answer ({_short(e)})")
+        return Line(
+            "FAIL", "emulator", f"started on {emu.url} but did not answer ({short_error(e)})"
+        )
     finally:
         emu.stop()
     return Line("ok", "emulator", f"started on {emu.url} and answered the stripe SDK")
@@ -358,7 +253,7 @@ def check_workers() -> Line:
             stdin=subprocess.DEVNULL,
         )
     except (OSError, subprocess.TimeoutExpired) as e:
-        return Line("FAIL", "workers", f"a worker process did not start ({_short(e)})")
+        return Line("FAIL", "workers", f"a worker process did not start ({short_error(e)})")
     took = time.monotonic() - started
     if done.returncode != WORKER_USAGE_EXIT or "usage:" not in done.stderr:
         last = done.stderr.strip().splitlines()[-1:] or ["no message"]
@@ -388,7 +283,10 @@ def check_temporal(config: DemoConfig | None, engine: str) -> Line:
     except Exception as e:  # the dev server's failure is the line's news
         status = "FAIL" if needed else "warn"
         return Line(
-            status, "temporal", f"`t` will fail: the dev server did not start ({_short(e)})", needed
+            status,
+            "temporal",
+            f"`t` will fail: the dev server did not start ({short_error(e)})",
+            needed,
         )
     started = runtime.started_in_s
     runtime.stop()
@@ -411,11 +309,20 @@ def check_terminal(env: Mapping[str, str], size: os.terminal_size | None = None)
         return Line("warn", "terminal", f"size unknown (not a terminal), {colour}", False)
     text = f"{cols}x{rows}, {colour}"
     if cols < SMALLEST[0] or rows < SMALLEST[1]:
-        return Line("warn", "terminal", f"{text}: below 80x24, make the font smaller", False)
-    if cols < SIDE_BY_SIDE_COLUMNS:
         return Line(
-            "warn", "terminal", f"{text}: one column at a time below {SIDE_BY_SIDE_COLUMNS}", False
+            "warn",
+            "terminal",
+            f"{text}: below {SMALLEST[0]}x{SMALLEST[1]}, cards are cut; make the font smaller",
+            False,
         )
+    layout = layout_for(cols)
+    if cols < WIDE or rows < layout.rows:
+        # Which layout the room gets, and what it leaves out, so the speaker can choose.
+        said = f"{text}: the {layout.name} layout ({layout.columns}x{layout.rows})"
+        said += f", which hides {layout.hides}" if layout.hides != "nothing" else ""
+        if rows < layout.rows:
+            said += f"; below {layout.rows} rows the cards are cut at the bottom"
+        return Line("warn", "terminal", f"{said}; {WIDE}x{LAYOUTS[0].rows} shows everything", False)
     if env.get("NO_COLOR"):
         return Line("warn", "terminal", f"{text}: unset NO_COLOR for the red and green", False)
     return Line("ok", "terminal", text, False)
@@ -436,7 +343,7 @@ def check_home(env: Mapping[str, str]) -> Line:
         return Line(
             "FAIL",
             "home",
-            f"{folder} is not writable ({_short(e)}). Fix: set INTERLOCK_HOME to a folder "
+            f"{folder} is not writable ({short_error(e)}). Fix: set INTERLOCK_HOME to a folder "
             "you can write",
         )
     return Line("ok", "home", f"{folder} is writable")
@@ -456,13 +363,13 @@ def run_checks(
     mode_line, config = check_mode(mode, engine, env)
     yield mode_line
     yield check_keys(env)
-    if config is not None and config.mode == "live":
+    if config is not None and config.run_mode.needs_keys:
         assert config.stripe_key is not None and config.anthropic_key is not None
         for service, key in zip(services, (config.stripe_key, config.anthropic_key), strict=True):
             yield probe(service, key, resolve_name=resolve_name)
-    if config is not None and config.mode != "mock":
+    if config is not None and not config.run_mode.in_process:
         yield check_workers()
-    if config is not None and config.mode == "offline":
+    if config is not None and config.run_mode.emulator:
         yield check_emulator()
     yield check_temporal(config, engine)
     yield check_terminal(env, terminal)

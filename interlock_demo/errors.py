@@ -7,12 +7,11 @@
     ├── ColumnFailed       one column could not finish; its card shows why
     ├── DevServerError     Temporal's dev server did not start or answer
     ├── ScreenshotError    a run for a screenshot did not finish
-    ├── PortInUseError     the HTTP endpoint's port is taken (also an OSError)
-    └── DeskError          the MCP desk cannot act on a request as given
+    └── PortInUseError     the HTTP endpoint's port is taken (also an OSError)
 
-The payments emulator's protocol errors (`interlock_demo.payments`) are Stripe's error
+The Stripe emulator's protocol errors (`interlock.testing.StripeEmulator`) are Stripe's error
 shapes, answered over HTTP, not raised to a user, so they stand apart; the library's own
-errors are `interlock.InterlockError`.
+errors are `interlock.InterlockError` (the MCP desk's is `interlock.mcp.DeskError`).
 """
 
 from __future__ import annotations
@@ -71,7 +70,3 @@ class PortInUseError(DemoError, OSError):
 
     def __str__(self) -> str:
         return str(self.strerror)
-
-
-class DeskError(DemoError, ValueError):
-    """A request the desk cannot act on as given; the message says what to do instead."""

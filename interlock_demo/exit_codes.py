@@ -11,11 +11,13 @@ means: `doctor` exits `NOT_READY` when the chosen mode cannot run here; `sweep` 
 `results` exits `STEP_FAILED` when one of its steps (a benchmark) failed. They are the
 same number as `DEVIATION`: CI tells a failed check from bad usage or an unfinished run.
 
-The worker processes' own exit codes are the worker protocol's (`workers.protocol`).
+The worker processes' own exit codes are the worker protocol's (`workers.protocol`);
+`describe_exit` puts a process's exit code (a signal's too) in words.
 """
 
 from __future__ import annotations
 
+import signal
 from enum import IntEnum
 
 
@@ -30,3 +32,16 @@ class ExitCode(IntEnum):
     NOT_READY = 1
     INTERLOCK_WRONG = 1
     STEP_FAILED = 1
+
+
+def describe_exit(code: int | None) -> str:
+    """An exit code in words: `exit -9 (SIGKILL)`, `exit 0`, `exit -15 (SIGTERM)`."""
+    if code is None:
+        return "running"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"exit {code} ({name})"
+    return f"exit {code}"

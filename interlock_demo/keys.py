@@ -14,9 +14,9 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from interlock import is_test_key
 from interlock_demo.errors import KeyRefusedError
 
-_TEST_KEY = re.compile(r"(?:sk|rk)_test_[A-Za-z0-9_]+")
 _CONFIG_LINE = re.compile(r"""^\s*test_mode_api_key\s*=\s*['"]?([^'"\s]+)['"]?\s*$""", re.M)
 
 
@@ -29,11 +29,6 @@ class Secret:
 
     def __str__(self) -> str:
         return f"<key from {self.source}>"
-
-
-def is_test_key(key: str) -> bool:
-    """Whether `key` has the shape of a Stripe test secret or restricted key."""
-    return _TEST_KEY.fullmatch(key) is not None
 
 
 def key_kind(key: str) -> str:

@@ -25,22 +25,130 @@ from typing import IO, Any
 
 from interlock import (
     ConfigError,
+    CrashPoint,
+    PostgresStore,
     Store,
     Switches,
     Timing,
-    describe_store,
     is_postgres_url,
     open_store,
 )
+from interlock_demo.core.columns import column_kind
 from interlock_demo.errors import UsageError
 from interlock_demo.keys import Secret, find_anthropic_key, find_stripe_key
 from scenarios import SWITCHES
+from workers.texts import EMULATOR, MOCK, STRIPE
 
 DEMO_CLAIM_TTL_S = 15.0
 DEMO_STRIPE_TIMEOUT_S = 10.0
 DEMO_MAX_CLAIM_TTL_S = 300.0
-MODES = ("live", "offline", "mock")
 ENGINES = ("standalone", "temporal")
+TEMPORAL = "temporal"
+
+
+@dataclass(frozen=True)
+class Mode:
+    """A way to run the demo, with what it can and cannot do: one row of `MODES`.
+
+    Code asks the row (`config.run_mode.in_process`) instead of comparing mode names, so a
+    new mode is a new row here and the code that uses what it changes.
+    """
+
+    name: str
+    # The word the screen labels its runs with (the banner, a mock run's every line).
+    banner: str
+    # Payments at Stripe test mode (so no emulated switch applies), and decisions by the
+    # real model (else the scripted proposal decides).
+    real_stripe: bool
+    real_model: bool
+    # Payments at the loopback Stripe emulator, with the same SDK code path.
+    emulator: bool
+    # Simulated in the demo's own process: in-memory payments, no worker process, no
+    # Temporal (whose workers are processes), waits shown and not waited.
+    in_process: bool
+    # Who answers the refund calls, in the workers' words (`workers.texts`).
+    answerer: str
+    # The run JSON's `settings.stripe`.
+    stripe_label: str
+
+    @property
+    def needs_keys(self) -> bool:
+        """Whether it runs on the user's keys (Stripe's, Anthropic's): it calls either."""
+        return self.real_stripe or self.real_model
+
+    @property
+    def takes_switches(self) -> bool:
+        """Whether the emulated switches (`--emulate-24h`, `--no-lookup`) apply to it."""
+        return not self.real_stripe
+
+    def refusal(self, engine: str) -> str | None:
+        """Why this mode cannot run on `engine`, in words, or None when it can."""
+        if engine == TEMPORAL and self.in_process:
+            return f"{self.name} runs are simulated in-process, without Temporal"
+        return None
+
+
+def line_mark(mode: Mode) -> str:
+    """What begins every line a view prints of a run in this mode: `MOCK. ` for a simulated
+    one, so that no line of it can pass for a real run; nothing otherwise."""
+    return f"{mode.banner}. " if mode.in_process else ""
+
+
+MODES: dict[str, Mode] = {
+    m.name: m
+    for m in (
+        Mode(
+            "live",
+            banner="LIVE",
+            real_stripe=True,
+            real_model=True,
+            emulator=False,
+            in_process=False,
+            answerer=STRIPE,
+            stripe_label="test-mode",
+        ),
+        Mode(
+            "offline",
+            banner="OFFLINE",
+            real_stripe=False,
+            real_model=False,
+            emulator=True,
+            in_process=False,
+            answerer=EMULATOR,
+            stripe_label="emulator",
+        ),
+        Mode(
+            "mock",
+            banner="MOCK",
+            real_stripe=False,
+            real_model=False,
+            emulator=False,
+            in_process=True,
+            answerer=MOCK,
+            stripe_label="mock",
+        ),
+    )
+}
+"""Every mode, by name, in the order the command line and the HTTP API list them."""
+
+
+def mode_named(name: str) -> Mode:
+    """The mode called `name`; `UsageError` naming the modes there are."""
+    found = MODES.get(name)
+    if found is None:
+        raise UsageError(f"unknown mode {name!r}; use one of {', '.join(MODES)}")
+    return found
+
+
+def check_engine(mode: Mode, engine: str) -> None:
+    """`UsageError` when `mode` cannot run on `engine` (mock on Temporal), saying what to do."""
+    if engine not in ENGINES:
+        raise UsageError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
+    why = mode.refusal(engine)
+    if why is not None:
+        raise UsageError(f"{why}; drop --engine {engine} (in the app, t switches engines)")
+
+
 # The key the engine gives workers for the loopback emulator: not a real key.
 EMULATOR_KEY = "sk_test_loopbackEmulator"
 # What the demo's child processes create is theirs alone: files 0600, folders 0700.
@@ -76,7 +184,8 @@ INHERITED = (
 )
 INHERITED_PREFIXES = ("LC_",)
 # Settings a worker reads that the engine does not resolve itself, passed on when set.
-PASSED_SETTINGS = ("INTERLOCK_CLAIM_GRACE", "INTERLOCK_SEND_SLACK", "INTERLOCK_MODEL")
+# (The timing is resolved: `DemoConfig.timing`, written whole by `Timing.to_env`.)
+PASSED_SETTINGS = ("INTERLOCK_MODEL",)
 ENV_RECEIPT_KEY = "INTERLOCK_RECEIPT_KEY"
 # Where the journal lives when not in INTERLOCK_HOME: a PostgreSQL URL or a SQLite path.
 ENV_STORE = "INTERLOCK_STORE"
@@ -154,6 +263,14 @@ class DemoConfig:
     # file under INTERLOCK_HOME. May hold a password: shown only through `store_label`.
     store: str | None = field(default=None, repr=False)
 
+    def __post_init__(self) -> None:
+        check_engine(mode_named(self.mode), self.engine)
+
+    @property
+    def run_mode(self) -> Mode:
+        """Its mode's row: what runs in this mode can do."""
+        return mode_named(self.mode)
+
     @property
     def store_location(self) -> str:
         """Where the journal lives, as workers are told (`INTERLOCK_STORE`)."""
@@ -167,7 +284,7 @@ class DemoConfig:
     @property
     def store_label(self) -> str:
         """Where the journal lives, fit for the screen and the run JSON: no password."""
-        return describe_store(self.store) if self.store else "INTERLOCK_HOME"
+        return PostgresStore.describe(self.store) if self.store else "INTERLOCK_HOME"
 
     def open_store(self) -> Store:
         """Open the journal: the PostgreSQL store, else the SQLite file (made 0600 first)."""
@@ -180,32 +297,33 @@ class DemoConfig:
     @property
     def stripe_label(self) -> str:
         """`test-mode`, `emulator` or `mock`."""
-        return {"live": "test-mode", "offline": "emulator", "mock": "mock"}[self.mode]
+        return self.run_mode.stripe_label
 
     @property
     def model_label(self) -> str:
         """The model the agent uses: the real model id, or the scripted proposal."""
-        if self.mode == "live":
+        if self.run_mode.real_model:
             from workers.agent import DEFAULT_MODEL, ENV_MODEL
 
             return os.environ.get(ENV_MODEL) or DEFAULT_MODEL
         return "scripted proposal"
 
     def with_mode(self, mode: str) -> DemoConfig:
-        """The same configuration in another mode (the app's mock toggle)."""
-        if mode == "live" and self.missing:
+        """The same configuration in another mode (the app's mock toggle); `UsageError` when
+        the mode cannot run here (live without keys, mock on Temporal)."""
+        row = mode_named(mode)
+        if row.needs_keys and self.missing:
             raise UsageError(_missing_text(self.missing))
-        switches = Switches() if mode == "live" else self.switches
         return DemoConfig(
             mode=mode,
             engine=self.engine,
             timing=self.timing,
-            switches=switches,
+            switches=self.switches if row.takes_switches else Switches(),
             paths=self.paths,
             stripe_key=self.stripe_key,
             anthropic_key=self.anthropic_key,
-            stripe_base=self.stripe_base if mode == "offline" else None,
-            fallback_reason=self.fallback_reason if mode == "offline" else None,
+            stripe_base=self.stripe_base if row.emulator else None,
+            fallback_reason=self.fallback_reason if row.emulator else None,
             missing=self.missing,
             store=self.store,
         )
@@ -243,8 +361,8 @@ def resolve(
     env = os.environ if env is None else env
     if engine not in ENGINES:
         raise UsageError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
-    if mode is not None and mode not in MODES:
-        raise UsageError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
+    if mode is not None:
+        mode_named(mode)
     stripe_key = find_stripe_key(env)  # refuses a non-test key in every mode
     anthropic_key = find_anthropic_key(env)
     missing = tuple(
@@ -262,28 +380,28 @@ def resolve(
             fallback = "live mode needs " + " and ".join(missing) + ", not found"
         else:
             mode = "live"
-    if mode == "live" and missing:
+    row = mode_named(mode)
+    if row.needs_keys and missing:
         raise UsageError(_missing_text(missing))
-    if mode == "live" and (emulate_24h or no_lookup):
+    if not row.takes_switches and (emulate_24h or no_lookup):
         raise UsageError(
             " and ".join(s.flag for s in SWITCHES) + " are emulated switches for offline and "
             "mock runs; a live run uses Stripe's real keys and lookup. Drop the switch or use "
             "--offline."
         )
-    if mode == "mock" and engine == "temporal":
-        raise UsageError("--mock runs in-process without Temporal; drop --engine temporal")
-    if stripe_base is not None and mode != "offline":
+    check_engine(row, engine)
+    if stripe_base is not None and not row.emulator:
         raise UsageError("--stripe-base points offline runs at an emulator; add --offline")
     store = store or env.get(ENV_STORE) or None
     if store is not None and "://" in store and not is_postgres_url(store):
         raise UsageError(
-            f"--store {describe_store(store)!r} is neither a postgresql:// URL nor a path; "
+            f"--store {PostgresStore.describe(store)!r} is neither a postgresql:// URL nor a path; "
             "give postgresql://user@host/db (add ?schema=NAME for a schema of its own) or a "
             "SQLite file's path"
         )
     try:
         timing = demo_timing(env)
-        if mode == "live":
+        if not row.takes_switches:
             switches = Switches()
         else:
             from_env = Switches.from_env(env)
@@ -362,7 +480,7 @@ def worker_env(
     *,
     column: str,
     asks_model: bool,
-    crash_point: str | None = None,
+    crash_point: CrashPoint | None = None,
     parent: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The whole environment of one worker launch, built for that launch.
@@ -381,19 +499,19 @@ def worker_env(
         {
             "INTERLOCK_HOME": str(config.paths.demo),
             ENV_STORE: config.store_location,
-            "INTERLOCK_CLAIM_TTL": f"{config.timing.claim_ttl_s:g}",
-            "INTERLOCK_STRIPE_TIMEOUT": f"{config.timing.stripe_timeout_s:g}",
             "PYTHONUNBUFFERED": "1",
+            # Every field, exactly: the worker reads nothing of its timing anywhere else.
+            **config.timing.to_env(),
         }
     )
     env.update({k: parent[k] for k in PASSED_SETTINGS if parent.get(k)})
     for name in config.switches.names:
         env[name] = "1"
     if crash_point is not None:
-        env["INTERLOCK_CRASH"] = crash_point
-    if column == "interlock" and parent.get(ENV_RECEIPT_KEY):
+        env["INTERLOCK_CRASH"] = crash_point.value
+    if column_kind(column).signs_receipts and parent.get(ENV_RECEIPT_KEY):
         env[ENV_RECEIPT_KEY] = parent[ENV_RECEIPT_KEY]
-    if config.mode == "live":
+    if config.run_mode.needs_keys:
         assert config.stripe_key is not None and config.anthropic_key is not None
         env["STRIPE_SECRET_KEY"] = config.stripe_key.value
         env["INTERLOCK_AGENT"] = "anthropic" if asks_model else AGENT_NONE

@@ -2,8 +2,9 @@
 
 The engine writes it; views (the Textual app, the headless JSON printer, the HTTP
 endpoint) subscribe and read snapshots. Nothing here imports Textual. `to_json()` is the
-`interlock-demo/run@1` document of docs/design.md §6; amounts are integer cents, times are
-seconds since the run started.
+`interlock-demo/run@2` document of docs/design.md §6; amounts are integer cents, times are
+seconds since the run started. An event carries its `data` (the fields its worker, the gate
+or the engine gave it), which is what views read; its `text` is those fields in words.
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Any, TypeVar
 
-from interlock import new_action_id
-from interlock_demo.payments.model import new_id
+from interlock import CrashPoint, new_action_id
+from interlock_demo.core.columns import column_kind
 from workers.protocol import ColumnOutcome
 
-SCHEMA = "interlock-demo/run@1"
+SCHEMA = "interlock-demo/run@2"
 
 Listener = Callable[["Run", str | None], None]
 
@@ -56,12 +57,13 @@ class Ids:
 
     The engine and the app take one, so a test (a snapshot) can hand out ids it can
     predict. `object_id(prefix)` names the in-memory payments model's objects (`pi_...`,
-    `re_...`); `action_id()` names the gate's actions, minted by workers and by a
-    re-approval. Real Stripe and worker processes mint their own and never read this.
+    `re_...`; None leaves them to the model's own ids, which the run model need not know);
+    `action_id()` names the gate's actions, minted by workers and by a re-approval. Real
+    Stripe and worker processes mint their own and never read this.
     """
 
     run_id: Callable[[], str] = new_run_id
-    object_id: Callable[[str], str] = new_id
+    object_id: Callable[[str], str] | None = None
     action_id: Callable[[], str] = new_action_id
 
 
@@ -94,22 +96,6 @@ class Pacer:
         with self._cond:
             return any(self._waiting.values())
 
-    @classmethod
-    def holding_before(cls, phase: str) -> Pacer:
-        """A pacer with every phase before `phase` open: columns run on until `phase`."""
-        pacer = cls()
-        while pacer.next_phase != phase:
-            pacer.advance()
-        return pacer
-
-    def wait_until_waiting(self, phase: str, count: int, timeout: float) -> bool:
-        """Block until `count` columns wait before `phase`; False after `timeout` seconds.
-
-        A test holds a run at a phase this way (the engine's `hold` pacer).
-        """
-        with self._cond:
-            return self._cond.wait_for(lambda: self._waiting.get(phase, 0) >= count, timeout)
-
     def advance(self) -> str | None:
         """Open the next phase; returns its name, or None when all were open."""
         with self._cond:
@@ -130,7 +116,8 @@ class Pacer:
         index = PHASES.index(phase)
         with self._cond:
             self._waiting[phase] = self._waiting.get(phase, 0) + 1
-            self._cond.notify_all()  # for wait_until_waiting
+            # `held` just changed: whoever waits on the condition for it looks again.
+            self._cond.notify_all()
             try:
                 self._cond.wait_for(lambda: self._opened > index)
             finally:
@@ -138,7 +125,7 @@ class Pacer:
 
 
 class ColumnState(str, Enum):
-    """Where a column is in its script; the run@1 `state` is the value."""
+    """Where a column is in its script; the run@2 `state` is the value."""
 
     IDLE = "idle"
     STARTING = "starting"
@@ -204,16 +191,16 @@ _R = TypeVar("_R", bound="JsonFields")
 
 
 class JsonFields:
-    """A frozen dataclass of plain values whose run@1 JSON is its fields, by name."""
+    """A frozen dataclass of plain values whose run@2 JSON is its fields, by name."""
 
     def to_json(self) -> dict[str, Any]:
-        """As run@1 JSON."""
+        """As run@2 JSON."""
         record: Any = self  # a dataclass: its subclasses are
         return dataclasses.asdict(record)
 
     @classmethod
     def from_json(cls: type[_R], data: Mapping[str, Any]) -> _R:
-        """Read back from run@1 JSON."""
+        """Read back from run@2 JSON."""
         record: Any = cls
         names = [f.name for f in dataclasses.fields(record)]
         return cls(**{name: data[name] for name in names})
@@ -232,7 +219,7 @@ class ClaimWait:
     simulated: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        """The wait as run@1 JSON (`from`, `until`, `seconds`, and `simulated` when it is)."""
+        """The wait as run@2 JSON (`from`, `until`, `seconds`, and `simulated` when it is)."""
         data: dict[str, Any] = {"from": self.start, "until": self.until, "seconds": self.seconds}
         if self.simulated:
             data["simulated"] = True
@@ -240,7 +227,7 @@ class ClaimWait:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ClaimWait:
-        """Read a wait back from run@1 JSON."""
+        """Read a wait back from run@2 JSON."""
         return cls(
             start=float(data["from"]),
             until=float(data["until"]),
@@ -289,7 +276,7 @@ class StripeCard:
     refunded_total: int
 
     def to_json(self) -> dict[str, Any]:
-        """As run@1 JSON."""
+        """As run@2 JSON."""
         return {
             "refunds": [r.to_json() for r in self.refunds],
             "refunded_total": self.refunded_total,
@@ -297,7 +284,7 @@ class StripeCard:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> StripeCard:
-        """Read a payment's card back from run@1 JSON."""
+        """Read a payment's card back from run@2 JSON."""
         return cls(
             refunds=tuple(RefundRow.from_json(r) for r in data["refunds"]),
             refunded_total=int(data["refunded_total"]),
@@ -306,25 +293,38 @@ class StripeCard:
 
 @dataclass
 class Event:
-    """One thing that happened in a column."""
+    """One thing that happened in a column: its kind and fields, and those in words.
+
+    `data` holds the event's fields as plain JSON values (a gate event's are its
+    `interlock.GateEvent` fields); views and reports read them, never `text`, so the
+    words can change without changing what a view shows.
+    """
 
     t: float
     kind: str
     text: str
     pid: int | None
+    data: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        """The event as run@1 JSON."""
-        return {"t": round(self.t, 3), "kind": self.kind, "text": self.text, "pid": self.pid}
+        """The event as run@2 JSON."""
+        return {
+            "t": round(self.t, 3),
+            "kind": self.kind,
+            "text": self.text,
+            "pid": self.pid,
+            "data": dict(self.data),
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Event:
-        """Read an event back from run@1 JSON."""
+        """Read an event back from run@2 JSON."""
         return cls(
             t=float(data["t"]),
             kind=str(data["kind"]),
             text=str(data["text"]),
             pid=_optional_int(data["pid"]),
+            data=dict(data["data"]),
         )
 
 
@@ -333,18 +333,18 @@ class WorkerInfo:
     """One worker process (or, in mock mode, one simulated worker)."""
 
     pid: int | None
-    crash_point: str | None
+    crash_point: CrashPoint | None
     started_at: float
     exit_code: int | None = None
     ended_at: float | None = None
     simulated: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        """The worker as run@1 JSON."""
+        """The worker as run@2 JSON."""
         data: dict[str, Any] = {
             "pid": self.pid,
             "exit_code": self.exit_code,
-            "crash_point": self.crash_point,
+            "crash_point": None if self.crash_point is None else self.crash_point.value,
             "started_at": round(self.started_at, 3),
             "ended_at": None if self.ended_at is None else round(self.ended_at, 3),
         }
@@ -354,12 +354,12 @@ class WorkerInfo:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> WorkerInfo:
-        """Read a worker back from run@1 JSON."""
+        """Read a worker back from run@2 JSON."""
         crash_point = data["crash_point"]
         ended_at = data["ended_at"]
         return cls(
             pid=_optional_int(data["pid"]),
-            crash_point=None if crash_point is None else str(crash_point),
+            crash_point=None if crash_point is None else CrashPoint(crash_point),
             started_at=float(data["started_at"]),
             exit_code=_optional_int(data["exit_code"]),
             ended_at=None if ended_at is None else float(ended_at),
@@ -396,7 +396,7 @@ class Column:
     error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The column as run@1 JSON."""
+        """The column as run@2 JSON."""
         data: dict[str, Any] = {
             "name": self.name,
             "title": self.title,
@@ -416,14 +416,14 @@ class Column:
             "error": self.error,
             "claim_wait": None if self.claim_wait is None else self.claim_wait.to_json(),
         }
-        if self.name == "interlock":
+        if column_kind(self.name).signs_receipts:
             data["receipt"] = self.receipt
             data["verify"] = self.verify
         return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Column:
-        """Read a column back from run@1 JSON.
+        """Read a column back from run@2 JSON.
 
         What the JSON does not carry (the case id, the claim's end, the action ids) is left
         unset: a column read back is for reading, not for an engine to go on with.
@@ -534,7 +534,7 @@ class Run:
             )
 
     def to_json(self) -> dict[str, Any]:
-        """The run as an `interlock-demo/run@1` document."""
+        """The run as an `interlock-demo/run@2` document."""
         return self.snapshot().to_json()
 
     # -- writing (the engine) ------------------------------------------------------------
@@ -559,10 +559,18 @@ class Run:
         for listener in listeners:
             listener(self, column)
 
-    def add_event(self, column: str, kind: str, text: str, pid: int | None) -> None:
-        """Append an event to a column."""
+    def add_event(
+        self,
+        column: str,
+        kind: str,
+        text: str,
+        pid: int | None,
+        data: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Append an event to a column, with its fields (`data`) and their words (`text`)."""
         col = self.column(column)
-        self.update(column, lambda: col.events.append(Event(self.now(), kind, text, pid)))
+        fields = dict(data or {})
+        self.update(column, lambda: col.events.append(Event(self.now(), kind, text, pid, fields)))
 
     def set_state(self, column: str, state: ColumnState) -> None:
         """Move a column to another state."""
@@ -617,7 +625,7 @@ class RunSnapshot:
         return next((c for c in self.columns if c.name == name), None)
 
     def to_json(self) -> dict[str, Any]:
-        """The run as an `interlock-demo/run@1` document."""
+        """The run as an `interlock-demo/run@2` document."""
         return {
             "schema": SCHEMA,
             "run_id": self.run_id,
@@ -638,7 +646,7 @@ class RunSnapshot:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RunSnapshot:
-        """Read an `interlock-demo/run@1` document (as `to_json` wrote it) back.
+        """Read an `interlock-demo/run@2` document (as `to_json` wrote it) back.
 
         Raises `ValueError` for another schema, and `KeyError` or `TypeError` for a document
         that lacks a field or holds one of the wrong shape. `now` is the run's elapsed time:

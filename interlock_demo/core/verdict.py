@@ -2,9 +2,10 @@
 the truth table predicted, and whether its report told the truth.
 
 One home for the rules every view and report applies: which refunds count (the
-library's `COUNTING_REFUND_STATUSES`), whose a refund is (`agent` when it carries the
+library's `Refund.COUNTING_STATUSES`), whose a refund is (`agent` when it carries the
 case's metadata, else `hand`), `ok` (Stripe holds what was wanted), `truthful`
-(`interlock.testing.truthful`) and the deviations from the truth table.
+(`interlock.testing.truthful`), the deviations from the truth table, and which check
+stopped a column (read from its events' fields).
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from interlock import COUNTING_REFUND_STATUSES, Refund
+from interlock import Refund
 from interlock.testing import truthful as is_truthful
-from interlock_demo.core.run import RefundRow, StripeCard, Wanted
+from interlock_demo.core.run import Column, RefundRow, StripeCard, Wanted
 from scenarios import Expectation
-from workers.protocol import ColumnOutcome
+from workers.protocol import GATE_CHECK, ColumnOutcome, EventKind
 
 AGENT = "agent"
 HAND = "hand"
@@ -24,7 +25,7 @@ HAND = "hand"
 
 def counts(status: str) -> bool:
     """Whether a refund in this status counts against the payment (not failed/canceled)."""
-    return status in COUNTING_REFUND_STATUSES
+    return status in Refund.COUNTING_STATUSES
 
 
 def stripe_card(refunds: Iterable[Refund], case_id: str) -> StripeCard:
@@ -51,6 +52,18 @@ def tally(card: StripeCard) -> tuple[int, int]:
     """How many counting refunds are the agent's and how many were made by hand."""
     rows = counting(card)
     return sum(r.by == AGENT for r in rows), sum(r.by == HAND for r in rows)
+
+
+def failed_check(col: Column) -> str | None:
+    """The check that last stopped the column's worker, as the gate names its checks
+    (`world_unchanged`, `approval`): the gate's failed `check` or the checked worker's
+    re-check; None when none failed."""
+    for e in reversed(col.events):
+        if e.kind == GATE_CHECK and e.data.get("passed") is False:
+            return str(e.data.get("name"))
+        if e.kind == EventKind.RECHECK and e.data.get("failed_check"):
+            return str(e.data["failed_check"])
+    return None
 
 
 @dataclass(frozen=True)

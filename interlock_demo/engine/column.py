@@ -18,8 +18,9 @@ import time
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from interlock import InterlockError, Lease, Payments, Store, verify
-from interlock.testing import UNSETTLED_REPORTS
+from interlock import CrashPoint, InterlockError, Lease, Payments, Store, verify
+from interlock.testing import UNSETTLED_REPORTS, PaymentsModel
+from interlock_demo.core.columns import column_kind
 from interlock_demo.core.run import (
     ClaimWait,
     Column,
@@ -32,9 +33,8 @@ from interlock_demo.core.run import (
     WorkerInfo,
 )
 from interlock_demo.core.verdict import judge, stripe_card
-from interlock_demo.doctor import live_failure_line
 from interlock_demo.errors import ColumnFailed, UsageError
-from interlock_demo.payments.model import PaymentsModel
+from interlock_demo.network import live_failure_line
 from interlock_demo.settings import DemoConfig
 from scenarios import (
     FAULTS,
@@ -45,7 +45,7 @@ from scenarios import (
     Scenario,
     expectation,
 )
-from workers.context import READS_ON_RESTART, Case
+from workers.context import Case
 from workers.protocol import (
     GATE_CLAIM,
     GATE_CLAIM_WAIT,
@@ -59,8 +59,9 @@ SUPPORT_REQUEST = (
     "Hi, I was charged $100 but one item never arrived. Could you refund $20 for it? Thanks!"
 )
 LEASE_TTL_S = 3600.0
-# The crash point the supervisor causes: it kills the worker while Stripe holds the answer.
-IN_FLIGHT = "in-flight"
+# The keys of a worker's event line that the run's `Event` holds itself (the worker's
+# clock is not the run's); the rest are the event's fields.
+_LINE_KEYS = frozenset({"t", "pid", "kind", "text"})
 # How long a worker may take beyond the claim wait before the run counts as stuck.
 WORKER_GRACE_S = 90.0
 # What a launcher without the emulator's model says when a fault cell asks for it.
@@ -91,7 +92,7 @@ class Launcher(Protocol):
     `finish` once when the column has ended, however it ended.
     """
 
-    def launch(self, script: ColumnScript, crash_point: str | None) -> int | None:
+    def launch(self, script: ColumnScript, crash_point: CrashPoint | None) -> int | None:
         """Run one worker of the script's case to its end; its exit code.
 
         `crash_point` is where it dies (`SIGKILL_EXIT`), or None for a worker that runs
@@ -133,6 +134,10 @@ class ColumnScript:
         self.launcher = launcher
         self.hold = hold
         self.case: Case | None = None
+        # Outside presenter mode, how long the column stays on its first kill before the
+        # outage and the restart: after the answer nothing else waits (no claim to wait
+        # out), and the whole run would be over before a room saw the worker die.
+        self.kill_beat_s = 0.0
 
     def play(self) -> None:
         """Run the column to its end; a failure is the column's error, not an exception."""
@@ -149,7 +154,7 @@ class ColumnScript:
 
         The engine's own Stripe calls raise it here; a worker's arrives as its error event.
         """
-        if self.config.mode != "live":
+        if not self.config.run_mode.needs_keys:
             return None
         worker_errors = [
             ev.text for ev in reversed(self.column.events) if ev.kind == EventKind.ERROR
@@ -166,9 +171,10 @@ class ColumnScript:
         self.column.state = ColumnState.ERROR
         self.column.as_predicted = False
 
-    def event(self, kind: str, text: str, pid: int | None = None) -> None:
-        """Add an event of the script's own (or the launcher's) to the column."""
-        self.run.add_event(self.column.name, str(kind), text, pid)
+    def event(self, kind: str, text: str, pid: int | None = None, **data: Any) -> None:
+        """Add an event of the script's own (or the launcher's) to the column: its fields
+        (`data`, what views read) and their words."""
+        self.run.add_event(self.column.name, str(kind), text, pid, data)
 
     def _steps(self) -> None:
         run, col, sc = self.run, self.column, self.scenario
@@ -219,6 +225,10 @@ class ColumnScript:
         self.event(
             RunEventKind.SETUP,
             f"new $100.00 payment {payment.id}; approval for refunds up to $20.00",
+            payment_intent=payment.id,
+            amount=PAYMENT_AMOUNT,
+            lease_id=lease.id,
+            cap=LEASE_CAP,
         )
         if sc.fault is not None:
             self._fault_steps()
@@ -232,6 +242,8 @@ class ColumnScript:
                 raise ColumnFailed(f"the worker was to die by SIGKILL at {point} but exited {code}")
             run.set_state(col.name, ColumnState.KILLED)
             if n == 0:
+                if self.run.pacer is None and self.kill_beat_s > 0:
+                    time.sleep(self.kill_beat_s)  # a beat for the room, not a wait on anything
                 self.pace("outage")
                 self.outage()
                 self.pace("restart")
@@ -262,14 +274,26 @@ class ColumnScript:
             self.event(
                 RunEventKind.OUTAGE,
                 f"{when}support refunds $20.00 by hand ({refund.id}), no key, no metadata",
+                outage=outage,
+                held=held,
+                refund_id=refund.id,
+                amount=REFUND_AMOUNT,
             )
         elif outage == "revoke":
             self.store.revoke_lease(self.case.lease_id, "support")
-            self.event(RunEventKind.OUTAGE, f"{when}support revokes the approval")
+            self.event(
+                RunEventKind.OUTAGE,
+                f"{when}support revokes the approval",
+                outage=outage,
+                held=held,
+                lease_id=self.case.lease_id,
+            )
         else:
             self.event(
                 RunEventKind.OUTAGE,
                 f"{when}nobody does anything" if held else "nobody does anything during the outage",
+                outage=outage,
+                held=held,
             )
 
     def _fault_steps(self) -> None:
@@ -299,12 +323,19 @@ class ColumnScript:
             spec.kind,
             stage=spec.stage,
             hold_ms=hold_ms,
+            count=spec.count,
             payment_intent=self.case.payment_intent,
             on_start=while_held,
         )
-        self.event(RunEventKind.FAULT, f"armed for the first refund call: {spec.story}")
+        self.event(
+            RunEventKind.FAULT,
+            f"armed for the first refund call: {spec.story}",
+            fault=sc.fault,
+            stage=spec.stage,
+            hold_ms=hold_ms,
+        )
         self.pace("decision")
-        first = None if spec.crash_point == "none" else spec.crash_point
+        first = spec.crash_point
         code = self.launcher.launch(self, first)
         if code != (SIGKILL_EXIT if first else 0):
             raise ColumnFailed(f"the first worker exited {code}; see its events")
@@ -322,7 +353,7 @@ class ColumnScript:
                 self.run.set_state(col.name, ColumnState.KILLED)
             if spec.restart_after_landing and not held.ended.wait(limit):
                 raise ColumnFailed(f"the held refund call did not end within {limit:g} s")
-            if spec.read_fault and col.name in READS_ON_RESTART and not key_fixed:
+            if spec.read_fault and column_kind(col.name).reads_on_restart and not key_fixed:
                 model.add_fault(spec.read_fault, payment_intent=self.case.payment_intent)
             self.run.set_state(col.name, ColumnState.RESTARTING)
             seen = len(col.events)
@@ -346,7 +377,7 @@ class ColumnScript:
         return self.column.outcome is not None and self.column.outcome.status in UNSETTLED_REPORTS
 
     def on_worker_event(self, ev: Mapping[str, Any], pid: int | None) -> None:
-        """Record a worker's event; note outcomes and claim waits."""
+        """Record a worker's event with its fields; note outcomes and claim waits."""
         kind = str(ev.get("kind", RunEventKind.OUTPUT))
         col = self.column
         run = self.run
@@ -371,7 +402,8 @@ class ColumnScript:
             run.update(col.name, set_wait)
         elif kind in (GATE_CLAIM, GATE_SENDING) and col.state is ColumnState.WAITING:
             run.set_state(col.name, ColumnState.RUNNING)
-        run.add_event(col.name, kind, str(ev.get("text", "")), pid)
+        data = {k: v for k, v in ev.items() if k not in _LINE_KEYS}
+        run.add_event(col.name, kind, str(ev.get("text", "")), pid, data)
 
     def record_outcome(self, outcome: ColumnOutcome) -> None:
         """The column's worker reported `outcome`; the action it names is noted once (a
@@ -428,7 +460,7 @@ def fill_card(
     verdict = judge(card, col.outcome, col.wanted, exp, reapproved=reapproved)
     deviations = list(verdict.deviations)
     receipt = verified = None
-    if col.name == "interlock":
+    if column_kind(col.name).signs_receipts:
         actions = store.actions(case.metadata)
         for aid in actions:
             state = store.action(aid)
@@ -449,7 +481,6 @@ def fill_card(
         col.deviations = deviations
         col.receipt = receipt
         col.verify = verified
-        col.claim_wait = None
         col.state = ColumnState.DONE
 
     run.update(col.name, fill)

@@ -13,11 +13,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from interlock import Owner
+from interlock import CrashPoint, Owner
+from interlock.testing import PaymentsModel
 from interlock_demo.core.run import WorkerInfo
-from interlock_demo.engine.column import FAULTS_NEED_THE_EMULATOR, IN_FLIGHT, ColumnScript
+from interlock_demo.engine.column import FAULTS_NEED_THE_EMULATOR, ColumnScript
 from interlock_demo.errors import ColumnFailed
-from interlock_demo.payments.model import PaymentsModel
 from scenarios import REFUND_AMOUNT
 from workers.agent import ScriptedModel
 from workers.context import MemoryBox, SimulatedCrash, WorkerContext
@@ -69,7 +69,7 @@ class MockLauncher:
         self.box = MemoryBox()
         self.launched = 0
 
-    def launch(self, script: ColumnScript, crash_point: str | None) -> int | None:
+    def launch(self, script: ColumnScript, crash_point: CrashPoint | None) -> int | None:
         """Run the column's worker once in this thread; SIGKILL_EXIT if it 'died'."""
         case = script.case
         assert case is not None
@@ -80,16 +80,21 @@ class MockLauncher:
         )
         script.worker_started(info)
 
-        def crash(at: str) -> None:
-            if at == crash_point:
+        def crash(at: CrashPoint) -> None:
+            if at is crash_point:
                 self._on_event(
-                    script, {"kind": EventKind.CRASH, "text": f"simulated SIGKILL at {at}"}
+                    script,
+                    {
+                        "kind": EventKind.CRASH,
+                        "text": f"simulated SIGKILL at {at}",
+                        "crash_point": at,
+                    },
                 )
                 raise SimulatedCrash(at)
 
-        if crash_point == IN_FLIGHT:
+        if crash_point is not None and crash_point.held:
             self.model.add_fault(
-                "hold", payment_intent=case.payment_intent, on_commit=lambda: crash(IN_FLIGHT)
+                "hold", payment_intent=case.payment_intent, on_commit=lambda: crash(crash_point)
             )
 
         def emit(kind: str, text: str, **data: Any) -> None:
@@ -110,6 +115,7 @@ class MockLauncher:
             sleep=self.clock.sleep,
             answerer=MOCK,
             new_action_id=self.new_action_id,
+            crash_point=crash_point,
         )
         self._on_event(
             script, {"kind": EventKind.START, "text": f"{col.name} worker started (simulated)"}

@@ -2,9 +2,10 @@
 
 Each launch writes the column's case file, builds the worker's environment for that
 launch (`settings.worker_env`: the model's key only while no decision is saved), spawns
-`workers.standalone` through the run's `Supervisor` and waits for its exit. The
-`in-flight` crash point is the supervisor's own: it arms a hold on the emulator this
-engine started and kills the worker while Stripe holds the answer to its refund.
+`workers.standalone` through the run's `Supervisor` and waits for its exit. A held
+crash point (`CrashPoint.IN_FLIGHT`) is the supervisor's own: it arms a hold on the
+emulator this engine started and kills the worker while Stripe holds the answer to its
+refund.
 
 `run_worker` is the part the Temporal launcher reuses with its own command line.
 """
@@ -15,16 +16,17 @@ import json
 import sys
 from pathlib import Path
 
+from interlock import CrashPoint
+from interlock.testing import Fault, PaymentsModel
+from interlock_demo.core.columns import column_kind
 from interlock_demo.core.run import WorkerInfo
 from interlock_demo.engine.column import (
     FAULTS_NEED_THE_EMULATOR,
-    IN_FLIGHT,
     WORKER_GRACE_S,
     ColumnScript,
 )
 from interlock_demo.engine.supervisor import Supervisor, WorkerProcess, WorkerState
 from interlock_demo.errors import ColumnFailed
-from interlock_demo.payments.model import Fault, PaymentsModel
 from interlock_demo.settings import DemoConfig, open_private, worker_env
 from workers.context import Case
 from workers.protocol import EventKind
@@ -51,7 +53,7 @@ class ProcessLauncher:
         self.stripe_base = stripe_base
         self.emulator = emulator
 
-    def launch(self, script: ColumnScript, crash_point: str | None) -> int | None:
+    def launch(self, script: ColumnScript, crash_point: CrashPoint | None) -> int | None:
         """Run `workers.standalone` on the script's case to its end; its exit code."""
         assert script.case is not None
         return self.run_worker(
@@ -85,21 +87,21 @@ class ProcessLauncher:
         intent; the others' is the decision file the worker saves before its send.
         """
         assert script.case is not None
-        if script.column.name == "interlock":
+        if column_kind(script.column.name).signs_receipts:
             return not script.store.actions(script.case.metadata)
         return not decision_path(self.config.paths.demo, script.case).exists()
 
     def run_worker(
         self,
         script: ColumnScript,
-        crash_point: str | None,
+        crash_point: CrashPoint | None,
         argv: list[str],
         *,
         asks_model: bool,
     ) -> int | None:
         """Spawn one worker process with `argv`, feed its events to the script, and wait.
 
-        Killed at `crash_point` by itself, or by the supervisor for `in-flight`. Raises
+        Killed at `crash_point` by itself, or by the supervisor for a held one. Raises
         `ColumnFailed` when it outlives its time limit or the run was stopped.
         """
         case = script.case
@@ -113,10 +115,10 @@ class ProcessLauncher:
             self.stripe_base,
             column=script.column.name,
             asks_model=asks_model,
-            crash_point=None if crash_point == IN_FLIGHT else crash_point,
+            crash_point=None if crash_point is None or crash_point.held else crash_point,
         )
         in_flight = None
-        if crash_point == IN_FLIGHT:
+        if crash_point is not None and crash_point.held:
             if self.emulator is None:
                 raise ColumnFailed("in-flight kills need the emulator the engine started itself")
             # Stripe's answer is held after the refund is committed; the kill lands meanwhile.
@@ -159,6 +161,9 @@ class ProcessLauncher:
             worker.kill()
             raise ColumnFailed(f"the worker's refund did not reach the emulator within {limit:g} s")
         script.event(
-            EventKind.CRASH, f"SIGKILL while the refund request is in flight (pid {worker.pid})"
+            EventKind.CRASH,
+            f"SIGKILL while the refund request is in flight (pid {worker.pid})",
+            crash_point=CrashPoint.IN_FLIGHT.value,
+            worker_pid=worker.pid,
         )
         worker.kill()

@@ -56,19 +56,6 @@ class WorkerState(Enum):
     KILLED = "killed"
 
 
-def describe_exit(code: int | None) -> str:
-    """An exit code in words: `exit -9 (SIGKILL)`, `exit 0`, `exit -15 (SIGTERM)`."""
-    if code is None:
-        return "running"
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return f"exit {code} ({name})"
-    return f"exit {code}"
-
-
 class WorkerProcess:
     """One worker process, its event stream and its exit."""
 
@@ -176,11 +163,6 @@ class Supervisor:
     def stopped(self) -> bool:
         """Whether `stop()` was called."""
         return self._stopped
-
-    def alive(self) -> list[WorkerProcess]:
-        """Workers that have not exited yet."""
-        with self._lock:
-            return [w for w in self._workers if w.exit_code is None]
 
     def stop(self, timeout: float = 5.0) -> None:
         """Kill every worker's tree and wait for each reaper."""

@@ -7,7 +7,9 @@
 Everything is kept in `INTERLOCK_HOME/mcp/interlock.sqlite3` (the journal, the approvals
 and the receipts), so the commands and the server meet there. Stdout belongs to the MCP
 protocol while serving: the server writes its log to stderr. Building the parser imports
-nothing beyond argparse; the `mcp` SDK is imported only to serve.
+nothing beyond argparse; the `mcp` SDK (through `interlock.mcp`, which holds the desk and
+the tools) is imported only to run a command. What is the demo's own: INTERLOCK_HOME, its
+timing, the key finder, and `--offline`'s emulator and payment.
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from interlock_demo.exit_codes import ExitCode
 
 if TYPE_CHECKING:
-    from interlock import SQLiteStore
+    from interlock import GateEvent, Payments, SQLiteStore
 
 OFFLINE_PAYMENT = 10_000
 OFFLINE_CAP = 2_000
@@ -61,6 +64,13 @@ def add_mcp_parser(sub: Any) -> None:
     approve.add_argument("--cap", type=int, required=True, metavar="CENTS", dest="cap")
     approve.add_argument("--hours", type=float, default=24.0, dest="hours")
     approve.add_argument("--by", default=None, help="who approves (default: $USER)")
+    approve.add_argument(
+        "--stripe-base",
+        default=None,
+        metavar="URL",
+        dest="approve_stripe_base",
+        help="check the payment at this emulator instead of Stripe test mode",
+    )
     revoke = cmds.add_parser("revoke", help="revoke a payment's approval")
     revoke.add_argument("payment", metavar="PAYMENT")
     revoke.add_argument("--by", default=None, help="who revokes (default: $USER)")
@@ -69,9 +79,15 @@ def add_mcp_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run `interlock-demo mcp ...` from the parsed arguments; returns the exit code."""
     from interlock import InterlockError
-    from interlock_demo.errors import DeskError
-    from interlock_demo.mcp.desk import dollars, grant_approval, revoke_approval
 
+    try:
+        from interlock.mcp import dollars, grant_approval, revoke_approval
+    except ImportError:
+        print(
+            "interlock-demo mcp needs the official MCP SDK: pip install 'interlock-demo[mcp]'",
+            file=sys.stderr,
+        )
+        return ExitCode.USAGE
     if args.mcp_command in ("approve", "revoke"):
         store = _open_store()
         if store is None:
@@ -79,6 +95,10 @@ def run(args: argparse.Namespace) -> int:
         by = args.by or os.environ.get("USER") or "a person"
         try:
             if args.mcp_command == "approve":
+                missing = _payment_missing(args.payment, args.approve_stripe_base)
+                if missing is not None:
+                    print(f"interlock-demo mcp: {missing}", file=sys.stderr)
+                    return ExitCode.USAGE
                 lease = grant_approval(
                     store, args.payment, args.cap, hours=args.hours, by=by, now=time.time()
                 )
@@ -89,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
             else:
                 lease = revoke_approval(store, args.payment, by=by, now=time.time())
                 print(f"revoked the approval for {args.payment} ({lease.id})")
-        except (DeskError, InterlockError) as e:
+        except InterlockError as e:
             print(f"interlock-demo mcp: {e}", file=sys.stderr)
             return ExitCode.USAGE
         finally:
@@ -99,17 +119,22 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from mcp.server.mcpserver import MCPServer
+
     from interlock import ConfigError, InterlockError, Owner, StripePayments, make_stripe_client
-    from interlock_demo.errors import DeskError, KeyRefusedError
-    from interlock_demo.keys import find_stripe_key
-    from interlock_demo.mcp.desk import (
+    from interlock.mcp import (
+        SERVER_NAME,
         RefundDesk,
+        add_refund_tools,
         approval_state,
         current_approval,
         dollars,
         grant_approval,
     )
+    from interlock_demo.errors import KeyRefusedError
+    from interlock_demo.keys import find_stripe_key
     from interlock_demo.settings import EMULATOR_KEY, demo_timing
+    from workers.texts import gate_event_text
 
     def log(text: str) -> None:
         stamp = time.strftime("%H:%M:%S")
@@ -123,12 +148,6 @@ def _serve(args: argparse.Namespace) -> int:
         return usage("--stripe-base points the server at an emulator: add --offline")
     if (args.mcp_approve is None) != (args.mcp_cap is None):
         return usage("--approve PAYMENT and --cap CENTS go together")
-    try:
-        from interlock_demo.mcp.server import build_server
-    except ImportError as e:
-        return usage(
-            f"the MCP server needs the official MCP SDK ({e}): pip install 'interlock-demo[mcp]'"
-        )
     try:
         timing = demo_timing()
     except ConfigError as e:
@@ -153,7 +172,7 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         base = args.mcp_stripe_base
         if args.mcp_offline and base is None:
-            from interlock_demo.payments import StripeEmulator
+            from interlock.testing import StripeEmulator
 
             emulator = StripeEmulator().start()
             base = emulator.url
@@ -163,6 +182,9 @@ def _serve(args: argparse.Namespace) -> int:
         now = time.time()
         notes = []
         if args.mcp_approve is not None:
+            missing = _payment_missing(args.mcp_approve, base, payments)
+            if missing is not None:
+                return usage(missing)
             existing = current_approval(store, args.mcp_approve)
             if existing is None:
                 lease = grant_approval(
@@ -188,8 +210,19 @@ def _serve(args: argparse.Namespace) -> int:
                 f"{dollars(OFFLINE_CAP)} back."
             )
             log(notes[-1])
+
+        def on_event(kind: GateEvent, data: Mapping[str, Any]) -> None:
+            text = gate_event_text(kind, data)
+            if text is not None:
+                log(text)
+
         desk = RefundDesk(
-            payments, store, timing=timing, owner=Owner.current("mcp-server"), log=log
+            payments,
+            store,
+            timing=timing,
+            owner=Owner.current("mcp-server"),
+            log=log,
+            on_event=on_event,
         )
         desk.recover()
         where = "the loopback Stripe emulator" if args.mcp_offline else "Stripe test mode"
@@ -201,8 +234,11 @@ def _serve(args: argparse.Namespace) -> int:
             ]
         )
         log(f"serving get_payment and issue_refund over stdio ({where})")
-        build_server(desk, instructions=instructions).run("stdio")
-    except (DeskError, InterlockError) as e:
+        # WARNING: at INFO the SDK's log setup would also print every Stripe request line.
+        server = MCPServer(name=SERVER_NAME, instructions=instructions, log_level="WARNING")
+        add_refund_tools(server, desk)
+        server.run("stdio")
+    except InterlockError as e:
         return usage(str(e))
     except KeyboardInterrupt:
         pass
@@ -211,6 +247,49 @@ def _serve(args: argparse.Namespace) -> int:
         if emulator is not None:
             emulator.stop()
     return ExitCode.OK
+
+
+def _payment_missing(
+    payment: str, stripe_base: str | None, payments: Payments | None = None
+) -> str | None:
+    """Why `payment` cannot be approved (not a payment at Stripe, or Stripe unreachable), or
+    None: an approval for a payment that does not exist would wait for one to appear."""
+    from interlock import (
+        PaymentsRejectedError,
+        PaymentsUnsettledError,
+        StripePayments,
+        make_stripe_client,
+    )
+    from interlock.mcp import DeskError, check_payment_id
+    from interlock_demo.errors import KeyRefusedError
+    from interlock_demo.keys import find_stripe_key
+
+    try:
+        check_payment_id(payment)
+    except DeskError as e:
+        return str(e)
+    if payments is None:
+        try:
+            secret = find_stripe_key()
+        except KeyRefusedError as e:
+            return str(e)
+        if secret is None:
+            return (
+                f"approving {payment} checks it at Stripe first: set STRIPE_SECRET_KEY to a test "
+                "key (sk_test_...), or pass --stripe-base URL for an emulator"
+            )
+        client = make_stripe_client(secret.value, timeout_s=10.0, base_url=stripe_base)
+        payments = StripePayments(client)
+    try:
+        payments.get_payment(payment)
+    except PaymentsRejectedError as e:
+        return (
+            f"not approved: Stripe has no payment {payment} ({e.code}: {e.provider_message}); "
+            "check the id"
+        )
+    except PaymentsUnsettledError as e:
+        return f"not approved: could not read {payment} at Stripe ({e.detail}); try again"
+    return None
 
 
 def _open_store() -> SQLiteStore | None:

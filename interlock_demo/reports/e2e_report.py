@@ -22,21 +22,27 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from interlock_demo.core.columns import COLUMN_KINDS, gated_column
 from interlock_demo.core.run import Column, RunEventKind, RunSnapshot
 from interlock_demo.core.verdict import AGENT, counting, tally
+from interlock_demo.engine.supervisor import kill_tree
 from interlock_demo.exit_codes import ExitCode
-from interlock_demo.settings import Paths
+from interlock_demo.settings import PRIVATE_UMASK, Paths, child_env, open_private, private_dir
+from interlock_demo.views.headless import STOP_SIGNALS
 from scenarios import SWITCHES
-from workers.protocol import GATE_CHECK, GATE_CLAIM_WAIT, EventKind
+from workers.protocol import CHECK_LOOKUP, GATE_CHECK, GATE_CLAIM_WAIT, EventKind
+from workers.texts import EMULATOR, MONEY_AT
 
 COMMAND = "interlock-demo e2e-report"
 DEFAULT_OUT = Path("results/e2e_offline.md")
@@ -52,22 +58,13 @@ CASES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 )
 # A run that takes longer than this is stuck (the demo's own timings take about 30 s).
 RUN_DEADLINE_S = 300.0
-# The gate's event for each check it makes (the lookup's says when it found its own refund).
-# Never handed to a run: keys (runs are offline) and switches (set by flags instead).
-_SCRUBBED = (
-    "STRIPE_SECRET_KEY",
-    "ANTHROPIC_API_KEY",
-    *(s.env for s in SWITCHES),
-    "INTERLOCK_CRASH",
-    "INTERLOCK_STORE",
-)
 
 
 @dataclass(frozen=True)
 class CaseRun:
     """One headless run: which engine and case, its exit code and the run it printed.
 
-    `unreadable` says why stdout held no run@1 document, when it did not.
+    `unreadable` says why stdout held no run@2 document, when it did not.
     """
 
     engine: str
@@ -90,7 +87,7 @@ class CaseRun:
             why = f"its stdout is not JSON ({e})"
         except (AttributeError, KeyError, TypeError, ValueError) as e:
             # A document of another shape: a missing field, or another schema.
-            why = f"its JSON is not a run@1 document ({type(e).__name__}: {e})"
+            why = f"its JSON is not a run@2 document ({type(e).__name__}: {e})"
         return cls(engine, case, code, None, folder, unreadable=why)
 
     @property
@@ -110,11 +107,68 @@ class CaseRun:
         return None if self.run is None else self.run.column(name)
 
 
+class _Children:
+    """The runs going now, so that a signal that stops the report stops them too.
+
+    Each run starts in a session of its own (a terminal's Ctrl-C reaches only the report),
+    so without this a SIGTERM would leave them running under init.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._procs: set[subprocess.Popen[bytes]] = set()
+        self.stopping = False
+
+    def spawn(self, argv: list[str], env: dict[str, str], folder: Path) -> subprocess.Popen[bytes]:
+        """Start `argv` with its stdout and stderr in private files under `folder`."""
+        with self._lock:
+            if self.stopping:
+                raise _Stopped
+            with (
+                open_private(folder / "stdout.json", "wb") as out,
+                open_private(folder / "stderr.log", "wb") as err,
+            ):
+                proc = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=err,
+                    env=env,
+                    start_new_session=True,
+                    umask=PRIVATE_UMASK,
+                )
+            self._procs.add(proc)
+            return proc
+
+    def done(self, proc: subprocess.Popen[bytes]) -> None:
+        """The run ended and was reaped."""
+        with self._lock:
+            self._procs.discard(proc)
+
+    def kill_all(self) -> None:
+        """Stop starting runs and SIGKILL every one going, with everything it started."""
+        with self._lock:
+            self.stopping = True
+            procs = list(self._procs)
+        for proc in procs:
+            kill_tree(proc.pid)
+
+
+class _Stopped(Exception):
+    """The report was stopped by a signal: no more runs start."""
+
+
+_CHILDREN = _Children()
+
+
 def _run_one(engine: str, case: str, args: tuple[str, ...], folder: Path) -> CaseRun:
     if folder.exists():
         shutil.rmtree(folder)
-    folder.mkdir(parents=True)
-    env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED}
+    private_dir(folder)
+    # The same allow-list as every worker's, so no token of another program reaches a run,
+    # plus the demo's own settings (the timings, the activity timeout): the run is the demo.
+    env = child_env()
+    env.update({k: v for k, v in os.environ.items() if k.startswith("INTERLOCK_")})
     env["INTERLOCK_HOME"] = str(folder / "home")
     argv = [
         sys.executable,
@@ -129,14 +183,20 @@ def _run_one(engine: str, case: str, args: tuple[str, ...], folder: Path) -> Cas
         "--scenario",
         *args,
     ]
-    with (folder / "stdout.json").open("wb") as out, (folder / "stderr.log").open("wb") as err:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env)
-        try:
-            code = proc.wait(RUN_DEADLINE_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            code = proc.wait()
+    proc = _CHILDREN.spawn(argv, env, folder)
+    try:
+        code = proc.wait(RUN_DEADLINE_S)
+    except subprocess.TimeoutExpired:
+        kill_tree(proc.pid)
+        code = proc.wait()
+    finally:
+        _CHILDREN.done(proc)
     return CaseRun.read(engine, case, code, folder)
+
+
+def _stop_on_signal(signum: int, frame: Any) -> None:
+    _CHILDREN.kill_all()
+    raise SystemExit(128 + signum)
 
 
 def run_all(home: Path, *, parallel: int) -> list[CaseRun]:
@@ -187,6 +247,8 @@ def main(out: str | Path | None = None, *, parallel: int) -> int:
         f"{COMMAND}: {len(ENGINES) * len(CASES)} offline runs, {parallel} at a time; "
         f"each run's JSON and stderr under {home}\n"
     )
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, _stop_on_signal)
     runs = run_all(home, parallel=parallel)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render(runs, generated_at=datetime.now(timezone.utc), parallel=parallel))
@@ -234,7 +296,7 @@ def _find(runs: list[CaseRun], engine: str, case: str) -> CaseRun | None:
 
 
 def _result(run: CaseRun | None, name: str) -> tuple[str, str] | None:
-    """A column's refunds at Stripe and its reported outcome, to compare across runs."""
+    """A column's refunds at the emulator and its reported outcome, to compare across runs."""
     col = run.column(name) if run else None
     if col is None or col.stripe is None:
         return None
@@ -248,9 +310,12 @@ def _refund_ids(run: CaseRun | None, name: str) -> list[tuple[str, int]] | None:
     return sorted((r.by, r.amount) for r in counting(col.stripe))
 
 
-def _event(col: Column, *kinds: str, contains: str = "") -> str | None:
+def _event(
+    col: Column, *kinds: str, where: Callable[[Mapping[str, Any]], bool] = lambda data: True
+) -> str | None:
+    """The line of the column's first event of `kinds` whose fields meet `where`."""
     for e in col.events:
-        if e.kind in kinds and contains in e.text:
+        if e.kind in kinds and where(e.data):
             return e.text
     return None
 
@@ -300,14 +365,14 @@ def render(runs: list[CaseRun], *, generated_at: datetime, parallel: int) -> str
         "",
         "## Every run, side by side",
         "",
-        "What Stripe holds for each column's payment (re-read after the run: agent and hand "
-        "refunds, total refunded) and the outcome the column reported.",
+        f"What {EMULATOR} holds for each column's payment (re-read after the run: agent and "
+        "hand refunds, total refunded) and the outcome the column reported.",
         "",
         "| case | column | standalone | Temporal | the truth table says |",
         "|---|---|---|---|---|",
     ]
     for name, _, _ in CASES:
-        for col_name in ("standard", "interlock", "checked"):
+        for col_name in COLUMN_KINDS:
             std, tmp = _find(runs, "standalone", name), _find(runs, "temporal", name)
             col = (std and std.column(col_name)) or (tmp and tmp.column(col_name)) or None
             note = "" if col is None or col.expected is None else col.expected.note
@@ -350,14 +415,24 @@ def _differences(runs: list[CaseRun]) -> list[str]:
         refunds = () if checked.stripe is None else checked.stripe.refunds
         own = [r for r in refunds if r.by == AGENT]
         only_own = bool(own) and len(own) == len(refunds)
-        stop = _event(checked, EventKind.RECHECK, contains="stopping") or "(no re-check line)"
-        found = _event(interlock, GATE_CHECK, contains="found its own") or "(no lookup line)"
+        stop = (
+            _event(checked, EventKind.RECHECK, where=lambda d: d.get("failed_check") is not None)
+            or "(no re-check line)"
+        )
+        found = (
+            _event(
+                interlock,
+                GATE_CHECK,
+                where=lambda d: d.get("name") == CHECK_LOOKUP and bool(d.get("found")),
+            )
+            or "(no lookup line)"
+        )
         refund_id = None if interlock.outcome is None else interlock.outcome.refund_id
         receipt_id = (interlock.receipt or {}).get("external_id")
         lines.append(
             f"- {engine} (`{run.run.run_id if run and run.run else '?'}`): the checked "
             f'column re-read the payment and said "{stop}", reporting '
-            f"`{_status(checked)}`, while Stripe holds its own "
+            f"`{_status(checked)}`, while {EMULATOR} holds its own "
             f"refund {', '.join(r.id for r in own) or '(none)'} with its case in the "
             "metadata"
             + (
@@ -377,7 +452,7 @@ def _differences(runs: list[CaseRun]) -> list[str]:
             continue
         said = {
             c: f"{_stripe_words(run.column(c))}, reported `{_status(run.column(c))}`"
-            for c in ("standard", "checked", "interlock")
+            for c in COLUMN_KINDS
         }
         lines.append(
             f"- {engine}, with the key expired (`{_SWITCH['emulate_24h'].flag}`, emulated: the "
@@ -400,7 +475,7 @@ def _differences(runs: list[CaseRun]) -> list[str]:
     for name, _, _ in CASES:
         for engine in ENGINES:
             run = _find(runs, engine, name)
-            col = run.column("interlock") if run else None
+            col = run.column(gated_column().name) if run else None
             if not col:
                 lines.append(f"| {name} | {engine} | no result | | |")
                 continue
@@ -465,8 +540,9 @@ def _money_tie(runs: list[CaseRun]) -> str:
     if runs and all(ties):
         return (
             "On the money they tie in these runs: in every run above, the checked column and "
-            "the interlock column left the same refunds at Stripe (who made them, and how "
-            "much). They differ in what they report and in what they leave behind to check it."
+            f"the interlock column left the same refunds {MONEY_AT[EMULATOR]} (who made them, "
+            "and how much). They differ in what they report and in what they leave behind to "
+            "check it."
         )
     return (
         "On the money they do not tie in every run above (compare the checked and interlock "
@@ -482,7 +558,7 @@ def _temporal_notes(runs: list[CaseRun]) -> list[str]:
     pairs = [
         (_result(_find(runs, "standalone", name), c), _result(_find(runs, "temporal", name), c))
         for name, _, _ in CASES
-        for c in ("standard", "interlock", "checked")
+        for c in COLUMN_KINDS
     ]
     lines.append(
         "Every column ended with the same refunds and the same reported outcome on both engines."

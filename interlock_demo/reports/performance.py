@@ -1,8 +1,8 @@
-"""`results/performance.md`: issue 14's table, measured by the benchmarks in `bench/`.
+"""`results/performance.md`: the performance table, measured by the benchmarks in `bench/`.
 
 `write_performance` runs each benchmark as its own process (as a person would), keeps its
 output, one figure a line, and writes the table: what was measured before (the figures
-issue 14 was filed with), what the benchmarks measure now, and the target, next to
+taken before the performance work), what the benchmarks measure now, and the target, next to
 Temporal's kill-to-retry as the engine comparison (`results/e2e_offline.md`) states it.
 The benchmarks live in a source checkout; without one the step is skipped and says why.
 """
@@ -20,8 +20,8 @@ from pathlib import Path
 
 from interlock_demo.exit_codes import ExitCode
 
+# Where the package sits: a source checkout when installed with `pip install -e .`.
 ROOT = Path(__file__).resolve().parents[2]
-BENCH = ROOT / "bench"
 COMMAND = "interlock-demo results"
 BENCH_DEADLINE_S = 1800.0
 
@@ -48,7 +48,7 @@ BENCHES = (
     Bench("emulator", "emulator_scale.py"),
 )
 
-# The figures issue 14 was filed with (measured on main then, on these 2-core machines).
+# The figures taken before the performance work (on main then, on these 2-core machines).
 BEFORE = {
     "gate": "3 fsyncs, about 26 statements; 3.4-5.2x one durable commit (median 4.0x)",
     "peers": "gate 3.6x, DBOS one step 10.4x, three steps 18.3x one commit",
@@ -65,10 +65,10 @@ BEFORE = {
 def run_bench(bench: Bench) -> list[str]:
     """The benchmark's output lines; a failure raises with its exit code and stderr's end."""
     done = subprocess.run(
-        [sys.executable, str(BENCH / bench.script), *bench.args],
+        [sys.executable, str(checkout() / "bench" / bench.script), *bench.args],
         capture_output=True,
         text=True,
-        cwd=ROOT,
+        cwd=checkout(),
         timeout=BENCH_DEADLINE_S,
         check=False,
     )
@@ -218,7 +218,7 @@ def table(out: Mapping[str, list[str]], temporal: Temporal | None, stores: bool)
             "flat (keyed look-ups)",
         ),
     ]
-    lines = ["| what | before (issue 14 as filed) | measured now | target |", "|---|---|---|---|"]
+    lines = ["| what | before the performance work | measured now | target |", "|---|---|---|---|"]
     lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
     return lines
 
@@ -253,9 +253,24 @@ def render(
     return "\n".join(parts)
 
 
-def unavailable() -> str | None:
-    """Why the benchmarks cannot run here (an installed package has no bench/), or None."""
-    missing = [b.script for b in BENCHES if not (BENCH / b.script).is_file()]
+def checkout(start: Path | None = None) -> Path:
+    """The source checkout whose `bench/` the benchmarks run from.
+
+    The current directory or the nearest parent with a `bench/` (a plain `pip install .`
+    puts the package in site-packages, away from the checkout it is run from), else the
+    package's own folder (an editable install).
+    """
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "bench" / BENCHES[0].script).is_file():
+            return folder
+    return ROOT
+
+
+def unavailable(start: Path | None = None) -> str | None:
+    """Why the benchmarks cannot run here (no checkout with a bench/ around), or None."""
+    bench = checkout(start) / "bench"
+    missing = [b.script for b in BENCHES if not (bench / b.script).is_file()]
     if missing:
         return f"the benchmarks are in a source checkout's bench/ ({', '.join(missing)} not here)"
     return None

@@ -17,9 +17,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from interlock import is_postgres_url
-from interlock_demo.core.run import Column, Run
+from interlock_demo.core.run import SCHEMA, Column, Run
 from interlock_demo.core.verdict import AGENT
-from interlock_demo.engine import Engine, RunRequest
+from interlock_demo.engine import Engine, RunChoice
 from interlock_demo.reports.local_postgres import pgserver_missing
 from interlock_demo.reports.sweep import interlock_failures, run_sweep, table
 from interlock_demo.settings import ENV_STORE, DemoConfig, resolve
@@ -42,7 +42,7 @@ def write_runs(config: DemoConfig, out: Path) -> Path:
     runs: list[Run] = []
     try:
         for sid in SCENARIOS:
-            runs.append(engine.run(RunRequest(sid, checked=True)))
+            runs.append(engine.run(RunChoice(config, sid, checked=True)))
     finally:
         engine.close()
     snapshots = [r.snapshot() for r in runs]
@@ -74,7 +74,7 @@ def write_runs(config: DemoConfig, out: Path) -> Path:
         "report matches Stripe (a report of no refund of its own while its refund exists is "
         "a false alarm, even when the money is right).",
         "",
-        f"Full run documents (`interlock-demo/run@1`): `runs_{config.mode}.json`.",
+        f"Full run documents (`{SCHEMA}`): `runs_{config.mode}.json`.",
         "",
     ]
     path = out / f"runs_{config.mode}.md"
@@ -198,7 +198,9 @@ def write_postgres(config: DemoConfig, out: Path) -> int:
             )
             + "\n"
         )
-        bench = Path(__file__).resolve().parents[2] / "bench" / "stores.py"
+        from interlock_demo.reports.performance import checkout
+
+        bench = checkout() / "bench" / "stores.py"
         if not bench.is_file():
             sys.stderr.write(f"results: {bench} not found (a source checkout has it)\n")
             return 1 if failures else 0
@@ -222,7 +224,8 @@ class Step:
 def plan(out: Path) -> list[Step]:
     """The steps, in order; the engine comparison is skipped without the temporal extra."""
     from interlock_demo.engine.temporal.probe import temporal_unavailable
-    from interlock_demo.reports import e2e_report, performance, screenshots
+    from interlock_demo.reports import e2e_report, performance
+    from interlock_demo.views.tui import screenshots
 
     offline = resolve(mode="offline")
     mock = resolve(mode="mock")

@@ -40,13 +40,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from interlock import Store
+from interlock import CrashPoint, Store
 from interlock.testing import UNSETTLED_REPORTS
+from interlock_demo.core.columns import column_kind
 from interlock_demo.core.run import Column, Run
 from interlock_demo.core.verdict import tally
-from interlock_demo.engine import Engine, RunRequest
+from interlock_demo.engine import Engine, RunChoice
 from interlock_demo.exit_codes import ExitCode
-from interlock_demo.settings import DemoConfig
+from interlock_demo.settings import TEMPORAL, DemoConfig
 from scenarios import (
     COLUMNS,
     FAULTS,
@@ -72,7 +73,7 @@ class Cell:
     `verified` (interlock only): whether `verify()` with the Stripe reader found no problem.
     """
 
-    crash_point: str
+    crash_point: CrashPoint | None
     outage: str
     column: str
     ok: bool
@@ -97,12 +98,12 @@ class Cell:
     @property
     def axis(self) -> str:
         """What the row varies: the fault, or the crash point."""
-        return self.fault if self.fault is not None else self.crash_point
+        return self.fault if self.fault is not None else str(self.crash_point)
 
     def to_json(self) -> dict[str, Any]:
         """The cell as JSON."""
         return {
-            "crash_point": self.crash_point,
+            "crash_point": None if self.crash_point is None else self.crash_point.value,
             "fault": self.fault,
             "outage": self.outage,
             "column": self.column,
@@ -121,7 +122,7 @@ class Cell:
 
 def cells_of(
     run: Run,
-    crash_point: str,
+    crash_point: CrashPoint | None,
     outage: str,
     *,
     fault: str | None = None,
@@ -142,6 +143,7 @@ def cells_of(
             "refunded_total": 0 if col.wanted is None else col.wanted.refunded_total,
         }
         outcome = col.outcome
+        gated = column_kind(col.name).signs_receipts
         cells.append(
             Cell(
                 crash_point=crash_point,
@@ -156,20 +158,16 @@ def cells_of(
                 error=col.error or run.error,
                 fault=fault,
                 reports=_reports(col),
-                lease=_lease(store, col) if col.name == "interlock" else None,
-                verified=(col.verify or {}).get("ok") if col.name == "interlock" else None,
+                lease=_lease(store, col) if gated else None,
+                verified=(col.verify or {}).get("ok") if gated else None,
             )
         )
     return cells
 
 
 def _reports(col: Column) -> tuple[str, ...]:
-    # Each worker's report is its `outcome` event, whose text starts "outcome: STATUS".
-    return tuple(
-        e.text.removeprefix("outcome: ").split(" ")[0].rstrip(":")
-        for e in col.events
-        if e.kind == EventKind.OUTCOME
-    )
+    # Each worker's report is its `outcome` event, whose fields are the outcome's.
+    return tuple(str(e.data.get("status")) for e in col.events if e.kind == EventKind.OUTCOME)
 
 
 def _lease(store: Store | None, col: Column) -> dict[str, int] | None:
@@ -186,7 +184,7 @@ def _lease(store: Store | None, col: Column) -> dict[str, int] | None:
 def run_sweep(
     config: DemoConfig,
     *,
-    crash_points: Iterable[str] = SWEEP_CRASH_POINTS,
+    crash_points: Iterable[CrashPoint] = SWEEP_CRASH_POINTS,
     outages: Iterable[str] = SWEEP_OUTAGES,
     faults: Iterable[str] | None = None,
     parallel: int = DEFAULT_PARALLEL,
@@ -210,18 +208,18 @@ def run_sweep(
             engine = free.pop()
         try:
             sc: Scenario = (
-                sweep_scenario(row, outage)  # type: ignore[arg-type]
+                sweep_scenario(CrashPoint(row), outage)  # type: ignore[arg-type]
                 if faults is None
                 else fault_scenario(row, outage)  # type: ignore[arg-type]
             )
-            run = engine.run(RunRequest(sc.id, checked=True))
+            run = engine.run(RunChoice(config, sc.id, checked=True))
         finally:
             with lock:
                 free.append(engine)
         with lock:
             results[cell] = found = cells_of(
                 run,
-                row if faults is None else FAULTS[row].crash_point,
+                CrashPoint(row) if faults is None else FAULTS[row].crash_point,
                 outage,
                 fault=None if faults is None else row,
                 store=store,
@@ -304,7 +302,7 @@ def interlock_failures(cells: list[Cell]) -> list[Cell]:
     return [
         c
         for c in cells
-        if c.column == "interlock"
+        if column_kind(c.column).signs_receipts
         and (not (c.ok and c.truthful) or c.overspent or c.verified is False)
     ]
 
@@ -318,7 +316,7 @@ def main_sweep(
     out: TextIO = sys.stdout,
 ) -> int:
     """The command: run, print the table (or JSON), and return the exit code."""
-    if faults and (config.mode != "offline" or config.engine != "standalone"):
+    if faults and (not config.run_mode.emulator or config.engine == TEMPORAL):
         sys.stderr.write(
             "interlock-demo: sweep --faults needs --offline with the standalone engine: only "
             "the loopback emulator can give Stripe's faulty answers on demand\n"

@@ -1,11 +1,12 @@
 """`interlock-demo --headless`: run scenarios without a screen, for CI and rehearsals.
 
-stdout carries exactly one JSON document (a run, or a list of runs for `all`) and nothing
-else; progress goes to stderr. Exit codes: 0 every column ended as the truth table says,
-1 a deviation, 3 a run could not finish (its `error` says why). Usage errors (2) are
-decided before anything runs, by the CLI. SIGHUP (the terminal closed), SIGTERM and
-SIGINT stop the workers and end the same way: exit 3, and the JSON printed with each
-unfinished run's `error` naming the signal.
+With `--json`, stdout carries exactly one JSON document (a run, or a list of runs for
+`all`) and nothing else; without it, stdout carries a human summary, one line per column
+(verdict, money, reason). Progress always goes to stderr. Exit codes: 0 every column
+ended as the truth table says, 1 a deviation, 3 a run could not finish (its `error` says
+why). Usage errors (2) are decided before anything runs, by the CLI. SIGHUP (the terminal
+closed), SIGTERM and SIGINT stop the workers and end the same way: exit 3, and the JSON
+printed with each unfinished run's `error` naming the signal.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from types import FrameType
 from typing import Any, TextIO
 
 from interlock_demo.core.run import Run
-from interlock_demo.engine import Engine, RunRequest
+from interlock_demo.engine import Engine, RunChoice
 from interlock_demo.exit_codes import ExitCode
 from interlock_demo.settings import DemoConfig
 from scenarios import SCENARIOS
@@ -75,12 +76,16 @@ def run_headless(
                 break
             if config.mode == "mock":
                 sys.stderr.write("MOCK. simulated run: in-memory payments, no processes\n")
-            run = engine.start(RunRequest(sid, checked=checked), listeners=(_Progress(sys.stderr),))
+            run = engine.start(
+                RunChoice(config, sid, checked=checked), listeners=(_Progress(sys.stderr),)
+            )
             runs.append(run)
             # A mock run has no processes for stop() to kill: Ctrl-C must not wait for it.
             while not run.wait(0.2) and not interrupted.is_set():
                 pass
-            sys.stderr.write(_summary(run))
+            # With --json the summary must not mix into the document: stderr then.
+            (sys.stderr if as_json else out).write(_summary(run))
+            out.flush()
     finally:
         engine.close()
         for s, handler in previous.items():
@@ -114,8 +119,10 @@ def _summary(run: Run) -> str:
         total = None if c.stripe is None else c.stripe.refunded_total
         money = f"${total / 100:.2f} refunded" if total is not None else "no result"
         verdict = "as predicted" if c.as_predicted else "DEVIATION"
-        status = None if c.outcome is None else c.outcome.status
-        lines.append(f"{mock}  {c.name:<9} {money}, reported {status}: {verdict}")
-        for d in c.deviations:
-            lines.append(f"{mock}    - {d}")
+        reported = "nothing" if c.outcome is None else c.outcome.status
+        if c.outcome is not None and c.outcome.reason:
+            reported += f" ({c.outcome.reason})"
+        # One line per column, deviations included, so that `grep interlock` shows it all.
+        deviations = "".join(f"; {d}" for d in c.deviations)
+        lines.append(f"{mock}  {c.name:<9} {verdict}: {money}, reported {reported}{deviations}")
     return "\n".join(lines) + "\n"

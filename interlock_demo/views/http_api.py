@@ -1,12 +1,12 @@
 """The optional loopback HTTP endpoint (`--http [PORT]`): the run as JSON (docs/design.md §6).
 
-    GET  /api/run         the current or last run, the bare run@1 document (404 before any)
+    GET  /api/run         the current or last run, the bare run@2 document (404 before any)
     GET  /api/runs/{id}   that run (404 when this process has no such run)
     POST /api/runs        {"scenario": ..., "mode": "mock"|"offline"|"live", "checked": bool}
                           starts a run: 202 {"run_id", "url"}, the run registered before
-                          the answer; "mode" defaults to the configured one, "checked" to
-                          what the view shows (the app's `c`), so leaving it out
-                          never switches the column off
+                          the answer; what the body leaves out is the view's choice for
+                          its next run (the app's mode, engine, switches and `c`), so
+                          leaving "checked" out never switches the column off
 
 There is no auth. What keeps another web page in the presenter's browser out: the server
 binds 127.0.0.1 only; every request must be addressed to `127.0.0.1:<port>` or
@@ -17,18 +17,23 @@ own origin (else 403). These checks come in that order, then the body (400), the
 run at a time (409). Every answer is JSON with `Cache-Control: no-store`; none contains
 a key (run documents and settings carry labels, never keys; errors name what is missing).
 The exception: a request aiohttp's parser refuses before any of this runs (malformed, or
-HTTP/1.1 without a Host header, which RFC 9112 answers with 400) gets aiohttp's plain 400.
+HTTP/1.1 without a Host header, which RFC 9112 answers with 400) gets aiohttp's plain 400,
+and nothing is logged about it: its Host was never checked, so any web page could send it.
 
 Against clients that hold connections (another page in the browser, a stuck script):
-at most `max_connections` are open at once, one request each (no keep-alive). Each
-connection has `header_timeout_s` (10 s) to send its request's headers and each POST
+at most `max_connections` are open at once, one request each (no keep-alive), and fewer
+when the process's file limit leaves less room (`FD_HEADROOM` descriptors are always kept
+free). A connection counts as waiting until its whole request is in, headers and body:
+it has `header_timeout_s` (10 s) from connecting for both, and each POST at most
 `body_timeout_s` (10 s) for its body, else 408 and closed. When the table is full the
-connection that has waited longest for its headers gives way to the newcomer, so
-clients that never finish cannot lock others out; a 503 only when every connection is
-being answered. A body that cannot be handled (not JSON, nested too deeply, wrong
-types) is a 400 that says why. Any other failure is a 500 with an error id; the
-traceback, with keys withheld and without the body, goes to `logs/http-api.log` under
-INTERLOCK_HOME, under that id.
+connection that has waited longest gives way to the newcomer, so clients that never
+finish their headers or their bodies cannot lock others out; a 503 only when every
+connection is being answered. A declared Content-Length over `MAX_BODY` is a 413 at once,
+before any of the body is read. A body that cannot be handled (not JSON, nested too
+deeply, wrong types) is a 400 that says why. Any other failure is a 500 with an error id;
+the traceback, with keys withheld and without the body, goes to `logs/http-api.log` under
+INTERLOCK_HOME, under that id: at most `LOG_ENTRIES_PER_MINUTE` entries a minute (the
+rest counted, not written), the file moved to `http-api.log.1` past `MAX_LOG_BYTES`.
 
 The server is aiohttp on its own asyncio loop in a background thread, so the Textual app
 and the headless path are not tied to its loop. It imports no Textual.
@@ -43,6 +48,7 @@ import json
 import logging
 import os
 import re
+import resource
 import secrets
 import threading
 import time
@@ -54,7 +60,7 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from interlock_demo.core.run import Run
-from interlock_demo.engine import Engine, RunRequest
+from interlock_demo.engine import Engine, RunChoice
 from interlock_demo.errors import BusyError, PortInUseError, UsageError
 from interlock_demo.settings import MODES, open_private
 from scenarios import SCENARIOS
@@ -72,6 +78,12 @@ BODY_TIMEOUT_S = 10.0
 # How long aiohttp keeps reading a body nobody will use, after an early answer.
 LINGER_S = 1.0
 ERROR_LOG = "http-api.log"
+MAX_LOG_BYTES = 1024 * 1024
+LOG_ENTRIES_PER_MINUTE = 20
+# One entry's most: a traceback is a few kilobytes.
+MAX_ENTRY_CHARS = 16 * 1024
+# Descriptors always left free for the app, its engine and its workers' pipes.
+FD_HEADROOM = 64
 # A body this short ("{}") says nothing private, and replacing it would garble the text.
 _SHORTEST_WITHHELD_BODY = 8
 # The body of the request this task answers (one task per connection, one request each).
@@ -118,11 +130,27 @@ def _raw_answer(status: int, reason: str, message: str) -> bytes:
     return head.encode() + body
 
 
-class _Connections:
-    """The endpoint's open connections: at most `limit`, each with a deadline for its headers.
+def connection_cap(wanted: int, headroom: int = FD_HEADROOM) -> int:
+    """How many connections to hold: `wanted`, or fewer when the file limit leaves less room.
 
-    A connection waits (in arrival order) from the moment it opens until its request's
-    headers are in and the application sees it (`started`). When the table is full, the
+    Counts the descriptors this process holds now, so that connections never take the
+    last ones the app and its workers need ("Too many open files").
+    """
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return wanted
+    try:
+        in_use = len(os.listdir("/proc/self/fd"))
+    except OSError:
+        in_use = headroom
+    return max(1, min(wanted, soft - in_use - headroom))
+
+
+class _Connections:
+    """The endpoint's open connections: at most `limit`, each with one deadline for its request.
+
+    A connection waits (in arrival order) from the moment it opens until its whole request,
+    headers and body, is in (`started`). When the table is full, the
     connection that has waited longest gives way to the newcomer; when none waits (every
     one is being answered), the newcomer gets a 503. Runs on the server's loop only.
     """
@@ -159,7 +187,7 @@ class _Connections:
         return True
 
     def started(self, transport: asyncio.Transport | None) -> None:
-        """The request's headers are in: its connection no longer waits."""
+        """The whole request is in: its connection no longer waits."""
         handle = self.waiting.pop(transport, None) if transport is not None else None
         if handle is not None:
             handle.cancel()
@@ -177,7 +205,7 @@ class _Connections:
             _raw_answer(
                 408,
                 "Request Timeout",
-                f"the request's headers did not arrive within {self.header_timeout_s:g} s",
+                f"the request's headers and body did not arrive within {self.header_timeout_s:g} s",
             )
         )
         transport.close()
@@ -245,36 +273,40 @@ class _Site(web.BaseSite):
 class RunApi:
     """Serves the engine's runs on loopback; `start()` it, read `url`, `stop()` it.
 
-    `start_run` starts a run for a POST (default `engine.start`); the Textual app passes
-    its own so that a run started over HTTP is shown like one started by keys. It is
-    called on the endpoint's thread and must return once the run is registered.
-    `checked` says whether the view shows the checked column now: a POST without
-    "checked" runs with that (default: off). The
-    connection limit and the two read timeouts are arguments so that tests can shorten
-    them.
+    `choice` gives the view's choice for its next run, now: a POST changes in it what its
+    body names (scenario, mode, checked) and keeps the rest. `start_run` starts that
+    choice (default `engine.start`); the Textual app passes its own, which makes the
+    choice the app's and shows the run like one started by keys. It is called on the
+    endpoint's thread and must return once the run is registered. The connection limit
+    and the two read timeouts are arguments so that tests can shorten them.
     """
 
     def __init__(
         self,
         engine: Engine,
         *,
+        choice: Callable[[], RunChoice],
         port: int = DEFAULT_PORT,
-        start_run: Callable[[RunRequest], Run] | None = None,
-        checked: Callable[[], bool] = lambda: False,
+        start_run: Callable[[RunChoice], Run] | None = None,
         max_connections: int = MAX_CONNECTIONS,
         header_timeout_s: float = HEADER_TIMEOUT_S,
         body_timeout_s: float = BODY_TIMEOUT_S,
     ) -> None:
         self.engine = engine
         self._start_run = start_run if start_run is not None else engine.start
-        self._checked = checked
+        self._choice = choice
         self._max_connections = max_connections
         self._header_timeout_s = header_timeout_s
         self._body_timeout_s = body_timeout_s
         self._log_lock = threading.Lock()
-        # Not registered with logging: each endpoint's server reports go to its own file.
+        self._clock: Callable[[], float] = time.monotonic
+        self._logged: list[float] = []
+        self._withheld = 0
+        # aiohttp's own reports are about requests whose Host was never checked (any page
+        # can send them): dropped, never on the terminal (the app's screen) or in the log.
         self._server_log = logging.Logger(f"{__name__}.server", logging.WARNING)
-        self._server_log.addHandler(_ToErrorLog(self))
+        self._server_log.addHandler(logging.NullHandler())
+        self._table: _Connections | None = None
         self._requested_port = port
         self._port: int | None = None
         self._thread: threading.Thread | None = None
@@ -298,7 +330,7 @@ class RunApi:
     @property
     def error_log(self) -> Path:
         """Where unexpected errors are recorded, each under the id its 500 answer gave."""
-        return self.engine.config.paths.logs / ERROR_LOG
+        return self.engine.paths.logs / ERROR_LOG
 
     def start(self) -> RunApi:
         """Listen on 127.0.0.1 in a background thread; return once listening.
@@ -335,7 +367,8 @@ class RunApi:
     async def _serve(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
-        table = _Connections(self._max_connections, self._header_timeout_s)
+        table = _Connections(connection_cap(self._max_connections), self._header_timeout_s)
+        self._table = table
         runner = web.AppRunner(
             self._app(table),
             access_log=None,
@@ -369,7 +402,8 @@ class RunApi:
     def _app(self, table: _Connections) -> web.Application:
         @web.middleware
         async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-            table.started(request.transport)
+            if not request.body_exists:  # else the body's reader says when it is in
+                table.started(request.transport)
             response = await answer(request, handler)
             response.force_close()  # one request per connection: its deadline is simple
             return response
@@ -377,6 +411,13 @@ class RunApi:
         async def answer(request: web.Request, handler: Handler) -> web.StreamResponse:
             try:
                 self._check_host(request)
+                length = request.content_length
+                if length is not None and length > MAX_BODY:
+                    raise _Refused(
+                        413,
+                        f"the body is too large ({length} bytes declared, at most {MAX_BODY}); "
+                        f"{BODY_HELP}",
+                    )
                 return await handler(request)
             except _Refused as e:
                 return _answer(e.status, e.body)
@@ -465,9 +506,9 @@ class RunApi:
                 f"POST /api/runs is taken only from this endpoint's own origin "
                 f"({' or '.join(self._origins())}); got Origin {origin[:100]!r}",
             )
-        run_request = self._parse(await self._body_text(request))
+        text = await self._body_text(request)
         try:
-            run = self._start_run(run_request)
+            run = self._start_run(self._parse(text, self._choice()))
         except UsageError as e:  # e.g. live without keys; the message names no key
             raise _Refused(400, str(e)) from None
         except BusyError as e:
@@ -487,6 +528,8 @@ class RunApi:
                 f"the body did not arrive within {self._body_timeout_s:g} s (Content-Length "
                 f"{request.content_length}); send the whole body with the request",
             ) from None
+        if self._table is not None:
+            self._table.started(request.transport)
         try:
             text = raw.decode(request.charset or "utf-8")
         except (UnicodeDecodeError, LookupError):
@@ -498,18 +541,21 @@ class RunApi:
         _body.set(text)  # withheld from the error log
         return text
 
-    def _parse(self, text: str) -> RunRequest:
+    def _parse(self, text: str, base: RunChoice) -> RunChoice:
         try:
-            return self._run_request(json.loads(text))
+            body = json.loads(text)
         except RecursionError:
             raise _Refused(
                 400, f"the body is nested too deeply to be a run request; {BODY_HELP}"
             ) from None
         except ValueError as e:
             raise _Refused(400, f"the body is not JSON ({e}); {BODY_HELP}") from None
+        # Outside the try: a mode the choice cannot take is a UsageError, also a ValueError.
+        return self._run_choice(body, base)
 
-    def _run_request(self, body: Any) -> RunRequest:
-        """The run a parsed body asks for; `_Refused` (400) naming what is wrong with it."""
+    def _run_choice(self, body: Any, base: RunChoice) -> RunChoice:
+        """`base` changed as a parsed body asks; `_Refused` (400) naming what is wrong with
+        the body, `UsageError` when its mode cannot run here."""
         if not isinstance(body, dict):
             raise _Refused(400, f"the body must be a JSON object; {BODY_HELP}")
         unknown = sorted(set(body) - {"scenario", "mode", "checked"})
@@ -527,12 +573,12 @@ class RunApi:
             raise _Refused(
                 400, f"mode must be one of {', '.join(MODES)} (got {_shown(mode)}); {BODY_HELP}"
             )
-        checked = body["checked"] if "checked" in body else self._checked()
-        if not isinstance(checked, bool):
+        checked = body.get("checked")
+        if "checked" in body and not isinstance(checked, bool):
             raise _Refused(
                 400, f"checked must be true or false (got {_shown(checked)}); {BODY_HELP}"
             )
-        return RunRequest(scenario=scenario, checked=checked, mode=mode)
+        return base.but(scenario=scenario, checked=checked, mode=mode)
 
     def _record_error(self, error_id: str, request: web.Request, e: Exception) -> None:
         """Append an unexpected error to the error log: where, what, the traceback.
@@ -547,35 +593,44 @@ class RunApi:
         self.append_to_error_log(f"error {error_id}: {request.method} {request.path[:200]!r}", text)
 
     def append_to_error_log(self, title: str, text: str) -> None:
-        """Append one entry (a title line, then `text`) to the error log, keys withheld."""
+        """Append one entry (a title line, then `text`) to the error log, keys withheld.
+
+        At most `LOG_ENTRIES_PER_MINUTE` a minute: the rest are counted, and the next
+        entry written says how many were withheld. Past `MAX_LOG_BYTES` the log is moved to
+        `http-api.log.1` (replacing the one before) and begun anew.
+        """
         when = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        entry = f"{when} {title}\n{text}\n"
+        with self._log_lock:
+            now = self._clock()
+            self._logged = [t for t in self._logged if now - t < 60.0]
+            if len(self._logged) >= LOG_ENTRIES_PER_MINUTE:
+                self._withheld += 1
+                return
+            self._logged.append(now)
+            withheld, self._withheld = self._withheld, 0
+        if len(text) > MAX_ENTRY_CHARS:
+            text = text[:MAX_ENTRY_CHARS] + "\n[cut short]"
+        note = f" ({withheld} entries withheld before this one, over the rate)" if withheld else ""
+        entry = f"{when} {title[:300]}{note}\n{text}\n"
         for secret in self._secrets():
             entry = entry.replace(secret, "[a key, withheld]")
         entry = _KEY_LIKE.sub("[a key, withheld]", entry)
         try:
-            with self._log_lock, open_private(self.error_log, "a") as f:
-                f.write(entry)
+            with self._log_lock:
+                if self.error_log.exists() and (
+                    self.error_log.stat().st_size + len(entry) > MAX_LOG_BYTES
+                ):
+                    os.replace(self.error_log, self.error_log.with_name(ERROR_LOG + ".1"))
+                with open_private(self.error_log, "a") as f:
+                    f.write(entry)
         except OSError:
             log.exception("cannot write %s; the entry was:\n%s", self.error_log, entry)
 
     def _secrets(self) -> list[str]:
-        config = self.engine.config
+        config = self._choice().config
         found = [s.value for s in (config.stripe_key, config.anthropic_key) if s is not None]
         receipt = os.environ.get("INTERLOCK_RECEIPT_KEY")
         return [*found, receipt] if receipt else found
-
-
-class _ToErrorLog(logging.Handler):
-    """aiohttp's own reports (a request its parser refused, with a traceback) go to the error
-    log: never to the terminal, where they would land on the app's screen."""
-
-    def __init__(self, api: RunApi) -> None:
-        super().__init__(logging.WARNING)
-        self.api = api
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.api.append_to_error_log(f"aiohttp: {record.getMessage()}", self.format(record))
 
 
 def _shown(value: Any) -> str:
@@ -585,16 +640,21 @@ def _shown(value: Any) -> str:
 
 
 class View(Protocol):
-    """A view that starts runs itself and shows the checked column or not (the app)."""
+    """A view that holds the choice for its next run and starts runs itself (the app)."""
 
     engine: Engine
-    checked: bool
 
-    def start_run(self, request: RunRequest) -> Run:
-        """Start a run and show it."""
+    @property
+    def choice(self) -> RunChoice:
+        """What its next run is, as it shows it."""
+        ...
+
+    def start_run(self, choice: RunChoice) -> Run:
+        """Start a run of `choice`, make `choice` its own, and show the run."""
         ...
 
 
 def for_view(view: View, *, port: int = DEFAULT_PORT) -> RunApi:
-    """The endpoint for `view`: its runs shown like key-started ones, "checked" as it shows."""
-    return RunApi(view.engine, port=port, start_run=view.start_run, checked=lambda: view.checked)
+    """The endpoint for `view`: a POST changes the view's choice as its body asks and starts
+    it the way the view's keys do, so the two never disagree about what ran."""
+    return RunApi(view.engine, choice=lambda: view.choice, port=port, start_run=view.start_run)

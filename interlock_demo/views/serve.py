@@ -8,23 +8,87 @@ The server binds 127.0.0.1 only. Like the JSON endpoint, it answers only request
 addressed to `127.0.0.1:<port>` or `localhost:<port>` (against DNS rebinding), and the
 WebSocket that drives the app only from the server's own page (its Origin), so another
 web page open in the presenter's browser cannot start runs.
+
+Each tab's app runs in a session (process group) of its own, and dies with its tab: when
+the WebSocket closes the app is asked to quit, and after `QUIT_GRACE_S` it is SIGKILLed
+with everything it started (`kill_tree`); when `serve` stops, every tab's app is killed the
+same way. Left to textual-serve, an app whose browser went away could outlive it,
+re-parented to init.
+
+The page is textual-serve's own with nothing fetched from the internet (`serve_templates/`
+says why). Its splash stays until the app's first frame: the app starts only when the
+page opens its WebSocket, after the page's load event, so a screenshot taken at load (a
+bare `chromium --headless --screenshot`) always shows the splash; wait for the page's
+`body.-first-byte` instead.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import shlex
 import sys
+from asyncio.subprocess import Process
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 
 from aiohttp import web
-from textual_serve.server import Server
+from textual_serve.app_service import AppService
+from textual_serve.server import Server, to_int
 
+from interlock_demo.engine.supervisor import kill_tree
 from interlock_demo.exit_codes import ExitCode
 
 HOST = "127.0.0.1"
 TITLE = "Interlock demo"
+TEMPLATES = Path(__file__).with_name("serve_templates")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+# How long a tab's app has to quit by itself once its tab closed.
+QUIT_GRACE_S = 3.0
+
+log = logging.getLogger(__name__)
+
+
+class _Tab(AppService):
+    """One tab's app: started in a session of its own, killed with its tree when stopped."""
+
+    def __init__(self, tabs: set[_Tab], *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self._tabs = tabs
+
+    async def _open_app_process(self, width: int = 80, height: int = 24) -> Process:
+        environment = self._build_environment(width=width, height=height)
+        self._process = process = await asyncio.create_subprocess_shell(
+            self.command,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=environment,
+            start_new_session=True,
+        )
+        assert process.stdin is not None
+        self._stdin = process.stdin
+        self._tabs.add(self)
+        return process
+
+    async def stop(self) -> None:
+        """Ask the app to quit; whatever is left after `QUIT_GRACE_S` is SIGKILLed."""
+        try:
+            await asyncio.wait_for(super().stop(), QUIT_GRACE_S)
+        except (asyncio.TimeoutError, OSError, ConnectionError):
+            pass
+        finally:
+            self.kill()
+        if self._process is not None:
+            await self._process.wait()
+
+    def kill(self) -> None:
+        """SIGKILL the app and everything it started (its workers are in sessions of their
+        own, so a process-group kill alone would miss them)."""
+        self._tabs.discard(self)
+        if self._process is not None and self._process.returncode is None:
+            kill_tree(self._process.pid)
 
 
 def app_command(argv: Sequence[str]) -> str:
@@ -42,8 +106,48 @@ class LoopbackServer(Server):
     """textual-serve's server, refusing other hosts and other pages' WebSockets."""
 
     def __init__(self, argv: Sequence[str], port: int) -> None:
-        super().__init__(app_command(argv), host=HOST, port=port, title=TITLE)
+        super().__init__(
+            app_command(argv), host=HOST, port=port, title=TITLE, templates_path=TEMPLATES
+        )
         self.hosts, self.origins = allowed(port)
+        self.tabs: set[_Tab] = set()
+
+    async def on_shutdown(self, app: web.Application) -> None:
+        """`serve` is stopping: no tab's app outlives it."""
+        self.kill_tabs()
+
+    def kill_tabs(self) -> None:
+        """SIGKILL every tab's app and what it started."""
+        for tab in list(self.tabs):
+            tab.kill()
+
+    async def handle_websocket(self, request: web.Request) -> web.WebSocketResponse:
+        """textual-serve's WebSocket handler, with each tab's app a `_Tab`."""
+        websocket = web.WebSocketResponse(heartbeat=15)
+        width = to_int(request.query.get("width", "80"), 80)
+        height = to_int(request.query.get("height", "24"), 24)
+        tab: _Tab | None = None
+        try:
+            await websocket.prepare(request)
+            tab = _Tab(
+                self.tabs,
+                self.command,
+                write_bytes=websocket.send_bytes,
+                write_str=websocket.send_str,
+                close=websocket.close,
+                download_manager=self.download_manager,
+                debug=self.debug,
+            )
+            await tab.start(width, height)
+            await self._process_messages(websocket, tab)
+        except asyncio.CancelledError:
+            await websocket.close()
+        except Exception:
+            log.exception("a browser tab's app failed")
+        finally:
+            if tab is not None:
+                await tab.stop()
+        return websocket
 
     async def _make_app(self) -> web.Application:
         app = await super()._make_app()
@@ -74,4 +178,6 @@ def serve(port: int, *, argv: Sequence[str] = ()) -> int:
             file=sys.stderr,
         )
         return ExitCode.USAGE
+    finally:
+        server.kill_tabs()
     return ExitCode.OK

@@ -21,6 +21,8 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from interlock import CrashPoint
+from interlock.testing import PaymentsModel
 from interlock_demo.core.run import Run
 from interlock_demo.engine.column import ColumnScript
 from interlock_demo.engine.process import ProcessLauncher
@@ -35,10 +37,10 @@ from interlock_demo.engine.temporal.history import (
 from interlock_demo.engine.temporal.probe import refund_timeouts
 from interlock_demo.engine.temporal.runtime import NAMESPACE, TemporalRuntime
 from interlock_demo.errors import ColumnFailed
-from interlock_demo.payments.model import PaymentsModel
 from interlock_demo.settings import DemoConfig
 from workers.context import Case
 from workers.protocol import ColumnOutcome
+from workers.texts import EMULATOR, STRIPE, said_at
 
 if TYPE_CHECKING:
     from temporalio.api.common.v1 import Payload
@@ -97,7 +99,7 @@ class TemporalLauncher:
         self._closed = threading.Event()
         self._closing: Closing | None = None
 
-    def launch(self, script: ColumnScript, crash_point: str | None) -> int | None:
+    def launch(self, script: ColumnScript, crash_point: CrashPoint | None) -> int | None:
         """Start the workflow before the first worker; after the last, wait for it to close."""
         case = script.case
         assert case is not None
@@ -197,7 +199,7 @@ class TemporalLauncher:
         try:
             async for event in handle.fetch_history_events(wait_new_event=True):
                 payloads = result_payloads(event)
-                result = await self._decode(payloads) if payloads else None
+                result = self._worded(await self._decode(payloads)) if payloads else None
                 read = read_event(
                     event,
                     activities,
@@ -220,6 +222,15 @@ class TemporalLauncher:
     async def _decode(self, payloads: list[Payload]) -> Any:
         values = await self.runtime.client.data_converter.decode(payloads)
         return values[0] if values else None
+
+    def _worded(self, result: Any) -> Any:
+        """A result as the column says it. An outcome's reason is the library's, worded for
+        Stripe ("found its own refund at Stripe"); the workers say it of what answered
+        them (offline, the emulator), and so do the history's lines and the column's outcome."""
+        if not isinstance(result, dict) or not result.get("reason"):
+            return result
+        answerer = EMULATOR if self.process.stripe_base else STRIPE
+        return {**result, "reason": said_at(result["reason"], answerer)}
 
     async def _poll_describe(self, script: ColumnScript, handle: WorkflowHandle[Any, Any]) -> None:
         """Show each retry: the history has no event per failed attempt; describe() does."""

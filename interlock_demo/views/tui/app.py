@@ -3,8 +3,11 @@
 The app is a view: the engine runs the workers and the app subscribes to the run. Changes
 arrive as `RunChanged` messages from the engine's threads, and the app draws a snapshot of
 the run (`Run.snapshot()`) on its own thread; a change of any run but the one on screen is
-dropped, so a late update can never repaint over a new run. What the screen shows (the run
-on screen, the chosen column, zoom, presenter mode) is reactive: its watch_ methods redraw.
+dropped, so a late update can never repaint over a new run. What the screen shows (the
+choice for the next run, the run on screen, the chosen column, zoom, presenter mode) is
+reactive: its watch_ methods redraw. The app owns the choice (`RunChoice`: configuration,
+scenario, checked column) and hands it whole to `Engine.start`, from its keys and from its
+HTTP endpoint alike, so the screen and the engine never disagree about what ran.
 
 It fits any projector: three columns side by side from 160 cells wide, the same with
 compact cards from 100, one column at a time below that (left/right switch), and `z`
@@ -14,10 +17,12 @@ phase until `space`; the app's messages go to a line of their own, never over a 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
+import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from functools import partial
 from typing import Any, ClassVar
@@ -31,14 +36,17 @@ from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
+from interlock_demo.core.columns import COLUMN_KINDS, column_kind, gated_column, shown_columns
 from interlock_demo.core.run import SYSTEM_CLOCK, SYSTEM_IDS, Clock, Ids, Pacer, Run, RunSnapshot
-from interlock_demo.engine import TEMPORAL_TITLES, TITLES, Engine, RunRequest
+from interlock_demo.engine import Engine, RunChoice
 from interlock_demo.engine.temporal.probe import temporal_unavailable
 from interlock_demo.errors import BusyError, UsageError
 from interlock_demo.exit_codes import ExitCode
-from interlock_demo.settings import DemoConfig, open_private
+from interlock_demo.layout import layout_for
+from interlock_demo.settings import TEMPORAL, DemoConfig, mode_named, open_private
 from interlock_demo.views.tui.commands import DemoCommands, PaletteCommand
 from interlock_demo.views.tui.messages import RunChanged
+from interlock_demo.views.tui.svg import svg_keeping_spaces
 from interlock_demo.views.tui.widgets import (
     ColumnPane,
     MessageLine,
@@ -46,14 +54,55 @@ from interlock_demo.views.tui.widgets import (
     RunHeader,
     VerdictStrip,
 )
-from scenarios import COLUMNS, SCENARIOS, SWITCHES, Switch
+from scenarios import SCENARIOS, SWITCHES, Switch
 
 APP_TITLE = "Interlock demo"
 # A mock run's events are spaced out so the room can follow; it still ends in a few seconds.
 MOCK_PACE_S = 0.08
-# Below these widths the columns get compact cards, then show one at a time.
-WIDE = 160
-COMPACT = 100
+# Outside presenter mode a run stays this long on its first kill, so the room sees it.
+KILL_BEAT_S = 2.0
+# The signals that end the app as q does (SIGHUP is not on every platform).
+STOP_SIGNALS = ("SIGTERM", "SIGHUP")
+
+
+# Below WIDE the key bar keeps what a presenter presses during the talk, with short labels
+# (an empty one shows the key alone), and the palette's key in line with them; the rest
+# is in the palette (ctrl+p): nothing overlaps.
+NARROW_HIDDEN = frozenset({"toggle_checked", "toggle_mock", "switch_engine", "save_screenshot"})
+SINGLE_HIDDEN = NARROW_HIDDEN | {"zoom"}
+NARROW_LABELS = {"reapprove": "Approve", "select_column(-1)": "", "select_column(1)": ""}
+SINGLE_LABELS = {
+    **NARROW_LABELS,
+    "pick('hand-refund')": "Hand",
+    "pick('revoked')": "Revoked",
+    "pick('after-answer')": "After",
+}
+
+
+class DemoFooter(Footer):
+    """The key bar, fitted to the layout: every key at 160, the talk's keys below."""
+
+    fit = reactive("wide", recompose=True)
+
+    def compose(self) -> ComposeResult:
+        """Textual's footer keys, less the ones the layout leaves to the palette."""
+        if self.fit == "wide":
+            yield from super().compose()
+            return
+        single = self.fit == "single"
+        hidden, labels = (
+            (SINGLE_HIDDEN, SINGLE_LABELS) if single else (NARROW_HIDDEN, NARROW_LABELS)
+        )
+        # Textual's FooterKey is private: the footer's keys are the widgets with an action.
+        keys: list[Any] = [
+            w for w in super().compose() if getattr(w, "action", None) not in (None, *hidden)
+        ]
+        for key in keys:
+            key.description = labels.get(key.action, key.description)
+            # Docked at the right edge, the palette's key covered the end of the bar.
+            key.remove_class("-command-palette")
+        self.styles.grid_size_columns = len(keys)
+        yield from keys
 
 
 class _MainScreen(Screen[Any]):
@@ -147,7 +196,7 @@ class DemoApp(App[int]):
             "toggle_checked",
             "Checked",
             id="toggle-checked",
-            tooltip="Show or hide the third column: a hand-written re-check",
+            tooltip=f"Show or hide the third column: {COLUMN_KINDS['checked'].story}",
         ),
         Binding(
             "m",
@@ -173,11 +222,14 @@ class DemoApp(App[int]):
     ]
 
     # What the screen shows; each change redraws what depends on it (the watch_ methods).
+    # The choice for the next run. Set even to the same value, the run on screen (of the
+    # old choice) leaves the screen. Its value comes in __init__, with the configuration.
+    choice = reactive[RunChoice](None, always_update=True, init=False)  # type: ignore[arg-type]
     # The run on screen, None while idle. Set even to the same value it redraws everything:
-    # the choice for the next run changed (`_choose`), so a finished run leaves the screen.
+    # the choice for the next run changed (`watch_choice`), so a finished run leaves it.
     run_on_screen = reactive[Run | None](None, always_update=True, init=False)
     # The column that `left`/`right` chose: shown alone below COMPACT, or zoomed.
-    selected = reactive("interlock", init=False)
+    selected = reactive(next(iter(COLUMN_KINDS)), init=False)
     zoomed = reactive(False, init=False)
     # Presenter mode: runs started from the keyboard wait for `space` before each phase.
     presenter = reactive(False, init=False, bindings=True)
@@ -192,17 +244,33 @@ class DemoApp(App[int]):
     ) -> None:
         """`clock` and `ids` go to the engine: a test passes its own to draw the same run twice."""
         super().__init__()
-        # The choice for the next run: the scenario, the checked column, the mode and switches.
-        self.config = config
-        self.scenario = "hand-refund"
-        self.checked = checked
-        self.engine = Engine(config, mock_pace_s=MOCK_PACE_S, clock=clock, ids=ids)
+        self.set_reactive(DemoApp.choice, RunChoice(config, checked=checked))
+        self.engine = Engine(
+            config, mock_pace_s=MOCK_PACE_S, clock=clock, ids=ids, kill_beat_s=KILL_BEAT_S
+        )
         self.http_url: str | None = None
         # Why `t` cannot switch to Temporal here (the extra is missing), or None.
         self.temporal_missing = temporal_unavailable()
         self.temporal_ui: str | None = None
-        # How long `exit -9 (SIGKILL)` and `restarting` stay on screen at least.
+        # How long `exit -9 (SIGKILL)` and `restarting` stay on screen at least, and the
+        # clock that measures it (a test moves its own).
         self.phase_hold_s: float | None = None
+        self.phase_clock: Callable[[], float] | None = None
+
+    @property
+    def config(self) -> DemoConfig:
+        """The configuration the next run gets: mode, engine, switches."""
+        return self.choice.config
+
+    @property
+    def scenario(self) -> str:
+        """The scenario the next run plays."""
+        return self.choice.scenario
+
+    @property
+    def checked(self) -> bool:
+        """Whether the next run has the checked column."""
+        return self.choice.checked
 
     # -- layout ----------------------------------------------------------------------------
 
@@ -211,24 +279,44 @@ class DemoApp(App[int]):
         yield RunHeader(id="header")
         yield Static("", id="story")
         with Container(id="columns"):
-            for name in COLUMNS:
-                yield ColumnPane(name, self._titles()[name])
+            for kind in COLUMN_KINDS.values():
+                yield ColumnPane(kind.name, kind.title_on(self.config.engine))
         yield VerdictStrip("", id="verdicts")
         yield MessageLine("", id="messages")
-        yield Footer()
+        yield DemoFooter()
 
     def on_mount(self) -> None:
-        if self.phase_hold_s is not None:
-            for pane in self.query(ColumnPane):
+        for pane in self.query(ColumnPane):
+            if self.phase_hold_s is not None:
                 pane.hold_s = self.phase_hold_s
+            if self.phase_clock is not None:
+                pane.clock = self.phase_clock
         self._apply_config()
         self.set_interval(0.1, self._tick)
         hint = "ctrl+p: commands (switches: emulate 24h, no lookup) · p: presenter mode"
         if self.http_url is not None:
             hint = f"JSON of the run: {self.http_url}/api/run · {hint}"
         self.notify(hint)
-        if self.config.engine == "temporal":
+        if self.config.engine == TEMPORAL:
             self._start_temporal()
+        if not self.is_headless:
+            self._quit_on_stop_signals()
+
+    def _quit_on_stop_signals(self) -> None:
+        """SIGTERM and SIGHUP end the app as q does: workers stopped, terminal given back.
+
+        Python's default for both ends the process at once, leaving the speaker's terminal
+        in the alternate screen with mouse reporting on and the cursor hidden.
+        """
+        loop = asyncio.get_running_loop()
+        for name in STOP_SIGNALS:
+            signum = getattr(signal, name, None)
+            if signum is not None:
+                loop.add_signal_handler(signum, self._stop_on_signal, signum)
+
+    def _stop_on_signal(self, signum: int) -> None:
+        self.engine.close()
+        self.exit(128 + signum)  # the shell's code for "ended by this signal"
 
     def get_default_screen(self) -> Screen[Any]:
         """The main screen, which re-lays the columns out when the terminal is resized."""
@@ -241,8 +329,7 @@ class DemoApp(App[int]):
     @property
     def layout_name(self) -> str:
         """`wide` (full cards), `compact` (compact cards) or `single` (one column at a time)."""
-        width = self.size.width
-        return "wide" if width >= WIDE else "compact" if width >= COMPACT else "single"
+        return layout_for(self.size.width).name
 
     def _layout(self) -> None:
         """Show the columns as the terminal's width allows; one alone when single or zoomed."""
@@ -253,49 +340,61 @@ class DemoApp(App[int]):
         alone = layout == "single" or self.zoomed
         shown = self._column_names()
         if self.selected not in shown:
-            # The chosen column is not in this run: Interlock (always there) instead. No
-            # watcher: the panes are laid out right below.
-            self.set_reactive(DemoApp.selected, "interlock")
+            # The chosen column is not in this run: the first instead. No watcher: the
+            # panes are laid out right below.
+            self.set_reactive(DemoApp.selected, shown[0])
         for pane in self.query(ColumnPane):
             pane.display = pane.column_name in shown and (
                 not alone or pane.column_name == self.selected
             )
             pane.set_class(pane.column_name == self.selected and not alone, "-selected")
-            pane.relayout(compact=layout != "wide" and not self.zoomed)
+            pane.relayout(
+                compact=layout != "wide" and not self.zoomed,
+                two_line_status=layout == "compact" and not self.zoomed,
+                paired=layout == "single",
+            )
             place = None
             if alone and pane.column_name in shown:
                 place = f"{shown.index(pane.column_name) + 1}/{len(shown)}"
             pane.set_place(place)
-        self.query_one(ModeBanner).show(self.config, width=self.size.width)
-        footer = self.query_one(Footer)
+        self.query_one(ModeBanner).show(self.config)
+        self._show_story(layout)
+        footer = self.query_one(DemoFooter)
         footer.compact = layout != "wide"
+        footer.fit = layout
         self.refresh_bindings()
+
+    def _show_story(self, layout: str) -> None:
+        """The scenario's story and what should be in Stripe at the end; one column at a
+        time, only what should be there (the room needs it most), on its own line."""
+        sc = SCENARIOS[self.run_on_screen.scenario if self.run_on_screen else self.scenario]
+        wanted = f"Wanted in Stripe: {sc.wanted_text}."
+        story = wanted if layout == "single" else f"{wanted}  {sc.story}"
+        self.query_one("#story", Static).update(story)
+        self.query_one("#header", RunHeader).narrow = layout != "wide"
 
     def _column_names(self) -> list[str]:
         if self.run_on_screen is not None:
             return [c.name for c in self.run_on_screen.columns]
-        return [c for c in COLUMNS if c != "checked" or self.checked]
+        return shown_columns(checked=self.checked)
 
     def _apply_config(self) -> None:
         """Redraw everything that depends on the mode, the switches and the selection."""
-        mock = self.config.mode == "mock"
-        titles = self._titles()
+        mode = self.config.run_mode
         for pane in self.query(ColumnPane):
-            pane.column_title = titles[pane.column_name]
+            pane.column_title = self._title(pane.column_name)
             if self.run_on_screen is None:
-                pane.reset(mock=mock)
-        self.screen.set_class(mock, "-mock")
-        self.screen.set_class(self.config.mode == "offline", "-offline")
-        sc = SCENARIOS[self.run_on_screen.scenario if self.run_on_screen else self.scenario]
-        self.query_one("#story", Static).update(f"{sc.story}  Wanted in Stripe: {sc.wanted_text}.")
+                pane.reset(mock=mode.in_process)
+        self.screen.set_class(mode.in_process, "-mock")
+        self.screen.set_class(mode.emulator, "-offline")
         self._set_title()
         self._layout()
         self._render_run()
 
     def _set_title(self) -> None:
-        mode = self.run_on_screen.mode if self.run_on_screen else self.config.mode
+        mode = mode_named(self.run_on_screen.mode) if self.run_on_screen else self.config.run_mode
         title = f"{APP_TITLE}: {SCENARIOS[self.scenario].title}"
-        self.title = f"MOCK: {title}" if mode == "mock" else title
+        self.title = f"{mode.banner}: {title}" if mode.in_process else title
         driver = self._driver
         if driver is not None and not self.is_headless:
             driver.write(f"\x1b]0;{self.title}\x07")
@@ -320,11 +419,15 @@ class DemoApp(App[int]):
 
     # -- run updates -----------------------------------------------------------------------
 
+    def watch_choice(self) -> None:
+        """Another choice for the next run: the run on screen, of the old one, leaves it."""
+        self.run_on_screen = None
+
     def watch_run_on_screen(self, run: Run | None) -> None:
         """Another run (or none) on screen: its panes start empty and everything is redrawn."""
         if run is not None:
             for pane in self.query(ColumnPane):
-                pane.reset(mock=run.mode == "mock")
+                pane.reset(mock=mode_named(run.mode).in_process)
         self._apply_config()
 
     def watch_selected(self) -> None:
@@ -351,11 +454,20 @@ class DemoApp(App[int]):
     def _render_run(self) -> None:
         snapshot = self._snapshot()
         self._show_header(snapshot)
+        if snapshot is not None:
+            for col in snapshot.columns:
+                self.query_one(f"#col-{col.name}", ColumnPane).show(snapshot, col)
+        self._show_verdicts(snapshot)
+
+    def _show_verdicts(self, snapshot: RunSnapshot | None) -> None:
+        """The verdict strip, once the run ended and every column has shown its held states:
+        a room reads the kill before the verdict."""
+        if snapshot is not None and not all(p.caught_up for p in self.query(ColumnPane)):
+            snapshot = None
         self.query_one(VerdictStrip).show(snapshot)
-        if snapshot is None:
-            return
-        for col in snapshot.columns:
-            self.query_one(f"#col-{col.name}", ColumnPane).show(snapshot, col)
+
+    def on_column_pane_caught_up(self) -> None:
+        self._show_verdicts(self._snapshot())
 
     def _show_header(self, snapshot: RunSnapshot | None) -> None:
         self.query_one(RunHeader).show(
@@ -378,8 +490,8 @@ class DemoApp(App[int]):
         if phase is None:
             return "every phase open"
         hint = f"space: {phase}" + (" (waiting)" if pacer.held else "")
-        interlock = snapshot.column("interlock")
-        claim = None if interlock is None else interlock.claim_until
+        gated = snapshot.column(gated_column().name)
+        claim = None if gated is None else gated.claim_until
         if phase in ("outage", "restart") and claim is not None:
             # The dead worker's claim: once it ends, the restart has no wait to show.
             left = claim - snapshot.now
@@ -423,7 +535,7 @@ class DemoApp(App[int]):
         run = self.run_on_screen
         if run is None or not run.finished:
             return None
-        col = next((c for c in run.columns if c.name == "interlock"), None)
+        col = next((c for c in run.columns if column_kind(c.name).signs_receipts), None)
         if col is None or col.outcome is None or col.outcome.status != "refused":
             return None
         return col.outcome.action_id
@@ -434,59 +546,38 @@ class DemoApp(App[int]):
             return True
         return False
 
-    def _choose(
-        self,
-        *,
-        scenario: str | None = None,
-        checked: bool | None = None,
-        config: DemoConfig | None = None,
-    ) -> None:
-        """Change the choice for the next run; the run on screen, of the old one, leaves it."""
-        if scenario is not None:
-            self.scenario = scenario
-        if checked is not None:
-            self.checked = checked
-        if config is not None:
-            self.config = config
-            self.engine.config = config
-        self.run_on_screen = None
-
     def action_pick(self, scenario_id: str) -> None:
         """Choose the scenario for the next run."""
         if self._refuse_while_running("choose a scenario"):
             return
-        self._choose(scenario=scenario_id)
+        self.choice = self.choice.but(scenario=scenario_id)
 
     def action_run(self) -> None:
         """Start the chosen scenario; a second start while one runs is refused."""
-        pacer = Pacer() if self.presenter else None
-        # The mode on screen, which a run started over HTTP may have changed: what the
-        # banner says is what runs.
-        request = RunRequest(
-            self.scenario, checked=self.checked, mode=self.config.mode, pacer=pacer
-        )
         try:
-            self.start_run(request)
+            self.start_run(self.choice, pacer=Pacer() if self.presenter else None)
         except BusyError as e:
             self.notify(f"Not started: {e}.", severity="warning")
         except UsageError as e:
             self.notify(str(e), severity="error")
 
-    def start_run(self, request: RunRequest) -> Run:
-        """Start a run and put it on screen (keys and the HTTP endpoint both come here)."""
+    def start_run(self, choice: RunChoice, *, pacer: Pacer | None = None) -> Run:
+        """Start a run of `choice` and put it on screen, `choice` becoming the app's own.
+
+        Keys and the HTTP endpoint both come here, so a run started over HTTP is shown
+        like one started by keys, and the next enter runs what the screen shows.
+        """
 
         def listener(run: Run, column: str | None) -> None:
             self.post_message(RunChanged(run))  # from the engine's thread: post_message is safe
 
-        run = self.engine.start(request, listeners=(listener,))
-        self.call_later(self._show_new_run, run, request)
+        run = self.engine.start(choice, pacer=pacer, listeners=(listener,))
+        self.call_later(self._show_new_run, run, choice)
         return run
 
-    def _show_new_run(self, run: Run, request: RunRequest) -> None:
-        self.scenario = run.scenario
-        self.checked = request.checked
-        if run.mode != self.config.mode:
-            self.config = self.config.with_mode(run.mode)
+    def _show_new_run(self, run: Run, choice: RunChoice) -> None:
+        # No watcher: putting the run on screen right below redraws everything.
+        self.set_reactive(DemoApp.choice, choice)
         self.run_on_screen = run
         if run.pacer is not None:
             self.notify("Presenter mode: the run waits before each phase; space opens the next.")
@@ -522,19 +613,21 @@ class DemoApp(App[int]):
     def action_zoom(self) -> None:
         """Zoom the chosen column to the whole width, or show every column again."""
         self.zoomed = not self.zoomed
-        title = self._titles()[self.selected]
-        self.notify(
-            f"Zoomed: {title} (left/right for another column, z for all)."
-            if self.zoomed
-            else "All columns."
-        )
+        title = self._title(self.selected)
+        if self.zoomed:
+            self.notify(f"Zoomed: {title} (left/right for another column, z for all).")
+        elif self.layout_name == "single":
+            # Too narrow for all: the screen still shows one column, and says so.
+            self.notify(f"One column at a time at this width: {title} (left/right for another).")
+        else:
+            self.notify("All columns.")
 
     def action_toggle_mock(self) -> None:
         """Switch between mock and the mode the app started in."""
         if self._refuse_while_running("switch mock"):
             return
-        target = "offline" if self.config.mode == "mock" else "mock"
-        if self.config.mode == "mock" and not self.engine_default_is_offline():
+        target = "offline" if self.config.run_mode.in_process else "mock"
+        if self.config.run_mode.in_process and not self.engine_default_is_offline():
             target = "live"
         self._set_mode(target)
 
@@ -543,43 +636,40 @@ class DemoApp(App[int]):
         return bool(self.config.missing)
 
     def _set_mode(self, mode: str) -> None:
-        if mode == "mock" and self.config.engine == "temporal":
+        why = mode_named(mode).refusal(self.config.engine)
+        if why is not None:
             self.notify(
-                "Mock runs are simulated in-process, without Temporal: press t for the "
-                "standalone engine first.",
+                f"{mode.capitalize()} is off: {why}; press t for the standalone engine first.",
                 severity="warning",
             )
             return
         try:
-            config = self.config.with_mode(mode)
+            self.choice = self.choice.but(mode=mode)
         except UsageError as e:
             self.notify(str(e), severity="error")
             return
-        self._choose(config=config)
         self.notify(f"Mode: {mode}.")
 
     def action_toggle_checked(self) -> None:
         """Show or hide the hand-written check column."""
         if self._refuse_while_running("toggle the checked column"):
             return
-        self._choose(checked=not self.checked)
+        self.choice = self.choice.but(checked=not self.checked)
 
-    def _titles(self) -> dict[str, str]:
-        return TEMPORAL_TITLES if self.config.engine == "temporal" else TITLES
+    def _title(self, column: str) -> str:
+        return column_kind(column).title_on(self.config.engine)
 
     def _engine_label(self) -> str:
         """The engine for the header (with Temporal's web UI when it runs)."""
-        if self.config.engine == "temporal":
+        if self.config.engine == TEMPORAL:
             return f"temporal (web UI {self.temporal_ui or 'starting…'})"
         return "standalone"
 
     def _temporal_blocker(self) -> str | None:
         """Why `t` cannot switch engines now, or None."""
-        if self.config.engine == "temporal":
+        if self.config.engine == TEMPORAL:
             return None  # back to standalone is always possible
-        if self.config.mode == "mock":
-            return "mock runs are simulated in-process, without Temporal"
-        return self.temporal_missing
+        return self.config.run_mode.refusal(TEMPORAL) or self.temporal_missing
 
     def action_switch_engine(self) -> None:
         """Switch between the standalone and the Temporal engine."""
@@ -588,7 +678,7 @@ class DemoApp(App[int]):
         blocked = self._temporal_blocker()
         if blocked is not None:
             self.notify(f"Temporal is off: {blocked}.", severity="warning")
-        elif self.config.engine == "temporal":
+        elif self.config.engine == TEMPORAL:
             self._set_engine("standalone")
             self.notify("Engine: standalone.")
         else:
@@ -606,25 +696,29 @@ class DemoApp(App[int]):
 
     def _temporal_started(self, ui: str | None) -> None:
         self.temporal_ui = ui
-        self._set_engine("temporal")
+        self._set_engine(TEMPORAL)
         self.notify(f"Engine: Temporal. Its web UI: {ui}")
 
     def _set_engine(self, engine: str) -> None:
         if engine == self.config.engine:
             self._apply_config()
             return
-        self._choose(config=dataclasses.replace(self.config, engine=engine))
+        self.choice = dataclasses.replace(
+            self.choice, config=dataclasses.replace(self.config, engine=engine)
+        )
 
     def set_switch(self, switch: Switch) -> None:
         """Toggle an emulated switch (offline and mock only)."""
         if self._refuse_while_running("change switches"):
             return
-        if self.config.mode == "live":
+        if not self.config.run_mode.takes_switches:
             self.notify("Emulated switches are for offline and mock runs.", severity="error")
             return
         s = self.config.switches
         switches = dataclasses.replace(s, **{switch.field: not getattr(s, switch.field)})
-        self._choose(config=DemoConfig(**{**self.config.__dict__, "switches": switches}))
+        self.choice = dataclasses.replace(
+            self.choice, config=dataclasses.replace(self.config, switches=switches)
+        )
         on = ", ".join(switches.names) or "none"
         self.notify(f"Emulated switches for the next run: {on}.")
 
@@ -648,9 +742,10 @@ class DemoApp(App[int]):
         folder = self.config.paths.screenshots
         name = f"{self.scenario}-{datetime.now().strftime('%Y%m%d-%H%M%S')}.svg"
         try:
-            # Created 0600 (in a 0700 folder) first: Textual then writes into it as it is.
-            open_private(folder / name, "w").close()
-            path = self.save_screenshot(name, str(folder))
+            # Created 0600 (in a 0700 folder); the same SVG as `interlock-demo screenshots`.
+            path = folder / name
+            with open_private(path, "w", encoding="utf-8") as f:
+                f.write(svg_keeping_spaces(self.export_screenshot()))
         except OSError as e:
             self.notify(
                 f"Screenshot not saved: {e.strerror or e} ({folder}); set INTERLOCK_HOME "

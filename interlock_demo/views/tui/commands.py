@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, Protocol, runtime_checkable
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
+from textual.markup import escape
 
 # A palette command: its name, its help line and what it does.
 PaletteCommand = tuple[str, str, Callable[[], Any]]
@@ -34,7 +35,8 @@ class DemoCommands(Provider):
     async def discover(self) -> Hits:
         """Every command, for the palette opened with nothing typed."""
         for name, help_text, callback in self._commands():
-            yield DiscoveryHit(name, callback, help=help_text)
+            # Help is markup to the palette: `[temporal]` in a pip hint would vanish as a tag.
+            yield DiscoveryHit(name, callback, help=escape(help_text))
 
     async def search(self, query: str) -> Hits:
         """The commands whose name matches what was typed, best first."""
@@ -42,4 +44,4 @@ class DemoCommands(Provider):
         for name, help_text, callback in self._commands():
             score = matcher.match(name)
             if score > 0:
-                yield Hit(score, matcher.highlight(name), callback, help=help_text)
+                yield Hit(score, matcher.highlight(name), callback, help=escape(help_text))

@@ -1,12 +1,18 @@
 """One column of the run: status, phase lines, claim countdown, events, result card.
 
-The status line holds `exit -9 (SIGKILL)` and `restarting` on screen for a minimum time
-(`hold_s`) even when the run moves on within milliseconds: the view lags a moment behind,
-the run is never slowed. Later states queue behind a held one and are shown in order.
+The status line holds `exit -9 (SIGKILL) · killed` and `restarting` on screen for a minimum
+time (`hold_s`) even when the run moves on within milliseconds: the view lags a moment
+behind, the run is never slowed. Which states to hold is read from the column's workers
+(every worker that died by a signal is shown killed, then restarting), not from the
+snapshots that happened to reach the view: a burst of changes coalesces into one snapshot,
+and a restart can be over before the view hears of the kill. Later states queue behind a
+held one and are shown in order; while they wait, the events, the phase lines and the card
+stay at the moment the status line shows, and the column is not `caught_up`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any, Literal
@@ -14,14 +20,16 @@ from typing import Any, Literal
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
+from textual.message import Message
 from textual.timer import Timer
 from textual.widgets import Label, Static
 
-from interlock_demo.core.run import Column, ColumnState, RunEventKind, RunSnapshot
+from interlock_demo.core.run import Column, ColumnState, RunEventKind, RunSnapshot, WorkerInfo
 from interlock_demo.core.verdict import AGENT, counting
-from interlock_demo.engine.supervisor import describe_exit
+from interlock_demo.exit_codes import describe_exit
+from interlock_demo.settings import line_mark, mode_named
 from interlock_demo.views.tui.widgets.countdown import ClaimCountdown
-from interlock_demo.views.tui.widgets.story import PhaseLines
+from interlock_demo.views.tui.widgets.story import PhaseLines, elide
 from interlock_demo.views.tui.widgets.verdict_strip import mark
 from workers.protocol import EventKind
 
@@ -57,6 +65,24 @@ class _EventList(VerticalScroll):
 class ColumnPane(Vertical):
     """Shows one column of a run; fed snapshots, it never reads the engine itself."""
 
+    class StatusShown(Message):
+        """The status line took another state (`text` is what it says now)."""
+
+        bubble = False
+
+        def __init__(self, pane: ColumnPane, state: str, text: str) -> None:
+            super().__init__()
+            self.pane = pane
+            self.state = state
+            self.text = text
+
+    class CaughtUp(Message):
+        """No held state is waiting any more: the column shows the run as it is."""
+
+        def __init__(self, pane: ColumnPane) -> None:
+            super().__init__()
+            self.pane = pane
+
     def __init__(self, name: str, title: str) -> None:
         super().__init__(id=f"col-{name}", classes="column")
         self.column_name = name
@@ -65,6 +91,12 @@ class ColumnPane(Vertical):
         self.hold_s = HOLD_S
         self.clock: Callable[[], float] = time.monotonic
         self.compact = False
+        # Side by side in a narrow column, the state goes on a line under the pid and exit.
+        self.two_line_status = False
+        # Each event is one line, cut at a word, this wide (None: not laid out yet).
+        self.event_width: int | None = None
+        # One column at a time, two phase lines share a row.
+        self.paired_phases = False
         self._place: str | None = None
         self._events_shown = 0
         self._lines = Text()
@@ -72,7 +104,12 @@ class ColumnPane(Vertical):
         self._run_id: str | None = None
         self._shown_state: ShownState = ColumnState.IDLE
         self._shown_at = 0.0
-        self._queue: list[tuple[ShownState, Text]] = []
+        # States waiting behind a held one: the state, its text, and the run time up to
+        # which events are shown with it (None: all of them).
+        self._queue: list[tuple[ShownState, Text, float | None]] = []
+        self._shown_until: float | None = None
+        # The (worker index, state) pairs of dead workers already queued or shown.
+        self._milestones: set[tuple[int, ColumnState]] = set()
         self._timer: Timer | None = None
         self._last: tuple[RunSnapshot, Column] | None = None
 
@@ -92,6 +129,8 @@ class ColumnPane(Vertical):
         self._card_text = ""
         self._run_id = None
         self._queue = []
+        self._shown_until = None
+        self._milestones = set()
         self._last = None
         if self._timer is not None:
             self._timer.stop()
@@ -100,7 +139,7 @@ class ColumnPane(Vertical):
         self.set_class(mock, "-mock")
         self.set_class(False, "-killed", "-waiting", "-done", "-wrong", "-right", "-alarm")
         self._show_title()
-        self.query_one(".status", Static).update("idle")
+        self._set_status(ColumnState.IDLE, Text("idle"))
         self.query_one(".story", PhaseLines).update("")
         self.query_one(".event-lines", Static).update("")
         self.query_one(".card", Static).update("")
@@ -129,44 +168,103 @@ class ColumnPane(Vertical):
         """When (by `clock`) the status line took the state it shows."""
         return self._shown_at
 
+    @property
+    def caught_up(self) -> bool:
+        """Whether the column shows the run as it is (no held state keeps it behind)."""
+        return not self._queue
+
     def show(self, run: RunSnapshot, col: Column) -> None:
         """Render a snapshot of the column; events are appended, never redrawn."""
-        mock = run.mode == "mock"
+        mode = mode_named(run.mode)
         if self._run_id != run.run_id:
-            self.reset(mock=mock)
+            self.reset(mock=mode.in_process)
             self._run_id = run.run_id
         self._last = (run, col)
-        prefix = "MOCK. " if mock else ""
-        new = col.events[self._events_shown :]
+        prefix = line_mark(mode)
+        for index, worker, state in _dead_worker_states(col):
+            if (index, state) in self._milestones:
+                continue
+            self._milestones.add((index, state))
+            until = _next_start(col, index)
+            status = _status_of(worker, state, prefix, two_lines=self.two_line_status)
+            self._want(state, status, until)
+        self._want(_shown_state(col), _status(col, prefix, two_lines=self.two_line_status), None)
+        self._advance()
+        self._render_shown()
+
+    def on_resize(self) -> None:
+        self._fit_events()
+
+    def _fit_events(self) -> None:
+        """Each event one line as wide as the list (less its scrollbar): a wrapped event
+        scrolled half out of view left a fragment at the top."""
+        width = self.content_region.width - 1
+        if width == self.event_width or (width is not None and width <= 0):
+            return
+        self.event_width = width
+        self._render_shown(force_card=True)
+
+    def relayout(
+        self, *, compact: bool, two_line_status: bool = False, paired: bool = False
+    ) -> None:
+        """Switch between the full and the compact card, and a status of one or two lines."""
+        if (compact, two_line_status, paired) == (
+            self.compact,
+            self.two_line_status,
+            self.paired_phases,
+        ):
+            return
+        self.compact = compact
+        self.two_line_status = two_line_status
+        self.paired_phases = paired
+        self._fit_events()
+        self.set_class(two_line_status, "-two-line-status")
+        if self._last is not None:
+            run, col = self._last
+            prefix = line_mark(mode_named(run.mode))
+            self._want(_shown_state(col), _status(col, prefix, two_lines=two_line_status), None)
+            self._advance()
+            self._render_shown(force_card=True)
+
+    def _render_shown(self, *, force_card: bool = False) -> None:
+        """Events and phase lines up to the moment the status line shows; the card once
+        the column caught up."""
+        if self._last is None:
+            return
+        run, col = self._last
+        prefix = line_mark(mode_named(run.mode))
+        until = self._shown_until
+        events = [e for e in col.events if until is None or e.t <= until]
+        if force_card:
+            self._lines, self._events_shown = Text(), 0
+        new = events[self._events_shown :]
         for event in new:
             if self._lines:
                 self._lines.append("\n")
             self._lines.append(prefix, style="bold")
             self._lines.append(f"{event.t:5.2f}s ", style="dim")
-            if event.pid:
+            head = len(prefix) + 7
+            if event.pid and not self.compact:  # compact: the status line names the pid
                 self._lines.append(f"[{event.pid}] ", style="dim")
-            self._lines.append(event.text, style=_event_style(event.kind))
-        self._events_shown = len(col.events)
-        if new:
+                head += len(str(event.pid)) + 3
+            words = event.text
+            if self.event_width is not None:
+                words = elide(words, self.event_width - head)
+            self._lines.append(words, style=_event_style(event.kind))
+        self._events_shown = len(events)
+        if new or force_card:
             self.query_one(".event-lines", Static).update(self._lines)
-            self.query_one(".story", PhaseLines).show(col, prefix)
-        self._render_card(run, col, prefix)
-        self._want(_shown_state(col), _status(col, prefix, compact=self.compact))
+            shown = dataclasses.replace(col, events=events)
+            width = None if self.event_width is None or not self.compact else self.event_width + 1
+            self.query_one(".story", PhaseLines).show(
+                shown, prefix, pairs=self.paired_phases, width=width
+            )
+        if self.caught_up:
+            self._render_card(run, col, prefix, force=force_card)
 
-    def relayout(self, *, compact: bool) -> None:
-        """Switch between the full and the compact card."""
-        if compact == self.compact:
-            return
-        self.compact = compact
-        if self._last is not None:
-            run, col = self._last
-            prefix = "MOCK. " if run.mode == "mock" else ""
-            self._render_card(run, col, prefix)
-            self._want(_shown_state(col), _status(col, prefix, compact=compact))
-
-    def _render_card(self, run: RunSnapshot, col: Column, prefix: str) -> None:
-        card = _card(run, col, prefix, compact=self.compact)
-        if card.plain != self._card_text:
+    def _render_card(self, run: RunSnapshot, col: Column, prefix: str, *, force: bool) -> None:
+        card = _card(run, col, prefix, compact=self.compact, narrow=self.two_line_status)
+        if force or card.plain != self._card_text:
             self._card_text = card.plain
             self.query_one(".card", Static).update(card)
         sign = mark(col)[0] if col.stripe is not None else None
@@ -174,35 +272,50 @@ class ColumnPane(Vertical):
         self.set_class(sign == "✓", "-right")
         self.set_class(sign == "⚠", "-alarm")
 
-    def _want(self, state: ShownState, text: Text) -> None:
-        """Ask for `state` on the status line; it waits behind a held state."""
+    def _want(self, state: ShownState, text: Text, until: float | None) -> None:
+        """Queue `state` for the status line (`_advance` shows it, after any held state)."""
         if self._queue and self._queue[-1][0] == state:
-            self._queue[-1] = (state, text)
+            self._queue[-1] = (state, text, until)
         elif not self._queue and state == self._shown_state:
-            self.query_one(".status", Static).update(text)
-            return
+            self._shown_until = until
+            self._set_status(state, text)
         else:
-            self._queue.append((state, text))
+            self._queue.append((state, text, until))
+
+    def catch_up(self) -> None:
+        """Show the queued states whose turn has come (by `clock`); the hold's timer calls it."""
         self._advance()
 
     def _advance(self) -> None:
         self._timer = None
+        waited = bool(self._queue)
         while self._queue:
             if self._shown_state != FINISHED and self._shown_state.held:
                 left = self.hold_s - (self.clock() - self._shown_at)
                 if left > 0:
                     if self._timer is None:
-                        self._timer = self.set_timer(left, self._advance)
+                        self._timer = self.set_timer(left, self.catch_up)
                     return
-            state, text = self._queue.pop(0)
+            state, text, until = self._queue.pop(0)
             self._shown_state = state
             self._shown_at = self.clock()
-            self.query_one(".status", Static).update(text)
+            self._shown_until = until
+            self._set_status(state, text)
             self.set_class(state == ColumnState.KILLED, "-killed")
             self.set_class(state == ColumnState.WAITING, "-waiting")
             self.set_class(state == ColumnState.DONE, "-done")
             if state == ColumnState.WAITING and self._last is not None:
                 self.tick(self._last[0].now, self._last[1])
+            self._render_shown()
+        if waited:
+            self.post_message(self.CaughtUp(self))
+
+    def _set_status(self, state: ShownState, text: Text) -> None:
+        status = self.query_one(".status", Static)
+        if isinstance(status.content, Text) and status.content.plain == text.plain:
+            return
+        status.update(text)
+        self.post_message(self.StatusShown(self, str(state), text.plain))
 
     def tick(self, run_now: float, col: Column) -> None:
         """Move the claim countdown to `run_now` (seconds since the run started)."""
@@ -234,43 +347,73 @@ def _label(state: ShownState) -> str:
     return "worker done" if state == FINISHED else state.label
 
 
-def _status(col: Column, prefix: str, *, compact: bool = False) -> Text:
-    """The status line: which worker, how it ended, the state (compact: fewest words)."""
+def _dead_worker_states(col: Column) -> list[tuple[int, WorkerInfo, ColumnState]]:
+    """The held states the column's workers went through: each worker a signal ended was
+    killed, and restarting once the column went on (a later worker, or the engine said so)."""
+    states = []
+    for index, worker in enumerate(col.workers):
+        if worker.exit_code is None or worker.exit_code >= 0:
+            continue
+        states.append((index, worker, ColumnState.KILLED))
+        last = index == len(col.workers) - 1
+        if not last or col.state not in (ColumnState.RUNNING, ColumnState.KILLED):
+            states.append((index, worker, ColumnState.RESTARTING))
+    return states
+
+
+def _next_start(col: Column, index: int) -> float | None:
+    """When the worker after `index` started (run time), or None while there is none."""
+    return col.workers[index + 1].started_at if index + 1 < len(col.workers) else None
+
+
+def _status(col: Column, prefix: str, *, two_lines: bool = False) -> Text:
+    """The status line for the column as it is now."""
+    last = col.workers[-1] if col.workers else None
+    return _status_of(last, _shown_state(col), prefix, two_lines=two_lines, error=col.error)
+
+
+def _status_of(
+    worker: WorkerInfo | None,
+    state: ShownState,
+    prefix: str,
+    *,
+    two_lines: bool = False,
+    error: str | None = None,
+) -> Text:
+    """The status line: which worker, how it ended, the state. On `two_lines` the state goes
+    on a second line, so a narrow column never cuts the pid or the exit."""
     text = Text(prefix, style="bold")
-    state = _shown_state(col)
-    killed = False
-    if col.workers:
-        last = col.workers[-1]
-        if not compact:
-            text.append("simulated · " if last.simulated else f"pid {last.pid} · ")
-        if last.exit_code is not None:
-            killed = last.exit_code < 0
-            style = "bold white on red" if killed else ""
-            text.append(describe_exit(last.exit_code), style=style)
-            text.append(" · ")
-    if compact and killed and state == ColumnState.KILLED:
-        text.right_crop(3)  # the exit says it: no "killed" after it
-        return text
+    if worker is not None:
+        parts: list[tuple[str, str]] = []
+        if not worker.simulated:
+            parts.append((f"pid {worker.pid}", ""))
+        elif not two_lines:
+            parts.append(("simulated", ""))
+        if worker.exit_code is not None:
+            style = "bold white on red" if worker.exit_code < 0 else ""
+            parts.append((describe_exit(worker.exit_code), style))
+        for n, (words, style) in enumerate(parts):
+            text.append(" · " if n else "")
+            text.append(words, style=style)
+        if parts:
+            text.append("\n" if two_lines else " · ")
+        elif two_lines:
+            text.append("\n")
     text.append(_label(state), style="bold")
-    if col.error:
-        text.append(f": {col.error}", style="red")
+    if error:
+        text.append(f": {error}", style="red")
     return text
-
-
-def _where(reason: str, mode: str) -> str:
-    """A reason as the gate words it ("at Stripe"), said of what answered in this mode."""
-    if mode == "offline":
-        return reason.replace("at Stripe", "at the emulator")
-    if mode == "mock":
-        return reason.replace("at Stripe", "at the mock")
-    return reason
 
 
 def _money(cents: int) -> str:
     return f"${cents / 100:.2f}"
 
 
-def _card(run: RunSnapshot, col: Column, prefix: str, *, compact: bool) -> Text:
+def _card(
+    run: RunSnapshot, col: Column, prefix: str, *, compact: bool, narrow: bool = False
+) -> Text:
+    """The result card; `compact` in fewer lines, `narrow` (side by side below 160) with only
+    the receipt's deciding check."""
     if col.stripe is None:
         return Text("")
     text = Text()
@@ -298,7 +441,7 @@ def _card(run: RunSnapshot, col: Column, prefix: str, *, compact: bool) -> Text:
     text.append(f"{prefix}{verdict}", style=style)
     text.append(f" · {reported}" if compact else f"   reported: {reported}")
     if outcome is not None and outcome.reason and not compact:
-        text.append(f" ({_where(outcome.reason, run.mode)})")
+        text.append(f" ({outcome.reason})")
     text.append("\n")
     if col.truthful is False:
         own = any(r.by == AGENT for r in refunds)
@@ -314,25 +457,45 @@ def _card(run: RunSnapshot, col: Column, prefix: str, *, compact: bool) -> Text:
             f"refund under the new approval ({total} in all, as the person chose)\n",
             style="bold",
         )
+    # Compact cards may be cut at the bottom: verify()'s line goes before the checks.
+    receipts = 0
     if col.receipt:
-        _receipt(text, col.receipt, prefix, compact=compact)
-    verify = col.verify
-    if verify:
-        vmark = "✓" if verify["ok"] else "✗"
-        signed = "signed" if verify["signed"] else "unsigned"
-        text.append(
-            f"{prefix}verify(): {vmark} chain of {verify['chain_length']} ({signed})\n",
-            style="bold green" if verify["ok"] else "bold red",
-        )
-        for problem in verify["problems"]:
-            text.append(f"{prefix}  - {problem}\n", style="red")
+        receipts = 2 if (col.receipt.get("context") or {}).get("reapproves") else 1
+    if compact:
+        _verify(text, col.verify, prefix, receipts, compact=True)
+    if col.receipt:
+        _receipt(text, col.receipt, prefix, compact=compact, narrow=narrow)
+    if not compact:
+        _verify(text, col.verify, prefix, receipts, compact=False)
     if not col.as_predicted:
         for d in col.deviations:
             text.append(f"{prefix}DEVIATION: {d}\n", style="bold red")
     return text
 
 
-def _receipt(text: Text, receipt: dict[str, Any], prefix: str, *, compact: bool) -> None:
+def _verify(
+    text: Text, verify: dict[str, Any] | None, prefix: str, receipts: int, *, compact: bool
+) -> None:
+    """verify()'s line: whether the receipt chain holds, and its problems. The card counts
+    this run's receipts; the chain verify() checks is every run's in INTERLOCK_HOME
+    (`interlock verify` prints its length)."""
+    if not verify:
+        return
+    vmark = "✓" if verify["ok"] else "✗"
+    holds = "holds" if verify["ok"] else "BROKEN"
+    signed = "signed" if verify["signed"] else "unsigned"
+    line = f"verify(): {vmark} chain {holds}"
+    if not compact:
+        plural = "" if receipts == 1 else "s"
+        line += f" ({signed}) · this run: {receipts} receipt{plural}"
+    text.append(f"{prefix}{line}\n", style="bold green" if verify["ok"] else "bold red")
+    for problem in verify["problems"]:
+        text.append(f"{prefix}  - {problem}\n", style="red")
+
+
+def _receipt(
+    text: Text, receipt: dict[str, Any], prefix: str, *, compact: bool, narrow: bool = False
+) -> None:
     """The receipt's checks: which passed, which one decided, which were not needed."""
     reapproves = (receipt.get("context") or {}).get("reapproves")
     # Numbered within this run's column, not by the journal's global sequence.
@@ -359,6 +522,14 @@ def _receipt(text: Text, receipt: dict[str, Any], prefix: str, *, compact: bool)
     done = {c["name"] for c in checks}
     skipped = [CHECK_NAMES[n] for n in CHECK_NAMES if n not in done]
     end = f"→ {receipt['outcome']}"
+    if narrow:
+        # The check that decided, else the one that found something, else all passed.
+        decided = next((w for m, w in steps if m == "→"), None)
+        if decided is None and receipt["outcome"] == "adopted":
+            decided = "lookup: found its own refund"
+        line = f"→ {decided}" if decided else "✓ every check passed"
+        text.append(f"{prefix}  {line.replace('world check: ', '')}\n")
+        return
     if compact:
         line = " · ".join(f"{m} {w}" for m, w in steps)
         text.append(f"{prefix}  {line} {end}\n")

@@ -13,10 +13,11 @@ SEVERITY_STYLE = {"information": "", "warning": "bold yellow", "error": "bold re
 
 
 class MessageLine(Static):
-    """One line: the newest message, with its severity as a class and a colour."""
+    """The newest message (one line, two when long), with its severity as a class and a
+    colour."""
 
     def say(self, message: str, severity: str = "information") -> None:
         """Show `message` (plain text) until the next one."""
         self.set_class(severity == "warning", "-warning")
         self.set_class(severity == "error", "-error")
-        self.update(Text(message, style=SEVERITY_STYLE.get(severity, ""), no_wrap=True))
+        self.update(Text(message, style=SEVERITY_STYLE.get(severity, "")))

@@ -6,11 +6,18 @@ from rich.text import Text
 from textual.widgets import Static
 
 from interlock_demo.core.run import RunSnapshot
+from interlock_demo.settings import mode_named
 from scenarios import SCENARIOS
 
 
 class RunHeader(Static):
-    """One line about the chosen scenario, and the run once it started."""
+    """One line about the chosen scenario, and the run once it started.
+
+    `narrow` (below 160 columns): the scenario's short label, no mode (the banner says it),
+    and the presenter's next step on a line of its own, so the claim's end is never cut.
+    """
+
+    narrow = False
 
     def show(
         self,
@@ -27,21 +34,28 @@ class RunHeader(Static):
         `presenter` is what the presenter's next key press does, when presenter mode is on.
         """
         sc = SCENARIOS[scenario]
-        mock = mode == "mock"
+        row = mode_named(mode)
+        mock = row.in_process
         text = Text(no_wrap=True, overflow="ellipsis")
         if mock:
-            text.append("MOCK ", style="bold reverse")
-        text.append(f"[{sc.key}] {sc.title}", style="bold")
-        if presenter:
-            # Before the run's status: on a narrow screen the presenter's next step stays.
+            text.append(f"{row.banner} ", style="bold reverse")
+        text.append(f"[{sc.key}] {sc.label if self.narrow else sc.title}", style="bold")
+        if presenter and not self.narrow:
+            # Before the run's status: the presenter's next step stays if the line is cut.
             text.append(f"  PRESENTER {presenter}", style="bold reverse")
         if run is None:
             text.append("  ready: press enter to run", style="italic")
         else:
             status = "failed" if run.error else run.status
-            label = f"{status}{' (MOCK)' if mock else ''}"
+            label = f"{status}{f' ({row.banner})' if mock else ''}"
             text.append(f"  {label} · {run.elapsed_s:.1f} s", style="bold")
             if run.error:
                 text.append(f": {run.error}", style="bold red")
-        text.append(f"  · {mode} · {engine}" + (" · checked column" if checked else ""))
+        if self.narrow:
+            text.append(f"  · {engine}")
+            if presenter:
+                text.append("\n")
+                text.append(f"PRESENTER {presenter}", style="bold reverse")
+        else:
+            text.append(f"  · {mode} · {engine}" + (" · checked column" if checked else ""))
         self.update(text)

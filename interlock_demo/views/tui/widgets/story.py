@@ -2,19 +2,32 @@
 
 The events below a column say everything, in small print; these lines say what a room
 must follow, one short bold line per phase, so they can be read from the back of the hall.
-The phases are read from the column's events (their kinds), so every engine and mode
-tells its story the same way.
+The phases are read from the column's events (their kinds and fields, never their words),
+so every engine and mode tells its story the same way, whatever the event lines say.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from rich.text import Text
 from textual.widgets import Static
 
+from interlock import CrashPoint, GateEvent
 from interlock_demo.core.run import Column, RunEventKind
-from workers.protocol import GATE_CHECK, GATE_CLAIM, GATE_CLAIM_WAIT, EventKind, gate_kind
+from workers.protocol import (
+    CHECK_APPROVAL,
+    CHECK_LOOKUP,
+    CHECK_WORLD,
+    GATE_CHECK,
+    GATE_CLAIM,
+    GATE_CLAIM_WAIT,
+    EventKind,
+    gate_kind,
+)
 
-GATE_SETTLED = gate_kind("settled")
+GATE_SETTLED = gate_kind(GateEvent.SETTLED)
 # The label of each phase and its colour (Rich styles, legible in dark and light themes).
 PHASE_STYLE = {
     "decided": "bold",
@@ -27,44 +40,58 @@ PHASE_STYLE = {
     "approve": "bold black on cyan",
     "outcome": "bold reverse",
 }
-_WHERE = {
-    "before-send": "before the send",
-    "after-answer": "after the answer",
-    "after-decision": "after deciding",
-    "after-journal": "after saving",
-    "after-sending": "after `sending`",
-    "after-outcome": "after the outcome",
-    "during-recovery": "in recovery",
+# Where a worker was killed, in a phase line's words: one for every crash point.
+WHERE_KILLED: dict[CrashPoint, str] = {
+    CrashPoint.AFTER_DECISION: "after deciding",
+    CrashPoint.AFTER_JOURNAL: "after saving",
+    CrashPoint.AFTER_CHECK: "after a check",
+    CrashPoint.AFTER_SENDING: "after `sending`",
+    CrashPoint.BEFORE_SEND: "before the send",
+    CrashPoint.IN_FLIGHT: "in flight",
+    CrashPoint.AFTER_UNSETTLED_ANSWER: "after a lost answer",
+    CrashPoint.AFTER_ANSWER: "after the answer",
+    CrashPoint.AFTER_OUTCOME: "after the outcome",
+    CrashPoint.DURING_RECOVERY: "in recovery",
 }
+# What the checked worker's re-check found, by the check that stopped it.
+_RECHECK_FOUND = {CHECK_WORLD: "CHANGED", CHECK_APPROVAL: "revoked"}
 
 
-def _check(text: str) -> str:
-    """A check's event in the fewest words: what it found."""
-    if text.startswith("lookup: found"):
-        return "found its own refund"
-    if text.startswith("lookup:"):
-        return "no refund of its own"
-    if "CHANGED" in text:
-        return "refunds CHANGED"
-    if text.startswith("world check"):
-        return "refunds unchanged"
-    if text == "approval: ok":
+def _check(col: Column, data: Mapping[str, Any]) -> str:
+    """A gate check's event in the fewest words: what it found."""
+    name = data.get("name")
+    if name == CHECK_LOOKUP:
+        return "found its own refund" if data.get("found") else "no refund of its own"
+    if name == CHECK_WORLD:
+        return "refunds unchanged" if data.get("passed") else "refunds CHANGED"
+    if data.get("passed"):
         return "all passed"
-    return _reason(text.removeprefix("approval: "))
-
-
-def _reason(text: str) -> str:
-    if "refunds changed" in text:
-        return "refunds changed"
-    if "revoked" in text:
+    # The gate words the approval's problem for people; that support revoked it is the
+    # column's own outage event's to say.
+    if _revoked(col):
         return "approval revoked"
-    return text
+    return str(data.get("problem"))
 
 
-def _outage(text: str) -> str:
-    if "by hand" in text:
-        return "hand refund $20"
-    if "revokes" in text:
+def _revoked(col: Column) -> bool:
+    """Whether support revoked the column's approval (its outage event says so)."""
+    return any(
+        e.kind == RunEventKind.OUTAGE and e.data.get("outage") == "revoke" for e in col.events
+    )
+
+
+def _recheck(data: Mapping[str, Any]) -> str:
+    """The checked worker's re-check in the fewest words: what stopped it, if anything."""
+    if data.get("error") is not None:
+        return f"{data['error']}; nothing sent"
+    return _RECHECK_FOUND.get(str(data.get("failed_check")), "unchanged")
+
+
+def _outage(data: Mapping[str, Any]) -> str:
+    outage = data.get("outage")
+    if outage == "hand-refund":
+        return f"hand refund ${int(data.get('amount', 0)) / 100:g}"
+    if outage == "revoke":
         return "approval revoked"
     return "nothing happens"
 
@@ -83,34 +110,32 @@ def phase_lines(col: Column) -> list[tuple[str, str]]:
             lines.append((label, words))
 
     for event in col.events:
-        kind, text = event.kind, event.text
+        kind, data = event.kind, event.data
         if kind == EventKind.DECISION:
-            amount = text.rsplit("(", 1)[-1].rstrip(")") if "issue_refund" in text else ""
-            put("decided", f"refund {amount}" if amount else "no refund")
+            amount = data.get("amount")
+            put("decided", f"refund ${amount / 100:.2f}" if amount else "no refund")
         elif kind == EventKind.CRASH:
             killed = True
-            point = text.rsplit(" at ", 1)[-1] if " at " in text else ""
-            where = _WHERE.get(point, "in flight")
-            put("SIGKILL", where)  # a mock line is marked MOCK. before its label
+            put(
+                "SIGKILL", WHERE_KILLED[CrashPoint(data["crash_point"])]
+            )  # a mock line is marked MOCK. before its label
         elif kind == RunEventKind.OUTAGE:
-            put("outage", _outage(text))
+            put("outage", _outage(data))
         elif kind == EventKind.START:
             starts += 1
             if starts > 1:
                 put("restart", f"new worker {event.pid}" if event.pid else "new worker")
         elif kind == GATE_CLAIM_WAIT:
-            simulated = text.startswith("simulated")
+            simulated = any(w.simulated for w in col.workers)
             put("wait", "mock clock" if simulated else "dead worker's claim")
         elif kind == GATE_CLAIM and killed and (not lines or lines[-1][0] == "restart"):
             put("wait", "none: claim taken at once")
         elif kind == GATE_CHECK and killed:
             # The newest check is the one that decided (or the last that passed).
-            put("checks", _check(text), replace=True)
+            put("checks", _check(col, data), replace=True)
         elif kind == EventKind.RECHECK:
-            found = text.split(": ", 1)[-1]
-            words = "CHANGED" if "changed" in found else "revoked" if "revoked" in found else found
-            put("checks", f"re-read: {words}")
-        elif kind == EventKind.RESUME and "retrying" in text and col.name != "checked":
+            put("checks", f"re-read: {_recheck(data)}")
+        elif kind == EventKind.RESUME and data.get("retrying") and col.name != "checked":
             put("checks", "none: retries")
         elif kind == EventKind.SEND and killed:
             put("sends", "again")
@@ -118,22 +143,45 @@ def phase_lines(col: Column) -> list[tuple[str, str]]:
             reapproved = True
             put("approve", "a person, again")
         elif kind == GATE_SETTLED and reapproved:
-            put("outcome", text.rsplit(": ", 1)[-1])
+            put("outcome", str(data.get("status")))
         elif kind == EventKind.OUTCOME:
             # The status alone: the checks line above already says why.
-            put("outcome", text.removeprefix("outcome: ").split(" (")[0].split(":")[0])
+            put("outcome", str(data.get("status")))
     return lines
+
+
+def elide(text: str, width: int) -> str:
+    """`text` in at most `width` cells, cut at a word with `…` (inside a word only when
+    its first word alone is too long)."""
+    if len(text) <= width:
+        return text
+    cut = text[: max(width - 1, 0)]
+    if " " in cut.strip():
+        cut = cut[: cut.rstrip().rfind(" ")]
+    return cut.rstrip(" ·,:;…") + "…"
 
 
 class PhaseLines(Static):
     """The phase lines of one column, newest last."""
 
-    def show(self, col: Column, prefix: str = "") -> None:
-        """Render the phases in the column's events."""
+    def show(
+        self, col: Column, prefix: str = "", *, pairs: bool = False, width: int | None = None
+    ) -> None:
+        """Render the phases in the column's events; with `pairs`, two to a row (a column
+        alone on a small screen has the width, not the rows); within `width`, a phase's
+        words are cut at a word."""
         text = Text(no_wrap=True, overflow="ellipsis")
-        for n, (label, words) in enumerate(phase_lines(col)):
-            if n:
+        lines = phase_lines(col)
+        if width is not None and not pairs:
+            room = width - len(prefix) - 2
+            lines = [(label, elide(words, room - len(label))) for label, words in lines]
+        cells = [len(prefix) + len(label) + len(words) + 2 for label, words in lines]
+        widest = max(cells, default=0)
+        for n, (label, words) in enumerate(lines):
+            if n and (not pairs or n % 2 == 0):
                 text.append("\n")
+            elif n:
+                text.append(" " * (widest - cells[n - 1] + 3))
             text.append(prefix, style="bold")
             text.append(f"{label} ", style=PHASE_STYLE.get(label, "bold"))
             text.append(f" {words}", style="bold")

@@ -10,11 +10,13 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
+from interlock_demo.core.columns import column_kind
 from interlock_demo.core.run import Column, RunSnapshot
-from interlock_demo.core.verdict import AGENT, HAND, counting
-from interlock_demo.engine import SHORT_TITLES
+from interlock_demo.core.verdict import AGENT, HAND, counting, failed_check
+from workers.protocol import CHECK_APPROVAL
+from workers.texts import EMULATOR, MOCK, MONEY_AT, STRIPE
 
-WHERE = {"live": "at Stripe", "offline": "in the emulator", "mock": "in memory"}
+WHERE = {"live": MONEY_AT[STRIPE], "offline": MONEY_AT[EMULATOR], "mock": MONEY_AT[MOCK]}
 
 
 def _money(cents: int) -> str:
@@ -31,10 +33,10 @@ def mark(col: Column) -> tuple[str, str]:
 
 
 def reason(col: Column, scenario: str = "") -> str:
-    """One short reason for the column's end (in `scenario`), in plain words."""
+    """One short reason for the column's end (in `scenario`), in plain words, from its
+    outcome, its refunds and its events' fields."""
     outcome = col.outcome
     status = None if outcome is None else outcome.status
-    why = "" if outcome is None else outcome.reason or ""
     total = 0 if col.stripe is None else col.stripe.refunded_total
     refunds = [] if col.stripe is None else counting(col.stripe)
     hand = any(r.by == HAND for r in refunds)
@@ -54,7 +56,7 @@ def reason(col: Column, scenario: str = "") -> str:
     if status in ("refused", "stopped"):
         seen = (
             "saw the revocation"
-            if "revoked" in why or "approval" in why
+            if failed_check(col) == CHECK_APPROVAL
             else "saw the hand refund"
             if hand
             else "saw a change"
@@ -84,7 +86,7 @@ class VerdictStrip(Static):
         for n, col in enumerate(run.columns):
             if n:
                 text.append("\n")
-            title = SHORT_TITLES.get(col.name, col.name)
+            title = column_kind(col.name).short_title
             if col.stripe is None:
                 text.append(f" {title:<10}", style="bold")
                 text.append(f" ✗ {reason(col, run.scenario)}", style="bold red")

@@ -26,6 +26,7 @@ from interlock_demo.core.run import ColumnState, Run
 from interlock_demo.errors import KeyRefusedError, ScreenshotError, UsageError
 from interlock_demo.exit_codes import ExitCode
 from interlock_demo.settings import resolve
+from interlock_demo.views.tui.svg import svg_keeping_spaces
 from scenarios import SCENARIOS
 
 if TYPE_CHECKING:
@@ -128,7 +129,7 @@ async def _countdown_shows(pilot: Pilot[Any], run: Run) -> bool:
 
 
 def _save(path: Path, svg: str) -> Path:
-    path.write_text(svg, encoding="utf-8")
+    path.write_text(svg_keeping_spaces(svg), encoding="utf-8")
     return path
 
 
@@ -138,8 +139,8 @@ def to_png(svg: Path) -> Path | None:
     if tool is None:
         return None
     png = svg.with_suffix(".png")
-    # Textual's SVG relies on browsers keeping runs of spaces; librsvg needs to be told.
-    text = svg.read_text(encoding="utf-8").replace("<svg ", '<svg xml:space="preserve" ', 1)
+    # An SVG saved by an older version, or by hand, may not say it yet.
+    text = svg_keeping_spaces(svg.read_text(encoding="utf-8"))
     subprocess.run([tool, "-o", str(png)], input=text.encode(), check=True)
     return png
 

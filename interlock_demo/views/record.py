@@ -1,0 +1,199 @@
+"""`interlock-demo record`: the app through one scenario, as an asciinema v2 recording.
+
+The speaker's backup: if the live run cannot happen on stage, `asciinema play FILE.cast`
+replays a real one. The app runs as its own process on a pseudo-terminal of a fixed size;
+the recorder presses the scenario's key and enter, waits for the run's end (the app's own
+JSON of the run on loopback, `--http`, then the screen redrawn with it), quits with q and
+writes what the terminal received, with the time each piece came.
+"""
+
+from __future__ import annotations
+
+import codecs
+import fcntl
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import termios
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from interlock_demo.exit_codes import ExitCode
+from scenarios import SCENARIOS
+
+SIZE = (160, 45)
+START_TIMEOUT_S = 60.0
+RUN_TIMEOUT_S = 180.0
+QUIT_TIMEOUT_S = 30.0
+POLL_S = 0.1
+
+
+class RecordError(Exception):
+    """The recording could not be made; the message says why and what to do."""
+
+
+class _Pty:
+    """What the app's terminal received, with the time of each piece since the start."""
+
+    def __init__(self, master: int) -> None:
+        self.master = master
+        self.start = time.monotonic()
+        self.events: list[tuple[float, str]] = []
+        self.changed = threading.Condition()
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        while True:
+            try:
+                data = os.read(self.master, 65536)
+            except OSError:  # EIO: the app has exited and closed the terminal
+                data = b""
+            text = decoder.decode(data, final=not data)
+            with self.changed:
+                if text:
+                    self.events.append((time.monotonic() - self.start, text))
+                self.changed.notify_all()
+            if not data:
+                return
+
+    def wait_for(self, text: str, since: int, timeout: float) -> bool:
+        """Wait until the output after event `since` contains `text`; False on timeout."""
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while text not in "".join(t for _, t in self.events[since:]):
+                left = deadline - time.monotonic()
+                if left <= 0 or not self.thread.is_alive():
+                    return False
+                self.changed.wait(left)
+        return True
+
+    def write(self, data: bytes) -> None:
+        """Type `data` into the app's terminal."""
+        os.write(self.master, data)
+
+
+VERDICT_LINE = "Standard  "
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _run_status(url: str) -> str | None:
+    """The status of the app's current run; None when there is none yet or no answer."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            return str(json.load(answer)["status"])
+    except (urllib.error.URLError, OSError, ValueError, KeyError):
+        return None
+
+
+def _wait_status(url: str, proc: subprocess.Popen[bytes], timeout: float) -> str | None:
+    """Poll the app's run until it is no longer running; None on timeout or exit."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        status = _run_status(url)
+        if status is not None and status != "running":
+            return status
+        time.sleep(POLL_S)
+    return None
+
+
+def record(
+    scenario: str,
+    mode: str,
+    out: Path,
+    *,
+    checked: bool = False,
+    size: tuple[int, int] = SIZE,
+    env: Mapping[str, str] | None = None,
+) -> Path:
+    """Record the app running `scenario` in `mode` ("offline" or "mock") into `out`."""
+    width, height = size
+    port = _free_port()
+    cmd = [sys.executable, "-m", "interlock_demo.cli", f"--{mode}", "--http", str(port)]
+    if checked:
+        cmd.append("--checked")
+    child_env = dict(os.environ if env is None else env)
+    child_env["TERM"] = child_env.get("TERM", "xterm-256color")
+    if child_env["TERM"] in ("", "dumb"):
+        child_env["TERM"] = "xterm-256color"
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", height, width, 0, 0))
+    proc = subprocess.Popen(
+        cmd, stdin=slave, stdout=slave, stderr=slave, env=child_env, start_new_session=True
+    )
+    os.close(slave)
+    pty = _Pty(master)
+    url = f"http://127.0.0.1:{port}/api/run"
+    try:
+        if not pty.wait_for("ready: press enter to run", 0, START_TIMEOUT_S):
+            raise RecordError(f"the app did not show its idle screen in {START_TIMEOUT_S:g} s")
+        started = len(pty.events)
+        pty.write(SCENARIOS[scenario].key.encode() + b"\r")
+        status = _wait_status(url, proc, RUN_TIMEOUT_S)
+        if status is None:
+            raise RecordError(f"the run did not finish in {RUN_TIMEOUT_S:g} s")
+        # The header says so (the idle screen never does): the recording ends with it.
+        if not pty.wait_for(status, started, 10):
+            raise RecordError(f"the app did not show the {status} run")
+        # The verdict strip comes once every column has shown its kill for the hold: its
+        # first line starts with the column's title, padded (no other line pads it so).
+        if not pty.wait_for(VERDICT_LINE, started, 10):
+            raise RecordError("the app did not show the verdict strip")
+        pty.write(b"q")
+        proc.wait(timeout=QUIT_TIMEOUT_S)
+        pty.thread.join(QUIT_TIMEOUT_S)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)  # the app stops its workers on SIGTERM
+            try:
+                proc.wait(timeout=QUIT_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        os.close(master)
+    _write_cast(out, width, height, pty.events, f"interlock-demo {scenario} ({mode})")
+    return out
+
+
+def _write_cast(
+    out: Path, width: int, height: int, events: list[tuple[float, str]], title: str
+) -> None:
+    header: dict[str, Any] = {
+        "version": 2,
+        "width": width,
+        "height": height,
+        "timestamp": int(time.time()),
+        "title": title,
+        "env": {"TERM": "xterm-256color"},
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w", encoding="utf-8") as f:
+        f.write(json.dumps(header) + "\n")
+        for t, text in events:
+            f.write(json.dumps([round(t, 6), "o", text]) + "\n")
+
+
+def main(scenario: str, mode: str, out: Path) -> int:
+    """The command: 0 when the recording is written, 3 when the run could not finish."""
+    try:
+        path = record(scenario, mode, out)
+    except (RecordError, subprocess.TimeoutExpired, OSError) as e:
+        print(f"interlock-demo record: {e}; nothing was written to {out}", file=sys.stderr)
+        return ExitCode.UNFINISHED
+    print(f"recorded {scenario} ({mode}) to {path}; replay it with: asciinema play {path}")
+    return ExitCode.OK
