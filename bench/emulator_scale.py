@@ -25,7 +25,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from interlock_demo.payments.model import PaymentsModel
+from interlock.testing import PaymentsModel
 
 REFUNDS_PER_PAYMENT = 10
 # Large enough that refunds of one cent never run a payment out.

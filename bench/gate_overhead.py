@@ -51,7 +51,7 @@ from interlock import (
     new_action_id,
     refunds_fingerprint,
 )
-from interlock_demo.payments import InProcessPayments
+from interlock.testing import InProcessPayments
 
 AMOUNT = 2000
 WARMUP = 20

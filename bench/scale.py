@@ -60,7 +60,7 @@ from interlock import (  # noqa: E402
     new_action_id,
     refunds_fingerprint,
 )
-from interlock_demo.payments import InProcessPayments  # noqa: E402
+from interlock.testing import InProcessPayments  # noqa: E402
 
 AMOUNT = 2000
 COLUMNS = ("standard", "interlock", "checked")

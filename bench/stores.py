@@ -1,7 +1,7 @@
 """SQLite and PostgreSQL side by side: the gate's bookkeeping, and many processes on one store.
 
     python bench/stores.py [--pg URL] [--actions N] [--repeats R] [--per-process M]
-                           [--processes 1,2,4,8,16] [--markdown FILE]
+                           [--processes 1,2,4,8,16] [--sample-at N] [--markdown FILE]
 
 PostgreSQL is the server at `--pg` (or `INTERLOCK_STORE` when it is a `postgresql://`
 URL), else a local one started from the `pgserver` package for the run. Each store lives
@@ -19,7 +19,23 @@ in a fresh schema (PostgreSQL) or a fresh file (SQLite, WAL, synchronous=FULL).
    payments model and lease, `M` first attempts each on distinct actions, started
    together through a barrier (at least `--min-total` actions in all, so N = 1 is not a
    handful): `throughput` (actions per second of wall time), `p50` and
-   `p99` of one `Gate.submit`, and `errors` (exceptions and outcomes other than `sent`).
+   `p99` of one `Gate.submit`, and `errors` (exceptions and outcomes other than `sent`);
+   then PostgreSQL's throughput at N = 1 and 8 and its scaling, p99 over p50 at N = 8 on
+   each backend, and `left pending` (actions left without an outcome in all the runs,
+   which makes the exit status 1). Where the time goes at N = 8 (`--sample-at`) on
+   PostgreSQL, to tell lock contention from a machine out of CPU: `postgres N=8
+   backends:` the share of
+   samples (every 10 ms, from `pg_stat_activity`) of the workers' backends running,
+   waiting on a lock (by wait event), waiting for their worker inside a transaction, and
+   idle between transactions; `machine CPU busy during postgres N=8:` the whole
+   machine's busy share of its CPUs over the run (the server's and the workers' time, and
+   anything else running). `machine CPU busy during postgres N=1:` the same for one
+   worker, and `postgres scaling ceiling from CPU:` its inverse: what N = 8 could reach
+   over N = 1 if each action cost the machine as much CPU as it does alone, with every
+   CPU busy (a scaling target above it needs less CPU per action, not less locking).
+
+Intents carry metadata as the demo's do; each backend's durability is printed as its
+own connection reports it.
 
 One figure a line. Timings are reported, never judged; the machine's load shows in them.
 """
@@ -33,9 +49,11 @@ import sqlite3
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import uuid
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -53,10 +71,9 @@ from interlock import (
     Switches,
     Timing,
     new_action_id,
-    redact_dsn,
     refunds_fingerprint,
 )
-from interlock_demo.payments import InProcessPayments
+from interlock.testing import InProcessPayments
 from interlock_demo.reports.local_postgres import postgres_url
 
 AMOUNT = 2000
@@ -134,7 +151,47 @@ def _decision(payments: Any, store: Store, cap: int = AMOUNT) -> Intent:
     now = time.time()
     lease_id = f"lease-{payment.id}"
     store.grant_lease(Lease(lease_id, "refund", payment.id, cap, now + 3600, "bench", now))
-    return Intent(new_action_id(), "refund", payment.id, AMOUNT, lease_id, refunds_fingerprint([]))
+    # Shaped as the demo's decisions: with metadata naming the case and the column.
+    return Intent(
+        action_id=new_action_id(),
+        kind="refund",
+        target=payment.id,
+        amount=AMOUNT,
+        lease_id=lease_id,
+        fingerprint=refunds_fingerprint([]),
+        metadata={"case": f"case-{payment.id}", "column": "interlock"},
+        created_at=now,
+    )
+
+
+def durability(place: Place) -> str:
+    """The store's durability as its own connection reports it."""
+    store = place.open()
+    try:
+        if isinstance(store, SQLiteStore):
+            mode = store._conn.execute("PRAGMA journal_mode").fetchone()[0]
+            sync = store._conn.execute("PRAGMA synchronous").fetchone()[0]
+            names = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
+            return f"journal_mode={mode} synchronous={names.get(sync, sync)}"
+        assert isinstance(store, PostgresStore)
+        conn = store._connection()
+        with conn.transaction():
+            # What a store write runs under: its transaction sets synchronous_commit.
+            conn.execute("SELECT set_config('synchronous_commit', 'on', true)")
+            sync = conn.execute("SHOW synchronous_commit").fetchone()[0]
+            fsync = conn.execute("SHOW fsync").fetchone()[0]
+        return f"synchronous_commit={sync} fsync={fsync}"
+    finally:
+        store.close()
+
+
+def left_pending(place: Place) -> int:
+    """Actions with an intent and no outcome left in the store after a run."""
+    store = place.open()
+    try:
+        return len(store.pending())
+    finally:
+        store.close()
 
 
 # -- 1. bookkeeping per action -------------------------------------------------------------
@@ -161,12 +218,18 @@ class _CountingConnection:
     def cursor(self, *args: Any, **kwargs: Any) -> _CountingCursor:
         return _CountingCursor(self._inner.cursor(*args, **kwargs), self._seen)
 
+    def pipeline(self) -> Any:
+        # One pipeline is one round trip (its statements are not counted as trips).
+        self._seen.append("-- round trip")
+        return self._inner.pipeline()
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
 
-def _statements(store: Store, gate: Gate, payments: Any) -> int:
-    """Statements of one first attempt on the store's connection, BEGIN/COMMIT included."""
+def _statements(store: Store, gate: Gate, payments: Any) -> tuple[int, int]:
+    """Statements and round trips of one first attempt on the store's connection,
+    BEGIN/COMMIT included (SQLite: every statement; it is in-process)."""
     intent = _decision(payments, store)
     seen: list[str] = []
     if isinstance(store, SQLiteStore):
@@ -183,7 +246,8 @@ def _statements(store: Store, gate: Gate, payments: Any) -> int:
             gate.submit(intent)
         finally:
             store._conn = real
-    return len(seen)
+    trips = seen.count("-- round trip")
+    return len(seen) - trips, trips or len(seen)
 
 
 @dataclass
@@ -192,6 +256,7 @@ class Bookkeeping:
 
     commits: float
     statements: int
+    round_trips: int
     bookkeeping_s: float
     commit_s: float
 
@@ -208,7 +273,7 @@ def bookkeeping(place: Place, actions: int, workdir: Path) -> Bookkeeping:
     baseline = DurableCommit(place, workdir)
     gate = Gate(store, StripeRefund(payments), timing=Timing(), switches=Switches())
     try:
-        statements = _statements(store, gate, payments)
+        statements, trips = _statements(store, gate, payments)
         commits, spent, base = [], [], []
         for i in range(WARMUP + actions):
             intent = _decision(payments, store)
@@ -224,7 +289,11 @@ def bookkeeping(place: Place, actions: int, workdir: Path) -> Bookkeeping:
                 spent.append(elapsed - (payments.spent_s - p0))
                 base.append(one)
         return Bookkeeping(
-            statistics.mean(commits), statements, statistics.median(spent), statistics.median(base)
+            statistics.mean(commits),
+            statements,
+            trips,
+            statistics.median(spent),
+            statistics.median(base),
         )
     finally:
         baseline.close()
@@ -272,6 +341,73 @@ def _worker(place: Place, count: int, barrier: Any, results: Any) -> None:
     results.put((latencies, errors, time.perf_counter()))
 
 
+class Waits:
+    """Samples what a PostgreSQL store's other backends are doing, every 10 ms, until stopped.
+
+    Its own connection reads `pg_stat_activity` for the database's client backends
+    (not its own); each sample of each backend counts once under what it was doing.
+    """
+
+    INTERVAL_S = 0.01
+
+    def __init__(self, dsn: str) -> None:
+        import psycopg
+
+        self._conn = psycopg.connect(dsn, autocommit=True)
+        self.samples: Counter[str] = Counter()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="pg-waits", daemon=True)
+
+    def __enter__(self) -> Waits:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self._conn.close()
+
+    def _run(self) -> None:
+        query = (
+            "SELECT state, wait_event_type, wait_event FROM pg_stat_activity"
+            " WHERE datname = current_database() AND backend_type = 'client backend'"
+            " AND pid <> pg_backend_pid()"
+        )
+        while True:  # at least one sample, however short the run
+            for state, wait_type, wait in self._conn.execute(query).fetchall():
+                self.samples[_doing(state, wait_type, wait)] += 1
+            if self._stop.wait(self.INTERVAL_S):
+                return
+
+    def summary(self) -> str:
+        """Each activity's share of the samples, largest first."""
+        total = sum(self.samples.values())
+        if not total:
+            return "no samples"
+        return ", ".join(
+            f"{what} {count / total:.0%}" for what, count in self.samples.most_common()
+        )
+
+
+def _doing(state: str | None, wait_type: str | None, wait: str | None) -> str:
+    if state == "idle in transaction":
+        return "waiting for its worker in a transaction"
+    if state == "idle":
+        return "idle between transactions"
+    if state == "active" and wait_type is None:
+        return "running"
+    if state == "active" and wait_type in {"Lock", "LWLock", "IO", "IPC"}:
+        return f"waiting on {wait_type}/{wait}"
+    return f"{state} {wait_type or ''}/{wait or ''}".strip()
+
+
+def _cpu_busy(before: Any, after: Any) -> float:
+    """The machine's busy share of its CPUs between two `psutil.cpu_times()`."""
+    total = sum(after) - sum(before)
+    idle = (after.idle + after.iowait) - (before.idle + before.iowait)
+    return 1 - idle / total if total > 0 else float("nan")
+
+
 @dataclass
 class Scale:
     """N processes on one store: what they did together."""
@@ -282,6 +418,8 @@ class Scale:
     p50_s: float
     p99_s: float
     errors: list[str]
+    cpu_busy: float = float("nan")
+    waits: str = field(default="")
 
     @property
     def throughput(self) -> float:
@@ -289,8 +427,13 @@ class Scale:
         return self.actions / self.wall_s
 
 
-def scale(place: Place, processes: int, per_process: int) -> Scale:
-    """`processes` workers, `per_process` actions each, started together."""
+def scale(
+    place: Place, processes: int, per_process: int, sample: bool = False
+) -> tuple[Scale, int]:
+    """`processes` workers, `per_process` actions each, started together; with `sample`, on
+    PostgreSQL, what the server's backends did and how busy the machine was."""
+    import psutil
+
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(processes + 1)
     results = ctx.Queue()
@@ -300,22 +443,32 @@ def scale(place: Place, processes: int, per_process: int) -> Scale:
     ]
     for p in procs:
         p.start()
+    waits = Waits(place.location.split("#", 1)[0]) if sample else None
+    cpu_before = psutil.cpu_times()
     barrier.wait(timeout=300)
     time_zero = time.perf_counter()
-    got = [results.get(timeout=600) for _ in procs]
+    if waits is not None:
+        with waits:
+            got = [results.get(timeout=600) for _ in procs]
+    else:
+        got = [results.get(timeout=600) for _ in procs]
+    cpu_busy = _cpu_busy(cpu_before, psutil.cpu_times())
     for p in procs:
         p.join(60)
     latencies = sorted(x for lat, _, _ in got for x in lat)
     errors = [e for _, errs, _ in got for e in errs]
     wall = max(end for _, _, end in got) - time_zero
-    return Scale(
+    result = Scale(
         processes,
         len(latencies),
         wall,
         _percentile(latencies, 50),
         _percentile(latencies, 99),
         errors,
+        cpu_busy,
+        waits.summary() if waits is not None else "",
     )
+    return result, left_pending(place)
 
 
 def _percentile(sorted_values: list[float], pct: float) -> float:
@@ -339,6 +492,9 @@ def main(argv: list[str] | None = None) -> int:
         "--min-total", type=int, default=200, help="at least this many actions per N in all"
     )
     parser.add_argument("--processes", default=",".join(map(str, PROCESSES)))
+    parser.add_argument(
+        "--sample-at", type=int, default=8, metavar="N", help="sample PostgreSQL's waits at N"
+    )
     parser.add_argument("--markdown", type=Path, metavar="FILE", help="also write a table")
     args = parser.parse_args(argv)
     counts = [int(n) for n in args.processes.split(",")]
@@ -350,7 +506,9 @@ def main(argv: list[str] | None = None) -> int:
 
     with postgres_url(args.pg) as pg, tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
-        say(f"postgresql server: {redact_dsn(pg)}")
+        say(f"postgresql server: {PostgresStore.describe(pg)}")
+        for backend in BACKENDS:
+            say(f"{backend} durability: {durability(fresh(backend, pg, workdir))}")
         books: dict[str, list[Bookkeeping]] = {b: [] for b in BACKENDS}
         for _ in range(args.repeats):
             for backend in BACKENDS:
@@ -362,6 +520,7 @@ def main(argv: list[str] | None = None) -> int:
             ratios = sorted(r.ratio for r in rs)
             say(f"{backend} commits per action: {statistics.mean(r.commits for r in rs):.2f}")
             say(f"{backend} statements per action: {max(r.statements for r in rs)}")
+            say(f"{backend} round trips per action: {max(r.round_trips for r in rs)}")
             say(
                 f"{backend} one durable commit: "
                 f"{statistics.median(r.commit_s for r in rs) * 1000:.2f} ms"
@@ -375,10 +534,13 @@ def main(argv: list[str] | None = None) -> int:
                 f"(range {ratios[0]:.2f}-{ratios[-1]:.2f} over {len(ratios)} repeats)"
             )
         scales: dict[tuple[str, int], Scale] = {}
+        pending = 0
         for n in counts:
             for backend in BACKENDS:
                 per_process = max(args.per_process, -(-args.min_total // n))
-                s = scale(fresh(backend, pg, workdir), n, per_process)
+                sample = backend == "postgresql" and n == args.sample_at
+                s, left = scale(fresh(backend, pg, workdir), n, per_process, sample)
+                pending += left
                 scales[backend, n] = s
                 say(
                     f"{backend} N={n}: {s.throughput:.0f} actions/s, p50 {s.p50_s * 1000:.1f} ms,"
@@ -386,11 +548,31 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 for e in sorted(set(s.errors))[:3]:
                     say(f"  error: {e}")
+        pg1, pg8 = scales.get(("postgresql", 1)), scales.get(("postgresql", 8))
+        for label, one in (("1", pg1), ("8", pg8)):
+            if one is not None:
+                say(f"postgres throughput N={label}: {one.throughput:.0f} actions/s")
+        if pg1 is not None and pg8 is not None:
+            say(f"postgres scaling N=8 over N=1: {pg8.throughput / pg1.throughput:.1f}x")
+        if pg1 is not None:
+            say(f"machine CPU busy during postgres N=1: {pg1.cpu_busy:.0%}")
+            if pg1.cpu_busy > 0:
+                say(f"postgres scaling ceiling from CPU: {1 / pg1.cpu_busy:.1f}x")
+        sampled = scales.get(("postgresql", args.sample_at))
+        if sampled is not None:
+            n = args.sample_at
+            say(f"postgres N={n} backends: {sampled.waits}")
+            say(f"machine CPU busy during postgres N={n}: {sampled.cpu_busy:.0%}")
+        for backend, label in (("postgresql", "postgres"), ("sqlite", "sqlite")):
+            s8 = scales.get((backend, 8))
+            if s8 is not None:
+                say(f"{label} p99 over p50 at N=8: {s8.p99_s / s8.p50_s:.1f}x")
+        say(f"left pending: {pending}")
     if args.markdown is not None:
         args.markdown.write_text(_markdown(books, scales, counts, args, lines))
     errors = sum(len(s.errors) for s in scales.values())
     bad_commits = any(r.commits != 3 for rs in books.values() for r in rs)
-    return 1 if errors or bad_commits else 0
+    return 1 if errors or bad_commits or pending else 0
 
 
 def _markdown(
