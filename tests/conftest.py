@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 import threading
 import time
@@ -12,8 +14,8 @@ from typing import Any
 import pytest
 
 from interlock import StripePayments, make_stripe_client
-from interlock_demo.payments import PaymentsModel, StripeEmulator
-from interlock_demo.payments import model as model_module
+from interlock import _stripe_model as model_module
+from interlock.testing import PaymentsModel, StripeEmulator
 
 # NO_COLOR changes Textual's rendering and would break snapshot comparisons.
 os.environ.pop("NO_COLOR", None)
@@ -50,7 +52,12 @@ def emulator_handler_threads() -> set[threading.Thread]:
 
 
 def join_emulator_handlers(before: set[threading.Thread], timeout_s: float = 10.0) -> None:
-    """Wait (bounded) for the emulator's request threads started since `before` to end."""
+    """Wait (bounded) for the emulator's request threads started since `before` to end.
+
+    A kept-alive connection holds its thread until the client closes it: collecting first
+    closes those of clients a test dropped (a raised error's traceback keeps them in a cycle).
+    """
+    gc.collect()
     deadline = time.monotonic() + timeout_s
     for t in emulator_handler_threads() - before:
         t.join(max(0.0, deadline - time.monotonic()))
@@ -130,3 +137,74 @@ def pg_schema(pg_dsn: str) -> Iterator[str]:
     yield schema
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+# -- nothing outlives the session --------------------------------------------------------
+
+
+def leftover_threads() -> list[threading.Thread]:
+    """Threads that would keep the interpreter alive after pytest's summary: non-daemon ones
+    other than the main thread (a daemon thread dies with the interpreter)."""
+    return [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
+
+
+def leftover_children() -> list[Any]:
+    """Child processes of this pytest still alive (zombies are dead: reaping is their owner's)."""
+    import psutil
+
+    alive = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE:
+                alive.append(child)
+        except psutil.NoSuchProcess:
+            continue
+    return alive
+
+
+def _describe(child: Any) -> str:
+    try:
+        return f"pid {child.pid} {' '.join(child.cmdline())[:160]}"
+    except Exception:
+        return f"pid {child.pid}"
+
+
+# Last, so the leak report follows the summary (and reads the children every test left).
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A test that leaks a process or a non-daemon thread fails the session, naming it.
+
+    Left alone, an orphaned child and the pipe-reading thread that waits on it held a CI
+    run open for minutes after its summary. Leftover children are killed and reaped here,
+    which also ends a thread reading their pipes; a thread cannot be killed, so one still
+    running is named. Those already ending get a few seconds first.
+    """
+    import psutil
+
+    deadline = time.monotonic() + 5.0
+
+    def left() -> float:
+        return max(0.0, deadline - time.monotonic())
+
+    for thread in leftover_threads():
+        thread.join(left())
+    psutil.wait_procs(leftover_children(), timeout=left())
+    children = leftover_children()
+    lines = [f"child process left running (killed): {_describe(c)}" for c in children]
+    for child in children:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.kill()
+    psutil.wait_procs(children, timeout=5)
+    for thread in leftover_threads():
+        thread.join(1.0)
+    lines += [f"non-daemon thread left running: {t!r}" for t in leftover_threads()]
+    if not lines:
+        return
+    message = "tests leaked what would outlive the session:\n  " + "\n  ".join(lines)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_sep("=", "leak check", red=True)
+        reporter.write_line(message)
+    else:
+        print(message)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -8,9 +8,11 @@ that is going. The quit test runs offline, with real worker processes and short 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import re
 import shutil
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +22,7 @@ import psutil
 import pytest
 from rich.text import Text
 from textual.command import Command, CommandList, CommandPalette
+from textual.content import Content
 from textual.pilot import Pilot
 from textual.widgets import Digits, Static
 from textual.widgets._footer import FooterKey
@@ -27,7 +30,7 @@ from textual.widgets._toast import Toast
 
 from interlock_demo import cli
 from interlock_demo import engine as engine_module
-from interlock_demo.core.run import Column, ColumnState, Pacer, Run, RunSnapshot, WorkerInfo
+from interlock_demo.core.run import Column, ColumnState, Run, RunSnapshot, WorkerInfo
 from interlock_demo.settings import DemoConfig, resolve
 from interlock_demo.views.tui.app import DemoApp, make_app
 from interlock_demo.views.tui.commands import DemoCommands
@@ -40,6 +43,7 @@ from interlock_demo.views.tui.widgets import (
     VerdictStrip,
 )
 from scenarios import SCENARIOS
+from tests.helpers.pacing import HoldingPacer
 
 SIZE = (160, 45)
 RUN_TIMEOUT_S = 30.0
@@ -82,6 +86,7 @@ def new_app(
     `hold`, its runs stop after the kill until `hold.release()`."""
     app = make_app(config, checked=checked)
     app.engine.mock_pace_s = 0.0
+    app.engine.kill_beat_s = 0.0
     app.phase_hold_s = hold_s
     if hold is not None:
         app.engine.hold = hold.pacer
@@ -149,10 +154,17 @@ async def settle(pilot: Pilot[Any]) -> None:
     await pilot.pause()
 
 
+START_TIMEOUT_S = 10.0
+
+
 async def start(pilot: Pilot[Any], *keys: str) -> Run:
     """Press `keys`, then enter; returns the run the app put on screen."""
     await pilot.press(*keys, "enter")
-    await pilot.pause()
+    # The run reaches the screen through the app's messages: on a loaded machine one pause
+    # is not always enough, so wait for it, with a deadline.
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while pilot.app.run_on_screen is None and time.monotonic() < deadline:
+        await pilot.pause(0.05)
     run = pilot.app.run_on_screen
     assert run is not None, "enter did not start a run"
     return run
@@ -172,7 +184,7 @@ class Hold:
     """
 
     def __init__(self) -> None:
-        self.pacer = Pacer.holding_before("outage")
+        self.pacer = HoldingPacer("outage")
 
     def release(self) -> None:
         """Let every held column go on, and every later one through."""
@@ -303,6 +315,24 @@ async def test_m_toggles_mock_and_labels_everything_mock(home: Path, hold: Hold)
             assert "MOCK" not in pane_part(app, column, "title")
 
 
+@pytest.mark.parametrize("size", [SIZE, (100, 30), (80, 24)])
+async def test_one_banner_text_per_mode(home: Path, size: tuple[int, int]) -> None:
+    """The offline banner reads the same at start and after m twice, at any width, and the
+    mock one fits 80 columns."""
+    config = resolve(mode="offline", env={"INTERLOCK_HOME": str(home)})
+    app = new_app(config)
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot)
+        first = banner(app)
+        await pilot.press("m")
+        await settle(pilot)
+        assert banner(app).startswith("▞▚ MOCK ▞▚") and len(banner(app)) <= 78
+        await pilot.press("m")
+        await settle(pilot)
+        assert banner(app) == first
+        assert first.startswith("OFFLINE REHEARSAL: local Stripe emulator") and len(first) <= 78
+
+
 async def test_c_toggles_the_checked_column(home: Path) -> None:
     """c shows the third column (and the next run has it); c again hides it."""
     app = new_app(mock_config(home))
@@ -375,7 +405,53 @@ async def test_s_saves_an_svg_under_interlock_home_and_says_where(
         assert shots[0].name.startswith("hand-refund-")
         assert shots[0].read_text().startswith("<svg")
         assert "Standard agent" in shots[0].read_text().replace("&#160;", " ")
+        # Plain `rsvg-convert` collapses runs of spaces unless the root element says not to.
+        root = shots[0].read_text().split(">", 1)[0]
+        assert 'xml:space="preserve"' in root
+        assert shots[0].stat().st_mode & 0o777 == 0o600
         assert seen == [f"Screenshot saved: {shots[0]}"]
+
+
+async def test_s_saves_an_svg_that_keeps_its_spaces_in_any_renderer(
+    home: Path, tmp_path: Path
+) -> None:
+    """The app's SVG says `xml:space="preserve"`, as the screenshots command's do, so that
+    plain `rsvg-convert` keeps the runs of spaces between words on the cards."""
+    app = new_app(mock_config(home))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("s")
+        await settle(pilot)
+    (shot,) = (home / "demo" / "screenshots").glob("*.svg")
+    svg = shot.read_text(encoding="utf-8")
+    assert 'xml:space="preserve"' in svg.partition(">")[0], svg[:200]
+    assert (shot.stat().st_mode & 0o777) == 0o600
+    tool = shutil.which("rsvg-convert")
+    if tool is None:
+        pytest.skip("rsvg-convert is not installed: the SVG was checked, not rendered")
+    png = tmp_path / "shot.png"
+    subprocess.run([tool, "-o", str(png), str(shot)], check=True, timeout=60)
+    assert png.read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize("size", [(160, 45), (100, 30), (80, 24)], ids=str)
+async def test_the_key_bar_fits_its_width_and_nothing_overlaps(
+    home: Path, size: tuple[int, int]
+) -> None:
+    """At each projector size the footer's keys (the palette's too) sit side by side inside
+    the screen: none covers another, none runs off the edge. At 160 every key is there."""
+    app = new_app(mock_config(home), checked=True)
+    async with app.run_test(size=size) as pilot:
+        await finish(pilot, await start(pilot, "1"))
+        keys = [k for k in app.query(FooterKey) if k.display]
+        regions = sorted((k.region for k in keys), key=lambda r: r.x)
+        assert regions, "no keys in the footer"
+        for left, right in itertools.pairwise(regions):
+            assert left.right <= right.x, f"{left} overlaps {right} at {size}"
+        assert regions[-1].right <= size[0], f"{regions[-1]} runs off the {size[0]} columns"
+        shown = {k.key for k in keys}
+        assert {"enter", "1", "2", "3", "q", "p", "ctrl+p"} <= shown, shown
+        if size[0] >= 160:
+            assert {"z", "c", "m", "t", "s"} <= shown, shown
 
 
 async def test_q_quits_at_once_and_leaves_no_worker(home: Path) -> None:
@@ -606,8 +682,9 @@ async def test_the_newest_event_stays_in_view_when_the_card_appears(home: Path) 
 async def test_at_80x24_one_column_at_a_time_and_every_verdict_in_the_strip(
     home: Path, theme: str
 ) -> None:
-    """At 80x24: one column at a time (left/right switch it), and the verdict strip shows all
-    three verdicts at once, with the money and a reason, above the footer."""
+    """At 80x24: one column at a time, the Standard column (the $40 card) first, left/right
+    switch it, and the verdict strip shows all three verdicts at once, with the money and a
+    reason, above the footer."""
     app = new_app(mock_config(home), checked=True)
     async with app.run_test(size=(80, 24)) as pilot:
         app.theme = theme
@@ -615,20 +692,53 @@ async def test_at_80x24_one_column_at_a_time_and_every_verdict_in_the_strip(
         await finish(pilot, run)
         assert "MOCK" in screen_text(app).splitlines()[0]
         shown = [p.column_name for p in app.query(ColumnPane) if p.display]
-        assert shown == ["interlock"]
+        assert shown == ["standard"]
         text = screen_text(app)
-        assert "◀ Interlock (2/3) ▶" in text
+        assert "◀ Standard agent (1/3) ▶" in text
+        assert "$40.00: agent $20 + hand $20" in text
+        assert "Wanted in Stripe: one $20 refund, the hand one." in text
         for line in (
             "Standard   $40.00 in memory  ✗ retried blindly: $40.00",
             "Interlock  $20.00 in memory  ✓ saw the hand refund: refused",
             "Checked    $20.00 in memory  ✓ re-checked, saw the hand refund: stopped",
         ):
             assert line in text, line
-        for key, column in (("right", "checked"), ("right", "standard"), ("left", "checked")):
+        for key, column in (("right", "interlock"), ("right", "checked"), ("left", "interlock")):
             await pilot.press(key)
             await settle(pilot)
             assert [p.column_name for p in app.query(ColumnPane) if p.display] == [column]
             assert VERDICTS["hand-refund"][column] in screen_text(app), column
+
+
+# Where each mode's money is read back, as docs/stage.md names it.
+READ_AT = {"live": "Stripe", "offline": "emulator", "mock": "memory"}
+
+
+@pytest.mark.parametrize(("size", "compact"), [((80, 24), True), ((160, 45), False)])
+async def test_the_card_names_where_the_money_was_read_at_every_width(
+    home: Path, size: tuple[int, int], compact: bool
+) -> None:
+    """The compact card (80x24) and the full one (160x45) name the same place on their RESULT
+    line, for a run shown as each mode: Stripe live, the emulator offline, memory in mock,
+    and no other mode's place."""
+    app = new_app(mock_config(home))
+    async with app.run_test(size=size) as pilot:
+        run = await start(pilot, "3")
+        await finish(pilot, run)
+        pane = app.query_one("#col-standard", ColumnPane)
+        assert pane.compact is compact
+        snapshot = run.snapshot()
+        for mode, place in READ_AT.items():
+            shown = dataclasses.replace(snapshot, mode=mode)
+            col = shown.column("standard")
+            assert col is not None
+            pane.show(shown, col)
+            await settle(pilot)
+            card = pane_part(app, "standard", "card")
+            result = next(line for line in card.splitlines() if "RESULT" in line)
+            assert place in result, f"{mode}: {result}"
+            others = [p for m, p in READ_AT.items() if m != mode and p in result]
+            assert others == [], f"{mode}: {result}"
 
 
 @pytest.mark.parametrize(("size", "layout"), [((100, 30), "compact"), ((160, 45), "wide")])
@@ -642,7 +752,7 @@ async def test_three_columns_side_by_side_down_to_100_wide(
         run = await start(pilot)
         await finish(pilot, run)
         assert app.layout_name == layout
-        panes = [p for p in app.query(ColumnPane) if p.display]
+        panes = list(app.query(ColumnPane))
         assert [p.column_name for p in panes] == ["standard", "interlock", "checked"]
         assert len({p.region.y for p in panes}) == 1  # one row, side by side
         assert app.query_one(RunHeader).region.height == 1
@@ -656,10 +766,10 @@ async def test_three_columns_side_by_side_down_to_100_wide(
 
         await pilot.press("z")
         await settle(pilot)
-        assert [p.column_name for p in app.query(ColumnPane) if p.display] == ["interlock"]
+        assert [p.column_name for p in app.query(ColumnPane) if p.display] == ["standard"]
         await pilot.press("right")
         await settle(pilot)
-        assert [p.column_name for p in app.query(ColumnPane) if p.display] == ["checked"]
+        assert [p.column_name for p in app.query(ColumnPane) if p.display] == ["interlock"]
         await pilot.press("z")
         await settle(pilot)
         assert len([p for p in app.query(ColumnPane) if p.display]) == 3
@@ -700,7 +810,7 @@ def test_screenshots_command_saves_the_finished_run_of_a_scenario(
     countdown = (out / "hand-refund-countdown.svg").read_text().replace("&#160;", " ")
     assert "request could still land" in countdown
     small = (out / "hand-refund-80x24.svg").read_text().replace("&#160;", " ")
-    assert "retried blindly: $40.00" in small and "(2/3)" in small
+    assert "retried blindly: $40.00" in small and "(1/3)" in small
     svg = (out / "hand-refund.svg").read_text().replace("&#160;", " ")
     assert svg.startswith("<svg")
     assert "OFFLINE REHEARSAL" in svg
@@ -749,6 +859,40 @@ async def test_enter_in_the_palette_chooses_the_command(
         assert getattr(app.config.switches, switch) is True
         assert "EMULATED" in banner(app)
         assert message(app).startswith("Emulated switches for the next run:")
+
+
+async def test_the_palette_shows_the_pip_hint_as_the_message_does(home: Path) -> None:
+    """Without the Temporal extra the palette's engine command shows the same install hint
+    as `t`'s message, brackets and all."""
+    app = new_app(resolve(mode="offline", env={"INTERLOCK_HOME": str(home)}))
+    app.temporal_missing = (
+        "the Temporal engine needs temporalio: pip install 'interlock-demo[temporal]'"
+    )
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+p")
+        await settle(pilot)
+        await pilot.press(*"engine")
+
+        def shown() -> bool:
+            hits = app.screen.query_one(CommandList)
+            return hits.option_count > 0 and isinstance(hits.get_option_at_index(0), Command)
+
+        await _until(pilot, shown, "the palette's hit")
+        option = app.screen.query_one(CommandList).get_option_at_index(0)
+        assert isinstance(option, Command)
+        help_text = Content.from_markup(option.hit.help or "").plain
+        assert help_text.endswith("pip install 'interlock-demo[temporal]')"), help_text
+
+
+async def test_a_long_message_is_not_cut_at_160(home: Path) -> None:
+    """A message longer than the screen is wide wraps onto a second line, its end on screen."""
+    app = new_app(mock_config(home))
+    long = "Live mode needs STRIPE_SECRET_KEY " + "and more words " * 8 + "THE_END."
+    async with app.run_test(size=SIZE) as pilot:
+        app.notify(long, severity="error")
+        await settle(pilot)
+        assert "THE_END." in screen_text(app)
+        assert app.query_one(MessageLine).region.height == 2
 
 
 # -- the lesson: the wait, the phases, the verdicts ----------------------------------------
@@ -829,28 +973,129 @@ def _snapshot(state: str, exit_code: int | None) -> tuple[RunSnapshot, Column]:
     return snapshot, snapshot.columns[0]
 
 
-async def test_sigkill_and_restarting_stay_on_screen_for_the_hold(home: Path) -> None:
-    """States that follow each other within milliseconds are shown in order, `exit -9
-    (SIGKILL)` and `restarting` each for at least the hold time; the run is not slowed."""
-    hold = 0.4
-    app = new_app(mock_config(home), hold_s=hold)
-    async with app.run_test(size=SIZE) as pilot:
-        pane = app.query_one("#col-interlock", ColumnPane)
-        for state, code in (("running", None), ("killed", -9), ("restarting", -9), ("done", 0)):
-            pane.show(*_snapshot(state, code))
-        assert pane.shown_state == "killed"
-        assert "exit -9 (SIGKILL)" in pane_part(app, "interlock", "status")
-        seen: list[tuple[str, float]] = [(pane.shown_state, pane.shown_since)]
-        deadline = time.monotonic() + RUN_TIMEOUT_S
-        while pane.shown_state != "done":
-            assert time.monotonic() < deadline
-            await pilot.pause(0.02)
-            if pane.shown_state != seen[-1][0]:
-                seen.append((pane.shown_state, pane.shown_since))
-        assert [s for s, _ in seen] == ["killed", "restarting", "done"]
-        for (_, began), (_, ended) in itertools.pairwise(seen):
-            assert ended - began >= hold
-        assert "exit 0 · done" in pane_part(app, "interlock", "status")
+class PaneClock:
+    """The panes' clock, moved only by the test: a held state lasts exactly as it says."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class StatusLog:
+    """Every state each column's status line took, with its text and the pane clock's time."""
+
+    def __init__(self, clock: PaneClock) -> None:
+        self.clock = clock
+        self.shown: dict[str, list[tuple[str, str, float]]] = {}
+        self.verdicts_at: float | None = None
+        self.seen: list[ColumnPane.StatusShown] = []
+
+    def hook(self, message: Any) -> None:
+        """The app's message hook: note each status change."""
+        if isinstance(message, ColumnPane.StatusShown):
+            if message in self.seen:
+                return  # the hook hears a message at each widget it passes
+            self.seen.append(message)
+            shown = self.shown.setdefault(message.pane.column_name, [])
+            if message.state == "idle":
+                shown.clear()  # the pane was emptied for the run
+            elif not shown or shown[-1][:2] != (message.state, message.text):
+                shown.append((message.state, message.text, self.clock.now))
+
+
+async def play_out_the_holds(pilot: Pilot[Any], clock: PaneClock, hold_s: float) -> None:
+    """Move the panes' clock on a hold at a time until every column caught up (a bound on
+    the steps, not a wait on time)."""
+    app = pilot.app
+    assert isinstance(app, DemoApp)
+    for _ in range(50):
+        panes = list(app.query(ColumnPane))
+        if all(p.caught_up for p in panes):
+            return
+        clock.now += hold_s / 2
+        for pane in panes:
+            pane.catch_up()
+        await settle(pilot)
+    raise AssertionError("the columns never caught up")
+
+
+def pane_app(config: DemoConfig, hold_s: float, clock: PaneClock, **kw: Any) -> DemoApp:
+    """An app whose panes hold states `hold_s` on `clock`."""
+    app = new_app(config, hold_s=hold_s, **kw)
+    app.phase_clock = clock
+    return app
+
+
+def assert_every_kill_held(log: StatusLog, run: Run, hold_s: float) -> None:
+    """Each worker a signal ended shows `exit -9 (SIGKILL) · killed`, then `restarting`, each
+    for at least `hold_s`, before the next worker's state; the verdicts come after."""
+    for col in run.columns:
+        shown = log.shown[col.name]
+        kills = [w for w in col.workers if w.exit_code is not None and w.exit_code < 0]
+        assert kills, f"{col.name}: the scenario kills no worker"
+        at = 0
+        for worker in kills:
+            killed = next(i for i in range(at, len(shown)) if shown[i][0] == "killed")
+            state, text, began = shown[killed]
+            assert "exit -9 (SIGKILL)" in text and text.endswith("killed"), (col.name, text)
+            if worker.pid is not None:
+                assert f"pid {worker.pid}" in text, (col.name, text)
+            state, text, restarted = shown[killed + 1]
+            assert state == "restarting", (col.name, shown)
+            assert "exit -9 (SIGKILL)" in text, (col.name, text)
+            assert restarted - began >= hold_s, (col.name, shown)
+            assert shown[killed + 2][2] - restarted >= hold_s, (col.name, shown)
+            at = killed + 2
+        assert shown[-1][0] == "done", (col.name, shown)
+        assert log.verdicts_at is not None and log.verdicts_at >= shown[-1][2]
+
+
+@pytest.mark.parametrize("sid", list(SCENARIOS))
+@pytest.mark.parametrize("size", [SIZE, (100, 30), (80, 24)], ids=["160", "100", "80"])
+async def test_sigkill_and_restarting_stay_on_screen_for_the_hold(
+    home: Path, sid: str, size: tuple[int, int]
+) -> None:
+    """A mock run restarts its killed workers at once, yet every column shows `exit -9
+    (SIGKILL) · killed`, then `restarting`, each for the whole hold (on a clock the test
+    moves), read from the column's workers; the verdict strip and the cards wait for it."""
+    hold_s = 2.0
+    clock = PaneClock()
+    log = StatusLog(clock)
+    app = pane_app(mock_config(home), hold_s, clock, checked=True)
+    async with app.run_test(size=size, message_hook=log.hook) as pilot:
+        run = await start(pilot, SCENARIOS[sid].key)
+        await finish(pilot, run)
+        assert not app.query_one(VerdictStrip).display, "verdicts before the kill was shown"
+        for col in run.columns:
+            assert pane_part(app, col.name, "card") == "", col.name
+        await play_out_the_holds(pilot, clock, hold_s)
+        assert app.query_one(VerdictStrip).display
+        log.verdicts_at = clock.now
+        assert_every_kill_held(log, run, hold_s)
+        for col in run.columns:
+            assert pane_part(app, col.name, "card") != "", col.name
+
+
+async def test_offline_status_lines_keep_their_pids_at_100x30(home: Path) -> None:
+    """Offline, real workers side by side at 100x30: the status line names each killed
+    worker's pid with its exit, killed and then restarting, before the new pid runs."""
+    hold_s = 2.0
+    clock = PaneClock()
+    log = StatusLog(clock)
+    config = resolve(mode="offline", env={"INTERLOCK_HOME": str(home), **SHORT_TIMING})
+    app = pane_app(config, hold_s, clock)
+    async with app.run_test(size=(100, 30), message_hook=log.hook) as pilot:
+        run = await start(pilot)
+        await finish(pilot, run)
+        assert run.error is None, run.error
+        await play_out_the_holds(pilot, clock, hold_s)
+        log.verdicts_at = clock.now
+        assert_every_kill_held(log, run, hold_s)
+        for col in run.columns:
+            status = pane_part(app, col.name, "status")
+            assert status == f"pid {col.workers[-1].pid} · exit 0\ndone", status
 
 
 async def test_each_phase_is_a_line_of_its_own(home: Path) -> None:
@@ -933,13 +1178,28 @@ async def test_cards_send_no_mixed_signals(home: Path) -> None:
         run = await start(pilot, "3")
         await finish(pilot, run)
         card = pane_part(app, "interlock", "card")
-        assert "reported: adopted (found its own refund at the mock)" in card
+        assert "reported: adopted (found its own refund in memory)" in card
         assert "✓ lookup: found its own refund" in card
         assert "→ adopted  (world check, approval: not needed)" in card
         checked = pane_part(app, "checked", "card")
         assert "⚠ right money, false alarm   reported: stopped" in checked
         assert "✓ right" not in checked
         assert "it said stopped, but its own refund went through" in checked
+
+
+async def test_the_json_says_where_the_money_was_read_as_the_screen_does(home: Path) -> None:
+    """Mock after-answer: Interlock's reason reads "found its own refund in memory" alike in
+    the run JSON, on the card and in its outcome event; no reason says Stripe."""
+    app = new_app(mock_config(home))
+    async with app.run_test(size=SIZE) as pilot:
+        run = await start(pilot, "3")
+        await finish(pilot, run)
+        doc = run.to_json()
+        interlock = next(c for c in doc["columns"] if c["name"] == "interlock")
+        assert interlock["outcome"]["reason"] == "found its own refund in memory"
+        assert "(found its own refund in memory)" in pane_part(app, "interlock", "card")
+        assert "Stripe" not in str([c["outcome"]["reason"] for c in doc["columns"]])
+        assert "$20.00 in memory" in verdicts(app)
 
 
 async def test_a_receipt_is_numbered_within_its_run(home: Path) -> None:
@@ -1044,8 +1304,8 @@ async def test_resizing_the_terminal_lays_the_columns_out_again(home: Path) -> N
         await finish(pilot, run)
         await pilot.resize_terminal(80, 24)
         await settle(pilot)
-        assert [p.column_name for p in app.query(ColumnPane) if p.display] == ["interlock"]
-        assert "scripted model" not in banner(app) and len(banner(app)) <= 78  # the short form
+        assert [p.column_name for p in app.query(ColumnPane) if p.display] == ["standard"]
+        assert len(banner(app)) <= 78  # the one text fits
         await pilot.resize_terminal(*SIZE)
         await settle(pilot)
         assert len([p for p in app.query(ColumnPane) if p.display]) == 3
@@ -1081,3 +1341,35 @@ async def test_each_scenario_has_its_key_in_the_footer_and_picks_it(home: Path) 
             await pilot.press(sc.key)
             await settle(pilot)
             assert app.scenario == sc.id
+
+
+async def test_outside_presenter_mode_a_run_stays_on_its_first_kill(home: Path) -> None:
+    """The app's runs (not presenter mode) wait a beat after the first kill before the
+    outage, so a room sees the kill even where nothing else waits (after the answer)."""
+    app = make_app(mock_config(home), checked=False)
+    app.engine.mock_pace_s = 0.0
+    app.phase_hold_s = 0.0
+    assert app.engine.kill_beat_s >= 2.0
+    app.engine.kill_beat_s = 0.5  # the app's beat, shortened for the test
+    async with app.run_test(size=SIZE) as pilot:
+        run = await start(pilot, "3")
+        await finish(pilot, run)
+        assert run.error is None, run.error
+        for col in run.columns:
+            crash = next(e.t for e in col.events if e.kind == "crash")
+            outage = next(e.t for e in col.events if e.kind == "outage")
+            assert outage - crash >= 0.5, (col.name, crash, outage)
+
+
+async def test_z_back_at_80_columns_says_one_column_shows_not_all(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At 80 columns, z and z again leave one column on screen; the message says so."""
+    app = new_app(mock_config(home), checked=True)
+    async with app.run_test(size=(80, 24)) as pilot:
+        seen = notices(app, monkeypatch)
+        await pilot.press("z", "z")
+        await settle(pilot)
+        shown = [p for p in app.query(ColumnPane) if p.display]
+        assert len(shown) == 1
+        assert seen[-1].startswith("One column at a time at this width: Standard agent")

@@ -23,11 +23,12 @@ from typing import Any
 import pytest
 from textual.pilot import Pilot
 
-from interlock_demo.core.run import ClaimWait, Clock, ColumnState, Ids, Pacer, Run
+from interlock_demo.core.run import ClaimWait, Clock, ColumnState, Ids, Run
 from interlock_demo.settings import resolve
 from interlock_demo.views.tui.app import DemoApp, make_app
 from interlock_demo.views.tui.widgets import ColumnPane
 from scenarios import SCENARIOS
+from tests.helpers.pacing import HoldingPacer
 
 SIZE = (160, 45)
 RUN_TIMEOUT_S = 30.0
@@ -107,7 +108,7 @@ class Hold:
     """
 
     def __init__(self) -> None:
-        self.pacer = Pacer.holding_before("outage")
+        self.pacer = HoldingPacer("outage")
 
     def wait_for(self, columns: int) -> bool:
         """Block until `columns` columns are held; False if one does not come in time."""
@@ -140,6 +141,7 @@ def mock_app(
     else:
         app = make_app(config, checked=checked, clock=deterministic.clock, ids=deterministic.ids)
     app.engine.mock_pace_s = 0.0
+    app.engine.kill_beat_s = 0.0
     if hold is not None:
         app.engine.hold = hold.pacer
     app.phase_hold_s = 0.0
@@ -208,12 +210,20 @@ def test_running_after_the_kill(
     assert run.wait(RUN_TIMEOUT_S)
 
 
+SIZES = {"160x45": SIZE, "100x30": (100, 30), "80x24": (80, 24)}
+
+
+@pytest.mark.parametrize("size", list(SIZES))
 @pytest.mark.parametrize("sid", list(SCENARIOS))
-def test_finished(snap_compare: Snap, home: Path, deterministic: Deterministic, sid: str) -> None:
-    """A finished mock run of each scenario, three columns, each with its result card."""
+def test_finished(
+    snap_compare: Snap, home: Path, deterministic: Deterministic, sid: str, size: str
+) -> None:
+    """A finished mock run of each scenario at each projector size: at 160x45 three columns
+    with full cards, at 100x30 side by side with compact cards, at 80x24 the Standard column
+    alone; the wanted line, the pids' lines, verify() and the whole verdict strip in each."""
     assert snap_compare(
         mock_app(home, deterministic=deterministic),
-        terminal_size=SIZE,
+        terminal_size=SIZES[size],
         run_before=finished(SCENARIOS[sid].key),
     )
 
@@ -246,15 +256,6 @@ def test_finished_light_theme(snap_compare: Snap, home: Path, deterministic: Det
     assert snap_compare(app, terminal_size=SIZE, run_before=finished("1", "textual-light"))
 
 
-def test_finished_80x24(snap_compare: Snap, home: Path, deterministic: Deterministic) -> None:
-    """At 80x24 the columns stack; the first column's card and verdict are on screen."""
-    assert snap_compare(
-        mock_app(home, deterministic=deterministic),
-        terminal_size=(80, 24),
-        run_before=finished("1"),
-    )
-
-
 def test_finished_80x24_the_checked_column(
     snap_compare: Snap, home: Path, deterministic: Deterministic
 ) -> None:
@@ -270,21 +271,12 @@ def test_finished_80x24_the_checked_column(
     )
 
 
-def test_finished_100x30(snap_compare: Snap, home: Path, deterministic: Deterministic) -> None:
-    """At 100x30 the three columns stay side by side with compact cards, and the strip."""
-    assert snap_compare(
-        mock_app(home, deterministic=deterministic),
-        terminal_size=(100, 30),
-        run_before=finished("1"),
-    )
-
-
 def test_zoomed_at_160x45(snap_compare: Snap, home: Path, deterministic: Deterministic) -> None:
-    """z zooms the chosen column (Interlock) to the whole width, with its full card."""
+    """z zooms the chosen column to the whole width (right: Interlock), with its full card."""
 
     async def run_before(pilot: Pilot[Any]) -> None:
         await run_to_end(pilot, "1")
-        await pilot.press("z")
+        await pilot.press("z", "right")
         await pilot.pause()
 
     assert snap_compare(

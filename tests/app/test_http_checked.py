@@ -1,4 +1,5 @@
-"""A run started over HTTP without "checked" keeps the app's checked column as it is.
+"""A run started over HTTP is the app's choice with what the body names changed: without
+"checked" it keeps the app's checked column, and the app then holds what ran.
 
 The endpoint is built the way `run_app` builds it (`http_api.for_view`), around the app
 under Pilot; requests go through the stdlib `http.client`.
@@ -13,9 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from interlock_demo.core.columns import COLUMN_KINDS, shown_columns
 from interlock_demo.settings import resolve
 from interlock_demo.views.http_api import for_view
 from interlock_demo.views.tui.app import make_app
+from scenarios import SWITCHES
 
 WAIT_S = 30.0
 
@@ -78,6 +81,45 @@ async def test_enter_after_a_post_in_another_mode_runs_the_mode_on_screen(tmp_pa
             pressed = app.run_on_screen
             assert pressed is not None and pressed is not posted
             assert pressed.mode == "mock", "enter ran another mode than the screen shows"
+            assert await asyncio.to_thread(pressed.wait, WAIT_S)
+        finally:
+            api.stop()
+
+
+async def test_a_post_runs_the_apps_choice_with_what_it_names_changed(tmp_path: Path) -> None:
+    """The app's choice is what the engine runs when the HTTP endpoint starts a run: a POST
+    naming a scenario and a mode keeps the app's emulated switch and checked column, and
+    afterwards the app's choice is exactly the one that ran (mode, scenario, switches,
+    columns), on screen and for the next enter."""
+    app = make_app(resolve(mode="offline", env={"INTERLOCK_HOME": str(tmp_path)}), checked=True)
+    api = for_view(app, port=0)
+    async with app.run_test(size=(160, 45)) as pilot:
+        api.start()
+        try:
+            [no_lookup] = [s for s in SWITCHES if s.field == "no_lookup"]
+            app.set_switch(no_lookup)
+            await pilot.pause()
+            body = {"scenario": "after-answer", "mode": "mock"}
+            assert await asyncio.to_thread(_post, api.port, body) == 202
+            run = app.engine.current
+            assert run is not None
+            assert await asyncio.to_thread(run.wait, WAIT_S)
+            await pilot.pause()
+            assert app.run_on_screen is run
+            ran = (run.mode, run.scenario, run.emulated, [c.name for c in run.columns])
+            chosen = (
+                app.config.mode,
+                app.scenario,
+                app.config.switches.names,
+                shown_columns(checked=app.checked),
+            )
+            assert ran == chosen == ("mock", "after-answer", [no_lookup.env], list(COLUMN_KINDS))
+
+            await pilot.press("enter")
+            await pilot.pause()
+            pressed = app.run_on_screen
+            assert pressed is not None and pressed is not run
+            assert (pressed.mode, pressed.scenario, pressed.emulated) == ran[:3]
             assert await asyncio.to_thread(pressed.wait, WAIT_S)
         finally:
             api.stop()

@@ -26,10 +26,11 @@ from interlock import (
     Lease,
     SQLiteStore,
     StripePayments,
+    Timing,
     make_stripe_client,
     refunds_fingerprint,
 )
-from interlock_demo.payments import InProcessPayments, PaymentsModel, StripeEmulator
+from interlock.testing import InProcessPayments, PaymentsModel, StripeEmulator
 from tests.conftest import TEST_KEY
 from tests.helpers.headless import ROOT, SCRUBBED
 from workers.agent import (
@@ -437,8 +438,8 @@ def _live_case(
             "INTERLOCK_AGENT": "anthropic",
             "ANTHROPIC_API_KEY": "sk-ant-test-notARealKey",
             "INTERLOCK_MODEL": MODEL,
-            "INTERLOCK_CLAIM_TTL": "6",
-            "INTERLOCK_STRIPE_TIMEOUT": "1",
+            # A worker takes the whole timing, as the engine writes it.
+            **Timing(claim_ttl_s=6, stripe_timeout_s=1).to_env(),
         }
     )
     return stripe_payments, case_file, env

@@ -9,7 +9,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench" / "gate_overhead.py"
-# Statements per first attempt on main before issue 14 cut them.
+# Statements per first attempt on main before the performance work cut them.
 STATEMENTS_BEFORE = 23
 
 
@@ -37,7 +37,7 @@ def test_bench_prints_its_report_with_the_counts_on_target() -> None:
     )
     assert statements is not None, lines[2]
     # Three transactions of BEGIN, at least one write and COMMIT each, and no more than the
-    # 23 statements an action took before issue 14's cuts.
+    # 23 statements an action took before the performance work's cuts.
     assert 9 <= int(statements[1]) <= STATEMENTS_BEFORE, lines[2]
     assert lines[3] == "stripe calls per first attempt: 1 list, 1 create"
     assert lines[4] == (

@@ -20,8 +20,9 @@ def _bench(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_peers_prints_the_gate_the_commit_and_each_peer_arm() -> None:
-    """The gate and one commit always print; DBOS's arms print a ratio when the bench extra
-    is installed, and say exactly why not otherwise."""
+    """The gate and one commit always print, on SQLite and on PostgreSQL, each with its
+    durability as reported; DBOS's arms print a ratio when the bench extra is installed,
+    and say exactly why not otherwise."""
     done = _bench("--actions", "3", "--rounds", "2")
 
     assert done.returncode == 0, done.stdout + done.stderr
@@ -30,13 +31,22 @@ def test_peers_prints_the_gate_the_commit_and_each_peer_arm() -> None:
     assert re.fullmatch(r"one commit: 1\.0x \(\d+\.\d{3} ms, median of 2 rounds\)", lines[1])
     assert re.fullmatch(rf"gate: {RATIO}", lines[2]), lines[2]
     if importlib.util.find_spec("dbos") is not None:
-        assert "journal_mode=wal" in lines[0], lines[0]
-        for line, arm in zip(lines[3:], ("DBOS one step", "DBOS three steps"), strict=True):
+        assert "journal_mode=wal synchronous=FULL" in lines[0], lines[0]
+        for line, arm in zip(lines[3:5], ("DBOS one step", "DBOS three steps"), strict=True):
             assert re.fullmatch(rf"{arm}: {RATIO}", line), line
     else:
-        for line, arm in zip(lines[3:], ("DBOS one step", "DBOS three steps"), strict=True):
+        for line, arm in zip(lines[3:5], ("DBOS one step", "DBOS three steps"), strict=True):
             assert line.startswith(f"{arm}: not measured: dbos is not installed"), line
-    assert len(lines) == 5
+    assert lines[5].startswith("postgres: synchronous_commit=on on the commit's connection")
+    assert re.fullmatch(
+        r"one postgres commit: 1\.0x \(\d+\.\d{3} ms, median of 2 rounds\)", lines[6]
+    )
+    pg_ratio = RATIO.replace("one commit", "one postgres commit")
+    assert re.fullmatch(rf"gate on postgres: {pg_ratio}", lines[7]), lines[7]
+    if importlib.util.find_spec("dbos") is not None:
+        assert "on DBOS's system database: synchronous_commit=on" in lines[5], lines[5]
+        assert re.fullmatch(rf"DBOS one step on postgres: {pg_ratio}", lines[8]), lines[8]
+    assert len(lines) == 9
 
 
 def test_peers_refuses_a_bad_count() -> None:

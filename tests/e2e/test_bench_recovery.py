@@ -42,7 +42,7 @@ def test_recovery_bench_prints_one_figure_a_line() -> None:
         lines[0],
     ), lines[0]
     assert re.fullmatch(
-        rf"restart to first Stripe call \(three at once\): {_figures(3)}; target < 0\.3 s",
+        rf"restart to first Stripe call \(three at once\): {_figures(3)}; target < 0\.2 s",
         lines[1],
     ), lines[1]
     assert re.fullmatch(

@@ -1,4 +1,4 @@
-"""`bench/stores.py` runs on both backends and reports what issue 15 asks for (counts only)."""
+"""`bench/stores.py` runs on both backends and reports the store comparison (counts only)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def test_bench_reports_both_stores_side_by_side(pg_dsn: str, tmp_path: Path) -> 
     table = tmp_path / "stores.md"
     done = subprocess.run(
         [sys.executable, str(BENCH), "--pg", pg_dsn, "--actions", "5", "--repeats", "1",
-         "--per-process", "3", "--min-total", "3", "--processes", "1,2",
+         "--per-process", "3", "--min-total", "3", "--processes", "1,2", "--sample-at", "2",
          "--markdown", str(table)],
         capture_output=True, text=True, cwd=ROOT, timeout=110,
     )  # fmt: skip
@@ -32,6 +32,26 @@ def test_bench_reports_both_stores_side_by_side(pg_dsn: str, tmp_path: Path) -> 
                 line.startswith(f"{backend} N={n}: ") and line.endswith(f"errors 0 of {total}")
                 for line in lines
             ), (backend, n)
+    assert "sqlite durability: journal_mode=wal synchronous=FULL" in lines
+    assert "postgresql durability: synchronous_commit=on fsync=on" in lines
+    assert any(line.startswith("postgres throughput N=1: ") for line in lines)
+    assert "left pending: 0" in lines
+    [waits] = [line for line in lines if line.startswith("postgres N=2 backends: ")]
+    shares = [
+        int(part.rsplit(" ", 1)[1].rstrip("%")) for part in waits.split(": ", 1)[1].split(", ")
+    ]
+    assert shares and 97 <= sum(shares) <= 103, waits  # every sample counted once, rounded
+    [busy] = [line for line in lines if line.startswith("machine CPU busy during postgres N=2: ")]
+    assert 0 <= int(busy.rsplit(" ", 1)[1].rstrip("%")) <= 100, busy
+    [one] = [line for line in lines if line.startswith("machine CPU busy during postgres N=1: ")]
+    [ceiling] = [line for line in lines if line.startswith("postgres scaling ceiling from CPU: ")]
+    busy_one = int(one.rsplit(" ", 1)[1].rstrip("%")) / 100
+    top = float(ceiling.rsplit(" ", 1)[1].rstrip("x"))
+    # The ceiling is the inverse of the N=1 share, to the printed precision of both.
+    assert 1 / (busy_one + 0.005) - 0.05 <= top <= 1 / max(busy_one - 0.005, 1e-9) + 0.05, (
+        one,
+        ceiling,
+    )
     text = table.read_text()
     assert "| postgresql | 3.00 |" in text and "| sqlite | 3.00 |" in text
     assert "| 2 |" in text

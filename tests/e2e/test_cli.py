@@ -19,6 +19,7 @@ import pytest
 from interlock import ConfigError
 from interlock_demo.settings import demo_timing, resolve, worker_env
 from tests.helpers.headless import ROOT, SCRUBBED
+from tests.unit.test_engine_mock import FEW_SECONDS, _check_columns
 
 LIVE_KEY = "sk_live_51Hq8ZbQ4eC39HqLyjWDarjtT1zdp7dcMadeUp"
 STRIPE_TEST_KEY = "sk_test_51Hq8ZbQ9xT4kVwNpMadeUpTestKey00"
@@ -35,11 +36,9 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def _run(
-    args: list[str], tmp_path: Path, *, python: tuple[str, ...] = (), **env: str
-) -> subprocess.CompletedProcess[str]:
+def _run(args: list[str], tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, *python, "-m", "interlock_demo.cli", *args],
+        [sys.executable, "-m", "interlock_demo.cli", *args],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -221,19 +220,48 @@ def test_headless_stdout_is_one_json_document(tmp_path: Path) -> None:
     done = _run(["--mock", *HEADLESS], tmp_path)
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
-    assert doc["schema"] == "interlock-demo/run@1"
+    assert doc["schema"] == "interlock-demo/run@2"
     assert doc["scenario"] == "revoked"
     assert "MOCK. " in done.stderr
     assert "support revokes the approval" in done.stderr
-    without_json = _run(["--mock", "--headless", "--scenario", "revoked"], tmp_path)
-    assert without_json.returncode == 0
-    assert without_json.stdout == ""
-    assert "revoked (mock" in without_json.stderr
+    assert "revoked (mock" in done.stderr
+
+
+def test_headless_without_json_prints_a_summary_on_stdout(tmp_path: Path) -> None:
+    """Without `--json`, stdout is a human summary: the run, then one line per column with
+    its verdict, money and reason; the progress lines stay on stderr."""
+    done = _run(["--mock", "--headless", "--scenario", "revoked"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("MOCK. revoked (mock, "), lines
+    assert lines[0].endswith(": finished"), lines
+    columns = lines[1:]
+    assert [line.split()[1] for line in columns] == ["standard", "interlock"]
+    for line in columns:
+        assert "as predicted" in line, line
+        assert "refunded" in line, line
+        assert "reported " in line, line
+    assert "revoked" in columns[1].split("reported ", 1)[1], columns[1]
+    assert "support revokes the approval" not in done.stdout
+    assert "support revokes the approval" in done.stderr
 
 
 def test_headless_does_not_import_textual_or_rich(tmp_path: Path) -> None:
     """A headless JSON run never imports Textual or rich (it runs in CI without a screen)."""
-    done = _run(["--mock", *HEADLESS], tmp_path, python=("-X", "importtime"))
+    # httpx (which the test extra's agent frameworks bring, and stripe imports when it is
+    # there) loads its optional CLI, and rich with it, whenever click is importable: hiding
+    # click keeps the probe on what this tree imports (as test_public_api's probe does).
+    hide_click = "import sys, runpy; sys.modules['click'] = None; "
+    run = "runpy.run_module('interlock_demo.cli', run_name='__main__')"
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", hide_click + run, "--mock", *HEADLESS],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=_env(tmp_path),
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     imported = {
         line.split("|")[-1].strip().split(".")[0]
@@ -383,3 +411,77 @@ def test_doctor_takes_the_mode_before_or_after(argv: list[str]) -> None:
 
     assert _parser().parse_args(argv).mode == "mock"
     assert _parser().parse_args(["doctor"]).mode is None
+
+
+def _every_command() -> list[list[str]]:
+    """Each subcommand the parser knows (and the MCP desk's own), so a new one is covered."""
+    import argparse
+
+    from interlock_demo.cli import _parser
+
+    commands: list[list[str]] = [[]]
+    for action in _parser()._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                commands.append([name])
+                for inner in sub._actions:
+                    if isinstance(inner, argparse._SubParsersAction):
+                        commands += [[name, inner_name] for inner_name in inner.choices]
+    return commands
+
+
+def test_every_command_refuses_a_live_key_before_it_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every subcommand (the emulator, the MCP desk offline and its approve, the reports)
+    with a live key set exits 2 with the same refusal and creates nothing, before parsing."""
+    from interlock_demo.cli import main
+
+    commands = _every_command()
+    assert ["stripe-emulator"] in commands and ["mcp", "approve"] in commands
+    home = tmp_path / "home"
+    monkeypatch.setenv("INTERLOCK_HOME", str(home))
+    monkeypatch.setenv("STRIPE_SECRET_KEY", LIVE_KEY)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    # A refusal that stopped working would write its report files here, not in the checkout.
+    monkeypatch.chdir(tmp_path)
+    messages = set()
+    for command in commands:
+        if command == ["doctor"]:
+            continue  # the venue check names the refused key on its keys line instead
+        extra = ["--offline"] if command == ["mcp"] else []
+        assert main([*command, *extra]) == 2, command
+        out = capsys.readouterr()
+        assert out.out == "" and _shows_no_part_of(LIVE_KEY, out.err), command
+        messages.add(out.err)
+    # Only the command is exempt, not an argument that reads like it.
+    assert main(["e2e-report", "--out", "doctor"]) == 2
+    messages.add(capsys.readouterr().err)
+    (message,) = messages
+    assert "refused the Stripe key from STRIPE_SECRET_KEY: it is a live secret key" in message
+    assert not home.exists() and not (tmp_path / "doctor").exists()
+
+
+def test_mock_cli_all_scenarios(tmp_path: Path) -> None:
+    """`--mock --scenario all` prints a list of runs, each labelled mock, and exits 0."""
+    env = {k: v for k, v in os.environ.items() if k not in SCRUBBED}
+    env["INTERLOCK_HOME"] = str(tmp_path / "home")
+    cmd = [sys.executable, "-m", "interlock_demo.cli", "--headless", "--json", "--mock"]
+    done = subprocess.run(
+        [*cmd, "--scenario", "all", "--checked"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    docs = json.loads(done.stdout)
+    assert [d["scenario"] for d in docs] == ["hand-refund", "revoked", "after-answer"]
+    for doc in docs:
+        assert doc["mode"] == "mock"
+        assert doc["elapsed_s"] < FEW_SECONDS
+        _check_columns(doc, doc["scenario"])
+    progress = [line for line in done.stderr.splitlines() if line.strip()]
+    assert progress and all(line.startswith("MOCK. ") for line in progress)

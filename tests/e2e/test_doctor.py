@@ -27,12 +27,11 @@ from interlock_demo.doctor import (
     Line,
     Service,
     check_terminal,
-    network_failure,
-    network_line,
     probe,
     run_checks,
 )
 from interlock_demo.keys import Secret
+from interlock_demo.network import network_failure, network_line
 from tests.helpers.headless import ROOT, SCRUBBED
 
 STRIPE_KEY = "sk_test_51DoctorMadeUpKeyQx7Vw3Nc9Lp2"
@@ -269,15 +268,20 @@ def test_live_checks_reach_both_services_and_block_on_one_refused_key(
     ("size", "env", "says"),
     [
         ((160, 45), {"COLORTERM": "truecolor"}, "160x45, truecolor"),
-        ((90, 30), {}, "one column at a time below 100"),
-        ((70, 20), {}, "below 80x24"),
+        ((100, 30), {}, "the compact layout (100x30), which hides the cards' read-back"),
+        ((120, 40), {}, "the compact layout (100x30), which hides"),
+        ((90, 30), {}, "the single layout (80x24), which hides all columns but one"),
+        ((80, 24), {}, "the single layout (80x24), which hides all columns but one"),
+        ((160, 30), {}, "the wide layout (160x45); below 45 rows the cards are cut"),
+        ((70, 20), {}, "below 80x24, cards are cut"),
         ((160, 45), {"NO_COLOR": "1"}, "unset NO_COLOR"),
     ],
 )
 def test_terminal_line_warns_but_never_blocks(
     size: tuple[int, int], env: dict[str, str], says: str
 ) -> None:
-    """Terminal size and colours are named; a small one warns without stopping the mode."""
+    """Terminal size and colours are named; below 160x45 the line says which layout the app
+    gives and what it hides, a warning that never stops the mode."""
     line = check_terminal(env, os.terminal_size(size))
     assert says in line.text
     assert not line.blocks
@@ -338,7 +342,7 @@ def test_a_live_run_without_network_says_so_in_one_line(
 ) -> None:
     """A live run whose Stripe name does not resolve fails with one line saying the network
     failed, at DNS, with the fix, instead of a gaierror deep in the events."""
-    from interlock_demo.engine import Engine, RunRequest
+    from interlock_demo.engine import Engine, RunChoice
     from interlock_demo.settings import resolve
 
     monkeypatch.setattr(socket, "getaddrinfo", NO_DNS)  # every name fails, no DNS is asked
@@ -346,7 +350,7 @@ def test_a_live_run_without_network_says_so_in_one_line(
     assert config.mode == "live"
     engine = Engine(config)
     try:
-        run = engine.start(RunRequest("revoked"))
+        run = engine.start(RunChoice(config, "revoked"))
         assert run.wait(60)
     finally:
         engine.close()

@@ -23,7 +23,7 @@ import psutil
 import pytest
 import stripe
 
-from interlock_demo.payments import StripeEmulator
+from interlock.testing import StripeEmulator
 from tests.conftest import TEST_KEY
 from tests.helpers.headless import (
     CLI,

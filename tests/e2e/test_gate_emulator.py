@@ -27,8 +27,10 @@ from interlock import (
     Owner,
     PaymentsAuthError,
     PaymentsUnsettledError,
+    PostgresStore,
     Refund,
     SQLiteStore,
+    Store,
     StripePayments,
     StripeRefund,
     Switches,
@@ -38,7 +40,7 @@ from interlock import (
     refunds_fingerprint,
     verify,
 )
-from interlock_demo.payments import StripeEmulator
+from interlock.testing import StripeEmulator
 from tests.conftest import TEST_KEY
 
 AMOUNT = 2000
@@ -117,6 +119,7 @@ def rig(emulator: StripeEmulator, tmp_path: Path) -> Iterator[Rig]:
     )
     yield Rig(emulator, payments, store, gate, payment.id, events)
     store.close()
+    payments.close()  # its kept-alive connection holds an emulator thread until closed
     # A held request answers into a closed socket after the test; let it finish here.
     deadline = time.monotonic() + WAIT_S
     for t in _handler_threads() - before:
@@ -242,15 +245,31 @@ def test_500_with_no_refund_is_unknown_and_never_resent(rig: Rig, stage: str) ->
 
 
 def test_dropped_connection_after_commit_adopts_the_refund(rig: Rig) -> None:
-    """A connection dropped after the refund committed is settled by the lookup: one refund."""
+    """A connection dropped after the refund committed, and dropped again on the
+    transport's one resend under the same key: the lookup settles it, one refund."""
+    fault = rig.emulator.model.add_fault("drop", count=2)
+
+    outcome = rig.gate.submit(rig.intent())
+
+    assert fault.committed.is_set() and fault.fired == 2
+    assert rig.unsettled_statuses() == [None]
+    assert outcome.status == "adopted"
+    assert rig.creates() == 2  # the send and its resend; the resend was a replay
+    _assert_one_truthful_refund(rig, outcome)
+
+
+def test_a_lost_answer_is_recovered_by_the_transports_resend(rig: Rig) -> None:
+    """Dropped once after the refund committed: the transport sends the create once more
+    on a new connection under the same key, and Stripe's replay is the answer: sent, one
+    refund, nothing unsettled."""
     fault = rig.emulator.model.add_fault("drop")
 
     outcome = rig.gate.submit(rig.intent())
 
-    assert fault.committed.is_set()
-    assert rig.unsettled_statuses() == [None]
-    assert outcome.status == "adopted"
-    assert rig.creates() == 1
+    assert fault.committed.is_set() and fault.fired == 1
+    assert rig.unsettled_statuses() == []
+    assert outcome.status == "sent"
+    assert rig.creates() == 2
     _assert_one_truthful_refund(rig, outcome)
 
 
@@ -267,7 +286,7 @@ def test_each_action_is_one_refund_across_faults(rig: Rig) -> None:
             granted_at=time.time(),
         )
     )
-    rig.emulator.model.add_fault("drop")
+    rig.emulator.model.add_fault("drop", count=2)  # the send and the transport's resend
     first = rig.gate.submit(rig.intent())
     rig.emulator.model.add_fault("error_429")
     second_intent = replace(
@@ -286,7 +305,7 @@ def test_each_action_is_one_refund_across_faults(rig: Rig) -> None:
     assert result.chain_length == 2
 
 
-# -- the reproductions of issue 10, through the real SDK --------------------------------
+# -- the reproductions of the fault-axis bugs, through the real SDK --------------------------------
 
 
 def _hand_refund(rig: Rig) -> None:
@@ -388,3 +407,152 @@ def test_total_deadline_holds_against_a_server_that_trickles(rig: Rig) -> None:
     assert "within 1 s" in caught.value.detail
     # The deadline is 1 s; the bound leaves room for a loaded machine, not for 10 s.
     assert elapsed < 3.0, elapsed
+
+
+# -- the gate's own clocks and its own knowledge -------------------------------------------
+
+
+class SteppedClock:
+    """The wall clock of this host, which a test steps (an NTP step, a resumed VM)."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.offset
+
+
+def _store(kind: str, clock: SteppedClock, tmp_path: Path, request: pytest.FixtureRequest) -> Store:
+    if kind == "sqlite":
+        # SQLite's claims are in this host's wall clock: they step with it.
+        return SQLiteStore(tmp_path / "stepped.sqlite3", clock=clock)
+    dsn: str = request.getfixturevalue("pg_dsn")
+    schema: str = request.getfixturevalue("pg_schema")
+    # PostgreSQL's claims are in the database's clock, which this host's step does not move.
+    return PostgresStore(dsn, schema=schema)
+
+
+@pytest.mark.parametrize(
+    ("kind", "step_s"),
+    [("sqlite", 3.0), ("sqlite", 10.0), ("sqlite", -10.0), ("postgres", 3.0), ("postgres", 10.0)],
+)
+def test_a_wall_clock_step_while_its_create_is_held_never_refuses_its_own_refund(
+    emulator: StripeEmulator,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    kind: str,
+    step_s: float,
+) -> None:
+    """The wall clock steps while the gate's create is still running at Stripe, and support
+    refunds by hand meanwhile; the request lands 4.5 s after it started, inside its
+    in-flight window (start + 1 s + 5 s). On the wall clock the window closed early (after
+    a +3 s step at 3 s) and the gate refused while its refund landed; on the monotonic
+    clock it waits the window out and reports its refund: adopted, or (when the step ran
+    its SQLite claim out) pending naming it, which recovery then adopts."""
+    clock = SteppedClock()
+    payments = StripePayments(
+        make_stripe_client(TEST_KEY, timeout_s=DEADLINE_S, base_url=emulator.url)
+    )
+    payment = payments.create_payment(5000)
+    store = _store(kind, clock, tmp_path, request)
+    now = store.now()
+    lease = store.grant_lease(
+        Lease(f"lease-{payment.id}", "refund", payment.id, AMOUNT, now + 3600, "test", now)
+    )
+    gate = Gate(
+        store,
+        StripeRefund(payments),
+        timing=Timing(claim_ttl_s=6, stripe_timeout_s=DEADLINE_S),
+        switches=Switches(),
+        clock=clock,
+    )
+
+    def outage() -> None:
+        emulator.model.post("refunds", {"payment_intent": payment.id, "amount": "2000"})
+        clock.offset += step_s
+
+    fault = emulator.model.add_fault("hold", hold_ms=4500, stage="before_commit", on_start=outage)
+    intent = Intent(
+        new_action_id(),
+        "refund",
+        payment.id,
+        AMOUNT,
+        lease.id,
+        refunds_fingerprint(payments.list_refunds(payment.id)),
+    )
+    try:
+        outcome = gate.submit(intent)
+
+        assert fault.committed.wait(WAIT_S), "the held request never landed"
+        agent = [r for r in payments.list_refunds(payment.id) if ACTION_METADATA_KEY in r.metadata]
+        assert len(agent) == 1, agent
+        assert outcome.status in ("adopted", "pending"), outcome
+        assert outcome.external_id == agent[0].id
+        if outcome.status == "pending":
+            assert kind == "sqlite" and step_s > 0
+            time.sleep(0.1)
+            clock.offset += 60  # the claim's expiry and grace pass
+            (outcome,) = gate.recover()
+        assert (outcome.status, outcome.external_id) == ("adopted", agent[0].id)
+        stored = store.lease(lease.id)
+        assert stored is not None and stored.spent == AMOUNT
+        result = verify(store, payments)
+        assert result.ok, result.problems
+    finally:
+        store.close()
+
+
+def test_a_gate_whose_create_outlasts_its_claim_reports_its_refund_not_the_refusal(
+    rig: Rig,
+) -> None:
+    """The create runs past the claim (the host's clock steps 20 s while Stripe holds it);
+    meanwhile support refunds by hand and another process's recovery takes the claim and
+    refuses. The refund then lands: the first gate reports pending, code `conflict`, naming
+    the refund it holds, never the other gate's `refused` as its own."""
+    clock = SteppedClock()
+    store = SQLiteStore(rig.store.path, clock=clock)
+    first = Gate(
+        store,
+        StripeRefund(rig.payments),
+        timing=Timing(claim_ttl_s=6, stripe_timeout_s=DEADLINE_S),
+        switches=Switches(),
+        clock=clock,
+    )
+    other_store = SQLiteStore(rig.store.path, clock=clock)
+    other = Gate(
+        other_store,
+        StripeRefund(rig.payments),
+        timing=Timing(claim_ttl_s=6, stripe_timeout_s=DEADLINE_S),
+        switches=Switches(),
+        owner=Owner.current("other"),
+        clock=clock,
+    )
+    refusals: list[Outcome] = []
+
+    def meanwhile() -> None:
+        _hand_refund(rig)
+        clock.offset += 20
+        # Another process, here a thread with its own store handle: it must not wait on
+        # the request this one holds.
+        worker = threading.Thread(target=lambda: refusals.extend(other.recover()))
+        worker.start()
+        worker.join(WAIT_S)
+
+    rig.emulator.model.add_fault("hold", hold_ms=300, stage="before_commit", on_start=meanwhile)
+    try:
+        outcome = first.submit(rig.intent())
+
+        assert [o.status for o in refusals] == ["refused"], refusals
+        agent = [r for r in rig.refunds() if ACTION_METADATA_KEY in r.metadata]
+        assert len(agent) == 1
+        assert (outcome.status, outcome.code, outcome.external_id) == (
+            "pending",
+            "conflict",
+            agent[0].id,
+        )
+        assert outcome.reason is not None and "another gate recorded refused" in outcome.reason
+        # The record is the other gate's refusal; verify() shows the refund it missed.
+        assert any(agent[0].id in p for p in verify(store, rig.payments).problems)
+    finally:
+        store.close()
+        other_store.close()

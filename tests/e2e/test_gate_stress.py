@@ -39,7 +39,7 @@ from interlock import (
     refunds_fingerprint,
     verify,
 )
-from interlock_demo.payments import InProcessPayments, StripeEmulator
+from interlock.testing import InProcessPayments, StripeEmulator
 from tests.conftest import TEST_KEY
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,7 +86,9 @@ def test_processes_racing_with_kills_faults_and_hand_refunds_keep_every_rule(
     """Whatever the interleaving, no refund twice, truthful outcomes, leases within their cap."""
     rng = random.Random(seed)
     model = emulator.model
-    payments = StripePayments(make_stripe_client(TEST_KEY, timeout_s=5.0, base_url=emulator.url))
+    payments = StripePayments(
+        make_stripe_client(TEST_KEY, timeout_s=TIMING.stripe_timeout_s, base_url=emulator.url)
+    )
     hand = InProcessPayments(model)
     store_path = tmp_path / "journal.sqlite3"
     store = SQLiteStore(store_path)

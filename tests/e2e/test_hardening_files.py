@@ -1,4 +1,4 @@
-"""Files a run writes under INTERLOCK_HOME are the user's alone (issue 13).
+"""Files a run writes under INTERLOCK_HOME are the user's alone.
 
 A real offline headless run (real workers, the loopback emulator, short timings) runs
 under a permissive umask (0o022): every folder it leaves under INTERLOCK_HOME must be

@@ -1,4 +1,4 @@
-"""Headless runs stopped by a signal (issue 13): SIGHUP, SIGTERM and SIGINT alike.
+"""Headless runs stopped by a signal: SIGHUP, SIGTERM and SIGINT alike.
 
 Each case starts a real offline headless run (real workers, short timings), waits until a
 worker has started, and sends the signal to the CLI. The contract: exit 3, the run's JSON

@@ -1,4 +1,4 @@
-"""Least-privilege workers (issue 13): each launch gets an allow-list and only its secrets.
+"""Least-privilege workers: each launch gets an allow-list and only its secrets.
 
 The end-to-end test runs real offline runs in-process, with each worker started through a
 thin wrapper that records the environment it received and then runs the real worker
@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from interlock_demo.engine import Engine, RunRequest
+from interlock import CrashPoint
+from interlock_demo.engine import Engine, RunChoice
 from interlock_demo.engine.process import ProcessLauncher
 from interlock_demo.engine.temporal.launcher import TemporalLauncher
 from interlock_demo.engine.temporal.probe import temporal_unavailable
@@ -158,11 +159,12 @@ def test_real_workers_get_the_allow_list_and_only_the_secrets_they_need(
     folder = tmp_path / "environments"
     folder.mkdir()
     _record_environments(monkeypatch, ProcessLauncher, folder)
-    after_decision = sweep_scenario("after-decision", "none").id
-    engine = Engine(resolve(mode="offline"))
+    after_decision = sweep_scenario(CrashPoint.AFTER_DECISION, "none").id
+    config = resolve(mode="offline")
+    engine = Engine(config)
     try:
         docs = [
-            engine.run(RunRequest(sid, checked=True), RUN_DEADLINE_S).to_json()
+            engine.run(RunChoice(config, sid, checked=True), RUN_DEADLINE_S).to_json()
             for sid in ("hand-refund", after_decision)
         ]
     finally:
@@ -183,9 +185,10 @@ def test_temporal_workers_get_the_allow_list_and_only_the_secrets_they_need(
     folder.mkdir()
     _record_environments(monkeypatch, TemporalLauncher, folder)
     monkeypatch.setenv("INTERLOCK_ACTIVITY_TIMEOUT", "20")
-    engine = Engine(resolve(mode="offline", engine="temporal"))
+    config = resolve(mode="offline", engine="temporal")
+    engine = Engine(config)
     try:
-        doc = engine.run(RunRequest("hand-refund", checked=True), RUN_DEADLINE_S).to_json()
+        doc = engine.run(RunChoice(config, "hand-refund", checked=True), RUN_DEADLINE_S).to_json()
     finally:
         engine.close()
     _check_workers([doc], folder, {"hand-refund": (True, False)})

@@ -26,8 +26,8 @@ from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
 from mcp.types import CallToolResult
 
 from interlock import ACTION_METADATA_KEY, Refund
-from interlock_demo.mcp.desk import WORLD_CHANGED_WORDS
-from interlock_demo.payments import InProcessPayments, StripeEmulator
+from interlock.mcp import WORLD_CHANGED_WORDS
+from interlock.testing import InProcessPayments, StripeEmulator
 
 pytestmark = pytest.mark.e2e
 
@@ -147,12 +147,13 @@ async def test_a_retried_call_after_a_lost_answer_refunds_once(
     The server finds its own refund at Stripe instead of sending another; the client's
     retry of the same request_id gets the same refund back. One refund at Stripe.
     """
-    fault = emulator.model.add_fault("drop", payment_intent=payment)
+    # Twice: the answer and the transport's one resend of it are both lost.
+    fault = emulator.model.add_fault("drop", count=2, payment_intent=payment)
     async with connect() as client:
         await client.call_tool("get_payment", {"payment_intent": payment})
         first = await refund(client, payment)
         again = await refund(client, payment)
-    assert fault.fired == 1 and fault.committed.is_set()
+    assert fault.fired == 2 and fault.committed.is_set()
     at_stripe = refunds(emulator, payment)
     assert len(at_stripe) == 1 and at_stripe[0].amount == AMOUNT
     assert not first.is_error, text(first)
@@ -306,3 +307,49 @@ def _revoke(payment: str) -> subprocess.CompletedProcess[str]:
         timeout=60,
         check=False,
     )
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        ({"amount": "500"}, 'a JSON number, not a string); got "500"'),
+        ({"amount": 10**15}, "from 1 to 99,999,999"),
+        ({"amount": 9_999_999_999}, "from 1 to 99,999,999"),
+        ({"amount": 12.5}, "integer number of cents"),
+        ({"payment_intent": 42}, "a string such as pi_"),
+        ({"reason": "why\r\n\x1b[2J" + "x" * 1_000_000}, "at most 500 characters"),
+        ({"amount": None}, "amount must be an integer number of cents"),  # left out
+        ({"request_id": None}, "request_id null is not valid"),  # left out
+    ],
+)
+async def test_bad_arguments_get_an_answer_the_agent_can_act_on(
+    connect: Callable[[], Any],
+    emulator: StripeEmulator,
+    payment: str,
+    args: dict[str, Any],
+    words: str,
+) -> None:
+    """A string amount (not coerced), an amount past Stripe's largest, a number id, a 1 MB
+    reason with CR/LF and ESC, a required argument left out (None here): each is refused
+    with what to send instead, with no traceback and no documentation link, and nothing is
+    refunded; the schema still says the types and what is required."""
+    async with connect() as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        props = tools["issue_refund"].input_schema["properties"]
+        assert props["amount"]["type"] == "integer" and props["amount"]["maximum"] == 99_999_999
+        assert props["payment_intent"]["type"] == "string"
+        assert set(tools["issue_refund"].input_schema["required"]) == {
+            "payment_intent",
+            "amount",
+            "request_id",
+        }
+        await client.call_tool("get_payment", {"payment_intent": payment})
+        sent = {"payment_intent": payment, "amount": AMOUNT, "request_id": REQUEST_ID, **args}
+        result = await client.call_tool(
+            "issue_refund", {k: v for k, v in sent.items() if v is not None}
+        )
+    said = text(result)
+    assert result.is_error and words in said, said
+    assert "pydantic" not in said and "Traceback" not in said and "http" not in said
+    assert len(said) < 1000
+    assert refunds(emulator, payment) == []

@@ -7,6 +7,7 @@ browser test is skipped saying so; in CI (CI=true) a missing Chromium is a failu
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import os
 import re
@@ -18,6 +19,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,7 +29,12 @@ from tests.helpers.headless import ROOT, SCRUBBED
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 # An engine event of hand-refund (not a view's label), so the check survives a redesign.
 RUN_TEXT = "support refunds $20.00 by hand"
+# The app's first screen says this at every size.
+FIRST_SCREEN_TEXT = "Wanted in Stripe:"
 START_DEADLINE_S = 60.0
+# From opening the page to the app's first screen: 1.4 to 4.4 s measured on a loaded 2-core
+# machine (most of it the app's own start); waiting on the internet made it unbounded.
+FIRST_SCREEN_S = 15.0
 
 
 def _chromium() -> str:
@@ -48,8 +55,14 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def served(tmp_path: Path) -> Iterator[int]:
+def served(serving: tuple[int, subprocess.Popen[bytes]]) -> int:
     """`interlock-demo --mock serve` on a free loopback port; its port once it listens."""
+    return serving[0]
+
+
+@pytest.fixture
+def serving(tmp_path: Path) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+    """`interlock-demo --mock serve` on a free loopback port: its port and its process."""
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if k not in SCRUBBED}
     env["INTERLOCK_HOME"] = str(tmp_path / "home")
@@ -78,9 +91,10 @@ def served(tmp_path: Path) -> Iterator[int]:
                 )
                 # Polling a port that is not open yet: nothing to wait on but the kernel.
                 time.sleep(0.1)
-        yield port
+        yield port, proc
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)  # the server and the app it started for the tab
+        with contextlib.suppress(ProcessLookupError):  # a test may have stopped it already
+            os.killpg(proc.pid, signal.SIGTERM)
         try:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -124,6 +138,49 @@ def test_browser_loads_the_app_presses_enter_and_sees_the_run(served: int) -> No
             assert "MOCK" in _text(frames)
         finally:
             browser.close()
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(150)
+def test_the_app_is_on_screen_soon_though_the_internet_never_answers(served: int) -> None:
+    """With every request off loopback left unanswered (Wi-Fi that is up but dead), the page
+    asks the internet for nothing, and within FIRST_SCREEN_S of opening it the app's first
+    screen has arrived and the splash is gone."""
+    from playwright.sync_api import sync_playwright
+
+    own = f"http://127.0.0.1:{served}/"
+    outside: list[str] = []
+    frames: list[bytes | str] = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=_chromium(), headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1600, "height": 900})
+            # Neither answered nor failed: the request hangs, as on a dead network.
+            page.route(
+                lambda url: not url.startswith(own), lambda route: outside.append(route.request.url)
+            )
+            # A lambda, not frames.append: Playwright reads the handler's signature.
+            page.on("websocket", lambda ws: ws.on("framereceived", lambda f: frames.append(f)))
+            opened = time.monotonic()
+            deadline = opened + FIRST_SCREEN_S
+
+            def left_ms() -> float:
+                return max(1.0, (deadline - time.monotonic()) * 1000)
+
+            with page.expect_websocket(timeout=left_ms()) as connected:
+                page.goto(own, wait_until="commit", timeout=left_ms())
+            if FIRST_SCREEN_TEXT not in _text(frames):
+                connected.value.wait_for_event(
+                    "framereceived",
+                    predicate=lambda _: FIRST_SCREEN_TEXT in _text(frames),
+                    timeout=left_ms(),
+                )
+            page.wait_for_selector(".intro-dialog", state="hidden", timeout=left_ms())
+            took = time.monotonic() - opened
+        finally:
+            browser.close()
+    assert outside == [], f"the page asked the internet for {outside}"
+    assert took < FIRST_SCREEN_S, f"the app's first screen took {took:.1f} s"
 
 
 def _status(port: int, path: str, headers: dict[str, str]) -> int:
@@ -182,3 +239,62 @@ def test_serve_on_a_taken_port_says_so(tmp_path: Path) -> None:
     assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
     assert "--port" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def _open_the_app(pw: Any, port: int) -> Any:
+    """A headless Chromium showing the served app, once the app has drawn; the browser."""
+    browser = pw.chromium.launch(executable_path=_chromium(), headless=True)
+    frames: list[bytes | str] = []
+    page = browser.new_page(viewport={"width": 1600, "height": 900})
+    with page.expect_websocket() as opened:
+        page.goto(f"http://127.0.0.1:{port}/")
+    ws = opened.value
+    ws.on("framereceived", lambda payload: frames.append(payload))
+    ws.wait_for_event(
+        "framereceived", predicate=lambda _: "Hand refund" in _text(frames), timeout=60_000
+    )
+    return browser
+
+
+def _freeze(procs: list[Any]) -> None:
+    """SIGSTOP each process: it answers nothing until killed."""
+    for p in procs:
+        p.suspend()
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(200)
+def test_a_tabs_app_dies_with_its_browser_and_with_serve(
+    serving: tuple[int, subprocess.Popen[bytes]],
+) -> None:
+    """Closing the browser leaves no app of its tab running; nor does stopping `serve` (a
+    SIGTERM to it alone, not its process group) with a tab open. Each app is frozen
+    (SIGSTOP) first: an app too busy to answer textual-serve's "quit" is the one that
+    outlived its browser, re-parented to init."""
+    import psutil
+    from playwright.sync_api import sync_playwright
+
+    port, proc = serving
+    server = psutil.Process(proc.pid)
+    with sync_playwright() as pw:
+        browser = _open_the_app(pw, port)
+        apps = server.children(recursive=True)
+        assert apps, "no app was started for the tab"
+        _freeze(apps)
+        browser.close()
+        _, alive = psutil.wait_procs(apps, timeout=30)
+        assert not alive, f"left running after the browser closed: {alive}"
+        browser = _open_the_app(pw, port)
+        try:
+            apps = server.children(recursive=True)
+            assert apps, "no app was started for the second tab"
+            _freeze(apps)
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)
+            _, alive = psutil.wait_procs(apps, timeout=30)
+            assert not alive, f"left running after serve stopped: {alive}"
+        finally:
+            for app in apps:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    app.kill()
+            browser.close()

@@ -36,7 +36,7 @@ from interlock import (
     verify,
 )
 from interlock._store_sqlite import SCHEMA_VERSION
-from interlock_demo.payments import StripeEmulator
+from interlock.testing import StripeEmulator
 from tests.conftest import TEST_KEY
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,7 +1,7 @@
 """The sweeps: interlock right and truthful everywhere, the others where they fail.
 
 The crash-point sweep kills the worker at every point; the fault sweep answers its first
-refund call every way Stripe can (issue 10), with the outage while that call is held.
+refund call every way Stripe can, with the outage while that call is held.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from interlock import Timing
+from interlock import CrashPoint, Timing
 from interlock_demo.reports.sweep import Cell, interlock_failures, table
 from scenarios import (
     FAULTS,
@@ -62,15 +62,15 @@ def _by_key(
 @pytest.mark.parametrize(
     ("crash", "outage", "agent", "hand"),
     [
-        ("before-send", "hand-refund", 0, 1),
-        ("before-send", "none", 1, 0),
-        ("in-flight", "revoke", 1, 0),
-        ("after-answer", "hand-refund", 1, 1),
-        ("after-decision", "revoke", 0, 0),
-        ("during-recovery", "hand-refund", 0, 1),
+        (CrashPoint.BEFORE_SEND, "hand-refund", 0, 1),
+        (CrashPoint.BEFORE_SEND, "none", 1, 0),
+        (CrashPoint.IN_FLIGHT, "revoke", 1, 0),
+        (CrashPoint.AFTER_ANSWER, "hand-refund", 1, 1),
+        (CrashPoint.AFTER_DECISION, "revoke", 0, 0),
+        (CrashPoint.DURING_RECOVERY, "hand-refund", 0, 1),
     ],
 )
-def test_wanted_follows_the_rule(crash: str, outage: str, agent: int, hand: int) -> None:
+def test_wanted_follows_the_rule(crash: CrashPoint, outage: str, agent: int, hand: int) -> None:
     """A cell wants the agent's refund once only if it reached Stripe first or nobody acted."""
     sc = sweep_scenario(crash, outage)  # type: ignore[arg-type]
     assert (sc.wanted_agent_refunds, sc.wanted_hand_refunds) == (agent, hand)
@@ -120,7 +120,7 @@ def test_holds_end_after_the_client_gave_up_and_inside_the_in_flight_window(
 
 def _cell(column: str, **kw: object) -> Cell:
     base: dict[str, object] = {
-        "crash_point": "none",
+        "crash_point": None,
         "outage": "none",
         "column": column,
         "ok": True,
@@ -157,7 +157,28 @@ def test_the_table_shows_pending_as_unknown_and_every_report() -> None:
 
 def test_during_recovery_kills_twice() -> None:
     """The during-recovery cell dies before the send and again in the restarted worker."""
-    assert sweep_scenario("during-recovery", "none").kills == ("before-send", "during-recovery")
+    assert sweep_scenario(CrashPoint.DURING_RECOVERY, "none").kills == (
+        CrashPoint.BEFORE_SEND,
+        CrashPoint.DURING_RECOVERY,
+    )
+
+
+def _why(result: subprocess.CompletedProcess[str]) -> str:
+    """A failed sweep in words, for its assertion (a string: pytest shortens any other
+    message to a few hundred characters): the end of its progress, then each cell that
+    ended in an error and each interlock cell not right and truthful, whole, one JSON line
+    each (what the table's one word per cell does not say)."""
+    try:
+        cells = json.loads(result.stdout)["cells"]
+    except (ValueError, KeyError, TypeError):
+        return f"{result.stderr[-3000:]}\nstdout: {result.stdout[:2000]}"
+    bad = [
+        c
+        for c in cells
+        if c["error"] is not None
+        or (c["column"] == "interlock" and not (c["ok"] and c["truthful"]))
+    ]
+    return "\n".join([result.stderr[-2000:], *(json.dumps(c, sort_keys=True) for c in bad)])
 
 
 @pytest.mark.e2e
@@ -165,7 +186,7 @@ def test_during_recovery_kills_twice() -> None:
 def test_offline_sweep_interlock_right_and_truthful_everywhere(tmp_path: Path) -> None:
     """Every cell is a real offline run; interlock is right and truthful in all of them."""
     result = _sweep(tmp_path, "--offline", "--json")
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == 0, _why(result)
     doc = json.loads(result.stdout)
     cells = doc["cells"]
     assert len(cells) == len(SWEEP_CRASH_POINTS) * len(SWEEP_OUTAGES) * 3
@@ -207,7 +228,7 @@ def test_offline_fault_sweep_interlock_right_and_truthful_everywhere(tmp_path: P
     right and truthful in each, its lease within its cap and verify() clean, and the
     others' failures show as they are."""
     result = _sweep(tmp_path, "--offline", "--faults", "--json")
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == 0, _why(result)
     cells = json.loads(result.stdout)["cells"]
     assert len(cells) == len(SWEEP_FAULTS) * len(SWEEP_OUTAGES) * 3
     assert all(c["error"] is None for c in cells), [c for c in cells if c["error"]]
@@ -220,7 +241,7 @@ def test_offline_fault_sweep_interlock_right_and_truthful_everywhere(tmp_path: P
         lease = c["lease"]
         assert lease["spent"] + lease["reserved"] <= lease["cap"], c
     key = {(c["fault"], c["outage"], c["column"]): c for c in cells}
-    # The first bug of issue 10: held past the timeout, a hand refund meanwhile, then it
+    # The first fault-axis bug: held past the timeout, a hand refund meanwhile, then it
     # lands. Interlock waits the call out and adopts instead of refusing.
     held = key[("timeout-then-lands", "hand-refund", "interlock")]
     assert held["reported"] == "adopted"

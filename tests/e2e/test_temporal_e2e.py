@@ -1,8 +1,8 @@
 """End to end with the Temporal engine: a real dev server, real worker processes, real SIGKILL.
 
 One module fixture runs `interlock-demo e2e-report` once, with its own INTERLOCK_HOME and
-the short timings (claim 6 s, Stripe timeout 1 s, so the refund activity's start-to-close
-is 15 s and its heartbeat timeout 3 s). The report runs every row of the truth table on
+short timings (claim 14 s, Stripe timeout 1 s, so the refund activity's start-to-close
+is 20 s and its heartbeat timeout 3 s). The report runs every row of the truth table on
 both engines at once, each as `interlock-demo --headless --json --offline --checked
 --engine ...` in its own subprocess (its own emulator, and for Temporal its own dev
 server), and keeps each run's JSON: the Temporal tests read those, the report test reads
@@ -55,6 +55,13 @@ needs_temporal = pytest.mark.skipif(
 pytestmark = pytest.mark.e2e
 
 REPORT_DEADLINE_S = 240.0
+# A retry waits for the dead attempt's `sending` claim (the renewal plus the grace after
+# commit 2) from the moment its new worker runs the activity: the heartbeat timeout after
+# the kill, Temporal's retry, and the new worker's start, which is slow on a loaded runner.
+# With the tests' usual 6 s claim (renewal 9 s) that wait was 2.9 s against a 3 s heartbeat
+# timeout in CI, which would not show the retry living through a wait longer than its
+# heartbeat timeout; a 14 s claim (renewal 14 s) keeps it near 8 s.
+REPORT_CLAIM_TTL_S = 14
 LINE_DEADLINE_S = 60.0
 GONE_DEADLINE_S = 10.0
 TITLES = {
@@ -102,7 +109,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Report:
         capture_output=True,
         text=True,
         cwd=ROOT,
-        env=cli_env(home),
+        env=cli_env(home, INTERLOCK_CLAIM_TTL=str(REPORT_CLAIM_TTL_S)),
         timeout=REPORT_DEADLINE_S,
         check=False,
     )
@@ -223,6 +230,27 @@ def test_temporal_no_lookup_verify_reports_the_unrecorded_refund(report: Report)
 
 
 @pytest.mark.timeout(REPORT_DEADLINE_S + 60)
+@pytest.mark.parametrize("engine", ["standalone", "temporal"])
+def test_offline_runs_say_the_money_was_read_at_the_emulator(report: Report, engine: str) -> None:
+    """Offline, both engines say where interlock found its refund as the screen does: "at the
+    emulator" in the run JSON's outcome and in the events (the worker's and, on Temporal, the
+    history's, which quote the workflow's result), never "at Stripe"; so does the report."""
+    adopted = report.runs[(engine, "after-answer")]["columns"][1]
+    assert adopted["outcome"]["reason"] == "found its own refund at the emulator"
+    for (of, case), doc in report.runs.items():
+        if of != engine:
+            continue
+        for col in doc["columns"]:
+            where = f"{engine} {case}/{col['name']}"
+            assert "at Stripe" not in (col["outcome"]["reason"] or ""), where
+            for e in col["events"]:
+                if "its own refund" in e["text"]:
+                    assert "at Stripe" not in e["text"], f"{where}: {e['text']}"
+    assert "What the emulator holds for each column's payment" in report.text
+    assert "refunds at Stripe" not in report.text
+
+
+@pytest.mark.timeout(REPORT_DEADLINE_S + 60)
 def test_dev_server_on_loopback_with_its_files_under_home(report: Report) -> None:
     """Each Temporal run's dev server listened on 127.0.0.1 and kept its files in its home."""
     for (engine, case), doc in report.runs.items():
@@ -232,7 +260,8 @@ def test_dev_server_on_loopback_with_its_files_under_home(report: Report) -> Non
         t = doc["settings"]["temporal"]
         assert t["address"].startswith("127.0.0.1:"), case
         assert t["ui"].startswith("http://127.0.0.1:"), case
-        assert (t["refund_start_to_close_s"], t["heartbeat_timeout_s"]) == (15, 3), case
+        # 14 s and 1 s: renewal max(14, 1 + 5 + 2 + 1) = 14; 14 + 2 + 1 + 1 + 2 = 20; 1 + 2 = 3.
+        assert (t["refund_start_to_close_s"], t["heartbeat_timeout_s"]) == (20, 3), case
         folder = report.home / "demo" / "e2e-report" / f"temporal-{case}" / "home" / "demo"
         assert (folder / "temporal" / "dev-server.sqlite3").stat().st_size > 0, case
         assert "Temporal Server:" in (folder / "temporal" / "server.log").read_text(), case
@@ -439,7 +468,6 @@ async def test_t_switches_to_temporal_and_back(tmp_path: Path) -> None:
             await app.workers.wait_for_complete()
             await pilot.pause()
             assert app.config.engine == "temporal"
-            assert app.engine.config.engine == "temporal"
             runtime = app.engine.temporal()
             assert runtime.server is not None and runtime.server.exit_code() is None
             header = _plain(app.query_one(RunHeader))

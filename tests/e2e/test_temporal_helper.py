@@ -39,6 +39,7 @@ import interlock
 from interlock import (
     ACTION_METADATA_KEY,
     REASON_WORLD_CHANGED,
+    Gate,
     Intent,
     Lease,
     Outcome,
@@ -51,9 +52,9 @@ from interlock import (
     refunds_fingerprint,
 )
 from interlock import temporal as it
+from interlock.testing import StripeEmulator
 from interlock_demo.engine.temporal.probe import temporal_unavailable
 from interlock_demo.engine.temporal.runtime import TemporalRuntime
-from interlock_demo.payments import StripeEmulator
 from interlock_demo.settings import Paths
 from tests.conftest import TEST_KEY
 from tests.helpers.gate_rig import AMOUNT, TIMING, Crash, GateWorld, gone_owner
@@ -72,16 +73,21 @@ class World(GateWorld):
         self.lease = self.grant(AMOUNT)
         self.kinds: list[str] = []
 
-    def activity_gate(self, sleep: Callable[[float], None] | None = None) -> it.ActivityGate:
+    def activity_gate(
+        self, sleep: Callable[[float], None] | None = None, *, max_sends: int = 3
+    ) -> it.ActivityGate:
         """An ActivityGate on this world's store and clock, noting the kinds of its events."""
         return it.ActivityGate(
-            self.store,
-            StripeRefund(self.payments),
-            timing=TIMING,
-            owner=Owner.current("activity"),
-            on_event=lambda kind, data: self.kinds.append(kind),
-            clock=self.clock,
-            sleep=sleep or self.clock.sleep,
+            Gate(
+                self.store,
+                StripeRefund(self.payments),
+                timing=TIMING,
+                owner=Owner.current("activity"),
+                on_event=lambda kind, data: self.kinds.append(kind),
+                clock=self.clock,
+                sleep=sleep or self.clock.sleep,
+                max_sends=max_sends,
+            )
         )
 
     def crash(self, intent: Intent, at: str) -> None:
@@ -200,6 +206,24 @@ def test_sent_returns_the_outcome_and_heartbeats_each_step() -> None:
     settled = next(d for _, d in act.beats if d["event"] == "settled")
     assert settled["status"] == "sent" and settled["external_id"] == refund.id
     assert it.outcome_data(outcome)["external_id"] == refund.id
+
+
+def test_the_wrapped_gates_options_hold_in_the_activity() -> None:
+    """ActivityGate runs the gate it wraps with all its options: one send with `max_sends=1`.
+
+    An unsettled answer (a 429) is not resent within the activity; it is left pending, a
+    retryable error, for the next attempt.
+    """
+    world = World()
+    world.model.add_fault("error_429", count=1)
+    act = Activity(world)
+    intent = world.intent(act.action_id)
+
+    error = act.refusal(world.activity_gate(max_sends=1), intent)
+
+    assert error.type == it.ERROR_PENDING and not error.non_retryable
+    assert [r for r in world.model.requests if r == ("POST", "refunds")] == [("POST", "refunds")]
+    assert world.refunds() == []
 
 
 def test_a_retry_after_the_answer_adopts_and_refunds_once() -> None:
@@ -443,7 +467,7 @@ def test_interlock_imports_without_temporalio() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60
     )
     assert done.returncode == 0, done.stderr
-    assert "pip install 'interlock-demo[temporal]'" in done.stdout
+    assert "pip install './packaging/interlock[temporal]'" in done.stdout
     plain = subprocess.run(
         [sys.executable, "-c", "import sys, interlock; print('temporalio' in sys.modules)"],
         capture_output=True,

@@ -21,6 +21,7 @@ import psutil
 from interlock import (
     ACTION_METADATA_KEY,
     Gate,
+    GateEvent,
     Intent,
     Lease,
     MemoryStore,
@@ -33,7 +34,7 @@ from interlock import (
     new_action_id,
     refunds_fingerprint,
 )
-from interlock_demo.payments import InProcessPayments
+from interlock.testing import InProcessPayments, event_problem
 
 T0 = 1_700_000_000.0
 PAYMENT = 10_000
@@ -47,13 +48,25 @@ class Crash(BaseException):
 
 
 class Clock:
-    """A fake wall clock; `sleep` advances it, so waiting takes no real time."""
+    """A fake wall clock and its monotonic twin; `sleep` advances both, so waiting takes no
+    real time. Moving `now` is time passing; `step` moves the wall clock alone (an NTP step,
+    a resumed VM), which the monotonic clock does not see."""
 
     def __init__(self) -> None:
         self.now = T0
+        self.stepped = 0.0
 
     def __call__(self) -> float:
         return self.now
+
+    def monotonic(self) -> float:
+        """The monotonic clock: time passed, without the wall clock's steps."""
+        return self.now - self.stepped
+
+    def step(self, seconds: float) -> None:
+        """Step the wall clock by `seconds` (either way); no time passes."""
+        self.now += seconds
+        self.stepped += seconds
 
     def sleep(self, seconds: float) -> None:
         assert seconds >= 0
@@ -151,7 +164,10 @@ class GateWorld:
     ) -> Gate:
         """A gate for `owner` that logs its events, runs `hooks` and crashes at `crash_at`."""
 
-        def on_event(kind: str, data: Mapping[str, Any]) -> None:
+        def on_event(kind: GateEvent, data: Mapping[str, Any]) -> None:
+            # Every event of every rig story is held to the gate's event table.
+            problem = event_problem(kind, data)
+            assert problem is None, problem
             self.events.append(Event(owner.worker_id, kind, self.clock(), dict(data)))
             hook = (hooks or {}).get(kind)
             if hook is not None:
@@ -170,6 +186,7 @@ class GateWorld:
             clock=self.clock,
             sleep=self.clock.sleep,
             max_sends=max_sends,
+            monotonic=self.clock.monotonic,
         )
 
     def refunds(self) -> list[Refund]:

@@ -150,7 +150,7 @@ class Lines:
 
 def check_run(doc: dict[str, Any], case: str, engine: str) -> None:
     """A finished offline run of `case` on `engine`, every column as the truth table says."""
-    assert doc["schema"] == "interlock-demo/run@1"
+    assert doc["schema"] == "interlock-demo/run@2"
     assert (doc["engine"], doc["mode"], doc["status"], doc["error"]) == (
         engine,
         "offline",
@@ -183,6 +183,13 @@ def check_run(doc: dict[str, Any], case: str, engine: str) -> None:
         assert (second["exit_code"], second["crash_point"]) == (0, None), where
         assert first["pid"] != second["pid"], where
         assert first["ended_at"] <= second["started_at"], where
+        # run@2: every event carries its fields, and views read these, not the words.
+        events = col["events"]
+        assert all(set(e) == {"t", "kind", "text", "pid", "data"} for e in events), where
+        kills = [e["data"]["crash_point"] for e in events if e["kind"] == "crash"]
+        assert kills[:1] == [crash_point], where
+        reports = [e["data"]["status"] for e in events if e["kind"] == "outcome"]
+        assert reports[-1:] == [status], where
         assert col["as_predicted"] is True, (where, col["deviations"])
         assert col["deviations"] == [], where
         assert col["error"] is None, where

@@ -13,7 +13,7 @@ from __future__ import annotations
 import resource
 import sys
 
-from interlock_demo.engine import Engine
+from interlock_demo.engine import Engine, RunChoice
 from interlock_demo.settings import resolve
 from interlock_demo.views.http_api import RunApi
 
@@ -23,8 +23,11 @@ def main() -> int:
     nofile, header_timeout_s, home = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, hard))
-    engine = Engine(resolve(mode="mock", env={"INTERLOCK_HOME": home, "PATH": ""}))
-    api = RunApi(engine, port=0, header_timeout_s=header_timeout_s).start()
+    config = resolve(mode="mock", env={"INTERLOCK_HOME": home, "PATH": ""})
+    engine = Engine(config)
+    api = RunApi(
+        engine, choice=lambda: RunChoice(config), port=0, header_timeout_s=header_timeout_s
+    ).start()
     print(api.port, flush=True)
     try:
         sys.stdin.read()

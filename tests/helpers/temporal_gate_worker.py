@@ -30,6 +30,7 @@ from temporalio.worker import Worker
 
 with workflow.unsafe.imports_passed_through():
     from interlock import (
+        Gate,
         Intent,
         Owner,
         SQLiteStore,
@@ -144,11 +145,13 @@ def main() -> None:
         )
     )
     gate = ActivityGate(
-        SQLiteStore(store_path),
-        StripeRefund(payments),
-        timing=TIMING,
-        owner=Owner.current(f"worker-{os.getpid()}"),
-        on_event=_on_event,
+        Gate(
+            SQLiteStore(store_path),
+            StripeRefund(payments),
+            timing=TIMING,
+            owner=Owner.current(f"worker-{os.getpid()}"),
+            on_event=_on_event,
+        )
     )
     asyncio.run(_serve(address, task_queue, gate))
 

@@ -18,6 +18,7 @@ from urllib import error, request
 from urllib.parse import parse_qs, urlsplit
 
 from interlock import (
+    CustomEffect,
     Found,
     Intent,
     Observation,
@@ -156,3 +157,21 @@ class WebhookDelivery:
         )
         d = self._call(req)
         return Found(d["id"], d["units"])
+
+
+def webhook_effect(delivery: WebhookDelivery) -> CustomEffect:
+    """The same delivery as an `interlock.CustomEffect`: its send, its lookup, its state."""
+
+    def lookup(intent: Intent) -> list[Found]:
+        return [
+            Found(d["id"], d["units"], target=d["order"])
+            for d in delivery.deliveries(intent.target)
+            if d["action"] == intent.action_id
+        ]
+
+    return CustomEffect(
+        kind="webhook",
+        send=delivery.send,
+        lookup=lookup,
+        state=lambda intent: fingerprint(delivery.deliveries(intent.target)),
+    )

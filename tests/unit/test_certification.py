@@ -1,21 +1,35 @@
-"""`interlock.testing`: the certification harness, on the Stripe refund and on a webhook.
+"""`interlock.testing`: the certification harness, on the Stripe refund.
 
-The harness runs every crash point x provider answer x outage on fresh worlds. Both
-effects must come out right and truthful in every cell; a deliberately broken effect
-(one whose lookup never finds its own send) must not, so the harness can fail.
+The harness runs every crash point x provider answer x outage on fresh worlds. The refund
+must come out right and truthful in every cell; a deliberately broken effect (one that
+adopts any agent refund) must not, so the harness can fail. The same over a webhook on
+loopback is `tests/loopback/test_webhook_effects.py`.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 
 import pytest
 
-from interlock import ACTION_METADATA_KEY, Intent, StripeRefund, refunds_fingerprint
-from interlock.testing import ANSWERS, CRASH_POINTS, OUTAGES, Cell, cells, certify, run_cell
-from interlock_demo.payments import InProcessPayments
-from tests.helpers.webhook import WebhookDelivery, WebhookServer, fingerprint
+from interlock import (
+    ACTION_METADATA_KEY,
+    Found,
+    Intent,
+    Observation,
+    StripeRefund,
+    refunds_fingerprint,
+)
+from interlock.testing import (
+    ANSWERS,
+    CRASH_POINTS,
+    OUTAGES,
+    Cell,
+    InProcessPayments,
+    cells,
+    certify,
+    run_cell,
+)
 
 
 class RefundWorld:
@@ -42,33 +56,28 @@ class RefundWorld:
         )
 
 
-class WebhookWorld:
-    """An order at the loopback webhook fake, and a delivery decided on it."""
+class AdoptsAnyAgentRefund(StripeRefund):
+    """A broken refund effect: its lookup takes any refund an agent made on the payment
+    (one that names some action) for this action's own."""
 
-    def __init__(self, server: WebhookServer, *, lookup: bool = True) -> None:
-        self.server = server
-        self.effect = WebhookDelivery(server.url, lookup=lookup)
-
-    def decide(self, lease_id: str) -> Intent:
-        order = f"ord_{uuid.uuid4().hex[:12]}"
-        seen = self.effect.deliveries(order)
-        return Intent(f"act_{uuid.uuid4().hex}", "webhook", order, 1, lease_id, fingerprint(seen))
-
-    def change(self, intent: Intent) -> None:
-        self.server.deliver({"order": intent.target, "action": None, "units": 1}, None)
-
-    def count(self, intent: Intent) -> int:
-        return sum(
-            1 for d in self.server.deliveries(intent.target) if d["action"] == intent.action_id
+    def observe(self, intent: Intent) -> Observation:
+        """The payment's refunds, with the first agent refund as "our own"."""
+        refunds = self.payments.list_refunds(intent.target)
+        agents = [r for r in refunds if r.counts and r.metadata.get(ACTION_METADATA_KEY)]
+        own = agents[0] if agents else None
+        return Observation(
+            fingerprint=refunds_fingerprint(refunds),
+            own=None if own is None else Found(own.id, own.amount, own.counts, own.status),
+            seen=[],
         )
 
 
-@pytest.fixture(scope="module")
-def webhook_server() -> Iterator[WebhookServer]:
-    """One loopback webhook fake for the module (each cell uses a fresh order)."""
-    server = WebhookServer()
-    yield server
-    server.stop()
+class AdoptingWorld(RefundWorld):
+    """The refund world with the broken lookup."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.effect = AdoptsAnyAgentRefund(self.payments)
 
 
 def test_the_stripe_refund_is_certified_in_every_cell() -> None:
@@ -84,31 +93,29 @@ def test_the_stripe_refund_is_certified_in_every_cell() -> None:
     assert by_cell["no-crash/late/change"].reported == "adopted"
     assert by_cell["no-crash/refused/none"].reported == "failed"
     assert by_cell["before-send/ok/change"].reported == "refused"
-
-
-def test_a_webhook_delivery_is_certified_in_every_cell(webhook_server: WebhookServer) -> None:
-    """A second kind of effect, over real HTTP on loopback: the harness is general."""
-    report = certify(lambda: WebhookWorld(webhook_server))
-
-    print(report.table())
-    report.assert_certified()
-
-
-def test_an_effect_that_cannot_find_its_own_send_is_not_certified(
-    webhook_server: WebhookServer,
-) -> None:
-    """Without a working lookup, a lost answer plus a change by hand is refused while the
-    delivery exists: the harness reports the cell untruthful."""
-    report = certify(lambda: WebhookWorld(webhook_server, lookup=False))
-
-    failing = {str(r.cell) for r in report.failures}
-    assert "no-crash/lost/change" in failing
-    assert not report.results[0].cell.crash and report.failures
-    with pytest.raises(AssertionError, match="UNTRUTHFUL"):
-        report.assert_certified()
+    # An in-progress answer is a real 409 while the first request runs; a late one is not.
+    assert by_cell["no-crash/in-progress/none"].conflicts > 0
+    assert by_cell["no-crash/late/none"].conflicts == 0
+    claiming = [r for r in report.results if r.reported in ("sent", "adopted")]
+    assert claiming and all(r.names_its_own for r in claiming)
+    assert all(r.second_ok for r in report.results)
 
 
 @pytest.mark.parametrize("cell", cells(answers=("lost", "late"), outages=("change",)), ids=str)
 def test_one_test_per_cell_is_a_parametrize_away(cell: Cell) -> None:
     """`cells()` and `run_cell()` give one CI test per cell."""
     run_cell(RefundWorld, cell).assert_certified()
+
+
+def test_an_effect_that_adopts_any_agent_refund_is_not_certified() -> None:
+    """A lookup that takes another action's refund (a neighbour on the same payment, its
+    action id one character away) for its own: its claiming reports name a refund that is
+    not this action's, and the harness says so."""
+    report = certify(AdoptingWorld)
+
+    assert report.failures, report.table()
+    by_cell = {str(r.cell): r for r in report.failures}
+    assert "no-crash/ok/none" in by_cell
+    assert not by_cell["no-crash/ok/none"].truthful
+    with pytest.raises(AssertionError, match="UNTRUTHFUL"):
+        report.assert_certified()

@@ -52,3 +52,30 @@ def test_design_sections_cited_exist() -> None:
     assert cited, "nothing cites docs/design.md"
     assert cited <= sections, f"cited sections missing from docs/design.md: {cited - sections}"
     assert "docs/design.md" in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def _threat_model() -> str:
+    design = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
+    start = design.index("### Threat model")
+    end = design.index("\n## ", start)
+    return design[start:end]
+
+
+def test_every_test_the_threat_model_names_exists() -> None:
+    """Each `test_...` the threat model's table names is a test function in tests/, and
+    every row names a test or says it is a gap (so the table stays
+    true as tests are renamed)."""
+    section = _threat_model()
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line]
+    assert len(rows) > 20, "the threat model lost its table"
+    defined = {
+        m
+        for path in (ROOT / "tests").rglob("test_*.py")
+        for m in re.findall(r"^(?:async )?def (test_\w+)", path.read_text(encoding="utf-8"), re.M)
+    }
+    named = set(re.findall(r"`(test_\w+)`", section))
+    assert named, "the threat model names no test"
+    assert named <= defined, f"the threat model names tests that do not exist: {named - defined}"
+    for row in rows[1:]:
+        last = row.rstrip(" |").rsplit("|", 1)[-1]
+        assert "`test_" in last or "gap" in last, row

@@ -21,7 +21,6 @@ from interlock import (
     ACTION_METADATA_KEY,
     REASON_WORLD_CHANGED,
     ActionError,
-    Claim,
     ConfigError,
     Intent,
     IntentError,
@@ -37,7 +36,8 @@ from interlock import (
     Timing,
     verify,
 )
-from interlock_demo.payments import InProcessPayments, PaymentsModel
+from interlock._claims import Claim
+from interlock.testing import InProcessPayments, PaymentsModel
 from tests.helpers.gate_rig import (
     AMOUNT,
     PAYMENT,
@@ -401,18 +401,19 @@ def test_definite_4xx_is_recorded_as_failed(world: World) -> None:
 
 
 @pytest.mark.parametrize(
-    ("fault", "stage"),
-    [("error_500", "after_commit"), ("drop", None), ("garbled_2xx", None)],
+    ("fault", "stage", "count"),
+    # A lost answer is lost twice: the transport sends a dropped create once more.
+    [("error_500", "after_commit", 1), ("drop", None, 2), ("garbled_2xx", None, 1)],
 )
 def test_answer_that_hides_a_made_refund_is_adopted_once(
-    world: World, fault: str, stage: str | None
+    world: World, fault: str, stage: str | None, count: int
 ) -> None:
     """A 500 saved after the refund was made, a lost answer, or a garbled 2xx: adopted, once.
 
     The gate does not resend while the call may still land: it looks up, finds its own
     refund, and adopts it.
     """
-    world.model.add_fault(fault, **({"stage": stage} if stage else {}))
+    world.model.add_fault(fault, count=count, **({"stage": stage} if stage else {}))
     intent = world.decide()
 
     outcome = world.gate(Owner.current("first")).submit(intent)
@@ -420,7 +421,7 @@ def test_answer_that_hides_a_made_refund_is_adopted_once(
     [refund] = world.refunds()
     assert (outcome.status, outcome.external_id) == ("adopted", refund.id)
     assert refund.metadata[ACTION_METADATA_KEY] == intent.action_id
-    assert world.model.requests.count(("POST", "refunds")) == 1
+    assert world.model.requests.count(("POST", "refunds")) == count
     assert outcome.receipt is not None
     assert len(outcome.receipt.body["unsettled_answers"]) == 1
     assert verify(world.store, world.payments).ok
@@ -732,6 +733,164 @@ def test_reapprove_refuses_an_action_that_was_not_refused(world: World) -> None:
         gate.reapprove(intent.action_id, world.grant(CAP).id, "support")
 
 
+def test_reapprove_of_an_unknown_action_whose_refund_landed_adopts_it(world: World) -> None:
+    """A 500 after the refund was made, the worker killed after the unknown mark: re-approving
+    adopts that refund for the original action and sends nothing ($20 for one decision)."""
+    world.model.add_fault("error_500", stage="after_commit")
+    intent = world.decide()
+    world.crash(intent, "unknown")
+    creates = world.model.requests.count(("POST", "refunds"))
+
+    outcome = world.gate(Owner.current("person")).reapprove(
+        intent.action_id, world.grant(CAP).id, "support"
+    )
+
+    [refund] = world.agent_refunds()
+    assert (outcome.action_id, outcome.status, outcome.external_id) == (
+        intent.action_id,
+        "adopted",
+        refund.id,
+    )
+    assert world.model.requests.count(("POST", "refunds")) == creates
+    assert sum(r.amount for r in world.refunds()) == AMOUNT
+    assert world.store.pending() == [] and len(world.store.actions()) == 1
+    lease = world.store.lease(world.lease.id)
+    assert lease is not None and lease.spent == AMOUNT and not lease.reservations
+    assert verify(world.store, world.payments).ok
+
+
+def test_reapprove_of_a_refused_action_whose_refund_exists_sends_nothing(world: World) -> None:
+    """A refusal its own refund outlived (the paused-worker limit) is not approved again."""
+    intent = world.decide()
+    world.crash(intent, "before-send")
+    world.hand_refund()
+    [refused] = world.gate(Owner.current("restart")).recover()
+    assert refused.status == "refused"
+    world.payments.create_refund(
+        world.pi,
+        AMOUNT,
+        idempotency_key=intent.action_id,
+        metadata={ACTION_METADATA_KEY: intent.action_id},
+    )
+
+    with pytest.raises(ActionError, match="its own refund re_"):
+        world.gate(Owner.current("person")).reapprove(
+            intent.action_id, world.grant(CAP).id, "support"
+        )
+    assert len(world.agent_refunds()) == 1 and len(world.store.actions()) == 1
+
+
+@pytest.mark.parametrize("amount", [5_000, 1_000])
+def test_a_refund_naming_the_action_with_another_amount_is_a_conflict(
+    world: World, amount: int
+) -> None:
+    """A refund carrying this action's metadata for another amount is never adopted or resent:
+    pending, unknown, code `conflict`, nothing spent against the cap."""
+    intent = world.decide()
+    foreign = world.payments.create_refund(
+        world.pi, amount, metadata={ACTION_METADATA_KEY: intent.action_id}
+    )
+    creates = world.model.requests.count(("POST", "refunds"))
+
+    first = world.gate(Owner.current("first")).submit(intent)
+    world.clock.now += 60
+    [again] = world.gate(Owner.current("restart")).recover()
+
+    for outcome in (first, again):
+        assert (outcome.status, outcome.unknown, outcome.code) == ("pending", True, "conflict")
+        assert outcome.reason is not None and foreign.id in outcome.reason
+        assert f"is for {amount}, the intent is for {AMOUNT}" in outcome.reason
+    assert world.model.requests.count(("POST", "refunds")) == creates
+    assert [r.id for r in world.refunds()] == [foreign.id]
+    lease = world.store.lease(world.lease.id)
+    assert lease is not None and lease.spent == 0
+    state = world.store.action(intent.action_id)
+    assert state is not None and state.settlement is None
+    assert state.unknown is not None and state.unknown.startswith("conflict: ")
+    # verify() reports the refund no receipt records.
+    assert any(foreign.id in p for p in verify(world.store, world.payments).problems)
+
+
+class _AnswersAnotherAmount(InProcessPayments):
+    """A create whose answer is a refund for another amount than was asked."""
+
+    def create_refund(
+        self,
+        payment_intent: str,
+        amount: int | None = None,
+        *,
+        idempotency_key: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> Refund:
+        return super().create_refund(
+            payment_intent, 5_000, idempotency_key=idempotency_key, metadata=metadata
+        )
+
+
+def test_a_create_answered_with_another_amount_is_a_conflict_and_never_resent() -> None:
+    """The create's own answer is held to the intent too: pending conflict, one create."""
+    world = World(payments=_AnswersAnotherAmount())
+    intent = world.decide()
+
+    first = world.gate(Owner.current("first")).submit(intent)
+    world.clock.now += 60
+    [again] = world.gate(Owner.current("restart")).recover()
+
+    assert (first.status, first.code) == ("pending", "conflict")
+    assert (again.status, again.code) == ("pending", "conflict")
+    assert world.model.requests.count(("POST", "refunds")) == 1
+    lease = world.store.lease(world.lease.id)
+    assert lease is not None and lease.spent == 0
+
+
+class _CreateOutlastsTheClaim(InProcessPayments):
+    """A create that runs past the claim: meanwhile support refunds by hand and another
+    process's recovery takes the claim and refuses; then the refund is made."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.meanwhile: Callable[[], object] | None = None
+
+    def create_refund(
+        self,
+        payment_intent: str,
+        amount: int | None = None,
+        *,
+        idempotency_key: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> Refund:
+        if self.meanwhile is not None:
+            meanwhile, self.meanwhile = self.meanwhile, None
+            meanwhile()
+        return super().create_refund(
+            payment_intent, amount, idempotency_key=idempotency_key, metadata=metadata
+        )
+
+
+def test_a_gate_fenced_out_after_its_refund_reports_the_refund_not_the_other_refusal() -> None:
+    """A gate that got its refund back after another process refused reports what it holds:
+    pending, code `conflict`, naming its refund, never the other gate's `refused`."""
+    payments = _CreateOutlastsTheClaim()
+    world = World(payments=payments)
+    intent = world.decide()
+    refusals: list[Outcome] = []
+
+    def meanwhile() -> None:
+        world.clock.now += 20  # the create took longer than the claim and its grace
+        payments.model.clear_faults()
+        InProcessPayments(world.model).create_refund(world.pi, AMOUNT)
+        refusals.extend(world.gate(Owner.current("other")).recover())
+
+    payments.meanwhile = meanwhile
+    outcome = world.gate(Owner.current("first")).submit(intent)
+
+    assert [o.status for o in refusals] == ["refused"]
+    [refund] = world.agent_refunds(intent.action_id)
+    assert (outcome.status, outcome.code, outcome.external_id) == ("pending", "conflict", refund.id)
+    assert outcome.reason is not None and "another gate recorded refused" in outcome.reason
+    assert refund.id in outcome.reason
+
+
 # -- the journal's guards -------------------------------------------------------------------
 
 
@@ -768,6 +927,35 @@ def test_timing_refuses_a_timeout_less_than_5_s_inside_the_claim() -> None:
     # The window before a send: timeout + 5 s + the slack (2 s by default).
     assert Timing(6, 1).send_window_s == 8
     assert Timing(6, 1).renewal_s == 9
+
+
+@pytest.mark.parametrize(
+    ("variable", "raw", "says"),
+    [
+        ("INTERLOCK_SEND_SLACK", "1e9", "send slack of 1e+09 s is refused: at most 60 s"),
+        ("INTERLOCK_SEND_SLACK", "2000", "send slack of 2000 s is refused: at most 60 s"),
+        ("INTERLOCK_CLAIM_GRACE", "2000", "claim grace of 2000 s is refused: at most 60 s"),
+    ],
+)
+def test_timing_refuses_a_grace_or_slack_past_a_minute(variable: str, raw: str, says: str) -> None:
+    """A slack of 1e9 s (a claim held for decades) or 2000 meant as milliseconds is refused,
+    naming the unit and the variable; a minute is still accepted."""
+    with pytest.raises(ConfigError) as caught:
+        Timing.from_env({variable: raw})
+    message = str(caught.value)
+    assert says in message
+    assert "in seconds, not milliseconds" in message and variable in message
+    assert Timing.from_env({variable: "60"}).claim_ttl_s == 40
+
+
+def test_timing_refuses_a_renewal_past_the_one_day_cap() -> None:
+    """A day's claim with a long timeout and slack would renew past the one-day cap: refused,
+    since cutting the renewal to the cap would not cover the send window."""
+    day = 24 * 3600.0
+    with pytest.raises(ConfigError, match="past the cap of 86400 s"):
+        Timing(day, day - 5, slack_s=60)
+    timing = Timing(day, day - 60, slack_s=50)
+    assert timing.renewal_s <= day and timing.renewal_s >= timing.send_window_s
 
 
 def test_signed_receipts_verify_with_their_key_only(world: World) -> None:
@@ -899,7 +1087,7 @@ def test_the_same_owner_cannot_retake_its_own_claim_while_its_send_may_be_in_fli
     Before, the same owner re-took its own `sending` claim at once, read the world while
     its request was still running and could refuse.
     """
-    world.model.add_fault("drop")
+    world.model.add_fault("drop", count=2)  # the send and the transport's one resend
     owner = Owner.current("one-process")
     intent = world.decide()
     seen: list[Outcome] = []

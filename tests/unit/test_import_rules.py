@@ -11,6 +11,10 @@ Every module of `interlock`, `interlock_demo`, `workers` and `scenarios` is read
   stands alone);
 - `workers` imports nothing of `interlock_demo` (a worker is restarted alone, and the demo
   is its caller, not its dependency);
+- the widgets import nothing of `interlock_demo.engine` (they read the run model); the
+  engine and core never import `doctor` (a command above them); `reports` imports no
+  `textual` or `rich` (the screen is `views/tui`'s); the run model (`core.run`) imports no
+  payments model (`interlock.testing`). These and the two above are the `LAYERS` table;
 - no private name crosses a module boundary outside `tests/`: nobody imports a `_name`
   from another module, and a private module (`pkg._mod`, a third party's too) is imported
   only from inside `pkg` (so `interlock._gate` may import `interlock._journal`, the demo
@@ -43,6 +47,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 # The packages whose imports the architecture rules govern.
 PACKAGES = ("interlock", "interlock_demo", "workers", "scenarios")
@@ -51,6 +57,27 @@ PRIVATE_ONLY = ("bench",)
 SCREEN = ("textual", "rich", "interlock_demo.views")
 HEADLESS = ("interlock_demo.core", "interlock_demo.engine")
 DEMO = ("interlock_demo", "workers", "scenarios")
+# Who may not import what (direct imports), and why: one row per rule.
+LAYERS: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
+    (("interlock",), DEMO, "the library imports no demo"),
+    (("workers",), ("interlock_demo",), "workers import no demo"),
+    (
+        ("interlock_demo.views.tui.widgets",),
+        ("interlock_demo.engine",),
+        "widgets read the run model, never the engine",
+    ),
+    (
+        ("interlock_demo.engine", "interlock_demo.core"),
+        ("interlock_demo.doctor",),
+        "the venue check is a command above the engine (network words: interlock_demo.network)",
+    ),
+    (("interlock_demo.reports",), ("textual", "rich"), "reports draw no screen (views/tui does)"),
+    (
+        ("interlock_demo.core.run",),
+        ("interlock.testing", "interlock._stripe_model"),
+        "the run model knows no payments model",
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -185,11 +212,10 @@ def _headless_breach(root: Path, path: list[Import]) -> str:
 
 
 def _layering_breaches(e: Import) -> Iterator[str]:
-    """The library and worker layering rules this import breaks."""
-    if _within(e.importer, ("interlock",)) and _within(e.target, DEMO):
-        yield f"imports {e.target}: the library imports no demo"
-    if _within(e.importer, ("workers",)) and _within(e.target, ("interlock_demo",)):
-        yield f"imports {e.target}: workers import no demo"
+    """The layering rules (`LAYERS`) this import breaks."""
+    for importers, targets, why in LAYERS:
+        if _within(e.importer, importers) and _within(e.target, targets):
+            yield f"imports {e.target}: {why}"
 
 
 def _private_breaches(e: Import) -> Iterator[str]:
@@ -324,15 +350,15 @@ def test_core_reaching_the_screen_through_another_module_is_reported(tmp_path: P
         {
             "interlock_demo/__init__.py": "",
             "interlock_demo/core/__init__.py": "",
-            "interlock_demo/core/run.py": "import json\nfrom interlock_demo.reports import sweep\n",
-            "interlock_demo/reports/__init__.py": "",
-            "interlock_demo/reports/sweep.py": "def show():\n    import textual.app\n",
+            "interlock_demo/core/run.py": "import json\nfrom interlock_demo.mcp import desk\n",
+            "interlock_demo/mcp/__init__.py": "",
+            "interlock_demo/mcp/desk.py": "def show():\n    import textual.app\n",
         },
     )
     assert check(root) == [
-        "interlock_demo/core/run.py:2 interlock_demo.core.run imports interlock_demo.reports.sweep"
-        ", which reaches the screen: interlock_demo.reports.sweep -> textual.app "
-        "(interlock_demo/reports/sweep.py:2): core/engine must stay headless"
+        "interlock_demo/core/run.py:2 interlock_demo.core.run imports interlock_demo.mcp.desk"
+        ", which reaches the screen: interlock_demo.mcp.desk -> textual.app "
+        "(interlock_demo/mcp/desk.py:2): core/engine must stay headless"
     ]
 
 
@@ -367,6 +393,42 @@ def test_workers_importing_the_demo_is_reported(tmp_path: Path) -> None:
         "workers/standalone.py:1 workers.standalone imports interlock_demo.payments: "
         "workers import no demo"
     ]
+
+
+@pytest.mark.parametrize(
+    ("importer", "source", "why"),
+    [
+        (
+            "interlock_demo/views/tui/widgets/strip.py",
+            "from interlock_demo.engine.supervisor import describe_exit\n",
+            "widgets read the run model, never the engine",
+        ),
+        (
+            "interlock_demo/engine/column.py",
+            "from interlock_demo.doctor import live_failure_line\n",
+            "the venue check is a command above the engine (network words: interlock_demo.network)",
+        ),
+        (
+            "interlock_demo/reports/screenshots.py",
+            "def f():\n    from textual.pilot import Pilot\n",
+            "reports draw no screen (views/tui does)",
+        ),
+        (
+            "interlock_demo/core/run.py",
+            "from interlock.testing import new_id\n",
+            "the run model knows no payments model",
+        ),
+    ],
+)
+def test_each_layer_rule_is_reported(tmp_path: Path, importer: str, source: str, why: str) -> None:
+    """Each row of `LAYERS` past the first two, broken as the tree once broke it, is named."""
+    packages = ("interlock_demo/views/tui/widgets", "interlock_demo/engine")
+    packages += ("interlock_demo/reports", "interlock_demo/core")
+    files = {f"{p}/__init__.py": "" for p in packages}
+    files |= {"interlock_demo/__init__.py": "", "interlock_demo/views/__init__.py": ""}
+    files |= {"interlock_demo/views/tui/__init__.py": "", importer: source}
+    found = check(_tree(tmp_path, files))
+    assert len(found) == 1 and found[0].endswith(why), found
 
 
 def test_private_names_across_modules_are_reported(tmp_path: Path) -> None:

@@ -6,27 +6,27 @@ useful timing; what the MCP tools add on top is covered in `test_mcp_server.py`.
 
 from __future__ import annotations
 
-import os
-import stat
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from interlock import MemoryStore, Timing
-from interlock_demo.cli import main
-from interlock_demo.errors import DeskError
-from interlock_demo.mcp.desk import (
+from interlock import GateEvent, MemoryStore, Timing
+from interlock.mcp import (
     WORLD_CHANGED_WORDS,
     Answer,
+    DeskError,
     RefundDesk,
     action_id_for,
     current_approval,
     grant_approval,
     revoke_approval,
 )
-from interlock_demo.payments import InProcessPayments
+from interlock.testing import InProcessPayments
+from interlock_demo.cli import main
 
 AMOUNT = 2000
 RID = "req-0001-abcdef"
@@ -90,12 +90,14 @@ def test_two_calls_of_one_request_at_once_refund_once(
         target=lambda: answers.__setitem__("second", d.issue_refund(payment, AMOUNT, RID))
     )
 
-    def log(text: str) -> None:
-        if text.startswith("journaled intent") and second.ident is None:
+    def on_event(kind: GateEvent, data: Mapping[str, Any]) -> None:
+        if kind is GateEvent.JOURNALED and second.ident is None:
             second.start()
             second.join(1.0)  # it may have to wait for this call: give it a second, no more
 
-    d = RefundDesk(payments, store, timing=Timing(claim_ttl_s=6, stripe_timeout_s=1), log=log)
+    d = RefundDesk(
+        payments, store, timing=Timing(claim_ttl_s=6, stripe_timeout_s=1), on_event=on_event
+    )
     d.get_payment(payment)
     answers["first"] = d.issue_refund(payment, AMOUNT, RID)
     second.join(30)
@@ -162,7 +164,13 @@ def test_more_than_the_cap_is_refused_with_the_reason(
     ("pi", "amount", "rid", "words"),
     [
         ("with", AMOUNT, RID, "not a PaymentIntent id"),
-        ("pi_ok", 0, RID, "positive number of cents"),
+        ("pi_ok", 0, RID, "integer number of cents from 1 to 99,999,999"),
+        ("pi_ok", 10**15, RID, "integer number of cents from 1 to 99,999,999"),
+        ("pi_ok", 9_999_999_999, RID, "integer number of cents from 1 to 99,999,999"),
+        ("pi_ok", "500", RID, 'not a string); got "500"'),
+        ("pi_ok", 500.0, RID, "integer number of cents"),
+        (123, AMOUNT, RID, "a string such as pi_"),
+        ("pi_ok", AMOUNT, 12345678, "request_id 12345678 is not valid"),
         ("pi_ok", AMOUNT, "short", "request_id"),
         ("pi_ok", AMOUNT, "has spaces in it", "request_id"),
     ],
@@ -173,6 +181,25 @@ def test_bad_arguments_are_refused_in_words(
     """A malformed payment id, amount or request_id is answered with what to fix."""
     answer = desk(payments, store).issue_refund(pi, amount, rid)
     assert answer.is_error and answer.data["status"] == "invalid" and words in answer.text
+
+
+@pytest.mark.parametrize(
+    "reason",
+    ["x" * 1_000_000, "refund\r\nInjected: line", "colour \x1b[31mred", 42],
+)
+def test_a_reason_past_its_bounds_is_refused_and_stored_nowhere(
+    payments: InProcessPayments, store: MemoryStore, payment: str, reason: object
+) -> None:
+    """A 1 MB reason, one with CR/LF or ESC, or one that is not text is refused in words
+    before anything is journaled (it was stored three times: intent, journal, receipt)."""
+    d = desk(payments, store)
+    d.get_payment(payment)
+    answer = d.issue_refund(payment, AMOUNT, RID, reason=reason)  # type: ignore[arg-type]
+    assert answer.is_error and answer.data["status"] == "invalid"
+    assert "at most 500 characters of text on one line" in answer.text
+    assert len(answer.text) < 1000
+    assert store.action(action_id_for(payment, RID)) is None
+    assert payments.list_refunds(payment) == []
 
 
 def test_a_live_approval_is_not_replaced_silently(store: MemoryStore) -> None:
@@ -187,35 +214,6 @@ def test_a_live_approval_is_not_replaced_silently(store: MemoryStore) -> None:
     second = grant_approval(store, "pi_X1", 5000, hours=1, by="ana", now=now)
     assert second.id != first.id
     assert current_approval(store, "pi_X1") == second
-
-
-def test_approve_and_revoke_commands(capsys: pytest.CaptureFixture[str]) -> None:
-    """`interlock-demo mcp approve/revoke` grant and revoke in INTERLOCK_HOME, exit 2 on misuse."""
-    assert main(["mcp", "approve", "pi_Cmd1", "--cap", "2000", "--by", "ana"]) == 0
-    assert "up to $20.00" in capsys.readouterr().out
-    assert main(["mcp", "approve", "pi_Cmd1", "--cap", "2000"]) == 2
-    assert "revoke it first" in capsys.readouterr().err
-    assert main(["mcp", "revoke", "pi_Cmd1"]) == 0
-    assert main(["mcp", "revoke", "pi_Cmd1"]) == 2
-    assert "already revoked" in capsys.readouterr().err
-    assert main(["mcp", "approve", "not-a-payment", "--cap", "2000"]) == 2
-
-
-def test_the_desk_keeps_its_journal_private(tmp_path: Path) -> None:
-    """The desk's journal is the user's alone, as the demo's is: its folder 0700, the file
-    and SQLite's -wal and -shm files 0600, whatever the umask (others could read who
-    approved what, and every refund's receipt)."""
-    home = Path(os.environ["INTERLOCK_HOME"])
-    old = os.umask(0o022)
-    try:
-        assert main(["mcp", "approve", "pi_Priv1", "--cap", "2000", "--by", "ana"]) == 0
-    finally:
-        os.umask(old)
-    folder = home / "mcp"
-    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
-    files = sorted(folder.glob("interlock.sqlite3*"))
-    assert files, "no journal was written"
-    assert {f.name: stat.S_IMODE(f.stat().st_mode) for f in files} == {f.name: 0o600 for f in files}
 
 
 def test_a_home_that_is_a_file_is_refused_in_words(

@@ -7,12 +7,16 @@ screenshots are replaced where a test is about the command's bookkeeping, not ab
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from interlock_demo.core.run import Run
+from interlock_demo.engine import Engine, RunChoice
 from interlock_demo.engine.temporal import probe
-from interlock_demo.reports import performance, results, screenshots
+from interlock_demo.reports import performance, results, sweep
 from interlock_demo.settings import resolve
+from interlock_demo.views.tui import screenshots
 
 MISSING = "the Temporal engine needs temporalio: pip install '.[temporal]'"
 
@@ -73,3 +77,23 @@ def test_without_rsvg_convert_no_stale_png_is_left(
     monkeypatch.setattr(screenshots.shutil, "which", lambda name: None)
     assert screenshots.pngs_for([svg]) == [svg]
     assert not stale.exists()
+
+
+def test_a_sweep_cell_reads_each_report_from_its_outcome_event_fields(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sweep table's reports are the outcome events' statuses, whatever their lines say."""
+    add_event = Run.add_event
+
+    def reworded(self: Run, column: str, kind: str, text: str, *rest: Any) -> None:
+        add_event(self, column, kind, f"«{text[::-1]}»", *rest)
+
+    monkeypatch.setattr(Run, "add_event", reworded)
+    config = resolve(mode="mock", env={"INTERLOCK_HOME": str(tmp_path / "home")})
+    engine = Engine(config)
+    try:
+        run = engine.run(RunChoice(config, "after-answer", checked=True))
+    finally:
+        engine.close()
+    reports = {c.column: c.reports for c in sweep.cells_of(run, "after-answer", "none")}
+    assert reports == {"standard": ("sent",), "interlock": ("adopted",), "checked": ("stopped",)}

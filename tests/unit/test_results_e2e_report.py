@@ -1,4 +1,4 @@
-"""`interlock-demo e2e-report`: the report reads each run@1 document through core/.
+"""`interlock-demo e2e-report`: the report reads each run@2 document through core/.
 
 The documents are real mock runs (in-process, milliseconds); a test that needs a refund
 in a state the mock does not reach edits the document, as a run on live Stripe could
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from interlock_demo.core.run import RunSnapshot
-from interlock_demo.engine import Engine, RunRequest
+from interlock_demo.engine import Engine, RunChoice
 from interlock_demo.exit_codes import ExitCode
 from interlock_demo.reports import e2e_report
 from interlock_demo.reports.e2e_report import CaseRun
@@ -28,7 +28,7 @@ def _mock_doc(tmp_path: Path, scenario: str) -> dict[str, Any]:
     config = resolve(mode="mock", env={"INTERLOCK_HOME": str(tmp_path / "home")})
     engine = Engine(config)
     try:
-        return engine.run(RunRequest(scenario, checked=True)).to_json()
+        return engine.run(RunChoice(config, scenario, checked=True)).to_json()
     finally:
         engine.close()
 
@@ -91,9 +91,27 @@ def test_exit_code_names_the_worst_run(tmp_path: Path, hand_refund: dict[str, An
 
 
 def test_stdout_that_is_not_a_run_is_a_problem_named_in_words(tmp_path: Path) -> None:
-    """JSON on stdout that is not a run@1 document makes the run unfinished, saying why."""
+    """JSON on stdout that is not a run@2 document makes the run unfinished, saying why."""
     (tmp_path / "stdout.json").write_text('{"schema": "something/else"}')
     run = CaseRun.read("standalone", "revoked", ExitCode.OK, tmp_path)
     assert run.run is None
-    assert run.problem is not None and "not an interlock-demo/run@1 document" in run.problem
+    assert run.problem is not None and "not an interlock-demo/run@2 document" in run.problem
     assert e2e_report.exit_code([run]) == ExitCode.UNFINISHED
+
+
+def test_the_differences_quote_the_lines_their_fields_pick(tmp_path: Path) -> None:
+    """The after-answer section quotes the checked column's stopping re-check and
+    interlock's lookup that found its refund, chosen by their fields, whatever their words."""
+    doc = _mock_doc(tmp_path, "after-answer")
+    for col in doc["columns"]:
+        for event in col["events"]:
+            event["text"] = f"«{event['text'][::-1]}»"
+    run = CaseRun("standalone", "after-answer", ExitCode.OK, RunSnapshot.from_json(doc), tmp_path)
+    report = e2e_report.render([run], generated_at=WHEN, parallel=1)
+    [checked] = [c for c in doc["columns"] if c["name"] == "checked"]
+    [interlock] = [c for c in doc["columns"] if c["name"] == "interlock"]
+    [stop] = [e["text"] for e in checked["events"] if e["data"].get("failed_check")]
+    [found] = [e["text"] for e in interlock["events"] if e["data"].get("found")]
+    assert f'said "{stop}"' in report
+    assert found in report
+    assert "(no re-check line)" not in report and "(no lookup line)" not in report

@@ -3,9 +3,9 @@
 The rules live once (`RuleStore`); these tests hold each backend to them, so that no
 backend can drift: the store's calls one by one (claims, fencing by epoch, the grace on
 a `sending` claim, leases, receipts, scans), the gate's truth-table rows through the
-shared rig, a property test that runs random histories against each backend and the
-in-memory reference side by side, and a race of real processes (threads for memory,
-which lives in one process).
+shared rig, and a property test that runs random histories against each backend and the
+in-memory reference side by side. Here on memory and SQLite; on PostgreSQL, and as a race
+of real processes, in `tests/e2e/test_store_contract_e2e.py`.
 
 Tests that move time use the fake clock of `tests/helpers/gate_rig.py`. On PostgreSQL
 the store's clock is the database's; the clock seam (`clock_source=`) puts the fake
@@ -17,8 +17,6 @@ database clock itself brings is tested in `tests/e2e/test_store_postgres.py`.
 from __future__ import annotations
 
 import json
-import socket
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -30,7 +28,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from interlock import (
-    ACTION_METADATA_KEY,
     ActionError,
     Check,
     Intent,
@@ -42,16 +39,10 @@ from interlock import (
     Settlement,
     SQLiteStore,
     Store,
-    StripePayments,
-    make_stripe_client,
     new_action_id,
     open_store,
-    refunds_fingerprint,
     verify,
 )
-from interlock_demo.payments import StripeEmulator
-from tests.conftest import TEST_KEY
-from tests.e2e.test_store_processes import HELPERS, Child
 from tests.helpers.gate_rig import (
     AMOUNT,
     TIMING,
@@ -62,7 +53,8 @@ from tests.helpers.gate_rig import (
     remote_owner,
 )
 
-BACKENDS = ("memory", "sqlite", "postgres")
+# PostgreSQL needs a server: tests/e2e/test_store_contract_e2e.py runs these tests on it.
+BACKENDS = ("memory", "sqlite")
 TTL = 6.0
 GRACE = 2.0
 
@@ -95,7 +87,12 @@ class Backend:
 
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    """Each store kind in turn; every handle it opened is closed afterwards."""
+    """Each store kind of this tier in turn; every handle it opened is closed afterwards."""
+    yield from open_backend(request, tmp_path)
+
+
+def open_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    """The backend `request.param` names (PostgreSQL through the session's server)."""
     name = request.param
     if name == "memory":
         shared: list[MemoryStore] = []
@@ -385,6 +382,31 @@ def test_settle_writes_outcome_receipt_and_spend_together(backend: Backend) -> N
     assert result.ok and result.chain_length == 2, result.problems
 
 
+def test_settle_refuses_to_record_a_spend_past_the_cap(backend: Backend) -> None:
+    """Commit 3 itself holds the cap: a settle that would spend past it raises and records
+    nothing (no outcome, no receipt, no spend); a settle within it goes through."""
+    clock = Clock()
+    store = backend.make(clock)
+    lease = _lease(store, clock(), cap=2_000)
+    owner = remote_owner()
+    intent = _intent(lease)
+    epoch = store.begin(intent, owner, TTL, GRACE).epoch
+    assert store.mark_sending(intent.action_id, epoch, TTL).status == "ok"
+
+    with pytest.raises(LeaseError, match="would spend 5000 of its cap of 2000"):
+        store.settle(intent.action_id, epoch, owner, _sent(amount=5_000), CHECKS, {}, None)
+
+    state = store.action(intent.action_id)
+    assert state is not None and state.settlement is None and state.receipt is None
+    stored = store.lease(lease.id)
+    assert stored is not None and stored.spent == 0
+    assert dict(stored.reservations) == {intent.action_id: AMOUNT}
+    assert list(store.receipts()) == []
+    assert store.settle(intent.action_id, epoch, owner, _sent(), CHECKS, {}, None) is not None
+    stored = store.lease(lease.id)
+    assert stored is not None and stored.spent == AMOUNT
+
+
 def test_an_unknown_action_settles_only_by_finding_its_refund(backend: Backend) -> None:
     """The unknown mark is unfenced and for good; a refusal is refused, a found refund settles."""
     clock = Clock()
@@ -666,113 +688,6 @@ def test_random_histories_answer_as_the_reference_does(backend: Backend, story: 
 
 
 # -- a race of real processes (threads for memory) ----------------------------------------
-
-
-def _payments(emulator: StripeEmulator) -> StripePayments:
-    return StripePayments(make_stripe_client(TEST_KEY, timeout_s=2.0, base_url=emulator.url))
-
-
-def test_racing_recoverers_send_once(
-    backend: Backend, emulator: StripeEmulator, tmp_path: Path, spawn: list[Child]
-) -> None:
-    """Two recoverers (processes; threads on memory) race for one abandoned action: one send."""
-    payments = _payments(emulator)
-    payment = payments.create_payment(5_000)
-    store = backend.make()
-    lease = _lease(store, time.time(), target=payment.id)
-    intent = Intent(
-        new_action_id(),
-        "refund",
-        payment.id,
-        AMOUNT,
-        lease.id,
-        refunds_fingerprint(payments.list_refunds(payment.id)),
-        created_at=time.time(),
-    )
-    # A worker on this host that journaled its claim and died before `sending`.
-    dead = Owner("crashed-worker", 2**22 + 7, 0.0, socket.gethostname())
-    assert store.begin(intent, dead, 60.0, GRACE).status == "taken"
-    # The winner's answer is held a little, so the loser surely meets the winner's claim.
-    emulator.model.add_fault("hold", hold_ms=700, commit=True)
-
-    if backend.location is None:
-        reports = _race_in_threads(store, emulator)
-    else:
-        workers = [
-            spawn_child(spawn, tmp_path, wid, backend.location, emulator.url)
-            for wid in ("recoverer-a", "recoverer-b")
-        ]
-        for w in workers:
-            assert w.line() == "ready"
-        for w in workers:
-            w.send("go")
-        reports = [json.loads(w.line()) for w in workers]
-        assert [w.finish() for w in workers] == [0, 0]
-
-    refunds = payments.list_refunds(payment.id)
-    assert len(refunds) == 1 and refunds[0].metadata[ACTION_METADATA_KEY] == intent.action_id
-    assert emulator.model.requests.count(("POST", "refunds")) == 1
-    assert sorted(r["sends"] for r in reports) == [0, 1], reports
-    check = backend.make()
-    assert [(r.action_id, r.outcome) for r in check.receipts()] == [(intent.action_id, "sent")]
-    stored = check.lease(lease.id)
-    assert stored is not None and (stored.spent, dict(stored.reservations)) == (AMOUNT, {})
-    assert verify(check, payments).ok
-
-
-def spawn_child(
-    spawn: list[Child], tmp_path: Path, worker_id: str, location: str, base_url: str
-) -> Child:
-    """A recoverer process on the store at `location`, waiting at its start barrier."""
-    child = Child(
-        [str(HELPERS / "recoverer.py"), location, base_url, worker_id],
-        tmp_path / f"{worker_id}.stderr",
-    )
-    spawn.append(child)
-    return child
-
-
-def _race_in_threads(store: Store, emulator: StripeEmulator) -> list[dict[str, object]]:
-    from interlock import Gate, StripeRefund, Switches, Timing
-
-    barrier = threading.Barrier(2)
-    reports: list[dict[str, object]] = []
-    failures: list[BaseException] = []
-
-    def run(worker_id: str) -> None:
-        events: list[str] = []
-        gate = Gate(
-            store,
-            StripeRefund(_payments(emulator)),
-            timing=Timing(claim_ttl_s=8, stripe_timeout_s=3),
-            switches=Switches(),
-            owner=Owner.current(worker_id),
-            on_event=lambda kind, _data: events.append(kind),
-        )
-        try:
-            barrier.wait(timeout=10)
-            gate.recover()
-            reports.append({"worker": worker_id, "sends": events.count("before-send")})
-        except BaseException as e:
-            failures.append(e)
-
-    threads = [threading.Thread(target=run, args=(w,)) for w in ("thread-a", "thread-b")]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-        assert not t.is_alive()
-    assert failures == []
-    return reports
-
-
-@pytest.fixture
-def spawn() -> Iterator[list[Child]]:
-    """Children started by a test; each is killed (if still running) and reaped afterwards."""
-    children: list[Child] = []
-    yield children
-    for child in children:
-        child.close()
 
 
 def test_open_store_opens_each_kind_by_its_location(backend: Backend) -> None:

@@ -1,4 +1,4 @@
-"""The SQLite store does not slow down as it grows (docs/design.md §7, issue 14): the paths the demo
+"""The SQLite store does not slow down as it grows (docs/design.md §7): the paths the demo
 and the library take use indexes, version 2 stores are migrated in place, and `verify()`
 reads the store a batch at a time with memory bounded."""
 
@@ -176,3 +176,29 @@ def test_a_receipt_number_that_cannot_be_read_is_one_action_s_problem_not_a_casc
         f"action {ids[1]}: settled refused with no receipt",
         f"receipt 2 ({ids[1]}): its action is settled, but does not name this receipt",
     ]
+
+
+def test_sqlite_writers_wait_in_line_on_a_kernel_lock_held_for_the_write(tmp_path: Path) -> None:
+    """A write holds `<file>-writers` (flock) from before BEGIN IMMEDIATE to its end, so
+    another store's writer waits in the kernel's line (woken at the release) instead of
+    SQLite's busy handler, which sleeps up to 100 ms between looks; the file is 0600."""
+    import fcntl
+    import os
+
+    store = SQLiteStore(tmp_path / "j.sqlite3")
+    queue = tmp_path / "j.sqlite3-writers"
+    other = os.open(queue, os.O_RDWR)
+    try:
+        assert queue.stat().st_mode & 0o777 == 0o600
+        with store._write():
+            try:
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held = False
+            except BlockingIOError:
+                held = True
+        assert held, "the write did not hold the writers' lock"
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released with the write
+        fcntl.flock(other, fcntl.LOCK_UN)
+    finally:
+        os.close(other)
+        store.close()

@@ -15,15 +15,15 @@ import pytest
 import stripe
 
 from interlock import PaymentsUnsettledError, StripePayments, make_stripe_client
-from interlock_demo.payments import InProcessPayments, PaymentsModel, StripeEmulator
-from interlock_demo.payments.model import (
+from interlock._stripe_model import (
     CREATE_FAULT_KINDS,
     FAULT_KINDS,
     FAULT_STAGES,
     READ_FAULT_KINDS,
 )
+from interlock.testing import InProcessPayments, PaymentsModel, StripeEmulator
 from tests.conftest import TEST_KEY
-from tests.unit.test_emulator import (
+from tests.loopback.test_emulator import (
     _all_refunds,
     _client,
     _headers,
@@ -61,8 +61,8 @@ def test_kinds_are_one_tuple_split_into_creates_and_reads() -> None:
 @pytest.mark.parametrize("kind", FAULT_KINDS)
 def test_every_kind_is_armable_both_ways(emu: StripeEmulator, kind: str) -> None:
     """Every kind arms in-process and over HTTP, with its default stage, and is documented."""
-    from interlock_demo.payments import emulator as emulator_module
-    from interlock_demo.payments import model as model_module
+    from interlock import _stripe_emulator as emulator_module
+    from interlock import _stripe_model as model_module
 
     here = emu.model.add_fault(kind)
     there = _arm(emu, kind=kind)
@@ -196,10 +196,11 @@ def test_hold_before_commit_lands_after_the_clients_deadline(emu: StripeEmulator
 
 
 def test_hold_that_never_commits(emu: StripeEmulator, release_hold: threading.Event) -> None:
-    """A never-committing hold: 409 meanwhile, then no answer and no refund, and the key is free."""
+    """A never-committing hold: 409 meanwhile, then no answer and no refund, and the key is
+    free. Armed twice: the transport's one resend under the key meets it too."""
     client = _client(emu, timeout_s=10)
     pi = _paid(client)
-    fault = emu.model.add_fault("hold", stage="never_commits", hold_ms=8000)
+    fault = emu.model.add_fault("hold", stage="never_commits", hold_ms=8000, count=2)
     errors: list[BaseException] = []
 
     def first() -> None:

@@ -31,8 +31,8 @@ from interlock import (
     make_stripe_client,
     refunds_fingerprint,
 )
-from interlock_demo.payments import InProcessPayments, PaymentsModel, StripeEmulator
-from interlock_demo.payments.model import Reply, new_id
+from interlock._stripe_model import Reply, new_id
+from interlock.testing import InProcessPayments, PaymentsModel, StripeEmulator
 from tests.conftest import TEST_KEY
 
 DAY_S = 24 * 3600
@@ -78,7 +78,10 @@ def face(request: pytest.FixtureRequest) -> Iterator[Face]:
         return
     server = request.getfixturevalue("_server")
     before = _handler_threads()
-    yield _stripe_face(server)
+    stripe_face = _stripe_face(server)
+    yield stripe_face
+    assert isinstance(stripe_face.payments, StripePayments)
+    stripe_face.payments.close()  # its kept-alive connection holds a request thread
     for t in _handler_threads() - before:
         t.join(10)
 
@@ -239,9 +242,10 @@ def test_error_500_before_commit(face: Face) -> None:
 
 
 def test_drop_after_commit(face: Face) -> None:
-    """A dropped answer is unsettled (no status), yet the refund exists and a retry replays it."""
+    """A dropped answer, dropped again on the one resend, is unsettled (no status), yet the
+    refund exists and a retry replays it."""
     pi = face.payments.create_payment(3000)
-    fault = face.model.add_fault("drop")
+    fault = face.model.add_fault("drop", count=2)
     with pytest.raises(PaymentsUnsettledError) as err:
         face.payments.create_refund(pi.id, 900, idempotency_key="kd")
     assert err.value.http_status is None
@@ -249,6 +253,17 @@ def test_drop_after_commit(face: Face) -> None:
     [refund] = face.payments.list_refunds(pi.id)
     assert refund.amount == 900
     assert face.payments.create_refund(pi.id, 900, idempotency_key="kd").id == refund.id
+
+
+@pytest.mark.parametrize("key", ["kd1", None])
+def test_an_answer_dropped_once_is_recovered_by_the_resend(face: Face, key: str | None) -> None:
+    """Dropped once: the create goes once more under the same key (the SDK's own when none
+    was given) and the replay is the answer; one refund, the fault spent."""
+    pi = face.payments.create_payment(3000)
+    fault = face.model.add_fault("drop")
+    refund = face.payments.create_refund(pi.id, 900, idempotency_key=key)
+    assert fault.fired == 1 and fault.committed.is_set()
+    assert [r.id for r in face.payments.list_refunds(pi.id)] == [refund.id]
 
 
 def test_key_pruned_after_24_hours(face: Face) -> None:
@@ -339,7 +354,7 @@ def _scenario(face: Face) -> list[Any]:
     face.model.add_fault("error_500", commit=True)
     out.append(run(p.create_refund, pi.id, 200, idempotency_key="c"))
     out.append(run(p.create_refund, pi.id, 200, idempotency_key="c"))
-    face.model.add_fault("drop")
+    face.model.add_fault("drop", count=2)  # the send and its one resend
     out.append(run(p.create_refund, pi.id, 300, idempotency_key="d"))
     out.append(run(p.create_refund, pi.id, 300, idempotency_key="d"))
     out.append(run(p.create_refund, pi.id))
@@ -352,8 +367,11 @@ def _scenario(face: Face) -> list[Any]:
 def test_both_faces_give_the_same_results(_server: StripeEmulator) -> None:
     """One script of payments, refunds, replays and faults gives identical results on both faces."""
     before = _handler_threads()
-    over_http = _scenario(_stripe_face(_server))
+    stripe_face = _stripe_face(_server)
+    over_http = _scenario(stripe_face)
     in_process = _scenario(_inprocess_face())
+    assert isinstance(stripe_face.payments, StripePayments)
+    stripe_face.payments.close()
     for t in _handler_threads() - before:
         t.join(10)
     assert over_http == in_process

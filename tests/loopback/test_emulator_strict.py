@@ -23,8 +23,7 @@ from stripe._request_options import RequestOptions
 from stripe._stripe_context import StripeContext
 
 from interlock import PaymentsRejectedError, StripePayments
-from interlock_demo.payments import InProcessPayments, PaymentsModel, StripeEmulator
-from interlock_demo.payments.model import (
+from interlock._stripe_model import (
     ACCEPTED_PARAMS,
     METADATA_KEY_MAX,
     METADATA_MAX_KEYS,
@@ -32,7 +31,8 @@ from interlock_demo.payments.model import (
     SDK_PARAMS,
     sdk_params,
 )
-from tests.unit.test_emulator import _all_refunds, _client, _form, _http, _paid, _refund
+from interlock.testing import InProcessPayments, PaymentsModel, StripeEmulator
+from tests.loopback.test_emulator import _all_refunds, _client, _form, _http, _paid, _refund
 
 FIXTURES = Path(__file__).parents[1] / "data" / "stripe-fixtures-subset.json"
 
@@ -120,8 +120,14 @@ def _call(model: PaymentsModel, endpoint: str, pi: str, params: dict[str, Any]) 
         "GET /v1/payment_intents/{id}": {},
         "POST /v1/refunds": {"payment_intent": pi, "amount": "100"},
         "GET /v1/refunds": {"payment_intent": pi},
+        "POST /v1/transfers": {"amount": "100", "currency": "usd", "destination": "acct_MadeUp"},
+        "GET /v1/transfers": {"destination": "acct_MadeUp"},
     }
     merged = {**base[endpoint], **params}
+    if endpoint == "POST /v1/transfers":
+        return model.post("transfers", merged)
+    if endpoint == "GET /v1/transfers":
+        return model.list_transfers(merged)
     if endpoint == "POST /v1/payment_intents":
         return model.post("payment_intents", merged)
     if endpoint == "POST /v1/refunds":
@@ -146,6 +152,12 @@ def test_unknown_parameter_is_stripes_400(emu: StripeEmulator, endpoint: str) ->
             client.v1.refunds.create(params={"payment_intent": pi, "amuont": 5})  # type: ignore[typeddict-unknown-key]
         elif endpoint == "GET /v1/refunds":
             client.v1.refunds.list(params={"payment_intent": pi, "amuont": 5})  # type: ignore[typeddict-unknown-key]
+        elif endpoint == "POST /v1/transfers":
+            client.v1.transfers.create(
+                params={"amount": 5, "currency": "usd", "destination": "acct_MadeUp", "amuont": 5}  # type: ignore[typeddict-unknown-key]
+            )
+        elif endpoint == "GET /v1/transfers":
+            client.v1.transfers.list(params={"destination": "acct_MadeUp", "amuont": 5})  # type: ignore[typeddict-unknown-key]
         else:
             client.v1.payment_intents.retrieve(pi, params={"amuont": 5})  # type: ignore[typeddict-unknown-key]
     assert err.value.http_status == 400

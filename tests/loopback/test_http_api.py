@@ -7,6 +7,7 @@ that needs a run to stay running holds it with a listener that waits on an event
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import json
 import logging
@@ -21,9 +22,16 @@ import pytest
 
 from interlock_demo import settings
 from interlock_demo.core.run import Run
-from interlock_demo.engine import Engine, RunRequest
+from interlock_demo.engine import Engine, RunChoice
 from interlock_demo.errors import PortInUseError
-from interlock_demo.views.http_api import RunApi
+from interlock_demo.views.http_api import (
+    FD_HEADROOM,
+    LOG_ENTRIES_PER_MINUTE,
+    MAX_BODY,
+    MAX_LOG_BYTES,
+    RunApi,
+    connection_cap,
+)
 
 WAIT_S = 30.0
 HTTP_TIMEOUT_S = 10.0
@@ -113,8 +121,8 @@ class HeldRuns:
         self.release = threading.Event()
         self.started: list[Run] = []
 
-    def __call__(self, request: RunRequest) -> Run:
-        run = self.engine.start(request, listeners=(self._hold,))
+    def __call__(self, choice: RunChoice) -> Run:
+        run = self.engine.start(choice, listeners=(self._hold,))
         self.started.append(run)
         return run
 
@@ -135,18 +143,29 @@ def mock_config(tmp_path: Path, **keys: str) -> settings.DemoConfig:
     )
 
 
+def endpoint(engine: Engine, config: settings.DemoConfig, **kwargs: Any) -> RunApi:
+    """The endpoint over `engine`, its POSTs changing a choice of `config` as a view would."""
+    return RunApi(engine, choice=lambda: RunChoice(config), **kwargs)
+
+
 @pytest.fixture
-def engine(tmp_path: Path) -> Iterator[Engine]:
+def config(tmp_path: Path) -> settings.DemoConfig:
+    """A mock-mode configuration that found no keys."""
+    return mock_config(tmp_path)
+
+
+@pytest.fixture
+def engine(config: settings.DemoConfig) -> Iterator[Engine]:
     """A mock-mode engine that found no keys."""
-    eng = Engine(mock_config(tmp_path))
+    eng = Engine(config)
     yield eng
     eng.close()
 
 
 @pytest.fixture
-def api(engine: Engine) -> Iterator[RunApi]:
+def api(engine: Engine, config: settings.DemoConfig) -> Iterator[RunApi]:
     """The endpoint over `engine` on a free port, starting runs with `engine.start`."""
-    server = RunApi(engine, port=0).start()
+    server = endpoint(engine, config, port=0).start()
     yield server
     server.stop()
 
@@ -166,9 +185,9 @@ def held(engine: Engine) -> Iterator[HeldRuns]:
 
 
 @pytest.fixture
-def held_client(engine: Engine, held: HeldRuns) -> Iterator[Client]:
+def held_client(engine: Engine, config: settings.DemoConfig, held: HeldRuns) -> Iterator[Client]:
     """A client of an endpoint whose POSTs start held runs."""
-    server = RunApi(engine, port=0, start_run=held).start()
+    server = endpoint(engine, config, port=0, start_run=held).start()
     yield Client(server.port)
     server.stop()
 
@@ -192,12 +211,18 @@ def test_get_run_before_any_run_is_404(client: Client) -> None:
 
 
 def test_served_run_equals_run_to_json(client: Client, engine: Engine) -> None:
-    """A finished run is served at /api/run and /api/runs/{id} exactly as Run.to_json()."""
+    """A finished run is served at /api/run and /api/runs/{id} exactly as Run.to_json(): a
+    run@2 document whose events carry their fields (each worker's report, its outcome)."""
     run = started(client.post(), engine)
     assert run.wait(WAIT_S)
     assert run.status == "finished"
     assert client.get("/api/run").json() == run.to_json()
     assert client.get(f"/api/runs/{run.run_id}").json() == run.to_json()
+    served = client.get("/api/run").json()
+    assert served["schema"] == "interlock-demo/run@2"
+    for col in served["columns"]:
+        outcomes = [e["data"] for e in col["events"] if e["kind"] == "outcome"]
+        assert outcomes[-1] == col["outcome"], col["name"]
 
 
 def test_unknown_run_id_is_404(client: Client, engine: Engine) -> None:
@@ -238,6 +263,32 @@ def test_post_passes_the_request_to_start_run(
     assert run.wait(WAIT_S)
     run = started(held_client.post({"scenario": "after-answer", "checked": True}), engine)
     assert [c.name for c in run.columns] == ["standard", "interlock", "checked"]
+
+
+def test_post_keeps_what_it_does_not_name_of_the_views_choice(tmp_path: Path) -> None:
+    """A POST changes only what its body names in the view's choice, read at each request:
+    the view's engine stays, so mock on the view's Temporal is refused with the mode
+    table's own words and nothing starts."""
+    offline = settings.resolve(mode="offline", env={"INTERLOCK_HOME": str(tmp_path), "PATH": ""})
+    choices = [RunChoice(dataclasses.replace(offline, engine="temporal"), checked=True)]
+    eng = Engine(offline)
+    server = RunApi(eng, choice=lambda: choices[-1], port=0).start()
+    try:
+        answer = Client(server.port).post({"scenario": "revoked", "mode": "mock"})
+        assert answer.status == 400
+        assert answer.error.startswith(str(settings.mode_named("mock").refusal("temporal")))
+        choices.append(RunChoice(offline.with_mode("mock"), checked=True))
+        run = started(Client(server.port).post({"scenario": "revoked"}), eng)
+        assert run.wait(WAIT_S)
+    finally:
+        server.stop()
+        eng.close()
+    assert (run.mode, run.engine, [c.name for c in run.columns]) == (
+        "mock",
+        "standalone",
+        ["standard", "interlock", "checked"],
+    )
+    assert list(eng.runs) == [run.run_id]
 
 
 def test_second_start_while_one_runs_is_409(
@@ -413,15 +464,16 @@ def test_checks_come_before_409(held_client: Client, engine: Engine) -> None:
 
 def test_live_without_keys_is_400_naming_what_is_missing(tmp_path: Path) -> None:
     """A mode the configuration refuses gets 400 with its message, which shows no key."""
-    eng = Engine(mock_config(tmp_path, STRIPE_SECRET_KEY=STRIPE_KEY))
-    server = RunApi(eng, port=0).start()
+    config = mock_config(tmp_path, STRIPE_SECRET_KEY=STRIPE_KEY)
+    eng = Engine(config)
+    server = endpoint(eng, config, port=0).start()
     try:
         answer = Client(server.port).post({"scenario": "revoked", "mode": "live"})
     finally:
         server.stop()
         eng.close()
     assert answer.status == 400
-    assert "live mode needs ANTHROPIC_API_KEY" in answer.error
+    assert answer.error.startswith("live mode needs ANTHROPIC_API_KEY")
     assert STRIPE_KEY not in answer.raw.decode()
     assert eng.runs == {}
 
@@ -431,11 +483,10 @@ def test_live_without_keys_is_400_naming_what_is_missing(tmp_path: Path) -> None
 
 def test_no_key_in_any_answer(tmp_path: Path) -> None:
     """With both keys set, no answer (bodies or headers) contains either key."""
-    eng = Engine(
-        mock_config(tmp_path, STRIPE_SECRET_KEY=STRIPE_KEY, ANTHROPIC_API_KEY=ANTHROPIC_KEY)
-    )
+    config = mock_config(tmp_path, STRIPE_SECRET_KEY=STRIPE_KEY, ANTHROPIC_API_KEY=ANTHROPIC_KEY)
+    eng = Engine(config)
     held = HeldRuns(eng)
-    server = RunApi(eng, port=0, start_run=held).start()
+    server = endpoint(eng, config, port=0, start_run=held).start()
     client = Client(server.port)
     try:
         run = started(client.post(), eng)
@@ -498,14 +549,16 @@ def test_every_answer_is_json_no_store_without_cors(held_client: Client, engine:
 # -- lifecycle ---------------------------------------------------------------------------------
 
 
-def test_port_in_use_names_the_port_and_the_flag(engine: Engine) -> None:
+def test_port_in_use_names_the_port_and_the_flag(
+    engine: Engine, config: settings.DemoConfig
+) -> None:
     """Starting on a port another program listens on raises an error naming it and --http PORT."""
     with socket.socket() as other:
         other.bind(("127.0.0.1", 0))
         other.listen()
         port = other.getsockname()[1]
         with pytest.raises(PortInUseError) as caught:
-            RunApi(engine, port=port).start()
+            endpoint(engine, config, port=port).start()
     assert str(caught.value) == (
         f"cannot serve the HTTP endpoint on 127.0.0.1:{port}: the port is in use; "
         "pick another with --http PORT"
@@ -513,9 +566,11 @@ def test_port_in_use_names_the_port_and_the_flag(engine: Engine) -> None:
     assert not [t for t in threading.enumerate() if t.name == "http-api"]
 
 
-def test_serves_loopback_only_and_stop_frees_the_port(engine: Engine) -> None:
+def test_serves_loopback_only_and_stop_frees_the_port(
+    engine: Engine, config: settings.DemoConfig
+) -> None:
     """It listens on 127.0.0.1 only, and after stop() its thread is gone and the port free."""
-    server = RunApi(engine, port=0).start()
+    server = endpoint(engine, config, port=0).start()
     port = server.port
     assert port != 0
     assert server.url == f"http://127.0.0.1:{port}"
@@ -524,7 +579,7 @@ def test_serves_loopback_only_and_stop_frees_the_port(engine: Engine) -> None:
         socket.create_connection(("127.0.0.2", port), timeout=HTTP_TIMEOUT_S).close()
     server.stop()
     assert not [t for t in threading.enumerate() if t.name == "http-api"]
-    again = RunApi(engine, port=port).start()
+    again = endpoint(engine, config, port=port).start()
     try:
         assert Client(port).get("/api/run").status == 404
     finally:
@@ -574,10 +629,10 @@ def _read_until_closed(sock: socket.socket) -> bytes:
 
 
 @pytest.fixture
-def short_api(engine: Engine) -> Iterator[RunApi]:
+def short_api(engine: Engine, config: settings.DemoConfig) -> Iterator[RunApi]:
     """The endpoint with half-second header and body timeouts and room for 4 connections."""
-    server = RunApi(
-        engine, port=0, max_connections=4, header_timeout_s=SHORT_S, body_timeout_s=SHORT_S
+    server = endpoint(
+        engine, config, port=0, max_connections=4, header_timeout_s=SHORT_S, body_timeout_s=SHORT_S
     ).start()
     yield server
     server.stop()
@@ -602,8 +657,9 @@ def test_body_shorter_than_its_length_gets_408(short_api: RunApi, engine: Engine
     sock = _slow_request(port, head.encode() + b'{"scenario":')
     raw = _read_until_closed(sock)
     assert raw.startswith(b"HTTP/1.1 408 "), raw
-    assert b"the body did not arrive within 0.5 s" in raw
+    assert b"did not arrive within 0.5 s" in raw
     assert engine.runs == {}
+    assert not short_api.error_log.exists()  # a client's stall is not the endpoint's error
 
 
 def test_slow_clients_give_way_to_a_new_request(short_api: RunApi, engine: Engine) -> None:
@@ -621,23 +677,46 @@ def test_slow_clients_give_way_to_a_new_request(short_api: RunApi, engine: Engin
         sock.close()
 
 
-def test_a_full_table_of_requests_being_answered_gets_503(short_api: RunApi) -> None:
-    """When every slot is a request being answered (here: bodies still coming), a newcomer is
-    told 503 at once rather than left waiting."""
+def test_bodies_that_never_finish_give_way_to_a_new_request(
+    short_api: RunApi, engine: Engine
+) -> None:
+    """Every slot held by a POST whose headers are in but whose body never finishes (one
+    process's way to lock everyone out) still leaves room: the oldest gives way, a new request
+    is answered, and nothing is started or logged."""
     port = short_api.port
     head = (
         f"POST /api/runs HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nExpect: 100-continue\r\n"
         "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n"
     ).encode()
-    busy = [_slow_request(port, head) for _ in range(4)]
-    for sock in busy:  # "100 Continue": the application has the request and reads its body
-        assert sock.recv(100).startswith(b"HTTP/1.1 100 Continue")
-    probe = Client(port).get("/api/run")
-    answers = [_read_until_closed(sock) for sock in busy]
-    assert all(a.startswith(b"HTTP/1.1 408 ") for a in answers), answers
-    assert probe.status == 503, probe.raw
-    assert "4 requests are being answered" in probe.error
-    assert Client(port).get("/api/run").status == 404  # and answered again once they are gone
+    held = [_slow_request(port, head) for _ in range(4)]
+    try:
+        for sock in held:  # "100 Continue": the application has the headers, not the body
+            assert sock.recv(100).startswith(b"HTTP/1.1 100 Continue")
+            sock.sendall(b"{")
+        probe = Client(port).get("/api/run")
+        assert probe.status == 404, probe.raw
+        assert _read_until_closed(held[0]) == b""  # gave way before its timeout
+    finally:
+        for sock in held:
+            sock.close()
+    assert engine.runs == {}
+    assert not short_api.error_log.exists()
+
+
+def test_a_declared_body_over_the_limit_is_413_at_once(api: RunApi, engine: Engine) -> None:
+    """A Content-Length over MAX_BODY is answered 413 before any of the body is sent, not
+    left to wait for a 408 while it holds a slot."""
+    port = api.port
+    head = (
+        f"POST /api/runs HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {MAX_BODY + 1}\r\n\r\n"
+    )
+    sock = _slow_request(port, head.encode())
+    sock.settimeout(3.0)  # well under the endpoint's 10 s timeouts
+    raw = _read_until_closed(sock)
+    assert raw.startswith(b"HTTP/1.1 413 "), raw
+    assert f"at most {MAX_BODY}".encode() in raw
+    assert engine.runs == {}
 
 
 def test_unexpected_error_is_500_with_an_id_logged_without_key_or_body(
@@ -647,11 +726,12 @@ def test_unexpected_error_is_500_with_an_id_logged_without_key_or_body(
     id and the traceback, 0600, and neither the key nor the request's body."""
     body = json.dumps(GOOD_BODY)
 
-    def failing_start(request: RunRequest) -> Run:
+    def failing_start(choice: RunChoice) -> Run:
         raise RuntimeError(f"could not start with {STRIPE_KEY} for {body}")
 
-    eng = Engine(mock_config(tmp_path, STRIPE_SECRET_KEY=STRIPE_KEY))
-    server = RunApi(eng, port=0, start_run=failing_start).start()
+    config = mock_config(tmp_path, STRIPE_SECRET_KEY=STRIPE_KEY)
+    eng = Engine(config)
+    server = endpoint(eng, config, port=0, start_run=failing_start).start()
     try:
         answer = Client(server.port).post(GOOD_BODY)
     finally:
@@ -672,14 +752,57 @@ def test_unexpected_error_is_500_with_an_id_logged_without_key_or_body(
     assert body not in logged
 
 
-def test_request_aiohttp_refuses_is_400_and_reported_only_in_the_error_log(
+def test_requests_refused_before_the_host_check_are_never_logged(
     short_api: RunApi, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A request aiohttp's parser refuses (a bad Content-Length) gets its 400, and the report
-    goes to the error log under INTERLOCK_HOME, not to the terminal (the app's screen)."""
+    """Requests aiohttp's parser refuses (a bad Content-Length, a garbled line), as any web
+    page can send them in a stream, get their 400 and leave no trace: not in the error log,
+    which would grow without bound, nor on the terminal (the app's screen)."""
     port = short_api.port
-    head = f"POST /api/runs HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: abc\r\n\r\n"
-    raw = _read_until_closed(_slow_request(port, head.encode()))
-    assert raw.split(b"\r\n", 1)[0].endswith(b" 400 Bad Request"), raw
+    probes = [
+        f"POST /api/runs HTTP/1.1\r\nHost: attacker.example:{port}\r\nContent-Length: abc\r\n\r\n",
+        "GARBAGE\x01 / HTTP/1.1\r\n\r\n",
+    ]
+    for i in range(100):
+        raw = _read_until_closed(_slow_request(port, probes[i % 2].encode()))
+        assert raw.split(b"\r\n", 1)[0].endswith(b" 400 Bad Request"), raw
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
-    assert "Invalid character in Content-Length" in short_api.error_log.read_text()
+    assert not short_api.error_log.exists()
+
+
+def test_the_error_log_is_rate_limited_and_rotated(api: RunApi) -> None:
+    """A burst of entries writes LOG_ENTRIES_PER_MINUTE of them and counts the rest; past
+    MAX_LOG_BYTES the log moves to http-api.log.1, so it never grows without bound."""
+    now = [1000.0]
+    api._clock = lambda: now[0]
+    for i in range(LOG_ENTRIES_PER_MINUTE + 30):
+        api.append_to_error_log(f"entry {i}", "x")
+    assert api.error_log.read_text().count("\nx\n") == LOG_ENTRIES_PER_MINUTE
+    now[0] += 61.0
+    api.append_to_error_log("after", "y")
+    assert "after (30 entries withheld before this one" in api.error_log.read_text()
+    big = "z" * (MAX_LOG_BYTES // 80)
+    for _ in range(200):
+        now[0] += 61.0
+        api.append_to_error_log("big", big)
+    assert api.error_log.stat().st_size <= MAX_LOG_BYTES
+    rotated = api.error_log.with_name("http-api.log.1")
+    assert rotated.stat().st_size <= MAX_LOG_BYTES
+    assert rotated.stat().st_mode & 0o777 == 0o600
+
+
+def test_connections_are_capped_under_the_file_limit(engine: Engine) -> None:
+    """With a file limit that leaves room for 10 more descriptors past the headroom, the
+    endpoint holds at most 10 connections, not 64 ("Too many open files" in the app)."""
+    import os
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    in_use = len(os.listdir("/proc/self/fd"))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (in_use + FD_HEADROOM + 10, hard))
+    try:
+        assert 1 <= connection_cap(64) <= 10
+        assert connection_cap(64) < 64
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert connection_cap(64) == 64

@@ -9,23 +9,15 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
-import queue
-import re
 import select
-import signal
 import socket
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from interlock_demo.payments import StripeEmulator
-from interlock_demo.payments.emulator import (
+from interlock._stripe_emulator import (
     MAX_BODY,
     MAX_DEPTH,
     TOKEN_ENV,
@@ -33,8 +25,9 @@ from interlock_demo.payments.emulator import (
     EmulatorControl,
     EmulatorControlError,
 )
-from tests.conftest import TEST_KEY
-from tests.unit.test_emulator import _client, _control_headers, _http, _paid
+from interlock.testing import StripeEmulator
+from tests.conftest import TEST_KEY, emulator_handler_threads, join_emulator_handlers
+from tests.loopback.test_emulator import _client, _control_headers, _http, _paid
 
 # -- control routes --------------------------------------------------------------------
 
@@ -237,7 +230,7 @@ def test_bad_api_requests_get_stripes_400(
 
 def test_nesting_within_the_limit_is_accepted(emu: StripeEmulator) -> None:
     """Keys nested up to MAX_DEPTH levels are decoded (the limit refuses only deeper ones)."""
-    from interlock_demo.payments.emulator import decode_form
+    from interlock._stripe_emulator import decode_form
 
     decoded = decode_form(_nested(MAX_DEPTH - 1).decode())
     node: Any = decoded["metadata"]
@@ -325,47 +318,124 @@ def test_unfinished_headers_do_not_hold_a_thread(impatient: StripeEmulator) -> N
     assert elapsed < 3.0, f"a 0.5 s read deadline left the connection open {elapsed:.2f} s"
 
 
+def _get_refunds(emu: StripeEmulator) -> bytes:
+    return (
+        f"GET /v1/refunds HTTP/1.1\r\nHost: 127.0.0.1:{emu.port}\r\n"
+        f"Authorization: Bearer {TEST_KEY}\r\n\r\n"
+    ).encode()
+
+
+def _answer_status(sock: socket.socket) -> int:
+    resp = http.client.HTTPResponse(sock)
+    resp.begin()
+    resp.read()
+    return resp.status
+
+
+def test_a_request_late_in_a_kept_connections_idle_wait_gets_its_whole_deadline() -> None:
+    """Idle 1.5 s of a 2 s read deadline, then a request whose head takes 1 s to arrive: the
+    deadline runs from the request's first byte, so it is answered, not cut off unanswered
+    (which a client can only read as "may or may not have happened")."""
+    with StripeEmulator(read_timeout_s=2.0) as emu:
+        request = _get_refunds(emu)
+        with socket.create_connection(("127.0.0.1", emu.port), timeout=5) as sock:
+            sock.sendall(request)
+            assert _answer_status(sock) == 200
+            # The idle wait and the slow head are the client under test; each wait also
+            # watches for the server closing the connection, which it must not.
+            assert not select.select([sock], [], [], 1.5)[0], "closed while idle under 2 s"
+            sock.sendall(request[:20])
+            assert not select.select([sock], [], [], 1.0)[0], "closed mid-request"
+            sock.sendall(request[20:])
+            assert _answer_status(sock) == 200
+
+
+def test_a_kept_connection_idle_past_the_deadline_is_closed(impatient: StripeEmulator) -> None:
+    """A connection left idle after its answer is closed after the read deadline: it holds
+    a thread only that long."""
+    with socket.create_connection(("127.0.0.1", impatient.port), timeout=5) as sock:
+        sock.sendall(_get_refunds(impatient))
+        assert _answer_status(sock) == 200
+        started = time.monotonic()
+        assert sock.recv(1024) == b"", "the emulator sent something nobody asked for"
+        elapsed = time.monotonic() - started
+    assert elapsed < 3.0, f"a 0.5 s read deadline left an idle connection open {elapsed:.2f} s"
+
+
 # -- interlock-demo stripe-emulator --------------------------------------------------------
 
 
-def test_cli_emulator_takes_a_free_port_and_tells_only_its_starter_the_token(
-    tmp_path: Any,
+def test_header_bytes_trickled_past_the_deadline_are_cut_off(impatient: StripeEmulator) -> None:
+    """The deadline is the whole request's: a header byte every 0.2 s cannot stretch it."""
+    request = _post(impatient, "/v1/refunds", _stripe_headers(("X-Slow", "y" * 40)), b"")
+    started = time.monotonic()
+    closed_at = None
+    with socket.create_connection(("127.0.0.1", impatient.port), timeout=5) as sock:
+        for i in range(len(request) - 4):  # never the blank line that ends the headers
+            # The slow client under test: a byte, then up to 0.2 s watching for the close.
+            if select.select([sock], [], [], 0.2)[0]:
+                closed_at = time.monotonic()
+                break
+            try:
+                sock.sendall(request[i : i + 1])
+            except OSError:
+                closed_at = time.monotonic()
+                break
+    assert closed_at is not None, "a request trickled for 20 s was never cut off"
+    elapsed = closed_at - started
+    assert elapsed < 3.0, f"a 0.5 s request deadline took {elapsed:.2f} s"
+
+
+def test_connections_past_the_workers_are_refused_at_once() -> None:
+    """With 4 workers, 10 stalled connections hold at most 4 threads; the others get a 429
+    in Stripe's shape at once, and once the stalled ones are cut off a request is served."""
+    with StripeEmulator(read_timeout_s=5.0, max_workers=4) as emu:
+        before = emulator_handler_threads()
+        socks = [socket.create_connection(("127.0.0.1", emu.port), timeout=5) for _ in range(10)]
+        try:
+            for sock in socks:
+                sock.sendall(b"GET /v1/refunds HTTP/1.1\r\n")  # never finished
+            refused = 0
+            deadline = time.monotonic() + 2.5
+            waiting = list(socks)
+            while waiting and time.monotonic() < deadline:
+                ready, _, _ = select.select(waiting, [], [], max(deadline - time.monotonic(), 0))
+                for sock in ready:
+                    waiting.remove(sock)
+                    answer = sock.recv(4096)
+                    assert answer.startswith(b"HTTP/1.1 429"), answer[:100]
+                    assert b"rate_limit_error" in answer
+                    refused += 1
+            assert refused == 6
+            assert len(emulator_handler_threads() - before) <= 4
+        finally:
+            for sock in socks:
+                sock.close()
+        join_emulator_handlers(before)
+        status, body, _ = _http(emu, "GET", "/v1/refunds", headers={"Authorization": "x"})
+        assert status == 401, body
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("POST", "/v1/payment_intents", "amount=500&currency=usd"),
+        ("POST", "/v1/refunds", "amount=500&payment_intent=pi_x"),
+        ("GET", "/v1/refunds", None),
+    ],
+)
+@pytest.mark.parametrize("host", ["attacker.example:{port}", "127.0.0.1.attacker.example"])
+def test_stripe_routes_refuse_a_foreign_host(
+    emu: StripeEmulator, method: str, path: str, body: str | None, host: str
 ) -> None:
-    """`stripe-emulator` picks a free port, prints address and token on stderr, nothing on stdout;
-    the token then arms a fault from another process's point of view."""
-    env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "interlock_demo.cli", "stripe-emulator"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-    )
-    lines: queue.Queue[str] = queue.Queue()
-    stderr = proc.stderr
-    assert stderr is not None
-
-    def read() -> None:
-        for line in stderr:
-            lines.put(line)
-
-    reader = threading.Thread(target=read)
-    reader.start()
-    try:
-        address = lines.get(timeout=20)
-        token_line = lines.get(timeout=5)
-        url = re.search(r"http://127\.0\.0\.1:(\d+)", address)
-        token = re.search(r"Control token: (\S+)", token_line)
-        assert url is not None and token is not None, (address, token_line)
-        assert int(url.group(1)) not in (0, 12111)
-        control = EmulatorControl(url.group(0), token.group(1))
-        assert control.add_fault("error_429")["kind"] == "error_429"
-        with pytest.raises(EmulatorControlError, match="403"):
-            EmulatorControl(url.group(0), "z" * 32).clear_faults()
-    finally:
-        proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=10)
-        reader.join(5)
-    assert out == ""
-    assert proc.returncode == 0
+    """A request with a test key but addressed to another name (a DNS-rebinding page) is a
+    403 in Stripe's shape on the API routes too, and creates nothing."""
+    headers = {
+        "Host": host.format(port=emu.port),
+        "Authorization": f"Bearer {TEST_KEY}",
+        "Content-Type": "application/x-www-form-urlencoded",
+    }
+    status, answer, _ = _http(emu, method, path, body, headers=headers)
+    assert status == 403
+    assert "answer only Host 127.0.0.1:" in answer["error"]["message"]
+    assert emu.model.list_refunds({}).body["data"] == []

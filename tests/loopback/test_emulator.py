@@ -13,19 +13,20 @@ import socket
 import threading
 import time
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 import stripe
 
 from interlock import (
-    DeadlineHTTPClient,
     PaymentsRejectedError,
     PaymentsUnsettledError,
     StripePayments,
     make_stripe_client,
 )
-from interlock_demo.payments import InProcessPayments, StripeEmulator
-from interlock_demo.payments.emulator import CONTROL_PREFIX, TOKEN_HEADER, decode_form
+from interlock._stripe import DeadlineHTTPClient
+from interlock._stripe_emulator import CONTROL_PREFIX, TOKEN_HEADER, decode_form
+from interlock.testing import InProcessPayments, StripeEmulator
 from tests.conftest import TEST_KEY, emulator_handler_threads, join_emulator_handlers
 
 LIVE_KEY = "sk_live_" + "Qz7Vw3Nc9Lp2Hx8Rt4Ym6Kb1"
@@ -778,15 +779,17 @@ def test_error_500_without_commit_saves_nothing(emu: StripeEmulator) -> None:
 
 
 def test_drop_after_commit_is_unsettled_yet_refunded(emu: StripeEmulator) -> None:
-    """drop closes the connection after committing: unsettled, refund exists, retry replays."""
+    """drop closes the connection after committing, and again on the transport's one
+    resend (a replay takes the drop too): unsettled, refund exists, a retry replays."""
     payments = StripePayments(_client(emu))
     pi = payments.create_payment(3000)
-    status, fault, _ = _http(emu, "POST", "/_emulator/faults", {"kind": "drop"})
+    status, fault, _ = _http(emu, "POST", "/_emulator/faults", {"kind": "drop", "count": 2})
     assert status == 200
     with pytest.raises(PaymentsUnsettledError) as err:
         payments.create_refund(pi.id, 1000, idempotency_key="k-drop")
     assert err.value.http_status is None
     assert emu.model.fault(fault["id"]).committed.is_set()
+    assert emu.model.fault(fault["id"]).fired == 2
     [refund] = payments.list_refunds(pi.id)
     assert refund.amount == 1000
     assert payments.create_refund(pi.id, 1000, idempotency_key="k-drop").id == refund.id
@@ -1043,3 +1046,19 @@ def test_emulator_context_manager_stops_listening() -> None:
     with socket.socket() as s, pytest.raises(OSError):
         s.settimeout(2)
         s.connect(("127.0.0.1", port))
+
+
+@pytest.mark.parametrize("amount", ["٣٠٠", "５０", "²", "--5", "5-", "1e3"])
+def test_amounts_are_ascii_digits_only(emu: StripeEmulator, amount: str) -> None:
+    """An amount in other digits (Arabic-Indic, full-width, superscript) or malformed is
+    Stripe's 400 parameter_invalid_integer, never a refund and never a 500."""
+    pi = _paid(_client(emu))
+    for path, body in (
+        ("/v1/refunds", {"payment_intent": pi.id, "amount": amount}),
+        ("/v1/payment_intents", {"currency": "usd", "amount": amount}),
+    ):
+        status, answer, _ = _http(emu, "POST", path, urlencode(body), headers=_form())
+        assert status == 400, (path, answer)
+        assert answer["error"]["code"] == "parameter_invalid_integer"
+        assert answer["error"]["param"] == "amount"
+    assert _all_refunds(_client(emu), pi.id) == []

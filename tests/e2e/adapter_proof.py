@@ -1,0 +1,130 @@
+"""The crash proof both framework guards share (`test_adapter_pydantic_ai.py`,
+`test_adapter_openai_agents.py`).
+
+A real agent process (`tests/helpers/adapter_agent.py`, the framework's own offline test
+model, the real `stripe` SDK against the loopback emulator) decides a $20 refund and
+stops for approval, saving the framework's own state. A second process resumes from it
+and is SIGKILLed inside the guarded tool at a named gate event (it prints the event
+first, so the test waits on that line, never on time). Meanwhile a person may refund by
+hand or revoke the approval. A third process resumes from the same saved state, as the
+framework resumes, and the test reads what Stripe holds and what the model was told.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from interlock import (
+    ACTION_METADATA_KEY,
+    REASON_WORLD_CHANGED,
+    Lease,
+    SQLiteStore,
+    StripePayments,
+    make_stripe_client,
+    verify,
+)
+from interlock.testing import StripeEmulator
+from tests.conftest import TEST_KEY
+from tests.helpers.headless import Lines, reap
+
+ROOT = Path(__file__).resolve().parents[2]
+HELPER = ROOT / "tests" / "helpers" / "adapter_agent.py"
+DEADLINE_S = 60.0
+
+
+@dataclass(frozen=True)
+class Case:
+    """One row of the truth table: where it dies, what a person does, what Stripe wants."""
+
+    crash: str
+    outage: str | None
+    refunds: int  # at Stripe afterwards
+    own: int  # of them, the agent's own
+    status: str  # the action's recorded outcome
+    words: str  # in the tool's answer, as the model quoted it
+
+
+CASES = {
+    "hand-refund": Case(
+        "before-send", "hand-refund", 1, 0, "refused", f"not done, refused: {REASON_WORLD_CHANGED}"
+    ),
+    "revoked": Case("before-send", "revoke", 0, 0, "refused", "not done, refused: "),
+    "after-answer": Case("after-answer", None, 1, 1, "adopted", "found at Stripe"),
+}
+
+
+def _start(args: list[str]) -> subprocess.Popen[str]:
+    env = {**os.environ, "STRIPE_SECRET_KEY": TEST_KEY, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(
+        [sys.executable, str(HELPER), *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def _finish(args: list[str]) -> dict[str, Any]:
+    proc = _start(args)
+    try:
+        out, err = proc.communicate(timeout=DEADLINE_S)
+    finally:
+        reap(proc)
+    assert proc.returncode == 0, f"exit {proc.returncode}: {err[-3000:]}"
+    return dict(json.loads(out.strip().splitlines()[-1]))
+
+
+def prove(framework: str, scenario: str, emulator: StripeEmulator, tmp: Path) -> None:
+    """Run `scenario` through `framework`'s guard across a SIGKILL; assert the truth table."""
+    case = CASES[scenario]
+    payments = StripePayments(make_stripe_client(TEST_KEY, timeout_s=2.0, base_url=emulator.url))
+    store = SQLiteStore(tmp / "interlock.sqlite3")
+    payment = payments.create_payment(10_000).id
+    lease = store.grant_lease(
+        Lease(
+            f"lease_{payment}", "refund", payment, 2_000, time.time() + 3600, "support", time.time()
+        )
+    )
+    state = tmp / "state.json"
+    common = [str(state), str(tmp / "interlock.sqlite3"), emulator.url, payment, lease.id]
+    assert _finish([framework, "decide", *common])["saved"]
+    assert payments.list_refunds(payment) == []
+
+    doomed = _start([framework, "resume", *common, case.crash])
+    try:
+        assert doomed.stdout is not None
+        Lines(doomed.stdout, DEADLINE_S).until(f"crash-point {case.crash}")
+        assert doomed.wait(timeout=DEADLINE_S) == -9
+    finally:
+        reap(doomed)
+
+    if case.outage == "hand-refund":
+        payments.create_refund(payment, 2_000, idempotency_key=None, metadata={})
+    elif case.outage == "revoke":
+        store.revoke_lease(lease.id, "support")
+
+    report = _finish([framework, "resume", *common])
+    refunds = payments.list_refunds(payment)
+    own = [r for r in refunds if ACTION_METADATA_KEY in r.metadata]
+    assert (len(refunds), len(own)) == (case.refunds, case.own), refunds
+    [action_id] = report["action_ids"]
+    assert action_id.startswith(f"{framework}:")
+    assert all(r.metadata[ACTION_METADATA_KEY] == action_id for r in own)
+    assert case.words in report["final"], report["final"]
+    if case.refunds != case.own or not own:
+        assert "done: refunded" not in report["final"]
+    recorded = store.action(action_id)
+    assert recorded is not None and recorded.settlement is not None
+    assert recorded.settlement.status == case.status
+    checked = verify(store, payments)
+    assert checked.ok, checked.problems
+    store.close()

@@ -1,0 +1,72 @@
+"""`interlock-demo stripe-emulator` as its own process: a free port, and a control token
+that only its starter is told."""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+from typing import Any
+
+import pytest
+
+from interlock._stripe_emulator import (
+    TOKEN_ENV,
+    EmulatorControl,
+    EmulatorControlError,
+)
+
+
+def test_cli_emulator_takes_a_free_port_and_tells_only_its_starter_the_token(
+    tmp_path: Any,
+) -> None:
+    """`stripe-emulator` picks a free port, prints address and token on stderr, nothing on stdout;
+    the token then arms a fault from another process's point of view."""
+    env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "interlock_demo.cli", "stripe-emulator"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    stderr = proc.stderr
+    assert stderr is not None
+
+    def read() -> None:
+        for line in stderr:
+            lines.put(line)
+
+    # Daemon: if the process outlives the test, its pipe must not hold pytest open at exit.
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        address = lines.get(timeout=20)
+        token_line = lines.get(timeout=5)
+        url = re.search(r"http://127\.0\.0\.1:(\d+)", address)
+        token = re.search(r"Control token: (\S+)", token_line)
+        assert url is not None and token is not None, (address, token_line)
+        assert int(url.group(1)) not in (0, 12111)
+        control = EmulatorControl(url.group(0), token.group(1))
+        assert control.add_fault("error_429")["kind"] == "error_429"
+        with pytest.raises(EmulatorControlError, match="403"):
+            EmulatorControl(url.group(0), "z" * 32).clear_faults()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            out, _ = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            # Never leave it running: kill it, reap it, then fail on what SIGINT did not do.
+            proc.kill()
+            proc.communicate()
+            raise
+        finally:
+            reader.join(5)
+    assert out == ""
+    assert proc.returncode == 0

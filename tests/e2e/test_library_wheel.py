@@ -1,0 +1,121 @@
+"""The library on its own: its wheel, built from this checkout, installs in a fresh venv
+with none of the demo's packages and guards a refund against the in-process fake Stripe.
+
+The fresh venv is installed offline (`--no-index`) from the wheelhouse the README's test
+command fills (`pip wheel -w .venv/wheelhouse ./packaging/interlock`): tests never touch
+the network, so the library's dependencies must already be on disk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LIBRARY = ROOT / "packaging" / "interlock"
+WHEELHOUSE = Path(sys.prefix) / "wheelhouse"
+DEMO_ONLY = {"textual", "textual-serve", "rich", "anthropic", "aiohttp"}
+
+GUARDED_REFUND = textwrap.dedent(
+    """
+    import json, sys, time
+    import interlock
+    from interlock.testing import InProcessPayments
+
+    payments = InProcessPayments()
+    store = interlock.SQLiteStore(sys.argv[1])
+    gate = interlock.Gate(store, interlock.StripeRefund(payments), signing_key=b"k" * 32)
+    payment = payments.create_payment(10_000)
+    now = time.time()
+    lease = interlock.Lease(
+        "lease_1", "refund", payment.id, cap=2_000, expires_at=now + 3600,
+        granted_by="support", granted_at=now,
+    )
+    store.grant_lease(lease)
+    intent = interlock.Intent(
+        interlock.new_action_id(), "refund", payment.id, 2_000, lease.id,
+        interlock.refunds_fingerprint(payments.list_refunds(payment.id)),
+    )
+    first = gate.submit(intent)
+    again = gate.submit(intent)  # the same decision again: its recorded outcome, no send
+    refunds = payments.list_refunds(payment.id)
+    result = interlock.verify(store, payments, signing_key=b"k" * 32)
+    print(json.dumps({
+        "first": first.status, "again": again.status,
+        "same_refund": first.external_id == again.external_id,
+        "refunds": [r.amount for r in refunds], "verify_ok": result.ok,
+        "demo_importable": __import__("importlib.util").util.find_spec("interlock_demo")
+        is not None,
+    }))
+    """
+)
+
+
+def _run(*argv: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "PIP_"))}
+    return subprocess.run(
+        [str(a) for a in argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+@pytest.fixture(scope="module")
+def wheelhouse() -> Path:
+    if not any(WHEELHOUSE.glob("stripe-*.whl")):
+        reason = (
+            f"no wheelhouse at {WHEELHOUSE}: run the README's test command, which fills it "
+            "with `pip wheel -w .venv/wheelhouse ./packaging/interlock`"
+        )
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return WHEELHOUSE
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(600)
+def test_the_library_wheel_installs_alone_and_guards_a_refund(
+    wheelhouse: Path, tmp_path: Path
+) -> None:
+    """Built from the checkout with the standard tools, installed with no extras: stripe
+    and psutil come along, no demo package does, and a guarded refund is sent once."""
+    built = _run(
+        sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+        "-w", tmp_path / "dist", LIBRARY, cwd=tmp_path,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    [wheel] = (tmp_path / "dist").glob("interlock-*.whl")
+
+    venv = tmp_path / "venv"
+    made = _run(sys.executable, "-m", "venv", venv, cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    python = venv / "bin" / "python"
+    installed = _run(
+        python, "-m", "pip", "install", "--no-index", "--find-links", wheelhouse, wheel,
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+
+    listed = _run(python, "-m", "pip", "list", "--format", "json", cwd=tmp_path)
+    names = {p["name"].lower() for p in json.loads(listed.stdout)}
+    assert {"interlock", "stripe", "psutil"} <= names
+    assert not names & DEMO_ONLY, names & DEMO_ONLY
+    assert "mcp" not in names  # the `mcp` extra's, not the base install's
+
+    script = tmp_path / "guarded.py"
+    script.write_text(GUARDED_REFUND)
+    ran = _run(python, script, tmp_path / "store.sqlite3", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout) == {
+        "first": "sent",
+        "again": "sent",
+        "same_refund": True,
+        "refunds": [2_000],
+        "verify_ok": True,
+        "demo_importable": False,
+    }

@@ -1,0 +1,235 @@
+"""`python -m interlock verify` as its own process: exit 0, 1 or 2, JSON, signatures, and
+the store it checks left as it was (read-only, never written, no file beside it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.unit.test_receipts_verify import KEY, ROOT, _store_with_receipts
+
+
+def _cli(
+    *args: str, home: Path | None = None, key: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "INTERLOCK_RECEIPT_KEY"}
+    if home is not None:
+        env["INTERLOCK_HOME"] = str(home)
+    if key is not None:
+        env["INTERLOCK_RECEIPT_KEY"] = key
+    return subprocess.run(
+        [sys.executable, "-m", "interlock", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=60,
+    )
+
+
+def test_cli_exits_0_on_an_intact_chain(tmp_path: Path) -> None:
+    """`python -m interlock verify STORE` exits 0 and says the chain holds."""
+    path = tmp_path / "journal.sqlite3"
+    _store_with_receipts(path)
+
+    done = _cli("verify", str(path))
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"{path}: chain of 3 receipts (unsigned) holds\n"
+
+
+def test_cli_exits_1_on_a_tampered_chain_and_prints_the_problem(tmp_path: Path) -> None:
+    """An edited receipt makes the command exit 1 and print what is wrong."""
+    path = tmp_path / "journal.sqlite3"
+    receipts = _store_with_receipts(path)
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute(
+            "UPDATE receipts SET body=replace(body, '\"amount\":2000', '\"amount\":200000')"
+            " WHERE seq=2"
+        )
+    conn.close()
+
+    done = _cli("verify", str(path))
+
+    assert done.returncode == 1
+    assert done.stdout.splitlines() == [
+        f"{path}: chain of 3 receipts (unsigned) is BROKEN",
+        f"  - receipt 2 ({receipts[1].action_id}): its body does not match its hash (edited)",
+    ]
+
+
+def test_cli_json_and_signatures(tmp_path: Path) -> None:
+    """`--json` prints the result; a signed chain verifies with the key from the environment."""
+    path = tmp_path / "journal.sqlite3"
+    _store_with_receipts(path, signing_key=KEY)
+
+    signed = _cli("verify", "--json", str(path), key=KEY.decode())
+    keyless = _cli("verify", "--json", str(path))
+
+    assert signed.returncode == 0, signed.stderr
+    assert json.loads(signed.stdout) == {
+        "ok": True,
+        "chain_length": 3,
+        "signed": True,
+        "problems": [],
+        "checked_refunds": 0,
+    }
+    assert keyless.returncode == 1
+    assert len(json.loads(keyless.stdout)["problems"]) == 3
+
+
+def test_cli_default_store_is_under_interlock_home(tmp_path: Path) -> None:
+    """Without a path the command checks `interlock.sqlite3` under INTERLOCK_HOME."""
+    home = tmp_path / "home"
+    _store_with_receipts(home / "interlock.sqlite3")
+
+    done = _cli("verify", home=home)
+    empty = _cli("verify", home=tmp_path / "elsewhere")
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"{home / 'interlock.sqlite3'}: chain of 3 receipts")
+    assert empty.returncode == 2
+    assert str(tmp_path / "elsewhere" / "interlock.sqlite3") in empty.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param(["verify", "missing.sqlite3"], id="missing-store"),
+        pytest.param(["verify", "not-a-store"], id="not-a-store"),
+        pytest.param([], id="no-command"),
+        pytest.param(["check"], id="unknown-command"),
+        pytest.param(["verify", "--strict", "x"], id="unknown-option"),
+    ],
+)
+def test_cli_exits_2_on_bad_usage(tmp_path: Path, args: list[str]) -> None:
+    """A missing or unusable store path, or bad usage, exits 2 with a message on stderr."""
+    (tmp_path / "not-a-store").write_bytes(b"plain text, not SQLite\n" * 100)
+    args = [str(tmp_path / a) if a in ("missing.sqlite3", "not-a-store") else a for a in args]
+
+    done = _cli(*args)
+
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.strip()
+    assert not (tmp_path / "missing.sqlite3").exists(), "verify must not create a store"
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_cli_never_writes_to_the_store_it_checks(tmp_path: Path) -> None:
+    """`python -m interlock verify` opens read-only: the file is byte for byte the same."""
+    path = tmp_path / "journal.sqlite3"
+    _store_with_receipts(path)
+    before = _sha(path)
+
+    done = _cli("verify", str(path))
+
+    assert done.returncode == 0, done.stderr
+    assert _sha(path) == before
+
+
+@pytest.mark.parametrize("damage", ["dropped-receipts", "empty-file", "other-sqlite"])
+def test_cli_exits_2_for_a_file_that_is_not_an_interlock_store_and_leaves_it_alone(
+    tmp_path: Path, damage: str
+) -> None:
+    """A dropped receipts table is not re-created, an empty file gets no schema: exit 2."""
+    path = tmp_path / "journal.sqlite3"
+    if damage == "empty-file":
+        path.write_bytes(b"")
+    elif damage == "other-sqlite":
+        conn = sqlite3.connect(path)
+        conn.execute("CREATE TABLE notes (text TEXT)")
+        conn.close()
+    else:
+        _store_with_receipts(path)
+        conn = sqlite3.connect(path)
+        conn.execute("DROP TABLE receipts")
+        conn.close()
+    before = _sha(path)
+
+    done = _cli("verify", str(path))
+
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "not an interlock store" in done.stderr or "damaged" in done.stderr
+    assert _sha(path) == before
+
+
+def _read_only_store(tmp_path: Path) -> tuple[Path, Path]:
+    """A store in a folder of its own, file and folder made read-only."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    path = folder / "journal.sqlite3"
+    _store_with_receipts(path)
+    path.chmod(0o444)
+    folder.chmod(0o555)
+    return folder, path
+
+
+def test_cli_creates_no_file_beside_a_read_only_store(tmp_path: Path) -> None:
+    """Checking a store in a read-only folder exits 0 and leaves the folder as it was: no
+    `-wal`, no `-shm` (root ignores the modes, so the folder's listing is the witness)."""
+    folder, path = _read_only_store(tmp_path)
+    before = sorted(p.name for p in folder.iterdir())
+    try:
+        done = _cli("verify", str(path))
+        after = sorted(p.name for p in folder.iterdir())
+    finally:
+        folder.chmod(0o755)
+    assert done.returncode == 0, done.stderr
+    # The writers' lock file (`-writers`) is the store's own, left by the writes that made it.
+    assert after == before and "journal.sqlite3" in before
+    assert not {"journal.sqlite3-wal", "journal.sqlite3-shm"} & set(after)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the check as another user")
+def test_cli_verifies_for_a_user_who_may_only_read_the_store(tmp_path: Path) -> None:
+    """As `nobody`, who can read the store but write nothing beside it, verify still
+    checks it (exit 0); before, SQLite's `-shm` could not be made and the check failed."""
+    folder, path = _read_only_store(tmp_path)
+    tmp_path.chmod(0o755)
+    try:
+        subprocess.run([sys.executable, "-c", "pass"], user=65534, check=True, timeout=60)
+    except (PermissionError, subprocess.CalledProcessError):
+        folder.chmod(0o755)
+        pytest.skip("user nobody cannot run this Python (its folders are private)")
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "interlock", "verify", str(path)],
+            capture_output=True, text=True, cwd=ROOT, timeout=60, check=False,
+            user=65534, group=65534, env={**os.environ, "HOME": str(tmp_path)},
+        )  # fmt: skip
+    finally:
+        folder.chmod(0o755)
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    assert sorted(p.name for p in folder.iterdir()) == ["journal.sqlite3"]
+
+
+def test_cli_escapes_control_characters_from_the_store(tmp_path: Path) -> None:
+    """An action id holding terminal escapes (written by hand into the file) cannot hide
+    the BROKEN line: the text output carries no control character, only its escape."""
+    path = tmp_path / "journal.sqlite3"
+    _store_with_receipts(path)
+    hide = "act\x1b[1A\x1b[2K\r\x1b[32mall good\x1b[0m"
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("UPDATE receipts SET action_id=? WHERE seq=1", (hide,))
+    conn.close()
+
+    done = _cli("verify", str(path))
+
+    assert done.returncode == 1
+    assert "is BROKEN" in done.stdout.splitlines()[0]
+    assert not any(c != "\n" and not c.isprintable() for c in done.stdout), done.stdout
+    assert "\\x1b[1A" in done.stdout

@@ -1,0 +1,48 @@
+"""The gate's event table: every kind the gate emits is in it and every kind in it is
+emitted (the rig in tests/helpers/gate_rig.py holds each event's data to the table in every
+gate story, so a field added at one call site and not in the table fails there)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from interlock import GateEvent
+from interlock.testing import event_problem
+
+GATE = Path(__file__).resolve().parents[2] / "interlock" / "_gate.py"
+
+
+def test_every_kind_in_the_table_is_emitted_and_only_those() -> None:
+    """The gate names its kinds through the enum; no bare string, no dead member."""
+    source = GATE.read_text()
+    emitted = set(re.findall(r"self\._emit\(\s*GateEvent\.([A-Z_]+)", source))
+    assert emitted == {m.name for m in GateEvent}
+    assert re.search(r'self\._emit\(\s*"', source) is None
+
+
+def test_kinds_compare_as_their_strings_and_document_their_fields() -> None:
+    """A listener written against the strings keeps working; each kind says what it means."""
+    assert GateEvent.AFTER_ANSWER == "after-answer"
+    assert GateEvent("claim-wait") is GateEvent.CLAIM_WAIT
+    for kind in GateEvent:
+        assert kind.fields[0] == "action_id" and kind.doc
+
+
+@pytest.mark.parametrize(
+    ("kind", "data", "problem"),
+    [
+        (GateEvent.SENDING, {"action_id": "a", "expires_at": 1.0, "epoch": 1}, None),
+        (GateEvent.SENDING, {"action_id": "a", "expires_at": 1.0}, "sending carries"),
+        (GateEvent.CHECK, {"action_id": "a", "name": "lookup", "found": None}, None),
+        (GateEvent.CHECK, {"action_id": "a", "name": "lookup", "passed": True}, "check carries"),
+    ],
+)
+def test_event_problem_names_a_missing_or_extra_field(
+    kind: GateEvent, data: dict[str, object], problem: str | None
+) -> None:
+    """The checker the rig uses tells a matching event from one that is off the table."""
+    found = event_problem(kind, data)
+    assert (found is None) if problem is None else (found or "").startswith(problem)

@@ -1,0 +1,80 @@
+"""A gate is wired one way: its options are one `GateOptions`, and a `Timing` reaches a
+worker process whole and exact, through one serialization."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from dataclasses import fields
+
+import pytest
+
+from interlock import ConfigError, Gate, GateOptions, MemoryStore, Owner, StripeRefund, Timing
+from interlock.testing import InProcessPayments, PaymentsModel
+from interlock_demo.settings import resolve, worker_env
+from workers.process import worker_timing
+
+# Every field off its default, and not one `%g` can spell (it keeps six digits).
+ODD = Timing(claim_ttl_s=17.123456789, stripe_timeout_s=3.3, grace_s=1.7, slack_s=2.9)
+
+
+def test_gate_options_are_the_gates_keywords_with_the_same_defaults() -> None:
+    """`GateOptions` has exactly `Gate`'s keyword options, each with `Gate`'s default, so a
+    new gate option cannot be left out of the helpers that build gates from options."""
+    params = {
+        p.name: p.default
+        for p in inspect.signature(Gate.__init__).parameters.values()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY
+    }
+    assert {f.name: f.default for f in fields(GateOptions)} == params
+
+
+def test_a_gate_rebuilt_from_its_options_has_the_same_options() -> None:
+    """`Gate.from_options(store, effect, gate.options)` is the same gate, its settings resolved."""
+    store, effect = MemoryStore(), StripeRefund(InProcessPayments(PaymentsModel()))
+    gate = Gate(
+        store,
+        effect,
+        timing=ODD,
+        owner=Owner.current("wiring"),
+        signing_key=b"MadeUp-receipt-key",
+        max_sends=1,
+        new_action_id=lambda: "act_fixed",
+    )
+
+    again = Gate.from_options(store, effect, gate.options)
+
+    assert again.options == gate.options
+    assert (again.options.max_sends, again.options.new_action_id()) == (1, "act_fixed")
+    assert again.options.timing == ODD and again.options.monotonic is not None
+    assert "MadeUp" not in repr(gate.options)
+
+
+def test_timing_names_every_field_and_round_trips_through_the_environment() -> None:
+    """`Timing.to_env` writes every field, and `Timing.from_env` reads back the same timing."""
+    assert set(Timing.ENV_NAMES) == {f.name for f in fields(Timing)}
+    env = ODD.to_env()
+    assert set(env) == set(Timing.ENV_NAMES.values())
+    assert Timing.from_env(env) == ODD
+
+
+def test_a_worker_gets_the_engines_timing_exactly() -> None:
+    """The timing a demo run resolved is the timing its worker reads: every field, unrounded,
+    with nothing of it inherited from the engine's own environment."""
+    config = dataclasses.replace(
+        resolve(mode="offline", env={"INTERLOCK_HOME": "/nonexistent/interlock-home"}), timing=ODD
+    )
+    parent = {"PATH": "/usr/bin", "INTERLOCK_CLAIM_GRACE": "9", "INTERLOCK_SEND_SLACK": "9"}
+
+    env = worker_env(config, None, column="interlock", asks_model=True, parent=parent)
+
+    assert worker_timing(env) == ODD
+
+
+def test_a_worker_without_the_whole_timing_refuses_to_start() -> None:
+    """A worker missing a timing setting says which, instead of falling back to the library's
+    40 s claim that its engine does not plan for."""
+    env = ODD.to_env()
+    del env["INTERLOCK_CLAIM_GRACE"]
+    with pytest.raises(ConfigError, match="INTERLOCK_CLAIM_GRACE not set"):
+        worker_timing(env)
