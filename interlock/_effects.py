@@ -4,10 +4,11 @@ An `Effect` does three things: one read that serves both the lookup of our own e
 send and the fingerprint of the target's state (`observe`), and the send itself, with an
 idempotency key and metadata naming the action (`send`).
 
-A found send is the action's own only when it matches the intent (its target and amount;
-neither the intent nor a listed refund carries a currency, so there is none to compare):
-the gate sends nothing else under the action's key and metadata, so a refund that names
-the action and differs is someone else's, a conflict that is never adopted.
+A found send is the action's own only when it matches the intent: its target and amount,
+and for a transfer the effect's currency (a refund is always in its payment's currency,
+so the target settles it). The gate sends nothing else under the action's key and
+metadata, so a send that names the action and differs is someone else's, a conflict
+that is never adopted.
 """
 
 from __future__ import annotations
@@ -44,13 +45,17 @@ class Found:
     counts: bool = True
     status: str = "succeeded"
     target: str | None = None
+    currency: str | None = None
 
-    def mismatch(self, intent: Intent) -> str | None:
-        """How this send differs from what `intent` decided, or None when it matches."""
+    def mismatch(self, intent: Intent, currency: str | None = None) -> str | None:
+        """How this send differs from what `intent` decided (in `currency`, when the effect
+        sends in one), or None when it matches."""
         if self.target is not None and self.target != intent.target:
             return f"is on {self.target}, the intent is on {intent.target}"
         if self.amount != intent.amount:
             return f"is for {self.amount}, the intent is for {intent.amount}"
+        if currency is not None and self.currency is not None and self.currency != currency:
+            return f"is in {self.currency}, the intent is in {currency}"
         return None
 
 
@@ -202,7 +207,7 @@ class StripeTransfer:
 
     def __init__(self, transfers: Transfers, *, currency: str = "usd") -> None:
         self.transfers = transfers
-        self.currency = currency
+        self.currency = currency.lower()
 
     @property
     def deadline_s(self) -> float | None:
@@ -227,7 +232,9 @@ class StripeTransfer:
             }
             for t in transfers
         ]
-        return _observation(intent, transfers_fingerprint(transfers), named, seen)
+        return _observation(
+            intent, transfers_fingerprint(transfers), named, seen, currency=self.currency
+        )
 
     def send(self, intent: Intent, idempotency_key: str) -> Found:
         """Create the transfer with the action named in its metadata."""
@@ -242,14 +249,19 @@ class StripeTransfer:
 
 
 def _transfer_found(t: Transfer) -> Found:
-    return Found(t.id, t.amount, True, "succeeded", t.destination or None)
+    return Found(t.id, t.amount, True, "succeeded", t.destination or None, t.currency.lower())
 
 
 def _observation(
-    intent: Intent, fingerprint: str, named: list[Found], seen: list[dict[str, Any]]
+    intent: Intent,
+    fingerprint: str,
+    named: list[Found],
+    seen: list[dict[str, Any]],
+    *,
+    currency: str | None = None,
 ) -> Observation:
-    mine = [f for f in named if f.mismatch(intent) is None]
-    others = [f for f in named if f.mismatch(intent) is not None]
+    mine = [f for f in named if f.mismatch(intent, currency) is None]
+    others = [f for f in named if f.mismatch(intent, currency) is not None]
     return Observation(fingerprint, _best(mine), seen, None if mine else _best(others))
 
 

@@ -91,6 +91,27 @@ def test_the_stripe_transfer_is_certified_in_every_cell() -> None:
     assert by_cell["before-send/ok/change"].reported == "refused"
 
 
+def test_a_transfer_naming_the_action_in_another_currency_is_a_conflict() -> None:
+    """Same account, same amount, this action's metadata, but euros where the effect sends
+    dollars: not the action's own, so it is never adopted."""
+    world = TransferWorld()
+    intent = world.decide("lease-1")
+    euros = world.payments.create_transfer(
+        intent.target,
+        intent.amount,
+        currency="eur",
+        metadata={ACTION_METADATA_KEY: intent.action_id},
+    )
+
+    looked = world.effect.observe(intent)
+
+    assert looked.own is None
+    assert looked.conflict is not None and looked.conflict.external_id == euros.id
+    assert looked.conflict.mismatch(intent, "usd") == "is in eur, the intent is in usd"
+    in_euros = StripeTransfer(world.payments, currency="EUR").observe(intent)
+    assert in_euros.own is not None and in_euros.own.external_id == euros.id
+
+
 def test_in_process_payments_are_transfers_too() -> None:
     """The fake implements the `Transfers` protocol."""
     assert isinstance(InProcessPayments(), Transfers)
