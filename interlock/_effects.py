@@ -13,6 +13,7 @@ that is never adopted.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -163,7 +164,10 @@ class CustomEffect:
       each says whether it took hold (False: it happened and failed, and the gate records
       `failed` rather than send again under the same key);
     - `state(intent) -> str`: the fingerprint of what the decision was based on, computed
-      as the decision's `Intent.fingerprint` was; the gate refuses when it moved.
+      as the decision's `Intent.fingerprint` was; the gate refuses when it moved;
+    - `deadline_s`: the longest one `send` may run, in seconds (your client's total
+      timeout). The gate sizes its claims by its own Stripe timeout and refuses an effect
+      whose send may outlast it, so a send cannot land after another worker took over.
 
     A send that names the action and differs from the intent (`Found.mismatch`: another
     target or amount) is a conflict the gate never adopts. `lookup` and `state` raise
@@ -179,8 +183,17 @@ class CustomEffect:
         send: Callable[[Intent, str], Found],
         lookup: Callable[[Intent], Iterable[Found]],
         state: Callable[[Intent], str],
+        deadline_s: float,
     ) -> None:
+        if isinstance(deadline_s, bool) or not isinstance(deadline_s, (int, float)):
+            raise TypeError(f"deadline_s must be a number of seconds, got {deadline_s!r}")
+        if not math.isfinite(deadline_s) or deadline_s <= 0:
+            raise ValueError(
+                f"deadline_s must be a finite number of seconds above 0, got {deadline_s!r}: "
+                "give the total timeout your send runs under"
+            )
         self.kind = kind
+        self.deadline_s = float(deadline_s)
         self._send = send
         self._lookup = lookup
         self._state = state

@@ -174,4 +174,6 @@ def webhook_effect(delivery: WebhookDelivery) -> CustomEffect:
         send=delivery.send,
         lookup=lookup,
         state=lambda intent: fingerprint(delivery.deliveries(intent.target)),
+        # urlopen's 2 s applies per socket operation; the loopback server answers in one.
+        deadline_s=2,
     )

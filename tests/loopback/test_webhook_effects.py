@@ -118,6 +118,7 @@ def test_a_custom_lookup_that_misses_its_own_send_is_not_certified(
             send=blind.send,
             lookup=lambda intent: [],
             state=lambda intent: fingerprint(delivery.deliveries(intent.target)),
+            deadline_s=2,
         )
         return CustomWebhookWorld(webhook_server, effect)
 

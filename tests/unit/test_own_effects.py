@@ -13,11 +13,15 @@ import pytest
 
 from interlock import (
     ACTION_METADATA_KEY,
+    ConfigError,
     CustomEffect,
     Found,
+    Gate,
     Intent,
+    MemoryStore,
     PaymentsRejectedError,
     StripeTransfer,
+    Timing,
     Transfers,
     transfers_fingerprint,
 )
@@ -54,6 +58,7 @@ def test_a_send_naming_the_action_that_differs_is_a_conflict_never_adopted() -> 
         send=lambda intent, key: other,
         lookup=lambda intent: [other],
         state=lambda intent: "sha256:x",
+        deadline_s=1,
     )
     intent = Intent("act_1", "webhook", "ord_1", 1, "lease-1", "sha256:x")
 
@@ -61,6 +66,33 @@ def test_a_send_naming_the_action_that_differs_is_a_conflict_never_adopted() -> 
 
     assert looked.own is None
     assert looked.conflict == other
+
+
+def _webhook(deadline_s: float) -> CustomEffect:
+    return CustomEffect(
+        kind="webhook",
+        send=lambda intent, key: Found("dlv_1", 1),
+        lookup=lambda intent: [],
+        state=lambda intent: "sha256:x",
+        deadline_s=deadline_s,
+    )
+
+
+def test_a_custom_send_that_may_outlast_the_plan_is_refused_before_anything_runs() -> None:
+    """The gate sizes its claims by its Stripe timeout: a send allowed 31 s under a 30 s
+    plan could land after another worker took over, so the gate is never built."""
+    timing = Timing(claim_ttl_s=40, stripe_timeout_s=30)
+
+    with pytest.raises(ConfigError, match=r"\(31 s per call\) is longer than .* \(30 s\)"):
+        Gate(MemoryStore(), _webhook(31), timing=timing, signing_key=b"k" * 32)
+    assert Gate(MemoryStore(), _webhook(30), timing=timing, signing_key=b"k" * 32)
+
+
+@pytest.mark.parametrize("bad", [0, -1, float("inf"), float("nan"), True, "5"])
+def test_a_custom_effect_needs_a_finite_deadline(bad: object) -> None:
+    """No deadline, or one that is not a finite positive number, is refused in words."""
+    with pytest.raises((TypeError, ValueError), match="deadline_s must be"):
+        _webhook(bad)  # type: ignore[arg-type]
 
 
 def test_a_custom_lookup_prefers_a_send_that_took_hold() -> None:
@@ -71,6 +103,7 @@ def test_a_custom_lookup_prefers_a_send_that_took_hold() -> None:
         send=lambda intent, key: held,
         lookup=lambda intent: [failed, held],
         state=lambda intent: "sha256:x",
+        deadline_s=1,
     )
 
     looked = effect.observe(Intent("act_1", "webhook", "ord_1", 1, "lease-1", "sha256:x"))
@@ -204,6 +237,7 @@ def test_a_send_landing_between_the_two_reads_is_still_found() -> None:
         send=lambda i, key: landed[0],
         lookup=lambda i: [] if first_read() else list(landed),
         state=lambda i: "sha256:before" if first_read() else "sha256:after",
+        deadline_s=1,
     )
 
     looked = effect.observe(intent)
