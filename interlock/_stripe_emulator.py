@@ -224,9 +224,9 @@ class _Handler(BaseHTTPRequestHandler):
         if foreign is not None:
             self.close_connection = True
             if control:
-                self._send(403, {"error": f"control routes {foreign}"})
+                self._send(403, {"error": f"control routes answer {foreign}"})
             else:
-                err = StripeModelError(403, f"This emulator {foreign}.")
+                err = StripeModelError(403, f"This emulator answers {foreign}.")
                 self._send(err.status, err.envelope())
             return
         try:
@@ -335,13 +335,14 @@ class _Handler(BaseHTTPRequestHandler):
         return f"127.0.0.1:{port}", f"localhost:{port}"
 
     def _foreign_host(self) -> str | None:
-        """Words for a request addressed to another name (DNS rebinding), or None."""
+        """Words for a request addressed to another name (DNS rebinding), or None: what is
+        answered, for the caller to put after its own subject and verb."""
         own = self._own_hosts()
         hosts = self.headers.get_all("Host") or []
         if len(hosts) == 1 and hosts[0].lower() in own:
             return None
         got = f"Host {hosts[0][:100]!r}" if len(hosts) == 1 else f"{len(hosts)} Host headers"
-        return f"answer only Host {' or '.join(own)}; got {got}"
+        return f"only Host {' or '.join(own)}; got {got}"
 
     def _control_refusal(self, method: str, body: bytes) -> tuple[int, str] | None:
         """Why a control request is refused (status, words), or None: see the module doc."""

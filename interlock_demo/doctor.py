@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from interlock_demo.environment import child_env
 from interlock_demo.errors import KeyRefusedError, UsageError
 from interlock_demo.exit_codes import ExitCode
 from interlock_demo.keys import Secret, find_anthropic_key, find_stripe_key, key_kind
@@ -247,6 +248,8 @@ def check_workers() -> Line:
         done = subprocess.run(
             [sys.executable, "-m", "workers.standalone"],
             capture_output=True,
+            # It only has to import and print its usage: no setting, no key.
+            env=child_env(),
             text=True,
             timeout=30,
             check=False,

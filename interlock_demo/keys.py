@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from interlock import is_test_key
+from interlock_demo.environment import stripe_cli_env
 from interlock_demo.errors import KeyRefusedError
 
 _CONFIG_LINE = re.compile(r"""^\s*test_mode_api_key\s*=\s*['"]?([^'"\s]+)['"]?\s*$""", re.M)
@@ -86,7 +87,7 @@ def _stripe_cli_test_key(env: Mapping[str, str]) -> str | None:
             capture_output=True,
             text=True,
             timeout=5,
-            env=dict(env),
+            env=stripe_cli_env(env),
             check=False,
         ).stdout
     except (OSError, subprocess.SubprocessError):

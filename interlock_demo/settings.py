@@ -10,8 +10,9 @@ Two rules for what a run leaves behind and hands on, each written once here:
   0600 when they are created (`private_dir`, `open_private`, `Paths.prepare`), and the
   processes the demo starts run with `PRIVATE_UMASK`. The demo never changes its own
   umask, so what it saves elsewhere (`screenshots --out`) keeps the user's.
-- A child process gets an allow-listed environment (`child_env`), never the whole of
-  ours, and a worker gets each secret only when that launch needs it (`worker_env`).
+- A child process gets an allow-listed environment (`environment.child_env`, and what
+  that child needs on top: `environment` says which), never the whole of ours, and a
+  worker gets each secret only when that launch needs it (`worker_env`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from interlock import (
     open_store,
 )
 from interlock_demo.core.columns import column_kind
+from interlock_demo.environment import ENV_RECEIPT_KEY, child_env
 from interlock_demo.errors import UsageError
 from interlock_demo.keys import Secret, find_anthropic_key, find_stripe_key
 from scenarios import SWITCHES
@@ -153,40 +155,9 @@ def check_engine(mode: Mode, engine: str) -> None:
 EMULATOR_KEY = "sk_test_loopbackEmulator"
 # What the demo's child processes create is theirs alone: files 0600, folders 0700.
 PRIVATE_UMASK = 0o077
-# What a child process may take from our environment: what Python, the SDKs, TLS and the
-# Temporal CLI need to run. Everything else (other programs' tokens) stays with us.
-INHERITED = (
-    "PATH",
-    "HOME",
-    "LANG",
-    "LANGUAGE",
-    "TZ",
-    "TMPDIR",
-    "TEMP",
-    "TMP",
-    "PYTHONPATH",
-    "SYSTEMROOT",
-    "WINDIR",
-    "COMSPEC",
-    "PATHEXT",
-    "SSL_CERT_FILE",
-    "SSL_CERT_DIR",
-    "REQUESTS_CA_BUNDLE",
-    # A venue network that only lets traffic out through a proxy: the SDKs must use it too.
-    "HTTPS_PROXY",
-    "HTTP_PROXY",
-    "ALL_PROXY",
-    "NO_PROXY",
-    "https_proxy",
-    "http_proxy",
-    "all_proxy",
-    "no_proxy",
-)
-INHERITED_PREFIXES = ("LC_",)
 # Settings a worker reads that the engine does not resolve itself, passed on when set.
 # (The timing is resolved: `DemoConfig.timing`, written whole by `Timing.to_env`.)
 PASSED_SETTINGS = ("INTERLOCK_MODEL",)
-ENV_RECEIPT_KEY = "INTERLOCK_RECEIPT_KEY"
 # Where the journal lives when not in INTERLOCK_HOME: a PostgreSQL URL or a SQLite path.
 ENV_STORE = "INTERLOCK_STORE"
 
@@ -466,12 +437,6 @@ def open_private(path: Path, mode: str = "a", **kwargs: Any) -> IO[Any]:
     private_dir(path.parent)
     flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if mode.startswith("a") else os.O_TRUNC)
     return os.fdopen(os.open(path, flags, 0o600), mode, **kwargs)
-
-
-def child_env(parent: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The allow-listed part of our environment that every child process gets."""
-    parent = os.environ if parent is None else parent
-    return {k: v for k, v in parent.items() if k in INHERITED or k.startswith(INHERITED_PREFIXES)}
 
 
 def worker_env(

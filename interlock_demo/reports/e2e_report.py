@@ -37,8 +37,9 @@ from interlock_demo.core.columns import COLUMN_KINDS, gated_column
 from interlock_demo.core.run import Column, RunEventKind, RunSnapshot
 from interlock_demo.core.verdict import AGENT, counting, tally
 from interlock_demo.engine.supervisor import kill_tree
+from interlock_demo.environment import demo_env
 from interlock_demo.exit_codes import ExitCode
-from interlock_demo.settings import PRIVATE_UMASK, Paths, child_env, open_private, private_dir
+from interlock_demo.settings import PRIVATE_UMASK, Paths, open_private, private_dir
 from interlock_demo.views.headless import STOP_SIGNALS
 from scenarios import SWITCHES
 from workers.protocol import CHECK_LOOKUP, GATE_CHECK, GATE_CLAIM_WAIT, EventKind
@@ -167,9 +168,8 @@ def _run_one(engine: str, case: str, args: tuple[str, ...], folder: Path) -> Cas
     private_dir(folder)
     # The same allow-list as every worker's, so no token of another program reaches a run,
     # plus the demo's own settings (the timings, the activity timeout): the run is the demo.
-    env = child_env()
-    env.update({k: v for k, v in os.environ.items() if k.startswith("INTERLOCK_")})
-    env["INTERLOCK_HOME"] = str(folder / "home")
+    # No key: every run is offline.
+    env = demo_env(home=folder / "home")
     argv = [
         sys.executable,
         "-m",

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from interlock_demo.environment import bench_env
 from interlock_demo.exit_codes import ExitCode
 
 # Where the package sits: a source checkout when installed with `pip install -e .`.
@@ -70,6 +71,7 @@ def run_bench(bench: Bench) -> list[str]:
         text=True,
         cwd=checkout(),
         timeout=BENCH_DEADLINE_S,
+        env=bench_env(),
         check=False,
     )
     if done.returncode != 0:

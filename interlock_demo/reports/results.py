@@ -20,6 +20,7 @@ from interlock import is_postgres_url
 from interlock_demo.core.run import SCHEMA, Column, Run
 from interlock_demo.core.verdict import AGENT
 from interlock_demo.engine import Engine, RunChoice
+from interlock_demo.environment import bench_env
 from interlock_demo.reports.local_postgres import pgserver_missing
 from interlock_demo.reports.sweep import interlock_failures, run_sweep, table
 from interlock_demo.settings import ENV_STORE, DemoConfig, resolve
@@ -207,6 +208,7 @@ def write_postgres(config: DemoConfig, out: Path) -> int:
         done = subprocess.run(
             [sys.executable, str(bench), "--pg", url, "--markdown", str(out / "stores.md")],
             stdout=sys.stderr,
+            env=bench_env(),
             check=False,
         )
     return 1 if failures else done.returncode

@@ -27,7 +27,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from interlock_demo.engine.supervisor import kill_tree
+from interlock_demo.environment import demo_env
 from interlock_demo.exit_codes import ExitCode
+from interlock_demo.settings import PRIVATE_UMASK
 from scenarios import SCENARIOS
 
 SIZE = (160, 45)
@@ -127,14 +130,24 @@ def record(
     cmd = [sys.executable, "-m", "interlock_demo.cli", f"--{mode}", "--http", str(port)]
     if checked:
         cmd.append("--checked")
-    child_env = dict(os.environ if env is None else env)
-    child_env["TERM"] = child_env.get("TERM", "xterm-256color")
-    if child_env["TERM"] in ("", "dumb"):
-        child_env["TERM"] = "xterm-256color"
+    parent = os.environ if env is None else env
+    # The demo itself, offline or mock: its settings and no key. The terminal it draws for
+    # is the recording's (the cast says xterm-256color), in the colours ours has.
+    app_env = demo_env(parent=parent)
+    term = parent.get("TERM", "")
+    app_env["TERM"] = "xterm-256color" if term in ("", "dumb") else term
+    if parent.get("COLORTERM"):
+        app_env["COLORTERM"] = parent["COLORTERM"]
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", height, width, 0, 0))
     proc = subprocess.Popen(
-        cmd, stdin=slave, stdout=slave, stderr=slave, env=child_env, start_new_session=True
+        cmd,
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=app_env,
+        start_new_session=True,
+        umask=PRIVATE_UMASK,
     )
     os.close(slave)
     pty = _Pty(master)
@@ -163,7 +176,8 @@ def record(
             try:
                 proc.wait(timeout=QUIT_TIMEOUT_S)
             except subprocess.TimeoutExpired:
-                proc.kill()
+                # Its workers are in sessions of their own: kill them with it.
+                kill_tree(proc.pid)
                 proc.wait()
         os.close(master)
     _write_cast(out, width, height, pty.events, f"interlock-demo {scenario} ({mode})")

@@ -2,7 +2,9 @@
 
 `textual-serve` runs `interlock-demo` (with the options given before `serve`) once per
 browser tab and streams it over a WebSocket, so a projector that only shows a browser
-still gets the real app: the same keys, the same worker processes.
+still gets the real app: the same keys, the same worker processes. The app's environment
+is the demo's own (`environment.demo_env`, with the keys), never textual-serve's copy of
+ours, and it runs with the private umask.
 
 The server binds 127.0.0.1 only. Like the JSON endpoint, it answers only requests
 addressed to `127.0.0.1:<port>` or `localhost:<port>` (against DNS rebinding), and the
@@ -37,7 +39,9 @@ from textual_serve.app_service import AppService
 from textual_serve.server import Server, to_int
 
 from interlock_demo.engine.supervisor import kill_tree
+from interlock_demo.environment import demo_env
 from interlock_demo.exit_codes import ExitCode
+from interlock_demo.settings import PRIVATE_UMASK
 
 HOST = "127.0.0.1"
 TITLE = "Interlock demo"
@@ -46,6 +50,18 @@ TEMPLATES = Path(__file__).with_name("serve_templates")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # How long a tab's app has to quit by itself once its tab closed.
 QUIT_GRACE_S = 3.0
+# What textual-serve's environment builder sets for the app it starts (its web driver, its
+# size, how it draws): the tab's app takes these from it and nothing else of ours. Its
+# debug settings are left out: this server never turns debug on.
+TEXTUAL_SERVE_SETTINGS = (
+    "TEXTUAL_DRIVER",
+    "TEXTUAL_FPS",
+    "TEXTUAL_COLOR_SYSTEM",
+    "TERM_PROGRAM",
+    "TERM_PROGRAM_VERSION",
+    "COLUMNS",
+    "ROWS",
+)
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +74,12 @@ class _Tab(AppService):
         self._tabs = tabs
 
     async def _open_app_process(self, width: int = 80, height: int = 24) -> Process:
-        environment = self._build_environment(width=width, height=height)
+        # The demo itself, as in a terminal: its settings and the user's keys (the tab may
+        # run live, or switch to it), on the allow-list rather than textual-serve's copy of
+        # our whole environment; its files under INTERLOCK_HOME are the user's alone.
+        environment = demo_env(keys=True)
+        built = self._build_environment(width=width, height=height)
+        environment.update({k: built[k] for k in TEXTUAL_SERVE_SETTINGS if k in built})
         self._process = process = await asyncio.create_subprocess_shell(
             self.command,
             stdin=asyncio.subprocess.PIPE,
@@ -66,6 +87,7 @@ class _Tab(AppService):
             stderr=asyncio.subprocess.PIPE,
             env=environment,
             start_new_session=True,
+            umask=PRIVATE_UMASK,
         )
         assert process.stdin is not None
         self._stdin = process.stdin

@@ -35,6 +35,8 @@ START_DEADLINE_S = 60.0
 # From opening the page to the app's first screen: 1.4 to 4.4 s measured on a loaded 2-core
 # machine (most of it the app's own start); waiting on the internet made it unbounded.
 FIRST_SCREEN_S = 15.0
+# Another program's token in the presenter's shell: no tab's app may see it.
+FOREIGN = ("OTHER_PROGRAM_TOKEN", "ghp_madeUpForeignToken")
 
 
 def _chromium() -> str:
@@ -66,6 +68,7 @@ def serving(tmp_path: Path) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if k not in SCRUBBED}
     env["INTERLOCK_HOME"] = str(tmp_path / "home")
+    env[FOREIGN[0]] = FOREIGN[1]
     log_path = tmp_path / "serve.log"
     log = log_path.open("w")
     proc = subprocess.Popen(
@@ -297,4 +300,34 @@ def test_a_tabs_app_dies_with_its_browser_and_with_serve(
             for app in apps:
                 with contextlib.suppress(psutil.NoSuchProcess):
                     app.kill()
+            browser.close()
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(150)
+def test_a_tabs_app_runs_on_the_demos_environment_with_the_private_umask(
+    serving: tuple[int, subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    """The tab's app (and the shell textual-serve starts it with) gets the demo's
+    environment, not textual-serve's copy of ours: no other program's token, the demo's
+    home, textual-serve's web driver; and it creates files 0600 (umask 077)."""
+    import psutil
+    from playwright.sync_api import sync_playwright
+
+    port, proc = serving
+    with sync_playwright() as pw:
+        browser = _open_the_app(pw, port)
+        try:
+            apps = psutil.Process(proc.pid).children(recursive=True)
+            assert apps, "no app was started for the tab"
+            for app in apps:
+                env = app.environ()
+                # A bool, so that a failure does not print the whole environment.
+                leaked = FOREIGN[0] in env
+                assert not leaked, f"{app.cmdline()} holds another program's token"
+                assert env.get("INTERLOCK_HOME") == str(tmp_path / "home")
+                assert env.get("TEXTUAL_DRIVER") == "textual.drivers.web_driver:WebDriver"
+                status = Path(f"/proc/{app.pid}/status").read_text()
+                assert "Umask:\t0077" in status, f"{app.cmdline()}: {status}"
+        finally:
             browser.close()

@@ -437,5 +437,5 @@ def test_stripe_routes_refuse_a_foreign_host(
     }
     status, answer, _ = _http(emu, method, path, body, headers=headers)
     assert status == 403
-    assert "answer only Host 127.0.0.1:" in answer["error"]["message"]
+    assert "This emulator answers only Host 127.0.0.1:" in answer["error"]["message"]
     assert emu.model.list_refunds({}).body["data"] == []

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from interlock import Switches
 from interlock_demo.core.run import ColumnState, Run
+from interlock_demo.environment import child_env
 from interlock_demo.errors import KeyRefusedError, ScreenshotError, UsageError
 from interlock_demo.exit_codes import ExitCode
 from interlock_demo.settings import resolve
@@ -141,7 +142,7 @@ def to_png(svg: Path) -> Path | None:
     png = svg.with_suffix(".png")
     # An SVG saved by an older version, or by hand, may not say it yet.
     text = svg_keeping_spaces(svg.read_text(encoding="utf-8"))
-    subprocess.run([tool, "-o", str(png)], input=text.encode(), check=True)
+    subprocess.run([tool, "-o", str(png)], input=text.encode(), env=child_env(), check=True)
     return png
 
 

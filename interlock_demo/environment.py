@@ -1,0 +1,103 @@
+"""What a child process gets of our environment: an allow-list, and what that child needs.
+
+Every process the demo starts is given an environment built here (workers: by
+`settings.worker_env`, on top of `child_env`), never the whole of ours, so another
+program's token in the presenter's shell reaches none of them. `tests/unit/test_spawn_env.py`
+reads every spawn in the tree and fails on one that is not.
+
+- `child_env`: the allow-list alone (a tool, the Temporal dev server, the worker check).
+- `demo_env`: a child that is the demo itself (e2e-report's headless runs, a browser
+  tab's app, `record`'s app): the demo's own settings, and the user's keys when it may
+  run live.
+- `bench_env`: a benchmark: the demo's settings, no key.
+- `stripe_cli_env`: the `stripe` CLI asked for the key `stripe login` saved.
+
+Nothing here logs or prints what it passes on.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+# What a child process may take from our environment: what Python, the SDKs, TLS and the
+# Temporal CLI need to run. Everything else (other programs' tokens) stays with us.
+INHERITED = (
+    "PATH",
+    "HOME",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "TMPDIR",
+    "TEMP",
+    "TMP",
+    "PYTHONPATH",
+    "SYSTEMROOT",
+    "WINDIR",
+    "COMSPEC",
+    "PATHEXT",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+    # A venue network that only lets traffic out through a proxy: the SDKs must use it too.
+    "HTTPS_PROXY",
+    "HTTP_PROXY",
+    "ALL_PROXY",
+    "NO_PROXY",
+    "https_proxy",
+    "http_proxy",
+    "all_proxy",
+    "no_proxy",
+)
+INHERITED_PREFIXES = ("LC_",)
+# The demo's own settings (timings, the store, the receipt key, the model) all start so.
+DEMO_PREFIX = "INTERLOCK_"
+ENV_RECEIPT_KEY = "INTERLOCK_RECEIPT_KEY"
+# The user's keys, under the names `keys.py` finds them by.
+KEY_NAMES = ("STRIPE_SECRET_KEY", "ANTHROPIC_API_KEY")
+# Where the `stripe` CLI keeps what `stripe login` saved (the Stripe key's fallback).
+STRIPE_CLI_SETTINGS = ("XDG_CONFIG_HOME",)
+
+
+def child_env(parent: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The allow-listed part of our environment that every child process gets."""
+    parent = os.environ if parent is None else parent
+    return {k: v for k, v in parent.items() if k in INHERITED or k.startswith(INHERITED_PREFIXES)}
+
+
+def demo_env(
+    *, home: Path | None = None, keys: bool = False, parent: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The environment of a child that is the demo itself.
+
+    The allow-list, every `INTERLOCK_*` setting (the child resolves its timings, store and
+    receipt key as we would, and gives its workers only what each needs), `INTERLOCK_HOME`
+    set to `home` when given, and with `keys` the user's keys and where `stripe login`
+    keeps one: only for a child that may run live (a browser tab's app can switch modes).
+    """
+    parent = os.environ if parent is None else parent
+    env = child_env(parent)
+    env.update({k: v for k, v in parent.items() if k.startswith(DEMO_PREFIX)})
+    if home is not None:
+        env["INTERLOCK_HOME"] = str(home)
+    if keys:
+        env.update({k: parent[k] for k in (*KEY_NAMES, *STRIPE_CLI_SETTINGS) if parent.get(k)})
+    return env
+
+
+def bench_env(parent: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A benchmark's environment: the demo's settings (it reads the timings and the store),
+    no key, and not the receipt key (no benchmark signs with the user's)."""
+    env = demo_env(parent=parent)
+    env.pop(ENV_RECEIPT_KEY, None)
+    return env
+
+
+def stripe_cli_env(parent: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The `stripe` CLI's environment when asked for its saved key: the allow-list (its
+    config is under HOME) and where else its config may be."""
+    parent = os.environ if parent is None else parent
+    env = child_env(parent)
+    env.update({k: parent[k] for k in STRIPE_CLI_SETTINGS if parent.get(k)})
+    return env
