@@ -59,11 +59,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     v = sub.add_parser("verify", help="check the receipt chain of a store")
-    where = v.add_mutually_exclusive_group()
-    where.add_argument(
+    named = v.add_mutually_exclusive_group()
+    named.add_argument(
         "store", nargs="?", help=f"path of the SQLite store or a postgresql:// URL (or {ENV_STORE})"
     )
-    where.add_argument("--store", dest="store_option", metavar="PATH_OR_URL", help="the same")
+    named.add_argument("--store", dest="store_option", metavar="PATH_OR_URL", help="the same")
     v.add_argument("--json", action="store_true", help="print the result as JSON")
     v.add_argument(
         "--stripe",
