@@ -35,7 +35,7 @@ from interlock._errors import (
     SchemaVersionError,
     StoreError,
 )
-from interlock._events import GateEvent
+from interlock._events import Event, GateEvent
 from interlock._gate import REASON_WORLD_CHANGED, Gate, GateOptions, Outcome, new_action_id
 from interlock._journal import (
     ActionState,
@@ -99,6 +99,7 @@ __all__ = [  # noqa: RUF022 - sorted case-insensitively, as httpx does
     "CrashPoint",
     "CustomEffect",
     "Effect",
+    "Event",
     "Found",
     "Gate",
     "GateEvent",

@@ -1,8 +1,10 @@
-"""`python -m interlock verify [STORE]`: check a store's receipt chain.
+"""`python -m interlock verify [--store] STORE`: check a store's receipt chain.
 
-STORE is a SQLite file's path or a `postgresql://` URL. Exit 0 when the chain holds, 1 on
-any problem, 2 on bad usage (no such file or database, or one that is not an interlock
-store, or `--stripe` without a key). The store is opened read-only (PostgreSQL: `READ
+STORE is a SQLite file's path or a `postgresql://` URL, given as the argument, as
+`--store`, or in `INTERLOCK_STORE`; there is no default (the library keeps no folder of its
+own). Exit 0 when the chain holds, 1 on any problem, 2 on bad usage (no store named, no
+such file or database, or one that is not an interlock store, or `--stripe` without a
+key). The store is opened read-only (PostgreSQL: `READ
 ONLY` transactions) and never written. `--stripe` also checks Stripe against the receipts
 (the key from `STRIPE_SECRET_KEY`, the API at `INTERLOCK_STRIPE_BASE` when set), payment
 by payment; `--account-wide` adds the account's refunds since the store's first action.
@@ -26,14 +28,11 @@ from interlock._verify import verify
 if TYPE_CHECKING:
     from interlock._stripe import StripePayments
 
-DEFAULT_STORE_NAME = "interlock.sqlite3"
-
-
-def default_store_path() -> Path:
-    """The store under `INTERLOCK_HOME` (default `.interlock/`), else the demo's under `demo/`."""
-    home = Path(os.environ.get("INTERLOCK_HOME") or ".interlock")
-    own, demo = home / DEFAULT_STORE_NAME, home / "demo" / DEFAULT_STORE_NAME
-    return demo if demo.is_file() and not own.is_file() else own
+ENV_STORE = "INTERLOCK_STORE"
+NO_STORE = (
+    "name the store to check: python -m interlock verify PATH_OR_URL (or --store "
+    f"PATH_OR_URL, or set {ENV_STORE}); PATH is a SQLite file, URL a postgresql:// one"
+)
 
 
 def _shown(text: str) -> str:
@@ -60,11 +59,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     v = sub.add_parser("verify", help="check the receipt chain of a store")
-    v.add_argument(
-        "store",
-        nargs="?",
-        help="path of the SQLite store or a postgresql:// URL (default: under INTERLOCK_HOME)",
+    named = v.add_mutually_exclusive_group()
+    named.add_argument(
+        "store", nargs="?", help=f"path of the SQLite store or a postgresql:// URL (or {ENV_STORE})"
     )
+    named.add_argument("--store", dest="store_option", metavar="PATH_OR_URL", help="the same")
     v.add_argument("--json", action="store_true", help="print the result as JSON")
     v.add_argument(
         "--stripe",
@@ -89,7 +88,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.stripe and not key:
         print("--stripe needs a Stripe key: set STRIPE_SECRET_KEY", file=sys.stderr)
         return 2
-    location = args.store or str(default_store_path())
+    location = args.store or args.store_option or os.environ.get(ENV_STORE)
+    if not location:
+        print(NO_STORE, file=sys.stderr)
+        return 2
     if not is_postgres_url(location) and not Path(location).is_file():
         print(f"no interlock store at {location}: give the path of a store file", file=sys.stderr)
         return 2

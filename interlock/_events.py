@@ -1,15 +1,18 @@
-"""What the gate tells its `on_event(kind, data)` listener, as one table.
+"""What the gate tells its `on_event(event)` listener, as one table.
 
-`kind` is a `GateEvent` (a `str` enum, so `kind == "after-answer"` still reads); `data` is
-a mapping whose keys are exactly the event's `fields` (a `check` adds its own, listed in
-`CHECK_FIELDS`). Every event names its `action_id`. A test runs the gate through every
-certification cell and holds each event it saw to this table.
+The listener receives an `Event`: its `kind` is a `GateEvent` (a `str` enum, so
+`event.kind == "after-answer"` still reads) and its `data` a read-only mapping whose keys
+are exactly the kind's `fields` (a `check` adds its own, listed in `CHECK_FIELDS`). Every
+event names its `action_id`. A test runs the gate through every certification cell and
+holds each event it saw to this table (`event_problem`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from enum import Enum
+from types import MappingProxyType
 from typing import Any
 
 
@@ -126,3 +129,25 @@ def event_problem(kind: GateEvent, data: Mapping[str, Any]) -> str | None:
     if set(data) != wanted:
         return f"{kind.value} carries {sorted(data)}, the table says {sorted(wanted)}"
     return None
+
+
+@dataclass(frozen=True)
+class Event:
+    """One gate event, as `Gate(on_event=...)` receives it.
+
+    `kind` is the `GateEvent`; `data` holds exactly the fields `kind.fields` lists (plus a
+    `check`'s own, `CHECK_FIELDS`), read-only: a listener cannot change what the next one
+    sees. `action_id` is the field every event carries.
+    """
+
+    kind: GateEvent
+    data: Mapping[str, Any]
+
+    def __post_init__(self) -> None:
+        # Frozen all the way down: the gate's own dict is never handed out to be edited.
+        object.__setattr__(self, "data", MappingProxyType(dict(self.data)))
+
+    @property
+    def action_id(self) -> str:
+        """The action the event is about."""
+        return str(self.data["action_id"])

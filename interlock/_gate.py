@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -54,7 +54,7 @@ from interlock._errors import (
     PaymentsUnsettledError,
     StoreError,
 )
-from interlock._events import GateEvent
+from interlock._events import Event, GateEvent
 from interlock._journal import (
     CODE_CONFLICT,
     CODE_REFUND_FAILED,
@@ -69,8 +69,8 @@ from interlock._leases import approval_problem
 from interlock._receipts import Check, Receipt, receipt_key
 
 Status = Literal["sent", "adopted", "refused", "failed", "pending"]
-EventSink = Callable[[GateEvent, Mapping[str, Any]], None]
-"""`on_event(kind, data)`: every `GateEvent` with its fields (`interlock.GateEvent` lists them)."""
+EventSink = Callable[[Event], None]
+"""`on_event(event)`: every gate `Event`, its kind a `GateEvent` (which lists its fields)."""
 
 REASON_WORLD_CHANGED = "the payment's refunds changed after the model decided"
 """The reason a refusal records when the refunds differ from those the decision saw."""
@@ -867,4 +867,4 @@ class Gate:
 
     def _emit(self, kind: GateEvent, **data: Any) -> None:
         if self._emit_to is not None:
-            self._emit_to(kind, data)
+            self._emit_to(Event(kind, data))

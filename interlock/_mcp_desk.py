@@ -204,7 +204,7 @@ class RefundDesk:
     """The two tools' logic over a payments client and a journal store, for one session.
 
     `log` gets a line for each recovery and each gate step that raised; `on_event` gets the
-    gate's own events (`interlock.GateEvent`). One desk per server process: its owner is
+    gate's own events (`interlock.Event`). One desk per server process: its owner is
     this process, so a restarted server takes over a dead one's claims.
     """
 

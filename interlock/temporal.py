@@ -176,7 +176,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
@@ -193,7 +193,7 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess without
 
 from interlock._config import Timing
 from interlock._errors import ActionError
-from interlock._events import GateEvent
+from interlock._events import Event
 from interlock._gate import EventSink, Gate, Outcome
 from interlock._journal import MAX_ID_LENGTH, Intent
 
@@ -359,11 +359,13 @@ class _Heartbeats:
         self._sleep = sleep
         self._last: dict[str, Any] = {"event": "start"}
 
-    def event(self, kind: GateEvent, data: Mapping[str, Any]) -> None:
+    def event(self, event: Event) -> None:
         if self._on_event is not None:
-            self._on_event(kind, data)
-        plain = {k: v for k, v in data.items() if v is None or isinstance(v, (str, int, float))}
-        self._last = {"event": kind.value, **plain}
+            self._on_event(event)
+        plain = {
+            k: v for k, v in event.data.items() if v is None or isinstance(v, (str, int, float))
+        }
+        self._last = {"event": event.kind.value, **plain}
         activity.heartbeat(self._last)
 
     def sleep(self, seconds: float) -> None:

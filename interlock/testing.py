@@ -65,7 +65,7 @@ from interlock._config import Switches, Timing
 from interlock._crash_points import CrashPoint
 from interlock._effects import Effect, Found, Observation
 from interlock._errors import PaymentsRejectedError, PaymentsUnsettledError
-from interlock._events import GateEvent, event_problem
+from interlock._events import Event, GateEvent, event_problem
 from interlock._gate import Gate, Outcome
 from interlock._journal import Intent, Store
 from interlock._leases import Lease
@@ -382,12 +382,12 @@ def run_cell(
         events: Mapping[GateEvent, Callable[[Mapping[str, Any]], None]],
         crash: CrashPoint | None,
     ) -> Gate:
-        def on_event(kind: GateEvent, data: Mapping[str, Any]) -> None:
-            hook = events.get(kind)
+        def on_event(event: Event) -> None:
+            hook = events.get(event.kind)
             if hook is not None:
-                hook(data)
-            if crash is not None and kind is crash.event:
-                raise _Crash(kind)
+                hook(event.data)
+            if crash is not None and event.kind is crash.event:
+                raise _Crash(event.kind)
 
         return Gate(
             journal,

@@ -11,11 +11,11 @@ into the column's report.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
 
 from interlock import (
     CrashPoint,
+    Event,
     Gate,
     GateEvent,
     GateOptions,
@@ -123,19 +123,19 @@ def key_refused(ctx: WorkerContext, e: PaymentsAuthError, action_id: str | None)
     return ColumnOutcome("pending", reason=reason, action_id=action_id)
 
 
-def gate_listener(ctx: WorkerContext) -> Callable[[GateEvent, Mapping[str, Any]], None]:
+def gate_listener(ctx: WorkerContext) -> Callable[[Event], None]:
     """The gate's `on_event` for this worker: each shown event as a line, and the
     worker's crash points among the gate's steps."""
 
-    def on_event(kind: GateEvent, data: Mapping[str, Any]) -> None:
-        point = CrashPoint.at(kind)
-        if kind is GateEvent.BEFORE_SEND and point is not None:
+    def on_event(event: Event) -> None:
+        point = CrashPoint.at(event.kind)
+        if event.kind is GateEvent.BEFORE_SEND and point is not None:
             # The request has not gone out yet: a worker that dies here never says it sent.
             ctx.crash(point)
-        text = gate_event_text(kind, data, answerer=ctx.answerer)
+        text = gate_event_text(event, answerer=ctx.answerer)
         if text is not None:
-            ctx.emit(gate_kind(kind), text, **event_fields(data))
-        if kind is not GateEvent.BEFORE_SEND and point is not None:
+            ctx.emit(gate_kind(event.kind), text, **event_fields(event.data))
+        if event.kind is not GateEvent.BEFORE_SEND and point is not None:
             ctx.crash(point)
 
     return on_event

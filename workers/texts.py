@@ -10,10 +10,7 @@ changes no phase line and no verdict. The snapshot tests show these words on scr
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-from interlock import GateEvent, PaymentsAuthError
+from interlock import Event, GateEvent, PaymentsAuthError
 from workers.protocol import ColumnOutcome
 
 # Who answers a worker's refund calls, as its events name it: Stripe test mode (live),
@@ -53,11 +50,12 @@ def outcome_text(outcome: ColumnOutcome, answerer: str = STRIPE) -> str:
     return text
 
 
-def gate_event_text(kind: GateEvent, d: Mapping[str, Any], *, answerer: str = STRIPE) -> str | None:
+def gate_event_text(event: Event, *, answerer: str = STRIPE) -> str | None:
     """A gate event in words for a column's event list, or None for events not shown.
 
     `answerer` names who answers refund calls (`STRIPE`, `EMULATOR` or `MOCK`).
     """
+    kind, d = event.kind, event.data
     short = _short_id(str(d.get("action_id", "")))
     if kind is GateEvent.JOURNALED:
         claim = d.get("claim")

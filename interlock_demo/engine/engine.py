@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from interlock import (
-    GateEvent,
+    Event,
     GateOptions,
     Lease,
     MemoryStore,
@@ -274,7 +274,7 @@ class Engine:
                     timing=config.timing,
                     switches=config.switches,
                     owner=Owner.current("reapprove"),
-                    on_event=lambda kind, data: _reapprove_event(run, config, kind, data),
+                    on_event=lambda event: _reapprove_event(run, config, event),
                     clock=self.clock.wall,
                     new_action_id=self.ids.action_id,
                 ),
@@ -427,9 +427,9 @@ def _stripe(config: DemoConfig, base: str | None) -> StripePayments:
     return StripePayments(client)
 
 
-def _reapprove_event(
-    run: Run, config: DemoConfig, kind: GateEvent, data: Mapping[str, Any]
-) -> None:
-    text = gate_event_text(kind, data, answerer=config.run_mode.answerer)
+def _reapprove_event(run: Run, config: DemoConfig, event: Event) -> None:
+    text = gate_event_text(event, answerer=config.run_mode.answerer)
     if text is not None:
-        run.add_event(gated_column().name, gate_kind(kind), text, None, event_fields(data))
+        run.add_event(
+            gated_column().name, gate_kind(event.kind), text, None, event_fields(event.data)
+        )

@@ -18,14 +18,13 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from interlock_demo.exit_codes import ExitCode
 
 if TYPE_CHECKING:
-    from interlock import GateEvent, Payments, SQLiteStore
+    from interlock import Event, Payments, SQLiteStore
 
 OFFLINE_PAYMENT = 10_000
 OFFLINE_CAP = 2_000
@@ -211,8 +210,8 @@ def _serve(args: argparse.Namespace) -> int:
             )
             log(notes[-1])
 
-        def on_event(kind: GateEvent, data: Mapping[str, Any]) -> None:
-            text = gate_event_text(kind, data)
+        def on_event(event: Event) -> None:
+            text = gate_event_text(event)
             if text is not None:
                 log(text)
 

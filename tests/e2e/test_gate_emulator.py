@@ -115,7 +115,7 @@ def rig(emulator: StripeEmulator, tmp_path: Path) -> Iterator[Rig]:
         StripeRefund(payments),
         timing=Timing(claim_ttl_s=6, stripe_timeout_s=DEADLINE_S),
         switches=Switches(),
-        on_event=lambda kind, data: events.append((kind, dict(data))),
+        on_event=lambda event: events.append((event.kind, dict(event.data))),
     )
     yield Rig(emulator, payments, store, gate, payment.id, events)
     store.close()

@@ -131,7 +131,7 @@ def _race_in_threads(store: Store, emulator: StripeEmulator) -> list[dict[str, o
             timing=Timing(claim_ttl_s=8, stripe_timeout_s=3),
             switches=Switches(),
             owner=Owner.current(worker_id),
-            on_event=lambda kind, _data: events.append(kind),
+            on_event=lambda event: events.append(event.kind),
         )
         try:
             barrier.wait(timeout=10)

@@ -27,6 +27,7 @@ import pytest
 from interlock import (
     ACTION_METADATA_KEY,
     Check,
+    Event,
     Gate,
     Intent,
     Lease,
@@ -126,10 +127,10 @@ def _host_gate(
 ) -> Gate:
     owner = Owner(f"worker-{host}", 4242, 0.0, host)
 
-    def on_event(kind: str, data: Mapping[str, Any]) -> None:
-        events.append((host, kind, dict(data)))
-        if kind == kill_at:
-            raise Killed(kind)
+    def on_event(event: Event) -> None:
+        events.append((host, event.kind, dict(event.data)))
+        if event.kind == kill_at:
+            raise Killed(event.kind)
 
     return Gate(
         store,

@@ -83,7 +83,7 @@ class World(GateWorld):
                 StripeRefund(self.payments),
                 timing=TIMING,
                 owner=Owner.current("activity"),
-                on_event=lambda kind, data: self.kinds.append(kind),
+                on_event=lambda event: self.kinds.append(event.kind),
                 clock=self.clock,
                 sleep=sleep or self.clock.sleep,
                 max_sends=max_sends,

@@ -42,8 +42,8 @@ from interlock import (Gate, Intent, SQLiteStore, StripePayments, StripeTransfer
 url, store, key, crash, action, target, amount, lease, fingerprint = sys.argv[1:]
 payments = StripePayments(make_stripe_client(key, timeout_s=1, base_url=url))
 
-def on_event(kind, data):
-    if kind == crash:
+def on_event(event):
+    if event.kind == crash:
         sys.stdout.flush()
         os.kill(os.getpid(), signal.SIGKILL)
 

@@ -1,5 +1,6 @@
-"""`python -m interlock verify` as its own process: exit 0, 1 or 2, JSON, signatures, and
-the store it checks left as it was (read-only, never written, no file beside it).
+"""`python -m interlock verify` as its own process: exit 0, 1 or 2, JSON, signatures, the
+store named by argument, option or environment (never guessed), and the store it checks
+left as it was (read-only, never written, no file beside it).
 """
 
 from __future__ import annotations
@@ -14,22 +15,29 @@ from pathlib import Path
 
 import pytest
 
+from interlock.__main__ import ENV_STORE
 from tests.unit.test_receipts_verify import KEY, ROOT, _store_with_receipts
 
 
 def _cli(
-    *args: str, home: Path | None = None, key: str | None = None
+    *args: str,
+    home: Path | None = None,
+    key: str | None = None,
+    store: str | None = None,
+    cwd: Path = ROOT,
 ) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "INTERLOCK_RECEIPT_KEY"}
+    env = {k: v for k, v in os.environ.items() if k not in ("INTERLOCK_RECEIPT_KEY", ENV_STORE)}
     if home is not None:
         env["INTERLOCK_HOME"] = str(home)
     if key is not None:
         env["INTERLOCK_RECEIPT_KEY"] = key
+    if store is not None:
+        env[ENV_STORE] = store
     return subprocess.run(
         [sys.executable, "-m", "interlock", *args],
         capture_output=True,
         text=True,
-        cwd=ROOT,
+        cwd=cwd,
         env=env,
         timeout=60,
     )
@@ -87,18 +95,37 @@ def test_cli_json_and_signatures(tmp_path: Path) -> None:
     assert len(json.loads(keyless.stdout)["problems"]) == 3
 
 
-def test_cli_default_store_is_under_interlock_home(tmp_path: Path) -> None:
-    """Without a path the command checks `interlock.sqlite3` under INTERLOCK_HOME."""
-    home = tmp_path / "home"
-    _store_with_receipts(home / "interlock.sqlite3")
+def test_cli_takes_the_store_from_the_option_or_the_environment(tmp_path: Path) -> None:
+    """`--store PATH` and `INTERLOCK_STORE` name the store as the argument does; the
+    argument and the option together are bad usage."""
+    path = tmp_path / "journal.sqlite3"
+    _store_with_receipts(path)
 
-    done = _cli("verify", home=home)
-    empty = _cli("verify", home=tmp_path / "elsewhere")
+    option = _cli("verify", "--store", str(path))
+    env = _cli("verify", store=str(path))
+    both = _cli("verify", str(path), "--store", str(path))
 
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith(f"{home / 'interlock.sqlite3'}: chain of 3 receipts")
-    assert empty.returncode == 2
-    assert str(tmp_path / "elsewhere" / "interlock.sqlite3") in empty.stderr
+    assert option.returncode == 0, option.stderr
+    assert env.returncode == 0, env.stderr
+    assert option.stdout == env.stdout == f"{path}: chain of 3 receipts (unsigned) holds\n"
+    assert both.returncode == 2 and "not allowed with" in both.stderr
+
+
+def test_cli_without_a_store_says_what_to_pass(tmp_path: Path) -> None:
+    """No argument, no `--store`, no `INTERLOCK_STORE`: exit 2 naming all three, even with
+    a store file in the working folder and under INTERLOCK_HOME (the library has no
+    default folder to look in)."""
+    _store_with_receipts(tmp_path / "interlock.sqlite3")
+    _store_with_receipts(tmp_path / "demo" / "interlock.sqlite3")
+
+    done = _cli("verify", home=tmp_path, cwd=tmp_path)
+
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr == (
+        "name the store to check: python -m interlock verify PATH_OR_URL (or --store "
+        "PATH_OR_URL, or set INTERLOCK_STORE); PATH is a SQLite file, URL a postgresql:// one\n"
+    )
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,6 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +44,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.toolsets import FunctionToolset
 
 from interlock import (
+    Event,
     Gate,
     GateEvent,
     Intent,
@@ -82,10 +82,10 @@ class Rig:
             on_event=self.on_event,
         )
 
-    def on_event(self, kind: str, data: Mapping[str, Any]) -> None:
-        if kind == GateEvent.JOURNALED and data["action_id"] not in self.action_ids:
-            self.action_ids.append(data["action_id"])
-        if kind == self.crash:
+    def on_event(self, event: Event) -> None:
+        if event.kind is GateEvent.JOURNALED and event.action_id not in self.action_ids:
+            self.action_ids.append(event.action_id)
+        if event.kind == self.crash:
             print(f"crash-point {self.crash}", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
 

@@ -21,7 +21,6 @@ import psutil
 from interlock import (
     ACTION_METADATA_KEY,
     Gate,
-    GateEvent,
     Intent,
     Lease,
     MemoryStore,
@@ -34,6 +33,7 @@ from interlock import (
     new_action_id,
     refunds_fingerprint,
 )
+from interlock import Event as GateEventSeen
 from interlock.testing import InProcessPayments, event_problem
 
 T0 = 1_700_000_000.0
@@ -164,7 +164,8 @@ class GateWorld:
     ) -> Gate:
         """A gate for `owner` that logs its events, runs `hooks` and crashes at `crash_at`."""
 
-        def on_event(kind: GateEvent, data: Mapping[str, Any]) -> None:
+        def on_event(event: GateEventSeen) -> None:
+            kind, data = event.kind, event.data
             # Every event of every rig story is held to the gate's event table.
             problem = event_problem(kind, data)
             assert problem is None, problem

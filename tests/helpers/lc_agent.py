@@ -35,6 +35,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 
 from interlock import (
+    Event,
     Gate,
     Owner,
     Payments,
@@ -161,10 +162,10 @@ def emit(kind: str, **data: Any) -> None:
 
 
 def _listener(crash_at: str) -> Callable[[str, Mapping[str, Any]], None]:
-    def on_event(kind: str, data: Mapping[str, Any]) -> None:
-        emit("gate", step=kind, action_id=data.get("action_id"))
-        if kind == crash_at:
-            emit("crash-point", at=kind, pid=os.getpid())
+    def on_event(event: Event) -> None:
+        emit("gate", step=event.kind, action_id=event.action_id)
+        if event.kind == crash_at:
+            emit("crash-point", at=event.kind, pid=os.getpid())
             threading.Event().wait()  # until the test's SIGKILL
 
     return on_event

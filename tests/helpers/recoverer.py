@@ -40,7 +40,7 @@ def main(store_path: str, base_url: str, worker_id: str) -> int:
         timing=Timing(claim_ttl_s=8, stripe_timeout_s=3),
         switches=Switches(),
         owner=Owner.current(worker_id),
-        on_event=lambda kind, _data: events.append(kind),
+        on_event=lambda event: events.append(event.kind),
     )
     print("ready", flush=True)
     if sys.stdin.readline().strip() != "go":

@@ -16,7 +16,6 @@ import json
 import os
 import sys
 import threading
-from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
@@ -30,6 +29,7 @@ from temporalio.worker import Worker
 
 with workflow.unsafe.imports_passed_through():
     from interlock import (
+        Event,
         Gate,
         Intent,
         Owner,
@@ -106,8 +106,8 @@ class GuardedRefund:
         return result
 
 
-def _on_event(kind: str, data: Mapping[str, Any]) -> None:
-    emit("gate-" + kind, attempt=activity.info().attempt)
+def _on_event(event: Event) -> None:
+    emit("gate-" + event.kind, attempt=activity.info().attempt)
 
 
 async def _serve(address: str, task_queue: str, gate: ActivityGate) -> None:

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from interlock import GateEvent
+from interlock import Event, Gate, GateEvent, StripeRefund
 from interlock.testing import event_problem
+from tests.helpers.gate_rig import AMOUNT, TIMING, GateWorld, gone_owner
 
 GATE = Path(__file__).resolve().parents[2] / "interlock" / "_gate.py"
 
@@ -46,3 +47,30 @@ def test_event_problem_names_a_missing_or_extra_field(
     """The checker the rig uses tells a matching event from one that is off the table."""
     found = event_problem(kind, data)
     assert (found is None) if problem is None else (found or "").startswith(problem)
+
+
+def test_the_listener_receives_one_read_only_event_per_step() -> None:
+    """`on_event` gets `Event`s: the kind, the action id every kind carries, and data a
+    listener cannot change under the next one (nor under the gate)."""
+    world = GateWorld()
+    intent = world.decide(AMOUNT, world.grant(AMOUNT).id)
+    seen: list[Event] = []
+    gate = Gate(
+        world.store,
+        StripeRefund(world.payments),
+        timing=TIMING,
+        owner=gone_owner(),
+        on_event=seen.append,
+        clock=world.clock,
+        sleep=world.clock.sleep,
+        monotonic=world.clock.monotonic,
+    )
+
+    assert gate.submit(intent).status == "sent"
+
+    assert seen[0].kind is GateEvent.JOURNALED
+    assert seen[-1].kind is GateEvent.SETTLED and seen[-1].data["status"] == "sent"
+    assert {e.action_id for e in seen} == {intent.action_id}
+    assert all(event_problem(e.kind, e.data) is None for e in seen)
+    with pytest.raises(TypeError):
+        seen[0].data["claim"] = "edited"  # type: ignore[index]

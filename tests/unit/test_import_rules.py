@@ -8,7 +8,7 @@ Every module of `interlock`, `interlock_demo`, `workers` and `scenarios` is read
   `interlock_demo.views`, directly or through the imports (lazy ones too) of the modules
   they import (the headless path never needs a screen);
 - `interlock` imports nothing of `interlock_demo`, `workers` or `scenarios` (the library
-  stands alone);
+  stands alone), and no string of its code names the demo's folder (`demo/`);
 - `workers` imports nothing of `interlock_demo` (a worker is restarted alone, and the demo
   is its caller, not its dependency);
 - the widgets import nothing of `interlock_demo.engine` (they read the run model); the
@@ -378,6 +378,40 @@ def test_the_library_importing_the_demo_is_reported(tmp_path: Path) -> None:
         "interlock/testing.py:1",
     ]
     assert all(line.endswith("the library imports no demo") for line in check(root))
+
+
+def demo_paths(root: Path) -> list[str]:
+    """Every string in the library's code that names the demo's folder (`demo`, or a path
+    through `demo/`): the library keeps no knowledge of where the demo keeps its files."""
+    found = []
+    for path in sorted((root / "interlock").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                text = node.value
+                if text == "demo" or "demo/" in text.replace("\\", "/"):
+                    found.append(f"{path.relative_to(root)}:{node.lineno} {text[:60]!r}")
+    return found
+
+
+def test_the_library_names_no_demo_folder() -> None:
+    """No string of `interlock/` names the demo's folder (its store, logs or cases)."""
+    assert demo_paths(ROOT) == []
+
+
+def test_a_demo_folder_in_the_library_is_reported(tmp_path: Path) -> None:
+    """A path under `demo/`, built with `/` or given whole, is named with its line."""
+    root = _tree(
+        tmp_path,
+        {
+            "interlock/__init__.py": "",
+            "interlock/__main__.py": 'x = 1\nhome = "h" / "demo" / "interlock.sqlite3"\n',
+            "interlock/_config.py": 'LOGS = ".interlock/demo/logs"\n',
+        },
+    )
+    assert demo_paths(root) == [
+        "interlock/__main__.py:2 'demo'",
+        "interlock/_config.py:1 '.interlock/demo/logs'",
+    ]
 
 
 def test_workers_importing_the_demo_is_reported(tmp_path: Path) -> None:

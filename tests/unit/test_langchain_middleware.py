@@ -22,6 +22,7 @@ from langgraph.types import Command
 
 from interlock import (
     ACTION_METADATA_KEY,
+    Event,
     Gate,
     Lease,
     MemoryStore,
@@ -317,9 +318,9 @@ def test_a_re_approval_killed_after_stripe_answered_is_adopted_on_the_re_run(
     config: Any = {"configurable": {"thread_id": "ticket-8"}}
     path = tmp_path / "checkpoints.sqlite3"
 
-    def crash(kind: str, data: Any) -> None:
-        if kind == "after-answer":
-            raise Crash(kind)
+    def crash(event: Event) -> None:
+        if event.kind == "after-answer":
+            raise Crash(event.kind)
 
     def agent(owner: Any, on_event: Any, conn: sqlite3.Connection) -> Any:
         gate = Gate(
@@ -412,9 +413,9 @@ def test_a_crash_in_the_send_after_the_approval_resumes_without_asking_again(
     config: Any = {"configurable": {"thread_id": "ticket-7"}}
     path = tmp_path / "checkpoints.sqlite3"
 
-    def crash(kind: str, data: Any) -> None:
-        if kind == "before-send":
-            raise Crash(kind)
+    def crash(event: Event) -> None:
+        if event.kind == "before-send":
+            raise Crash(event.kind)
 
     def agent(owner: Any, on_event: Any, conn: sqlite3.Connection) -> Any:
         gate = Gate(

@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from interlock import GateEvent, MemoryStore, Timing
+from interlock import Event, GateEvent, MemoryStore, Timing
 from interlock.mcp import (
     WORLD_CHANGED_WORDS,
     Answer,
@@ -90,8 +88,8 @@ def test_two_calls_of_one_request_at_once_refund_once(
         target=lambda: answers.__setitem__("second", d.issue_refund(payment, AMOUNT, RID))
     )
 
-    def on_event(kind: GateEvent, data: Mapping[str, Any]) -> None:
-        if kind is GateEvent.JOURNALED and second.ident is None:
+    def on_event(event: Event) -> None:
+        if event.kind is GateEvent.JOURNALED and second.ident is None:
             second.start()
             second.join(1.0)  # it may have to wait for this call: give it a second, no more
 
