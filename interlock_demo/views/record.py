@@ -27,9 +27,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from interlock_demo.engine import RunChoice
 from interlock_demo.engine.supervisor import kill_tree
 from interlock_demo.environment import demo_env
 from interlock_demo.exit_codes import ExitCode
+from interlock_demo.layout import WIDE
 from interlock_demo.settings import PRIVATE_UMASK
 from scenarios import SCENARIOS
 
@@ -95,22 +97,25 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _run_status(url: str) -> str | None:
-    """The status of the app's current run; None when there is none yet or no answer."""
+def _current_run(url: str) -> dict[str, Any] | None:
+    """The app's current run as its JSON says it; None when there is none yet or no answer."""
     try:
         with urllib.request.urlopen(url, timeout=5) as answer:
-            return str(json.load(answer)["status"])
-    except (urllib.error.URLError, OSError, ValueError, KeyError):
+            doc = json.load(answer)
+    except (urllib.error.URLError, OSError, ValueError):
         return None
+    return doc if isinstance(doc, dict) and "status" in doc else None
 
 
-def _wait_status(url: str, proc: subprocess.Popen[bytes], timeout: float) -> str | None:
+def _wait_finished(
+    url: str, proc: subprocess.Popen[bytes], timeout: float
+) -> dict[str, Any] | None:
     """Poll the app's run until it is no longer running; None on timeout or exit."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None:
-        status = _run_status(url)
-        if status is not None and status != "running":
-            return status
+        run = _current_run(url)
+        if run is not None and run["status"] != "running":
+            return run
         time.sleep(POLL_S)
     return None
 
@@ -156,10 +161,21 @@ def record(
         if not pty.wait_for("ready: press enter to run", 0, START_TIMEOUT_S):
             raise RecordError(f"the app did not show its idle screen in {START_TIMEOUT_S:g} s")
         started = len(pty.events)
-        pty.write(SCENARIOS[scenario].key.encode() + b"\r")
-        status = _wait_status(url, proc, RUN_TIMEOUT_S)
-        if status is None:
+        chosen = SCENARIOS[scenario]
+        if scenario != RunChoice.scenario:
+            pty.write(chosen.key.encode())
+            # Enter is a priority key: typed in the same breath as the scenario's key, it
+            # would start the run before the pick reached the app. Enter once it shows.
+            shown = f"[{chosen.key}] {chosen.label if width < WIDE else chosen.title}"
+            if not pty.wait_for(shown, started, START_TIMEOUT_S):
+                raise RecordError(f"the app did not show scenario {scenario} after its key")
+        pty.write(b"\r")
+        run = _wait_finished(url, proc, RUN_TIMEOUT_S)
+        if run is None:
             raise RecordError(f"the run did not finish in {RUN_TIMEOUT_S:g} s")
+        if run.get("scenario") != scenario:
+            raise RecordError(f"the app ran {run.get('scenario')!r}, not {scenario!r}")
+        status = str(run["status"])
         # The header says so (the idle screen never does): the recording ends with it.
         if not pty.wait_for(status, started, 10):
             raise RecordError(f"the app did not show the {status} run")

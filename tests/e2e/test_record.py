@@ -13,17 +13,18 @@ from asciinema import asciicast
 from tests.e2e.test_cli import _env
 from tests.helpers.headless import ROOT
 
-# The verdict strip at the end of hand-refund: what the recording must end on.
-VERDICT_WORDS = ("retried blindly: $40.00", "saw the hand refund: refused")
+# The verdict strip at the end of revoked: what the recording must end on. Not the app's
+# first scenario, so the recorder has to pick it before it runs.
+VERDICT_WORDS = ("despite the revocation", "saw the revocation: refused")
 
 
 def test_record_writes_a_cast_that_asciinema_reads_back_with_the_verdicts(
     tmp_path: Path,
 ) -> None:
-    """A mock run of hand-refund is recorded at 160x45: asciinema reads the header and the
-    output events, and the frames show the run finished with the verdict strip's words."""
-    out = tmp_path / "talk" / "hand-refund.cast"
-    cmd = [sys.executable, "-m", "interlock_demo.cli", "record", "--scenario", "hand-refund"]
+    """A mock run of revoked is recorded at 160x45: asciinema reads the header and the
+    output events, and the frames show that scenario finished with its verdict strip."""
+    out = tmp_path / "talk" / "revoked.cast"
+    cmd = [sys.executable, "-m", "interlock_demo.cli", "record", "--scenario", "revoked"]
     done = subprocess.run(
         [*cmd, "--mock", "--out", str(out)],
         capture_output=True,
@@ -46,7 +47,7 @@ def test_record_writes_a_cast_that_asciinema_reads_back_with_the_verdicts(
     times = [e[0] for e in events]
     assert times == sorted(times), "the events are not in time order"
     shown = "".join(e[2] for e in events)
-    for words in (*VERDICT_WORDS, "finished"):
+    for words in (*VERDICT_WORDS, "[2] Approval revoked during the outage", "finished"):
         assert words in shown, f"{words!r} never shown in the recording"
     # The recording ends with the app giving the terminal back (q, not a kill).
     assert shown.rfind("\x1b[?1049l") > shown.rfind("retried blindly")
