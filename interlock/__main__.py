@@ -1,4 +1,5 @@
-"""`python -m interlock verify [--store] STORE`: check a store's receipt chain.
+"""`python -m interlock verify [--store] STORE`: check a store's receipt chain;
+`python -m interlock stripe-emulator [--port N]`: the loopback Stripe emulator alone.
 
 STORE is a SQLite file's path or a `postgresql://` URL, given as the argument, as
 `--store`, or in `INTERLOCK_STORE`; there is no default (the library keeps no folder of its
@@ -8,6 +9,10 @@ key). The store is opened read-only (PostgreSQL: `READ
 ONLY` transactions) and never written. `--stripe` also checks Stripe against the receipts
 (the key from `STRIPE_SECRET_KEY`, the API at `INTERLOCK_STRIPE_BASE` when set), payment
 by payment; `--account-wide` adds the account's refunds since the store's first action.
+
+The emulator (`interlock.testing.StripeEmulator`) serves on 127.0.0.1 until Ctrl-C and
+prints its address and control token on stderr; point `INTERLOCK_STRIPE_BASE` (or
+`make_stripe_client(base_url=...)`) at it.
 """
 
 from __future__ import annotations
@@ -77,10 +82,16 @@ def main(argv: list[str] | None = None) -> int:
         help="with --stripe: also read every refund on the account since the store's first "
         "action (for a store that is the account's only interlock store)",
     )
+    emu = sub.add_parser("stripe-emulator", help="serve the loopback Stripe emulator alone")
+    emu.add_argument("--port", type=int, help="port on 127.0.0.1 (default: a free one)")
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:
         return 2 if e.code else 0
+    if args.command == "stripe-emulator":
+        from interlock.testing import serve_emulator
+
+        return serve_emulator(args.port, prog="python -m interlock")
     if args.account_wide and not args.stripe:
         print("--account-wide reads Stripe: give --stripe too", file=sys.stderr)
         return 2

@@ -26,7 +26,7 @@ caller that could have started the emulator: the Host rule above; a POST must sa
 allowed); an Origin, when sent, must be the emulator's own (else 403); and the
 `X-Emulator-Token` header must carry the per-process `control_token` (else 403), which the
 person or engine that started it holds (`INTERLOCK_EMULATOR_TOKEN` for one started with
-`interlock-demo stripe-emulator`). `EmulatorControl` is a client for these routes.
+`python -m interlock stripe-emulator`). `EmulatorControl` is a client for these routes.
 
 - `POST /_emulator/clock/advance` `{"seconds": N}`: move the model's clock forward.
 - `POST /_emulator/faults` `{"kind", "stage", "hold_ms", "commit", "count",
@@ -360,7 +360,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not secrets.compare_digest(token.encode(), self.server.control_token.encode()):
             return 403, (
                 f"control routes need the {TOKEN_HEADER} header with this emulator's token "
-                f"(StripeEmulator.control_token, or {TOKEN_ENV} for `interlock-demo "
+                f"(StripeEmulator.control_token, or {TOKEN_ENV} for `python -m interlock "
                 "stripe-emulator`); it was missing or wrong"
             )
         return None
@@ -585,7 +585,7 @@ class EmulatorControl:
         token = (os.environ if env is None else env).get(TOKEN_ENV, "")
         if not token:
             raise EmulatorControlError(
-                f"{TOKEN_ENV} is not set: start the emulator with `interlock-demo "
+                f"{TOKEN_ENV} is not set: start the emulator with `python -m interlock "
                 "stripe-emulator`, which prints its token, and set it to that"
             )
         return cls(url, token)
@@ -712,3 +712,37 @@ class StripeEmulator:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def serve_emulator(port: int | None, *, prog: str) -> int:
+    """Serve an emulator on 127.0.0.1 until Ctrl-C (a command's body; `prog` names the
+    command in its messages). Its address and control token go to stderr only; the token
+    is `INTERLOCK_EMULATOR_TOKEN` when set, else a new one printed once. Returns the exit
+    code: 0, or 2 when it cannot listen or the preset token is too short."""
+    preset = os.environ.get(TOKEN_ENV) or None
+    try:
+        emu = StripeEmulator(port or 0, control_token=preset)
+    except OSError as e:
+        print(f"{prog}: cannot listen on 127.0.0.1:{port}: {e}", file=sys.stderr)
+        return 2
+    except ValueError as e:
+        print(f"{prog}: {TOKEN_ENV}: {e}; unset it for a random one", file=sys.stderr)
+        return 2
+    print(f"Stripe emulator on {emu.url} (test keys only; Ctrl-C stops it)", file=sys.stderr)
+    if preset is not None:
+        print(f"Control token: the one in {TOKEN_ENV}", file=sys.stderr)
+    else:
+        # For the person who started it: a client at this address needs it to arm faults.
+        # It is printed here once and never written anywhere else.
+        print(
+            f"Control token: {emu.control_token} (set {TOKEN_ENV} to it where a client "
+            f"uses {emu.url}; keep it to yourself)",
+            file=sys.stderr,
+        )
+    try:
+        emu.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        emu.stop()
+    return 0

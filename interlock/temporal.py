@@ -53,7 +53,7 @@ In a workflow, `outcome_of(error)` reads the outcome back from the `ActivityErro
 `activity_executor`): it blocks on the store and on Stripe.
 
 The example (the README's), offline against the loopback emulator and Temporal's dev
-server (`interlock-demo stripe-emulator --port 12111` and `temporal server start-dev`)::
+server (`python -m interlock stripe-emulator --port 12111` and `temporal server start-dev`)::
 
     import asyncio
     import os

@@ -70,7 +70,7 @@ from interlock._gate import Gate, Outcome
 from interlock._journal import Intent, Store
 from interlock._leases import Lease
 from interlock._store_memory import MemoryStore
-from interlock._stripe_emulator import TOKEN_ENV, StripeEmulator
+from interlock._stripe_emulator import TOKEN_ENV, StripeEmulator, serve_emulator
 from interlock._stripe_inprocess import InProcessPayments
 from interlock._stripe_model import Fault, PaymentsModel, Reply, new_id
 
@@ -115,6 +115,7 @@ __all__ = [
     "event_problem",
     "new_id",
     "run_cell",
+    "serve_emulator",
     "truthful",
 ]
 

@@ -379,36 +379,10 @@ def _sweep(
 
 
 def _emulator(port: int | None) -> int:
-    """Serve the emulator until Ctrl-C; its address and control token go to stderr only."""
-    from interlock.testing import TOKEN_ENV, StripeEmulator
+    """Serve the emulator until Ctrl-C, as the library's own command does."""
+    from interlock.testing import serve_emulator
 
-    preset = os.environ.get(TOKEN_ENV) or None
-    try:
-        emu = StripeEmulator(port or 0, control_token=preset)
-    except OSError as e:
-        print(f"interlock-demo: cannot listen on 127.0.0.1:{port}: {e}", file=sys.stderr)
-        return ExitCode.USAGE
-    except ValueError as e:
-        print(f"interlock-demo: {TOKEN_ENV}: {e}; unset it for a random one", file=sys.stderr)
-        return ExitCode.USAGE
-    print(f"Stripe emulator on {emu.url} (test keys only; Ctrl-C stops it)", file=sys.stderr)
-    if preset is not None:
-        print(f"Control token: the one in {TOKEN_ENV}", file=sys.stderr)
-    else:
-        # For the person who started it: the engine's --stripe-base path needs it to arm
-        # faults. It is printed here once and never written anywhere else.
-        print(
-            f"Control token: {emu.control_token} (set {TOKEN_ENV} to it where you run "
-            f"--stripe-base {emu.url}; keep it to yourself)",
-            file=sys.stderr,
-        )
-    try:
-        emu.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        emu.stop()
-    return ExitCode.OK
+    return serve_emulator(port, prog="interlock-demo")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""`interlock-demo stripe-emulator` as its own process: a free port, and a control token
-that only its starter is told."""
+"""`stripe-emulator` (`python -m interlock`'s and `interlock-demo`'s) as its own process: a
+free port, and a control token that only its starter is told."""
 
 from __future__ import annotations
 
@@ -21,14 +21,16 @@ from interlock._stripe_emulator import (
 )
 
 
+@pytest.mark.parametrize("program", ["interlock", "interlock_demo.cli"])
 def test_cli_emulator_takes_a_free_port_and_tells_only_its_starter_the_token(
-    tmp_path: Any,
+    tmp_path: Any, program: str
 ) -> None:
-    """`stripe-emulator` picks a free port, prints address and token on stderr, nothing on stdout;
-    the token then arms a fault from another process's point of view."""
+    """`stripe-emulator` (the library's command, and the demo's, which is the same) picks a
+    free port, prints address and token on stderr, nothing on stdout; the token then arms a
+    fault from another process's point of view."""
     env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "interlock_demo.cli", "stripe-emulator"],
+        [sys.executable, "-m", program, "stripe-emulator"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
