@@ -20,6 +20,7 @@ from typing import Any
 
 import psutil
 import pytest
+from rich.cells import cell_len
 from rich.text import Text
 from textual.command import Command, CommandList, CommandPalette
 from textual.content import Content
@@ -684,7 +685,7 @@ async def test_at_80x24_one_column_at_a_time_and_every_verdict_in_the_strip(
 ) -> None:
     """At 80x24: one column at a time, the Standard column (the $40 card) first, left/right
     switch it, and the verdict strip shows all three verdicts at once, with the money and a
-    reason, above the footer."""
+    reason, above the footer (where the money was read in the strip's border)."""
     app = new_app(mock_config(home), checked=True)
     async with app.run_test(size=(80, 24)) as pilot:
         app.theme = theme
@@ -697,10 +698,12 @@ async def test_at_80x24_one_column_at_a_time_and_every_verdict_in_the_strip(
         assert "◀ Standard agent (1/3) ▶" in text
         assert "$40.00: agent $20 + hand $20" in text
         assert "Wanted in Stripe: one $20 refund, the hand one." in text
+        # Where the money was read is said once, in the strip's border, at this width.
+        assert "Refunded in memory" in text
         for line in (
-            "Standard   $40.00 in memory  ✗ retried blindly: $40.00",
-            "Interlock  $20.00 in memory  ✓ saw the hand refund: refused",
-            "Checked    $20.00 in memory  ✓ re-checked, saw the hand refund: stopped",
+            "Standard   $40.00  ✗ retried blindly: $40.00",
+            "Interlock  $20.00  ✓ saw the hand refund: refused",
+            "Checked    $20.00  ✓ re-checked, saw the hand refund: stopped",
         ):
             assert line in text, line
         for key, column in (("right", "interlock"), ("right", "checked"), ("left", "interlock")):
@@ -1143,6 +1146,44 @@ async def test_the_verdict_strip_gives_money_mark_and_reason(home: Path, sid: st
         run = await start(pilot, SCENARIOS[sid].key)
         await finish(pilot, run)
         assert verdicts(app).splitlines() == [f" {line}" for line in expected[sid]]
+
+
+async def assert_the_strip_is_whole_in_every_mode(pilot: Pilot[Any], run: Run) -> None:
+    """The verdicts of `run` as each mode words them, as drawn: each line whole (no
+    ellipsis, inside the width) on a row of its own, and the strip's top border too."""
+    app = pilot.app
+    assert isinstance(app, DemoApp)
+    strip = app.query_one(VerdictStrip)
+    snapshot = run.snapshot()
+    for mode in READ_AT:
+        strip.show(dataclasses.replace(snapshot, mode=mode))
+        await settle(pilot)
+        lines = verdicts(app).splitlines()
+        top, *rows = screen_text(app).splitlines()[strip.region.y : strip.region.bottom]
+        assert len(rows) == len(lines), (mode, rows)
+        for line, row in zip(lines, rows, strict=True):
+            assert "…" not in row, (mode, row)
+            assert cell_len(line) <= app.size.width, (mode, line)
+            assert row.rstrip() == line.rstrip(), (mode, row)
+        assert "…" not in top, (mode, top)
+        assert str(strip.border_title or "") in top, (mode, top)
+
+
+@pytest.mark.parametrize("sid", list(SCENARIOS))
+async def test_the_verdict_strip_is_whole_at_80_columns_in_every_mode(home: Path, sid: str) -> None:
+    """At 80x24, each scenario's verdicts (and, after a refusal, the re-approved one) read
+    whole in every mode's words: at Stripe (live), at the emulator (offline), in memory."""
+    app = new_app(mock_config(home), checked=True)
+    async with app.run_test(size=(80, 24)) as pilot:
+        run = await start(pilot, SCENARIOS[sid].key)
+        await finish(pilot, run)
+        await assert_the_strip_is_whole_in_every_mode(pilot, run)
+        if app.check_action("reapprove", ()):
+            await pilot.press("a")
+            await asyncio.wait_for(app.workers.wait_for_complete(), RUN_TIMEOUT_S)
+            await settle(pilot)
+            assert "re-approved" in verdicts(app)
+            await assert_the_strip_is_whole_in_every_mode(pilot, run)
 
 
 async def test_messages_never_cover_a_verdict(home: Path) -> None:

@@ -359,6 +359,7 @@ class DemoApp(App[int]):
             pane.set_place(place)
         self.query_one(ModeBanner).show(self.config)
         self._show_story(layout)
+        self.query_one(VerdictStrip).narrow = layout == "single"
         footer = self.query_one(DemoFooter)
         footer.compact = layout != "wide"
         footer.fit = layout
