@@ -434,15 +434,21 @@ async def test_s_saves_an_svg_that_keeps_its_spaces_in_any_renderer(
     assert png.read_bytes().startswith(b"\x89PNG")
 
 
+@pytest.mark.parametrize("zoomed", [False, True], ids=["all", "zoomed"])
 @pytest.mark.parametrize("size", [(160, 45), (100, 30), (80, 24)], ids=str)
 async def test_the_key_bar_fits_its_width_and_nothing_overlaps(
-    home: Path, size: tuple[int, int]
+    home: Path, size: tuple[int, int], zoomed: bool
 ) -> None:
-    """At each projector size the footer's keys (the palette's too) sit side by side inside
-    the screen: none covers another, none runs off the edge. At 160 every key is there."""
+    """At each projector size, zoomed (z) or not, the footer's keys (the palette's too) sit
+    side by side inside the screen: none covers another, none runs off the edge. At 160
+    every key is there; zoomed or one column at a time, left and right too."""
     app = new_app(mock_config(home), checked=True)
     async with app.run_test(size=size) as pilot:
         await finish(pilot, await start(pilot, "1"))
+        if zoomed:
+            await pilot.press("z")
+            await settle(pilot)
+            assert app.zoomed
         keys = [k for k in app.query(FooterKey) if k.display]
         regions = sorted((k.region for k in keys), key=lambda r: r.x)
         assert regions, "no keys in the footer"
@@ -453,6 +459,8 @@ async def test_the_key_bar_fits_its_width_and_nothing_overlaps(
         assert {"enter", "1", "2", "3", "q", "p", "ctrl+p"} <= shown, shown
         if size[0] >= 160:
             assert {"z", "c", "m", "t", "s"} <= shown, shown
+        if zoomed or app.layout_name == "single":
+            assert {"left", "right"} <= shown, shown
 
 
 async def test_q_quits_at_once_and_leaves_no_worker(home: Path) -> None:

@@ -67,10 +67,12 @@ STOP_SIGNALS = ("SIGTERM", "SIGHUP")
 
 # Below WIDE the key bar keeps what a presenter presses during the talk, with short labels
 # (an empty one shows the key alone), and the palette's key in line with them; the rest
-# is in the palette (ctrl+p): nothing overlaps.
+# is in the palette (ctrl+p): nothing overlaps. Zoomed at WIDE every key stays, in the same
+# compact style, left and right shown by their arrows alone, the palette's key in line too.
+ARROW_LABELS = {"select_column(-1)": "", "select_column(1)": ""}
 NARROW_HIDDEN = frozenset({"toggle_checked", "toggle_mock", "switch_engine", "save_screenshot"})
 SINGLE_HIDDEN = NARROW_HIDDEN | {"zoom"}
-NARROW_LABELS = {"reapprove": "Approve", "select_column(-1)": "", "select_column(1)": ""}
+NARROW_LABELS = {"reapprove": "Approve", **ARROW_LABELS}
 SINGLE_LABELS = {
     **NARROW_LABELS,
     "pick('hand-refund')": "Hand",
@@ -80,7 +82,10 @@ SINGLE_LABELS = {
 
 
 class DemoFooter(Footer):
-    """The key bar, fitted to the layout: every key at 160, the talk's keys below."""
+    """The key bar, fitted to the layout: every key at 160, the talk's keys below.
+
+    `fit` is the layout's name, or `zoomed` for the wide layout with one column zoomed.
+    """
 
     fit = reactive("wide", recompose=True)
 
@@ -89,10 +94,11 @@ class DemoFooter(Footer):
         if self.fit == "wide":
             yield from super().compose()
             return
-        single = self.fit == "single"
-        hidden, labels = (
-            (SINGLE_HIDDEN, SINGLE_LABELS) if single else (NARROW_HIDDEN, NARROW_LABELS)
-        )
+        hidden, labels = {
+            "zoomed": (frozenset[str](), ARROW_LABELS),
+            "compact": (NARROW_HIDDEN, NARROW_LABELS),
+            "single": (SINGLE_HIDDEN, SINGLE_LABELS),
+        }[self.fit]
         # Textual's FooterKey is private: the footer's keys are the widgets with an action.
         keys: list[Any] = [
             w for w in super().compose() if getattr(w, "action", None) not in (None, *hidden)
@@ -361,8 +367,8 @@ class DemoApp(App[int]):
         self._show_story(layout)
         self.query_one(VerdictStrip).narrow = layout == "single"
         footer = self.query_one(DemoFooter)
-        footer.compact = layout != "wide"
-        footer.fit = layout
+        footer.fit = "zoomed" if layout == "wide" and self.zoomed else layout
+        footer.compact = footer.fit != "wide"
         self.refresh_bindings()
 
     def _show_story(self, layout: str) -> None:
