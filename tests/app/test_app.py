@@ -1422,3 +1422,29 @@ async def test_z_back_at_80_columns_says_one_column_shows_not_all(
         shown = [p for p in app.query(ColumnPane) if p.display]
         assert len(shown) == 1
         assert seen[-1].startswith("One column at a time at this width: Standard agent")
+
+
+@pytest.mark.parametrize(
+    ("size", "keys", "says"),
+    [
+        ((160, 45), ("z",), "Zoomed: "),
+        ((100, 30), ("z",), "Zoomed: "),
+        ((80, 24), ("z", "z"), "One column at a time at this width: "),
+    ],
+    ids=["160-zoomed", "100-zoomed", "80"],
+)
+async def test_left_and_right_keep_the_message_on_the_column_shown(
+    home: Path, size: tuple[int, int], keys: tuple[str, ...], says: str
+) -> None:
+    """Once the message names the column shown alone (zoomed, or one at a time), left and
+    right change it with the column: it never names a column that is not on screen."""
+    app = new_app(mock_config(home), checked=True)
+    async with app.run_test(size=size) as pilot:
+        await finish(pilot, await start(pilot, "1"))
+        await pilot.press(*keys)
+        await settle(pilot)
+        for key in ("right", "right", "right", "left"):
+            await pilot.press(key)
+            await settle(pilot)
+            (pane,) = [p for p in app.query(ColumnPane) if p.display]
+            assert message(app).startswith(f"{says}{pane.column_title} ("), message(app)

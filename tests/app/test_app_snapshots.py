@@ -272,7 +272,8 @@ def test_finished_80x24_the_checked_column(
 
 
 def test_zoomed_at_160x45(snap_compare: Snap, home: Path, deterministic: Deterministic) -> None:
-    """z zooms the chosen column to the whole width (right: Interlock), with its full card."""
+    """z zooms the chosen column to the whole width (right: Interlock), with its full card;
+    the message names the column shown, and the key bar fits beside the palette's key."""
 
     async def run_before(pilot: Pilot[Any]) -> None:
         await run_to_end(pilot, "1")

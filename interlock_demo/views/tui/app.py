@@ -262,6 +262,8 @@ class DemoApp(App[int]):
         # clock that measures it (a test moves its own).
         self.phase_hold_s: float | None = None
         self.phase_clock: Callable[[], float] | None = None
+        # Whether the message line names the column shown alone (`_say_what_shows`).
+        self._message_names_column = False
 
     @property
     def config(self) -> DemoConfig:
@@ -418,6 +420,7 @@ class DemoApp(App[int]):
         markup: bool = True,
     ) -> None:
         """Say `message` on the message line above the footer, where no verdict is."""
+        self._message_names_column = False
         lines = self.query(MessageLine)
         if not lines:
             super().notify(message, title=title, severity=severity, timeout=timeout)
@@ -439,6 +442,8 @@ class DemoApp(App[int]):
 
     def watch_selected(self) -> None:
         self._layout()
+        if self._message_names_column:
+            self._say_what_shows()  # the message follows the column left/right showed
 
     def watch_zoomed(self) -> None:
         self._layout()
@@ -620,14 +625,21 @@ class DemoApp(App[int]):
     def action_zoom(self) -> None:
         """Zoom the chosen column to the whole width, or show every column again."""
         self.zoomed = not self.zoomed
+        self._say_what_shows()
+
+    def _say_what_shows(self) -> None:
+        """Say which column shows alone (zoomed, or one at a time), or that all do."""
         title = self._title(self.selected)
+        alone = self.zoomed or self.layout_name == "single"
         if self.zoomed:
             self.notify(f"Zoomed: {title} (left/right for another column, z for all).")
-        elif self.layout_name == "single":
+        elif alone:
             # Too narrow for all: the screen still shows one column, and says so.
             self.notify(f"One column at a time at this width: {title} (left/right for another).")
         else:
             self.notify("All columns.")
+        # Set after notify, which clears it: the message names the column on screen.
+        self._message_names_column = alone
 
     def action_toggle_mock(self) -> None:
         """Switch between mock and the mode the app started in."""
