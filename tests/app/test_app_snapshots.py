@@ -256,15 +256,21 @@ def test_finished_light_theme(snap_compare: Snap, home: Path, deterministic: Det
     assert snap_compare(app, terminal_size=SIZE, run_before=finished("1", "textual-light"))
 
 
-def test_finished_80x24_the_checked_column(
-    snap_compare: Snap, home: Path, deterministic: Deterministic
+@pytest.mark.parametrize(
+    ("column", "presses"), [("interlock", 1), ("checked", 2)], ids=["interlock", "checked"]
+)
+def test_finished_80x24_the_column(
+    snap_compare: Snap, home: Path, deterministic: Deterministic, column: str, presses: int
 ) -> None:
-    """At 80x24, the right key shows the next column alone; the verdict strip stays."""
+    """At 80x24, the right key shows the next column alone (once: Interlock, twice: the
+    checked column), with its compact card; the verdict strip stays."""
 
     async def run_before(pilot: Pilot[Any]) -> None:
         await run_to_end(pilot, "1")
-        await pilot.press("right")
+        await pilot.press(*["right"] * presses)
         await pilot.pause()
+        shown = [p.column_name for p in pilot.app.query(ColumnPane) if p.display]
+        assert shown == [column]
 
     assert snap_compare(
         mock_app(home, deterministic=deterministic), terminal_size=(80, 24), run_before=run_before
