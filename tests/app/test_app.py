@@ -20,6 +20,7 @@ from typing import Any
 
 import psutil
 import pytest
+from rich.cells import cell_len
 from rich.text import Text
 from textual.command import Command, CommandList, CommandPalette
 from textual.content import Content
@@ -433,15 +434,21 @@ async def test_s_saves_an_svg_that_keeps_its_spaces_in_any_renderer(
     assert png.read_bytes().startswith(b"\x89PNG")
 
 
+@pytest.mark.parametrize("zoomed", [False, True], ids=["all", "zoomed"])
 @pytest.mark.parametrize("size", [(160, 45), (100, 30), (80, 24)], ids=str)
 async def test_the_key_bar_fits_its_width_and_nothing_overlaps(
-    home: Path, size: tuple[int, int]
+    home: Path, size: tuple[int, int], zoomed: bool
 ) -> None:
-    """At each projector size the footer's keys (the palette's too) sit side by side inside
-    the screen: none covers another, none runs off the edge. At 160 every key is there."""
+    """At each projector size, zoomed (z) or not, the footer's keys (the palette's too) sit
+    side by side inside the screen: none covers another, none runs off the edge. At 160
+    every key is there; zoomed or one column at a time, left and right too."""
     app = new_app(mock_config(home), checked=True)
     async with app.run_test(size=size) as pilot:
         await finish(pilot, await start(pilot, "1"))
+        if zoomed:
+            await pilot.press("z")
+            await settle(pilot)
+            assert app.zoomed
         keys = [k for k in app.query(FooterKey) if k.display]
         regions = sorted((k.region for k in keys), key=lambda r: r.x)
         assert regions, "no keys in the footer"
@@ -452,6 +459,8 @@ async def test_the_key_bar_fits_its_width_and_nothing_overlaps(
         assert {"enter", "1", "2", "3", "q", "p", "ctrl+p"} <= shown, shown
         if size[0] >= 160:
             assert {"z", "c", "m", "t", "s"} <= shown, shown
+        if zoomed or app.layout_name == "single":
+            assert {"left", "right"} <= shown, shown
 
 
 async def test_q_quits_at_once_and_leaves_no_worker(home: Path) -> None:
@@ -684,7 +693,7 @@ async def test_at_80x24_one_column_at_a_time_and_every_verdict_in_the_strip(
 ) -> None:
     """At 80x24: one column at a time, the Standard column (the $40 card) first, left/right
     switch it, and the verdict strip shows all three verdicts at once, with the money and a
-    reason, above the footer."""
+    reason, above the footer (where the money was read in the strip's border)."""
     app = new_app(mock_config(home), checked=True)
     async with app.run_test(size=(80, 24)) as pilot:
         app.theme = theme
@@ -697,10 +706,12 @@ async def test_at_80x24_one_column_at_a_time_and_every_verdict_in_the_strip(
         assert "◀ Standard agent (1/3) ▶" in text
         assert "$40.00: agent $20 + hand $20" in text
         assert "Wanted in Stripe: one $20 refund, the hand one." in text
+        # Where the money was read is said once, in the strip's border, at this width.
+        assert "Refunded in memory" in text
         for line in (
-            "Standard   $40.00 in memory  ✗ retried blindly: $40.00",
-            "Interlock  $20.00 in memory  ✓ saw the hand refund: refused",
-            "Checked    $20.00 in memory  ✓ re-checked, saw the hand refund: stopped",
+            "Standard   $40.00  ✗ retried blindly: $40.00",
+            "Interlock  $20.00  ✓ saw the hand refund: refused",
+            "Checked    $20.00  ✓ re-checked, saw the hand refund: stopped",
         ):
             assert line in text, line
         for key, column in (("right", "interlock"), ("right", "checked"), ("left", "interlock")):
@@ -1145,6 +1156,44 @@ async def test_the_verdict_strip_gives_money_mark_and_reason(home: Path, sid: st
         assert verdicts(app).splitlines() == [f" {line}" for line in expected[sid]]
 
 
+async def assert_the_strip_is_whole_in_every_mode(pilot: Pilot[Any], run: Run) -> None:
+    """The verdicts of `run` as each mode words them, as drawn: each line whole (no
+    ellipsis, inside the width) on a row of its own, and the strip's top border too."""
+    app = pilot.app
+    assert isinstance(app, DemoApp)
+    strip = app.query_one(VerdictStrip)
+    snapshot = run.snapshot()
+    for mode in READ_AT:
+        strip.show(dataclasses.replace(snapshot, mode=mode))
+        await settle(pilot)
+        lines = verdicts(app).splitlines()
+        top, *rows = screen_text(app).splitlines()[strip.region.y : strip.region.bottom]
+        assert len(rows) == len(lines), (mode, rows)
+        for line, row in zip(lines, rows, strict=True):
+            assert "…" not in row, (mode, row)
+            assert cell_len(line) <= app.size.width, (mode, line)
+            assert row.rstrip() == line.rstrip(), (mode, row)
+        assert "…" not in top, (mode, top)
+        assert str(strip.border_title or "") in top, (mode, top)
+
+
+@pytest.mark.parametrize("sid", list(SCENARIOS))
+async def test_the_verdict_strip_is_whole_at_80_columns_in_every_mode(home: Path, sid: str) -> None:
+    """At 80x24, each scenario's verdicts (and, after a refusal, the re-approved one) read
+    whole in every mode's words: at Stripe (live), at the emulator (offline), in memory."""
+    app = new_app(mock_config(home), checked=True)
+    async with app.run_test(size=(80, 24)) as pilot:
+        run = await start(pilot, SCENARIOS[sid].key)
+        await finish(pilot, run)
+        await assert_the_strip_is_whole_in_every_mode(pilot, run)
+        if app.check_action("reapprove", ()):
+            await pilot.press("a")
+            await asyncio.wait_for(app.workers.wait_for_complete(), RUN_TIMEOUT_S)
+            await settle(pilot)
+            assert "re-approved" in verdicts(app)
+            await assert_the_strip_is_whole_in_every_mode(pilot, run)
+
+
 async def test_messages_never_cover_a_verdict(home: Path) -> None:
     """At 80x24 after a run, messages go to the message line: no toast over the verdicts."""
     app = new_app(mock_config(home), checked=True)
@@ -1373,3 +1422,29 @@ async def test_z_back_at_80_columns_says_one_column_shows_not_all(
         shown = [p for p in app.query(ColumnPane) if p.display]
         assert len(shown) == 1
         assert seen[-1].startswith("One column at a time at this width: Standard agent")
+
+
+@pytest.mark.parametrize(
+    ("size", "keys", "says"),
+    [
+        ((160, 45), ("z",), "Zoomed: "),
+        ((100, 30), ("z",), "Zoomed: "),
+        ((80, 24), ("z", "z"), "One column at a time at this width: "),
+    ],
+    ids=["160-zoomed", "100-zoomed", "80"],
+)
+async def test_left_and_right_keep_the_message_on_the_column_shown(
+    home: Path, size: tuple[int, int], keys: tuple[str, ...], says: str
+) -> None:
+    """Once the message names the column shown alone (zoomed, or one at a time), left and
+    right change it with the column: it never names a column that is not on screen."""
+    app = new_app(mock_config(home), checked=True)
+    async with app.run_test(size=size) as pilot:
+        await finish(pilot, await start(pilot, "1"))
+        await pilot.press(*keys)
+        await settle(pilot)
+        for key in ("right", "right", "right", "left"):
+            await pilot.press(key)
+            await settle(pilot)
+            (pane,) = [p for p in app.query(ColumnPane) if p.display]
+            assert message(app).startswith(f"{says}{pane.column_title} ("), message(app)

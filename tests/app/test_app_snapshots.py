@@ -256,15 +256,21 @@ def test_finished_light_theme(snap_compare: Snap, home: Path, deterministic: Det
     assert snap_compare(app, terminal_size=SIZE, run_before=finished("1", "textual-light"))
 
 
-def test_finished_80x24_the_checked_column(
-    snap_compare: Snap, home: Path, deterministic: Deterministic
+@pytest.mark.parametrize(
+    ("column", "presses"), [("interlock", 1), ("checked", 2)], ids=["interlock", "checked"]
+)
+def test_finished_80x24_the_column(
+    snap_compare: Snap, home: Path, deterministic: Deterministic, column: str, presses: int
 ) -> None:
-    """At 80x24, the right key shows the next column alone; the verdict strip stays."""
+    """At 80x24, the right key shows the next column alone (once: Interlock, twice: the
+    checked column), with its compact card; the verdict strip stays."""
 
     async def run_before(pilot: Pilot[Any]) -> None:
         await run_to_end(pilot, "1")
-        await pilot.press("right")
+        await pilot.press(*["right"] * presses)
         await pilot.pause()
+        shown = [p.column_name for p in pilot.app.query(ColumnPane) if p.display]
+        assert shown == [column]
 
     assert snap_compare(
         mock_app(home, deterministic=deterministic), terminal_size=(80, 24), run_before=run_before
@@ -272,7 +278,8 @@ def test_finished_80x24_the_checked_column(
 
 
 def test_zoomed_at_160x45(snap_compare: Snap, home: Path, deterministic: Deterministic) -> None:
-    """z zooms the chosen column to the whole width (right: Interlock), with its full card."""
+    """z zooms the chosen column to the whole width (right: Interlock), with its full card;
+    the message names the column shown, and the key bar fits beside the palette's key."""
 
     async def run_before(pilot: Pilot[Any]) -> None:
         await run_to_end(pilot, "1")
@@ -315,6 +322,42 @@ def test_countdown_mid_wait(
     assert run.wait(RUN_TIMEOUT_S)
 
 
+async def presenter_at_the_outage(pilot: Pilot[Any]) -> Run:
+    """Presenter mode, enter, then two presses (decision, kill): wait until every column has
+    shown its kill and the run waits for space before the outage."""
+    app = pilot.app
+    assert isinstance(app, DemoApp)
+    await pilot.press("p", "enter")
+    await pilot.pause()
+    run = app.run_on_screen
+    assert run is not None and run.pacer is not None
+    for _ in range(2):
+        await pilot.press("space")
+    pacer = run.pacer
+
+    def held_at_outage() -> bool:
+        return (
+            pacer.next_phase == "outage"
+            and pacer.held
+            and all(any(e.kind == "crash" for e in c.events) for c in run.columns)
+        )
+
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while not held_at_outage():
+        assert time.monotonic() < deadline, "the run never waited at the outage"
+        await pilot.pause(0.02)
+    await pilot.pause()
+    return run
+
+
+def release(app: DemoApp) -> None:
+    """Let the presenter's run on screen go through to its end."""
+    run = app.run_on_screen
+    assert run is not None and run.pacer is not None
+    run.pacer.release()
+    assert run.wait(RUN_TIMEOUT_S)
+
+
 def test_presenter_waiting_for_the_outage(
     snap_compare: Snap, home: Path, deterministic: Deterministic
 ) -> None:
@@ -322,29 +365,36 @@ def test_presenter_waiting_for_the_outage(
     app = mock_app(home, deterministic=deterministic)
 
     async def run_before(pilot: Pilot[Any]) -> None:
-        await pilot.press("p", "enter")
-        await pilot.pause()
-        run = app.run_on_screen
-        assert run is not None and run.pacer is not None
-        for _ in range(2):
-            await pilot.press("space")
-        pacer = run.pacer
-
-        def held_at_outage() -> bool:
-            return (
-                pacer.next_phase == "outage"
-                and pacer.held
-                and all(any(e.kind == "crash" for e in c.events) for c in run.columns)
-            )
-
-        deadline = time.monotonic() + RUN_TIMEOUT_S
-        while not held_at_outage():
-            assert time.monotonic() < deadline, "the run never waited at the outage"
-            await pilot.pause(0.02)
-        await pilot.pause()
+        await presenter_at_the_outage(pilot)
 
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
-    run = app.run_on_screen
-    assert run is not None and run.pacer is not None
-    run.pacer.release()
-    assert run.wait(RUN_TIMEOUT_S)
+    release(app)
+
+
+# The dead worker's claim ends this long after the app's clock reading, in the header.
+CLAIM_LEFT_S = 14.0
+
+
+@pytest.mark.parametrize("size", ["100x30", "80x24"])
+def test_presenter_claim_end_below_160(
+    snap_compare: Snap, home: Path, deterministic: Deterministic, size: str
+) -> None:
+    """Presenter mode below 160, waiting before the outage: the step and the claim's end
+    ("claim ends in 14 s") whole on the header's second line.
+
+    A mock worker renews no claim on the host's clock, so the test gives the Interlock
+    column the claim's end the engine records for a real worker's renewed claim.
+    """
+    app = mock_app(home, deterministic=deterministic)
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        run = await presenter_at_the_outage(pilot)
+        col = run.column("interlock")
+        run.update(col.name, lambda: setattr(col, "claim_until", APP_THREAD_NOW + CLAIM_LEFT_S))
+        await pilot.pause()
+        rows = [strip.text for strip in app.screen._compositor.render_strips()]
+        step = "PRESENTER space: outage (waiting) · claim ends in 14 s"
+        assert any(row.strip() == step for row in rows), rows[:4]
+
+    assert snap_compare(app, terminal_size=SIZES[size], run_before=run_before)
+    release(app)

@@ -67,10 +67,12 @@ STOP_SIGNALS = ("SIGTERM", "SIGHUP")
 
 # Below WIDE the key bar keeps what a presenter presses during the talk, with short labels
 # (an empty one shows the key alone), and the palette's key in line with them; the rest
-# is in the palette (ctrl+p): nothing overlaps.
+# is in the palette (ctrl+p): nothing overlaps. Zoomed at WIDE every key stays, in the same
+# compact style, left and right shown by their arrows alone, the palette's key in line too.
+ARROW_LABELS = {"select_column(-1)": "", "select_column(1)": ""}
 NARROW_HIDDEN = frozenset({"toggle_checked", "toggle_mock", "switch_engine", "save_screenshot"})
 SINGLE_HIDDEN = NARROW_HIDDEN | {"zoom"}
-NARROW_LABELS = {"reapprove": "Approve", "select_column(-1)": "", "select_column(1)": ""}
+NARROW_LABELS = {"reapprove": "Approve", **ARROW_LABELS}
 SINGLE_LABELS = {
     **NARROW_LABELS,
     "pick('hand-refund')": "Hand",
@@ -80,7 +82,10 @@ SINGLE_LABELS = {
 
 
 class DemoFooter(Footer):
-    """The key bar, fitted to the layout: every key at 160, the talk's keys below."""
+    """The key bar, fitted to the layout: every key at 160, the talk's keys below.
+
+    `fit` is the layout's name, or `zoomed` for the wide layout with one column zoomed.
+    """
 
     fit = reactive("wide", recompose=True)
 
@@ -89,10 +94,11 @@ class DemoFooter(Footer):
         if self.fit == "wide":
             yield from super().compose()
             return
-        single = self.fit == "single"
-        hidden, labels = (
-            (SINGLE_HIDDEN, SINGLE_LABELS) if single else (NARROW_HIDDEN, NARROW_LABELS)
-        )
+        hidden, labels = {
+            "zoomed": (frozenset[str](), ARROW_LABELS),
+            "compact": (NARROW_HIDDEN, NARROW_LABELS),
+            "single": (SINGLE_HIDDEN, SINGLE_LABELS),
+        }[self.fit]
         # Textual's FooterKey is private: the footer's keys are the widgets with an action.
         keys: list[Any] = [
             w for w in super().compose() if getattr(w, "action", None) not in (None, *hidden)
@@ -256,6 +262,8 @@ class DemoApp(App[int]):
         # clock that measures it (a test moves its own).
         self.phase_hold_s: float | None = None
         self.phase_clock: Callable[[], float] | None = None
+        # Whether the message line names the column shown alone (`_say_what_shows`).
+        self._message_names_column = False
 
     @property
     def config(self) -> DemoConfig:
@@ -359,9 +367,10 @@ class DemoApp(App[int]):
             pane.set_place(place)
         self.query_one(ModeBanner).show(self.config)
         self._show_story(layout)
+        self.query_one(VerdictStrip).narrow = layout == "single"
         footer = self.query_one(DemoFooter)
-        footer.compact = layout != "wide"
-        footer.fit = layout
+        footer.fit = "zoomed" if layout == "wide" and self.zoomed else layout
+        footer.compact = footer.fit != "wide"
         self.refresh_bindings()
 
     def _show_story(self, layout: str) -> None:
@@ -411,6 +420,7 @@ class DemoApp(App[int]):
         markup: bool = True,
     ) -> None:
         """Say `message` on the message line above the footer, where no verdict is."""
+        self._message_names_column = False
         lines = self.query(MessageLine)
         if not lines:
             super().notify(message, title=title, severity=severity, timeout=timeout)
@@ -432,6 +442,8 @@ class DemoApp(App[int]):
 
     def watch_selected(self) -> None:
         self._layout()
+        if self._message_names_column:
+            self._say_what_shows()  # the message follows the column left/right showed
 
     def watch_zoomed(self) -> None:
         self._layout()
@@ -613,14 +625,21 @@ class DemoApp(App[int]):
     def action_zoom(self) -> None:
         """Zoom the chosen column to the whole width, or show every column again."""
         self.zoomed = not self.zoomed
+        self._say_what_shows()
+
+    def _say_what_shows(self) -> None:
+        """Say which column shows alone (zoomed, or one at a time), or that all do."""
         title = self._title(self.selected)
+        alone = self.zoomed or self.layout_name == "single"
         if self.zoomed:
             self.notify(f"Zoomed: {title} (left/right for another column, z for all).")
-        elif self.layout_name == "single":
+        elif alone:
             # Too narrow for all: the screen still shows one column, and says so.
             self.notify(f"One column at a time at this width: {title} (left/right for another).")
         else:
             self.notify("All columns.")
+        # Set after notify, which clears it: the message names the column on screen.
+        self._message_names_column = alone
 
     def action_toggle_mock(self) -> None:
         """Switch between mock and the mode the app started in."""

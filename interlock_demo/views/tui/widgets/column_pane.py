@@ -47,12 +47,14 @@ SHORT_READ_BACK = {"live": "Stripe", "offline": "emulator", "mock": "in memory"}
 CHECK_NAMES = {"lookup": "lookup", "world_unchanged": "world check", "approval": "approval"}
 
 
-class _EventList(VerticalScroll):
+class _EventList(VerticalScroll, can_focus=False):
     """A column's events, kept scrolled to the newest line.
 
     It scrolls when its content grows (new lines) and when its own size changes (the
     result card takes room below it, the terminal is resized), each time after the
     layout settled, so the last line is in view whatever the order of those changes.
+    It never takes the focus (the mouse wheel still scrolls it): focused, its own left
+    and right (scrolling) hid the app's from the key bar while one column was zoomed.
     """
 
     def watch_virtual_size(self) -> None:

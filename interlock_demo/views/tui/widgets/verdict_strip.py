@@ -2,12 +2,16 @@
 
 Each line: the column, the money at Stripe (or the emulator, or in memory), a mark and one
 short reason a room can take home: ✓ the money is right and the report true, ⚠ the money
-is right but the report is a false alarm, ✗ the money is wrong.
+is right but the report is a false alarm, ✗ the money is wrong. One column at a time (the
+narrowest layout) the place goes once into the strip's top border, so each line stays whole.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.text import Text
+from textual.reactive import reactive
 from textual.widgets import Static
 
 from interlock_demo.core.columns import column_kind
@@ -74,14 +78,31 @@ def reason(col: Column, scenario: str = "") -> str:
 
 
 class VerdictStrip(Static):
-    """Per column of a finished run: money, mark, reason. Hidden while nothing is finished."""
+    """Per column of a finished run: money, mark, reason. Hidden while nothing is finished.
+
+    `narrow` (one column at a time): where the money was read is said once, in the top
+    border ("Refunded at the emulator"), not on each line; at 80 cells the offline reason
+    for a blind retry after a revocation would lose its end otherwise.
+    """
+
+    narrow = reactive(False, init=False)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._run: RunSnapshot | None = None
+
+    def watch_narrow(self) -> None:
+        self.show(self._run)
 
     def show(self, run: RunSnapshot | None) -> None:
         """Render the verdicts of `run`, or hide the strip when it has not finished."""
+        self._run = run
         if run is None or not run.finished:
             self.display = False
             return
         where = WHERE.get(run.mode, "at Stripe")
+        self.border_title = f"Refunded {where}" if self.narrow else None
+        place = "  " if self.narrow else f" {where}  "
         text = Text(no_wrap=True, overflow="ellipsis")
         for n, col in enumerate(run.columns):
             if n:
@@ -94,7 +115,7 @@ class VerdictStrip(Static):
             sign, style = mark(col)
             money = _money(col.stripe.refunded_total)
             text.append(f" {title:<10}", style="bold")
-            text.append(f"{money:>7} {where}  ")
+            text.append(f"{money:>7}{place}")
             text.append(f"{sign} ", style=style)
             text.append(reason(col, run.scenario), style=style)
         if run.error and not any(c.error for c in run.columns):
