@@ -30,23 +30,25 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from interlock import (
     ConfigError,
     CrashPoint,
     Owner,
     Store,
-    StripePayments,
     Switches,
     Timing,
-    make_stripe_client,
     open_store,
 )
+from workers import stripe_sdk
 from workers.agent import AgentError, AnthropicModel, Model, ScriptedModel
 from workers.context import Case, ContextFactory, DecisionBox, Emit, WorkerContext
 from workers.protocol import EXIT_ORPHANED, EventKind
 from workers.texts import EMULATOR, STRIPE
+
+if TYPE_CHECKING:
+    from interlock import StripePayments
 
 # `INTERLOCK_AGENT` of a worker started to act on a saved decision: no model, no key.
 AGENT_NONE = "none"
@@ -122,6 +124,9 @@ def journal_and_payments(timing: Timing) -> tuple[Path, Store, StripePayments]:
     file under the home; the client talks to `INTERLOCK_STRIPE_BASE` when it is set (the
     emulator), else to Stripe, with `timing`'s Stripe timeout.
     """
+    stripe_sdk.load()
+    from interlock import StripePayments, make_stripe_client
+
     key = os.environ.get("STRIPE_SECRET_KEY", "")
     client = make_stripe_client(
         key, timeout_s=timing.stripe_timeout_s, base_url=os.environ.get("INTERLOCK_STRIPE_BASE")

@@ -100,3 +100,28 @@ def test_importing_interlock_does_not_import_the_adapter_or_langchain() -> None:
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_worker_loads_the_stripe_sdk_without_the_http_libraries_it_never_uses() -> None:
+    """A restarted worker's first call needs the SDK, not the requests, httpx or aiohttp it
+    would pick a default client from: they are not loaded, the worker's own client still
+    talks to Stripe's address, and the libraries stay importable for anything else."""
+    probe = (
+        "import json, sys\n"
+        "import workers.standalone\n"
+        "assert 'stripe' not in sys.modules, 'the worker module loaded the SDK early'\n"
+        "from workers import stripe_sdk\n"
+        "stripe_sdk.load()\n"
+        "from interlock import StripePayments, make_stripe_client\n"
+        "client = make_stripe_client('sk_test_MadeUp', timeout_s=1, base_url='http://127.0.0.1:9')\n"
+        "StripePayments(client).close()\n"
+        "loaded = sorted(m for m in stripe_sdk.HELD_BACK if m in sys.modules)\n"
+        "import requests, httpx, aiohttp\n"
+        "print(json.dumps(loaded))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == []
