@@ -38,6 +38,14 @@ def _wait_for(what: str, check: object, timeout_s: float = 60.0) -> object:
     pytest.fail(f"{what} did not happen within {timeout_s:g} s")
 
 
+def _is_run(proc: psutil.Process) -> bool:
+    """Whether `proc` has exec'd the headless run (not a fork of the report yet)."""
+    try:
+        return "--headless" in proc.cmdline()
+    except psutil.NoSuchProcess:
+        return False
+
+
 @pytest.mark.skipif(temporal_unavailable() is not None, reason="the report needs both engines")
 def test_report_runs_get_the_allow_list_private_files_and_die_with_it(tmp_path: Path) -> None:
     """A planted AWS_SECRET_ACCESS_KEY and GITHUB_TOKEN do not reach the report's run; its
@@ -65,7 +73,9 @@ def test_report_runs_get_the_allow_list_private_files_and_die_with_it(tmp_path: 
     parent = psutil.Process(report.pid)
     seen: set[psutil.Process] = set()
     try:
-        run = _wait_for("a run started", lambda: parent.children())
+        # A child read between its fork and its exec still holds the report's environment:
+        # wait for the run's own command line, which only the exec gives it.
+        run = _wait_for("a run started", lambda: [c for c in parent.children() if _is_run(c)])
         assert isinstance(run, list)
         child = run[0]
         seen = {parent, child}

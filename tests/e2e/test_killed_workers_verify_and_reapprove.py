@@ -134,7 +134,7 @@ def test_reapprove_of_an_unknown_action_killed_after_its_500_adopts_the_refund_t
             timing=TIMING,
             switches=Switches(),
             signing_key=KEY,
-            on_event=lambda k, d: events.append((k, dict(d))),
+            on_event=lambda e: events.append((e.kind, dict(e.data))),
         )
         outcome = gate.reapprove(intent.action_id, again.id, "support")
 

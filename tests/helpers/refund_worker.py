@@ -17,10 +17,9 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Mapping
-from typing import Any
 
 from interlock import (
+    Event,
     Gate,
     Intent,
     SQLiteStore,
@@ -37,9 +36,9 @@ def main(store_path: str, base_url: str, intent_json: str, stop_at: str | None =
     client = make_stripe_client(os.environ["STRIPE_SECRET_KEY"], timeout_s=1.0, base_url=base_url)
     store = SQLiteStore(store_path)
 
-    def on_event(kind: str, data: Mapping[str, Any]) -> None:
-        if kind == stop_at:
-            print(f"{stop_at} {data['action_id']}", flush=True)
+    def on_event(event: Event) -> None:
+        if event.kind == stop_at:
+            print(f"{stop_at} {event.action_id}", flush=True)
             # Held here until the test kills this process: nothing after the event may run,
             # so a closed stdin ends the process at once rather than letting the gate go on.
             sys.stdin.readline()
