@@ -248,6 +248,18 @@ class SettledAction:
             return cls(action_id, None, seq, f"its recorded outcome cannot be read ({e})")
 
 
+@dataclass(frozen=True)
+class ActionHistory:
+    """An action's row and its journal records, as `verify()` checks them.
+
+    `row` is None when the stored row cannot be read (the receipts' check reports it).
+    """
+
+    action_id: str
+    row: ActionRow | None
+    history: list[JournalRecord]
+
+
 class Store(Protocol):
     """Durable storage for the gate. Each writing call is one atomic, durable commit.
 
@@ -319,6 +331,11 @@ class Store(Protocol):
         """An action's journal records, in order."""
         ...
 
+    def histories(self) -> Iterator[ActionHistory]:
+        """Every action's row with its journal records, ordered by action id, read a batch
+        of actions at a time."""
+        ...
+
     def integrity_problems(self) -> list[str]:
         """Damage to the store's storage itself (a corrupt file); empty when sound."""
         ...
@@ -333,6 +350,10 @@ class Store(Protocol):
 
     def lease(self, lease_id: str) -> Lease | None:
         """One lease, with its spend and reservations."""
+        ...
+
+    def leases(self) -> Iterator[Lease]:
+        """Every lease, ordered by its id, read a batch at a time."""
         ...
 
     def close(self) -> None:
@@ -374,6 +395,15 @@ class ActionRow:
             receipt_seq=receipt_seq,
             unknown=unknown,
         )
+
+    @classmethod
+    def read(cls, intent: str, *columns: Any) -> ActionRow | None:
+        """A row from its stored text (the intent, then the columns `from_columns` takes),
+        never raising: None when it cannot be read."""
+        try:
+            return cls.from_columns(Intent.from_dict(json.loads(intent)), *columns)
+        except (ValueError, KeyError, TypeError):
+            return None
 
     def columns(self) -> tuple[str | None, str | None, int, int | None, str | None]:
         """The columns that change after the intent is journaled: claim, settlement (JSON

@@ -11,6 +11,7 @@ from typing import Any
 
 from interlock._journal import (
     GENESIS,
+    ActionHistory,
     ActionRow,
     Clock,
     JournalRecord,
@@ -137,6 +138,23 @@ class MemoryStore(RuleStore):
         """An action's journal records, in order."""
         with self._lock:
             return [r for r in self._journal if r.action_id == action_id]
+
+    def histories(self) -> Iterator[ActionHistory]:
+        """Every action's row with its journal records, ordered by action id."""
+        with self._lock:
+            rows = sorted(self._actions.items())
+            records: dict[str, list[JournalRecord]] = {}
+            for r in self._journal:
+                records.setdefault(r.action_id, []).append(r)
+        for action_id, row in rows:
+            yield ActionHistory(action_id, row, records.get(action_id, []))
+
+    def leases(self) -> Iterator[Lease]:
+        """Every lease, ordered by its id."""
+        with self._lock:
+            leases = sorted(self._leases.items())
+        for _, lease in leases:
+            yield lease
 
     def integrity_problems(self) -> list[str]:
         """Memory cannot be damaged the way a file can: none."""

@@ -50,6 +50,7 @@ from interlock._errors import SchemaVersionError, StoreError
 from interlock._journal import (
     GENESIS,
     SCHEMA_VERSION,
+    ActionHistory,
     ActionRow,
     ActionState,
     ClaimAttempt,
@@ -637,6 +638,21 @@ class PostgresStore(RuleStore):
         except _ConnectionLost:
             return super().lease(lease_id)
 
+    def leases(self) -> Iterator[Lease]:
+        """Every lease, ordered by its id, read a batch at a time."""
+        after = ""
+        while True:
+            rows = self._rows(
+                "SELECT lease_id, lease FROM {leases} WHERE lease_id > %s"
+                " ORDER BY lease_id LIMIT %s",
+                (after, _BATCH),
+            )
+            for r in rows:
+                yield Lease.from_dict(json.loads(r[1]))
+            if len(rows) < _BATCH:
+                return
+            after = str(rows[-1][0])
+
     def begin(self, intent: Intent, owner: Owner, ttl_s: float, grace_s: float) -> ClaimAttempt:
         """Commit 1 (see `Store.begin`), once more on a new connection if its own was lost:
         a kept first run left a claim of this owner, which it takes again, a new epoch."""
@@ -811,6 +827,34 @@ class PostgresStore(RuleStore):
             (action_id,),
         )
         return [JournalRecord(int(r[0]), r[1], float(r[2]), r[3], json.loads(r[4])) for r in rows]
+
+    def histories(self) -> Iterator[ActionHistory]:
+        """Every action's row with its journal records, ordered by action id, read a batch
+        of actions at a time: one statement for the batch's rows, one for their records."""
+        after = ""
+        while True:
+            rows = self._rows(
+                "SELECT action_id, intent, claim, settlement, attempts, receipt_seq, unknown"
+                " FROM {actions} WHERE action_id > %s ORDER BY action_id LIMIT %s",
+                (after, _BATCH),
+            )
+            if not rows:
+                return
+            records: dict[str, list[JournalRecord]] = {}
+            for r in self._rows(
+                "SELECT seq, action_id, at, record, data FROM {journal}"
+                " WHERE action_id BETWEEN %s AND %s ORDER BY seq",
+                (rows[0][0], rows[-1][0]),
+            ):
+                records.setdefault(r[1], []).append(
+                    JournalRecord(int(r[0]), r[1], float(r[2]), r[3], json.loads(r[4]))
+                )
+            for r in rows:
+                action_id = str(r[0])
+                yield ActionHistory(action_id, ActionRow.read(*r[1:]), records.get(action_id, []))
+            if len(rows) < _BATCH:
+                return
+            after = str(rows[-1][0])
 
     def integrity_problems(self) -> list[str]:
         """The server keeps its own pages sound (and reports damage on every read): none."""

@@ -28,6 +28,7 @@ except ImportError:  # not on Windows: there, SQLite's busy handler alone orders
 from interlock._errors import SchemaVersionError, StoreError
 from interlock._journal import (
     GENESIS,
+    ActionHistory,
     ActionRow,
     Clock,
     Intent,
@@ -465,6 +466,21 @@ class SQLiteStore(RuleStore):
         rows = self._rows("SELECT lease FROM leases WHERE lease_id=?", (lease_id,))
         return Lease.from_dict(json.loads(rows[0][0])) if rows else None
 
+    def leases(self) -> Iterator[Lease]:
+        """Every lease, ordered by its id, read a batch at a time."""
+        after = ""
+        while True:
+            rows = self._rows(
+                "SELECT lease_id, lease FROM leases WHERE lease_id > ? ORDER BY lease_id LIMIT ?",
+                (after, _BATCH),
+            )
+            for r in rows:
+                yield Lease.from_dict(json.loads(r[1]))
+            if len(rows) < _BATCH:
+                return
+            after = str(rows[-1][0])
+            del rows
+
     def pending(self, kind: str | None = None) -> list[str]:
         """Action ids (of `kind`, if given) with an intent and no outcome, oldest first."""
         where = "" if kind is None else " AND kind=?"
@@ -559,6 +575,35 @@ class SQLiteStore(RuleStore):
             (action_id,),
         )
         return [JournalRecord(r[0], r[1], r[2], r[3], json.loads(r[4])) for r in rows]
+
+    def histories(self) -> Iterator[ActionHistory]:
+        """Every action's row with its journal records, ordered by action id, read a batch
+        of actions at a time: one statement for the batch's rows, one for their records."""
+        after = ""
+        while True:
+            rows = self._rows(
+                "SELECT action_id, intent, claim, settlement, attempts, receipt_seq, unknown"
+                " FROM actions WHERE action_id > ? ORDER BY action_id LIMIT ?",
+                (after, _BATCH),
+            )
+            if not rows:
+                return
+            records: dict[str, list[JournalRecord]] = {}
+            for r in self._rows(
+                "SELECT seq, action_id, at, record, data FROM journal"
+                " WHERE action_id BETWEEN ? AND ? ORDER BY seq",
+                (rows[0][0], rows[-1][0]),
+            ):
+                records.setdefault(r[1], []).append(
+                    JournalRecord(r[0], r[1], r[2], r[3], json.loads(r[4]))
+                )
+            for r in rows:
+                action_id = str(r[0])
+                yield ActionHistory(action_id, ActionRow.read(*r[1:]), records.get(action_id, []))
+            if len(rows) < _BATCH:
+                return
+            after = str(rows[-1][0])
+            del rows, records
 
     def close(self) -> None:
         """Close the connection."""

@@ -20,7 +20,7 @@ from typing import Any, Final
 
 from interlock._effects import ACTION_METADATA_KEY
 from interlock._errors import PaymentsError
-from interlock._journal import ActionState, JournalRecord, SettledAction, Store
+from interlock._journal import ActionRow, JournalRecord, SettledAction, Store
 from interlock._payments import Payments, Refund
 from interlock._receipts import ChainCheck, receipt_key
 
@@ -96,9 +96,10 @@ def verify(
     the same account, which the metadata cannot tell apart, so it is for a store that
     is the account's only one. `actions` limits the Stripe cross-check (a run's own); by
     default it covers every action in the store. The chain and the settled actions are
-    read side by side, a batch at a time, both in receipt order, so memory stays bounded
-    however large the store; nothing is ever written. A store file that fails its
-    integrity check is reported as that alone.
+    read side by side, a batch at a time, both in receipt order; then the actions with
+    their histories, and the leases, a batch at a time too: a bounded number of reads per
+    batch, not per action, and memory bounded however large the store. Nothing is ever
+    written. A store file that fails its integrity check is reported as that alone.
     """
     key = signing_key if signing_key is not None else receipt_key()
     damaged = store.integrity_problems()
@@ -168,62 +169,74 @@ def _record_problems(store: Store) -> list[str]:
     claim for every epoch, the outcome, the unknown mark (a `sending` record is not
     required by the store's rules, so one lost is not seen). An approval deleted leaves
     its actions naming nothing; one replaced by a fresh grant has spent less than its
-    actions' settled refunds. Settled actions stream a batch at a time; only a total per
-    approval is kept.
+    actions' settled refunds. The actions with their histories, then the leases, stream
+    a batch at a time; only a total per approval and the problems found are kept.
     """
-    problems: list[str] = []
+    found: dict[str, str] = {}
     spent: dict[str, int] = {}
-    settled = (row.action_id for row in store.settled() if row.settlement is not None)
-    for action_id in itertools.chain(settled, store.pending()):
-        try:
-            state = store.action(action_id)
-        except (ValueError, KeyError, TypeError):
+    for entry in store.histories():
+        row = entry.row
+        if row is None:
             continue  # unreadable: reported with the receipts
-        if state is None:
-            continue
-        problems.extend(_history_problems(action_id, state, store.history(action_id)))
-        lease_id, s = state.intent.lease_id, state.settlement
+        problem = _history_problem(entry.action_id, row, entry.history)
+        if problem is not None:
+            found[entry.action_id] = problem
+        lease_id, s = row.intent.lease_id, row.settlement
         total = spent.setdefault(lease_id, 0)
         if s is not None and s.status in ("sent", "adopted"):
-            spent[lease_id] = total + (s.amount if s.amount is not None else state.intent.amount)
-    for lease_id, total in sorted(spent.items()):
-        lease = store.lease(lease_id)
-        if lease is None:
+            spent[lease_id] = total + (s.amount if s.amount is not None else row.intent.amount)
+    problems: list[str] = []
+    if found:
+        # Reported in the order the actions are settled in, then the pending ones, as the
+        # chain's problems are; a store with none skips this second pass.
+        settled = (row.action_id for row in store.settled() if row.settlement is not None)
+        problems.extend(
+            found[aid] for aid in itertools.chain(settled, store.pending()) if aid in found
+        )
+    seen: set[str] = set()
+    short: dict[str, str] = {}
+    for lease in store.leases():
+        due = spent.get(lease.id)
+        if due is None:
+            continue
+        seen.add(lease.id)
+        if lease.spent < due:
+            short[lease.id] = (
+                f"approval {lease.id}: records {lease.spent} spent, but its actions' settled "
+                f"refunds come to {due} (its row was replaced or edited)"
+            )
+    for lease_id in sorted(spent):
+        if lease_id not in seen:
             problems.append(
                 f"approval {lease_id}: its actions act under it, but it is not in the store "
                 "(its row was deleted or lost)"
             )
-        elif lease.spent < total:
-            problems.append(
-                f"approval {lease_id}: records {lease.spent} spent, but its actions' settled "
-                f"refunds come to {total} (its row was replaced or edited)"
-            )
+        elif lease_id in short:
+            problems.append(short[lease_id])
     return problems
 
 
-def _history_problems(
-    action_id: str, state: ActionState, history: list[JournalRecord]
-) -> list[str]:
+def _history_problem(action_id: str, row: ActionRow, history: list[JournalRecord]) -> str | None:
     kinds = [h.record for h in history]
     missing: list[str] = []
     if not kinds or kinds[0] != "intent":
         missing.append("its intent")
     epochs = sorted(int(h.data.get("epoch", 0)) for h in history if h.record == "claim")
-    if epochs != list(range(1, state.attempts + 1)):
-        missing.append(f"a claim for each of its {state.attempts} epochs (has {epochs})")
-    s = state.settlement
+    if epochs != list(range(1, row.attempts + 1)):
+        missing.append(f"a claim for each of its {row.attempts} epochs (has {epochs})")
+    s = row.settlement
     if s is not None:
         outcomes = [h.data.get("status") for h in history if h.record == "outcome"]
         if not outcomes or outcomes[-1] != s.status:
             missing.append(f"its {s.status} outcome")
-    if state.unknown is not None and "unknown" not in kinds:
+    if row.unknown is not None and "unknown" not in kinds:
         missing.append("its unknown mark")
     if not missing:
-        return []
-    return [
+        return None
+    return (
         f"action {action_id}: its history lacks {', '.join(missing)} "
         "(journal rows were deleted or lost)"
-    ]
+    )
 
 
 def _unreceipted(row: SettledAction) -> str:

@@ -486,6 +486,48 @@ def test_scans_list_oldest_first_and_filter_by_kind_and_metadata(backend: Backen
     assert store.actions({"case": "zzz"}) == []
 
 
+def test_histories_and_leases_stream_every_row_across_batches(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`histories` brings each action's row with its records and `leases` every lease, both
+    as the one-row reads do, in batches whose edges lose and repeat nothing."""
+    import interlock._store_postgres as pg
+    import interlock._store_sqlite as lite
+
+    # Batches of two, so that five rows cross two batch edges.
+    monkeypatch.setattr(lite, "_BATCH", 2)
+    monkeypatch.setattr(pg, "_BATCH", 2)
+    clock = Clock()
+    store = backend.make(clock)
+    owner = remote_owner()
+    leases = [_lease(store, clock()) for _ in range(5)]
+    intents = [_intent(lease) for lease in leases]
+    for i, intent in enumerate(intents):
+        epoch = store.begin(intent, owner, TTL, GRACE).epoch
+        if i % 2 == 0:
+            assert store.mark_sending(intent.action_id, epoch, TTL).status == "ok"
+            verdict = _sent(f"re_{i}")
+            assert store.settle(intent.action_id, epoch, owner, verdict, CHECKS, {}, None)
+
+    streamed = list(store.histories())
+
+    assert sorted(h.action_id for h in streamed) == sorted(i.action_id for i in intents)
+    assert len(streamed) == len(intents)
+    for h in streamed:
+        state = store.action(h.action_id)
+        assert state is not None and h.row is not None
+        assert (h.row.intent, h.row.settlement, h.row.attempts, h.row.unknown) == (
+            state.intent,
+            state.settlement,
+            state.attempts,
+            state.unknown,
+        )
+        assert h.history == store.history(h.action_id)
+        assert h.history[0].record == "intent"
+    assert sorted(lease.id for lease in store.leases()) == sorted(lease.id for lease in leases)
+    assert all(lease == store.lease(lease.id) for lease in store.leases())
+
+
 def test_every_write_is_one_commit(backend: Backend) -> None:
     """`commits` counts the durable commits: three for begin, mark_sending and settle."""
     clock = Clock()
