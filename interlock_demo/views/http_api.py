@@ -112,6 +112,12 @@ class _Refused(Exception):
         self.body = {"error": message, **extra}
 
 
+class _ClientGone(ConnectionResetError):
+    """The client closed its connection before its body was in (it left, or its connection
+    gave way to a newer one): nobody is there to answer and nothing failed, so nothing is
+    logged. aiohttp drops a handler's ConnectionError as a client's early disconnection."""
+
+
 def _answer(
     status: int, body: Mapping[str, Any], headers: Mapping[str, str] | None = None
 ) -> web.Response:
@@ -421,6 +427,8 @@ class RunApi:
                 return await handler(request)
             except _Refused as e:
                 return _answer(e.status, e.body)
+            except _ClientGone:
+                raise
             except web.HTTPException as e:  # aiohttp's own: no route, wrong method, too big
                 allow = {"Allow": e.headers["Allow"]} if "Allow" in e.headers else None
                 return _answer(e.status, {"error": self._http_error(e, request)}, allow)
@@ -522,6 +530,8 @@ class RunApi:
     async def _body_text(self, request: web.Request) -> str:
         try:
             raw = await asyncio.wait_for(request.read(), self._body_timeout_s)
+        except ConnectionResetError:
+            raise _ClientGone from None
         except asyncio.TimeoutError:
             raise _Refused(
                 408,
