@@ -21,16 +21,29 @@ from interlock._stripe_emulator import (
 )
 
 
-@pytest.mark.parametrize("program", ["interlock", "interlock_demo.cli"])
+@pytest.mark.parametrize(
+    ("program", "started_ignoring_sigint", "stop_signal"),
+    [
+        ("interlock", False, signal.SIGINT),
+        ("interlock_demo.cli", False, signal.SIGINT),
+        # A script's background job (`... stripe-emulator &`) starts with SIGINT ignored.
+        ("interlock", True, signal.SIGINT),
+        ("interlock", False, signal.SIGTERM),
+    ],
+    ids=["interlock", "interlock_demo.cli", "sigint-ignored-at-start", "sigterm"],
+)
 def test_cli_emulator_takes_a_free_port_and_tells_only_its_starter_the_token(
-    tmp_path: Any, program: str
+    tmp_path: Any, program: str, started_ignoring_sigint: bool, stop_signal: signal.Signals
 ) -> None:
     """`stripe-emulator` (the library's command, and the demo's, which is the same) picks a
     free port, prints address and token on stderr, nothing on stdout; the token then arms a
-    fault from another process's point of view."""
+    fault from another process's point of view; Ctrl-C or `kill` stops it cleanly."""
     env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
+    command = [sys.executable, "-m", program, "stripe-emulator"]
+    if started_ignoring_sigint:  # an ignored signal stays ignored across exec
+        command = ["sh", "-c", 'trap "" INT; exec "$@"', "sh", *command]
     proc = subprocess.Popen(
-        [sys.executable, "-m", program, "stripe-emulator"],
+        command,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -60,11 +73,11 @@ def test_cli_emulator_takes_a_free_port_and_tells_only_its_starter_the_token(
         with pytest.raises(EmulatorControlError, match="403"):
             EmulatorControl(url.group(0), "z" * 32).clear_faults()
     finally:
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(stop_signal)
         try:
             out, _ = proc.communicate(timeout=10)
         except subprocess.TimeoutExpired:
-            # Never leave it running: kill it, reap it, then fail on what SIGINT did not do.
+            # Never leave it running: kill it, reap it, then fail on what the signal did not do.
             proc.kill()
             proc.communicate()
             raise
