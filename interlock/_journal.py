@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import string
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
@@ -362,6 +362,48 @@ class Store(Protocol):
 
 
 # -- rows and transactions ---------------------------------------------------------------
+
+BATCH = 500
+"""Rows a store's scan reads per statement: a page in memory at a time, few round trips."""
+
+
+def pages(
+    fetch: Callable[[Any, int], Sequence[Any]],
+    after: Any,
+    key: Callable[[Any], Any] = lambda r: r[0],
+) -> Iterator[Sequence[Any]]:
+    """A scan read a page at a time by its key (keyset pagination, so a page costs the same
+    at the end of a large table as at its start): `fetch(after, limit)` returns at most
+    `limit` rows past `after`, ordered by the key; the next page starts after the last
+    row's key, until a page comes back short."""
+    while True:
+        rows = fetch(after, BATCH)
+        if rows:
+            yield rows
+        if len(rows) < BATCH:
+            return
+        after = key(rows[-1])
+
+
+def by_seq(row: Sequence[Any]) -> tuple[Any, Any]:
+    """The key of a scan of settled actions in receipt order: (receipt_seq, row id), the
+    row's fourth and first columns."""
+    return (row[3], row[0])
+
+
+def histories_of(
+    actions: Sequence[Sequence[Any]], journal: Sequence[Sequence[Any]]
+) -> Iterator[ActionHistory]:
+    """A page of action rows (the action id, then the columns `ActionRow.read` takes) with
+    their journal rows (seq, action id, at, record, data JSON), ordered by seq."""
+    records: dict[str, list[JournalRecord]] = {}
+    for r in journal:
+        records.setdefault(str(r[1]), []).append(
+            JournalRecord(int(r[0]), str(r[1]), float(r[2]), str(r[3]), json.loads(r[4]))
+        )
+    for r in actions:
+        action_id = str(r[0])
+        yield ActionHistory(action_id, ActionRow.read(*r[1:]), records.get(action_id, []))
 
 
 @dataclass

@@ -62,11 +62,13 @@ from interlock._journal import (
     SettledAction,
     Settlement,
     Tx,
+    by_seq,
+    histories_of,
+    pages,
 )
 from interlock._leases import Lease
 from interlock._receipts import Check, Receipt, canonical_json
 
-_BATCH = 500
 # Seconds since the epoch by the database's clock, read when the statement runs (not at
 # the transaction's start, as now() would be): after the write lock is taken.
 _CLOCK_SQL = "SELECT extract(epoch FROM clock_timestamp())::float8"
@@ -640,18 +642,10 @@ class PostgresStore(RuleStore):
 
     def leases(self) -> Iterator[Lease]:
         """Every lease, ordered by its id, read a batch at a time."""
-        after = ""
-        while True:
-            rows = self._rows(
-                "SELECT lease_id, lease FROM {leases} WHERE lease_id > %s"
-                " ORDER BY lease_id LIMIT %s",
-                (after, _BATCH),
-            )
-            for r in rows:
+        sql = "SELECT lease_id, lease FROM {leases} WHERE lease_id > %s ORDER BY lease_id LIMIT %s"
+        for page in pages(lambda after, limit: self._rows(sql, (after, limit)), ""):
+            for r in page:
                 yield Lease.from_dict(json.loads(r[1]))
-            if len(rows) < _BATCH:
-                return
-            after = str(rows[-1][0])
 
     def begin(self, intent: Intent, owner: Owner, ttl_s: float, grace_s: float) -> ClaimAttempt:
         """Commit 1 (see `Store.begin`), once more on a new connection if its own was lost:
@@ -777,47 +771,34 @@ class PostgresStore(RuleStore):
 
     def receipts(self) -> Iterator[Receipt]:
         """Every receipt, in chain order, read a batch at a time."""
-        after = 0
-        while True:
-            rows = self._rows(
-                "SELECT seq, action_id, body, prev_hash, hash, signature FROM {receipts}"
-                " WHERE seq > %s ORDER BY seq LIMIT %s",
-                (after, _BATCH),
-            )
-            for r in rows:
+        sql = (
+            "SELECT seq, action_id, body, prev_hash, hash, signature FROM {receipts}"
+            " WHERE seq > %s ORDER BY seq LIMIT %s"
+        )
+        for page in pages(lambda after, limit: self._rows(sql, (after, limit)), 0):
+            for r in page:
                 yield Receipt(int(r[0]), *r[1:])
-            if len(rows) < _BATCH:
-                return
-            after = int(rows[-1][0])
 
     def settled(self) -> Iterator[SettledAction]:
         """Every settled action with its receipt's sequence number, in the order of those
         numbers (none first, as `verify()` pairs them with the chain), a batch at a time."""
         columns = "SELECT id, action_id, settlement, receipt_seq FROM {actions}"
-        after = 0
-        while True:
-            rows = self._rows(
-                f"{columns} WHERE settlement IS NOT NULL AND receipt_seq IS NULL AND id > %s"
-                " ORDER BY id LIMIT %s",
-                (after, _BATCH),
-            )
-            for r in rows:
+        unnumbered = (
+            f"{columns} WHERE settlement IS NOT NULL AND receipt_seq IS NULL AND id > %s"
+            " ORDER BY id LIMIT %s"
+        )
+        for page in pages(lambda after, limit: self._rows(unnumbered, (after, limit)), 0):
+            for r in page:
                 yield SettledAction.parse(str(r[1]), r[2], None)
-            if len(rows) < _BATCH:
-                break
-            after = int(rows[-1][0])
-        seq, after = -(2**63), 0
-        while True:
-            rows = self._rows(
-                f"{columns} WHERE settlement IS NOT NULL AND (receipt_seq, id) > (%s, %s)"
-                " ORDER BY receipt_seq, id LIMIT %s",
-                (seq, after, _BATCH),
-            )
-            for r in rows:
+        numbered = (
+            f"{columns} WHERE settlement IS NOT NULL AND (receipt_seq, id) > (%s, %s)"
+            " ORDER BY receipt_seq, id LIMIT %s"
+        )
+        for page in pages(
+            lambda after, limit: self._rows(numbered, (*after, limit)), (-(2**63), 0), by_seq
+        ):
+            for r in page:
                 yield SettledAction.parse(str(r[1]), r[2], int(r[3]))
-            if len(rows) < _BATCH:
-                return
-            seq, after = int(rows[-1][3]), int(rows[-1][0])
 
     def history(self, action_id: str) -> list[JournalRecord]:
         """An action's journal records, in order."""
@@ -831,30 +812,16 @@ class PostgresStore(RuleStore):
     def histories(self) -> Iterator[ActionHistory]:
         """Every action's row with its journal records, ordered by action id, read a batch
         of actions at a time: one statement for the batch's rows, one for their records."""
-        after = ""
-        while True:
-            rows = self._rows(
-                "SELECT action_id, intent, claim, settlement, attempts, receipt_seq, unknown"
-                " FROM {actions} WHERE action_id > %s ORDER BY action_id LIMIT %s",
-                (after, _BATCH),
-            )
-            if not rows:
-                return
-            records: dict[str, list[JournalRecord]] = {}
-            for r in self._rows(
-                "SELECT seq, action_id, at, record, data FROM {journal}"
-                " WHERE action_id BETWEEN %s AND %s ORDER BY seq",
-                (rows[0][0], rows[-1][0]),
-            ):
-                records.setdefault(r[1], []).append(
-                    JournalRecord(int(r[0]), r[1], float(r[2]), r[3], json.loads(r[4]))
-                )
-            for r in rows:
-                action_id = str(r[0])
-                yield ActionHistory(action_id, ActionRow.read(*r[1:]), records.get(action_id, []))
-            if len(rows) < _BATCH:
-                return
-            after = str(rows[-1][0])
+        actions = (
+            "SELECT action_id, intent, claim, settlement, attempts, receipt_seq, unknown"
+            " FROM {actions} WHERE action_id > %s ORDER BY action_id LIMIT %s"
+        )
+        journal = (
+            "SELECT seq, action_id, at, record, data FROM {journal}"
+            " WHERE action_id BETWEEN %s AND %s ORDER BY seq"
+        )
+        for page in pages(lambda after, limit: self._rows(actions, (after, limit)), ""):
+            yield from histories_of(page, self._rows(journal, (page[0][0], page[-1][0])))
 
     def integrity_problems(self) -> list[str]:
         """The server keeps its own pages sound (and reports damage on every read): none."""

@@ -36,6 +36,9 @@ from interlock._journal import (
     RuleStore,
     SettledAction,
     Tx,
+    by_seq,
+    histories_of,
+    pages,
 )
 from interlock._leases import Lease
 from interlock._receipts import Receipt, canonical_json
@@ -94,7 +97,6 @@ _MIGRATE_2_TO_3 = """
 INSERT OR IGNORE INTO action_metadata (key, value, action_id)
 SELECT j.key, j.value, a.action_id FROM actions a, json_each(a.intent, '$.metadata') j
 """
-_BATCH = 500
 # Every commit on the send path reads the action with its lease, and settling also reads
 # the chain's head: one statement brings all three.
 _GET_ACTION = """
@@ -468,18 +470,10 @@ class SQLiteStore(RuleStore):
 
     def leases(self) -> Iterator[Lease]:
         """Every lease, ordered by its id, read a batch at a time."""
-        after = ""
-        while True:
-            rows = self._rows(
-                "SELECT lease_id, lease FROM leases WHERE lease_id > ? ORDER BY lease_id LIMIT ?",
-                (after, _BATCH),
-            )
-            for r in rows:
+        sql = "SELECT lease_id, lease FROM leases WHERE lease_id > ? ORDER BY lease_id LIMIT ?"
+        for page in pages(lambda after, limit: self._rows(sql, (after, limit)), ""):
+            for r in page:
                 yield Lease.from_dict(json.loads(r[1]))
-            if len(rows) < _BATCH:
-                return
-            after = str(rows[-1][0])
-            del rows
 
     def pending(self, kind: str | None = None) -> list[str]:
         """Action ids (of `kind`, if given) with an intent and no outcome, oldest first."""
@@ -523,50 +517,34 @@ class SQLiteStore(RuleStore):
 
     def receipts(self) -> Iterator[Receipt]:
         """Every receipt, in chain order, read a batch at a time."""
-        after = 0
-        while True:
-            rows = self._rows(
-                "SELECT seq, action_id, body, prev_hash, hash, signature FROM receipts"
-                " WHERE seq > ? ORDER BY seq LIMIT ?",
-                (after, _BATCH),
-            )
-            for r in rows:
+        sql = (
+            "SELECT seq, action_id, body, prev_hash, hash, signature FROM receipts"
+            " WHERE seq > ? ORDER BY seq LIMIT ?"
+        )
+        for page in pages(lambda after, limit: self._rows(sql, (after, limit)), 0):
+            for r in page:
                 yield Receipt(*r)
-            if len(rows) < _BATCH:
-                return
-            after = int(rows[-1][0])
-            del rows  # one batch in memory at a time, not two while the next is read
 
     def settled(self) -> Iterator[SettledAction]:
         """Every settled action with its receipt's sequence number, in the order of those
         numbers (none first), read a batch at a time."""
         columns = "SELECT rowid, action_id, settlement, receipt_seq FROM actions"
-        after = -1
-        while True:
-            rows = self._rows(
-                f"{columns} WHERE settlement IS NOT NULL AND receipt_seq IS NULL AND rowid > ?"
-                " ORDER BY rowid LIMIT ?",
-                (after, _BATCH),
-            )
-            for r in rows:
+        unnumbered = (
+            f"{columns} WHERE settlement IS NOT NULL AND receipt_seq IS NULL AND rowid > ?"
+            " ORDER BY rowid LIMIT ?"
+        )
+        for page in pages(lambda after, limit: self._rows(unnumbered, (after, limit)), -1):
+            for r in page:
                 yield SettledAction.parse(str(r[1]), r[2], None)
-            if len(rows) < _BATCH:
-                break
-            after = int(rows[-1][0])
-            del rows
-        seq, after = -(2**63), -1
-        while True:
-            rows = self._rows(
-                f"{columns} WHERE settlement IS NOT NULL AND (receipt_seq, rowid) > (?, ?)"
-                " ORDER BY receipt_seq, rowid LIMIT ?",
-                (seq, after, _BATCH),
-            )
-            for r in rows:
+        numbered = (
+            f"{columns} WHERE settlement IS NOT NULL AND (receipt_seq, rowid) > (?, ?)"
+            " ORDER BY receipt_seq, rowid LIMIT ?"
+        )
+        for page in pages(
+            lambda after, limit: self._rows(numbered, (*after, limit)), (-(2**63), -1), by_seq
+        ):
+            for r in page:
                 yield SettledAction.parse(str(r[1]), r[2], r[3])
-            if len(rows) < _BATCH:
-                return
-            seq, after = rows[-1][3], int(rows[-1][0])
-            del rows
 
     def history(self, action_id: str) -> list[JournalRecord]:
         """An action's journal records, in order."""
@@ -579,31 +557,16 @@ class SQLiteStore(RuleStore):
     def histories(self) -> Iterator[ActionHistory]:
         """Every action's row with its journal records, ordered by action id, read a batch
         of actions at a time: one statement for the batch's rows, one for their records."""
-        after = ""
-        while True:
-            rows = self._rows(
-                "SELECT action_id, intent, claim, settlement, attempts, receipt_seq, unknown"
-                " FROM actions WHERE action_id > ? ORDER BY action_id LIMIT ?",
-                (after, _BATCH),
-            )
-            if not rows:
-                return
-            records: dict[str, list[JournalRecord]] = {}
-            for r in self._rows(
-                "SELECT seq, action_id, at, record, data FROM journal"
-                " WHERE action_id BETWEEN ? AND ? ORDER BY seq",
-                (rows[0][0], rows[-1][0]),
-            ):
-                records.setdefault(r[1], []).append(
-                    JournalRecord(r[0], r[1], r[2], r[3], json.loads(r[4]))
-                )
-            for r in rows:
-                action_id = str(r[0])
-                yield ActionHistory(action_id, ActionRow.read(*r[1:]), records.get(action_id, []))
-            if len(rows) < _BATCH:
-                return
-            after = str(rows[-1][0])
-            del rows, records
+        actions = (
+            "SELECT action_id, intent, claim, settlement, attempts, receipt_seq, unknown"
+            " FROM actions WHERE action_id > ? ORDER BY action_id LIMIT ?"
+        )
+        journal = (
+            "SELECT seq, action_id, at, record, data FROM journal"
+            " WHERE action_id BETWEEN ? AND ? ORDER BY seq"
+        )
+        for page in pages(lambda after, limit: self._rows(actions, (after, limit)), ""):
+            yield from histories_of(page, self._rows(journal, (page[0][0], page[-1][0])))
 
     def close(self) -> None:
         """Close the connection."""

@@ -489,14 +489,13 @@ def test_scans_list_oldest_first_and_filter_by_kind_and_metadata(backend: Backen
 def test_histories_and_leases_stream_every_row_across_batches(
     backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`histories` brings each action's row with its records and `leases` every lease, both
-    as the one-row reads do, in batches whose edges lose and repeat nothing."""
-    import interlock._store_postgres as pg
-    import interlock._store_sqlite as lite
+    """`histories` brings each action's row with its records, `leases` every lease, both as
+    the one-row reads do, and `receipts` and `settled` the chain in order, all in batches
+    whose edges lose and repeat nothing."""
+    import interlock._journal as journal
 
     # Batches of two, so that five rows cross two batch edges.
-    monkeypatch.setattr(lite, "_BATCH", 2)
-    monkeypatch.setattr(pg, "_BATCH", 2)
+    monkeypatch.setattr(journal, "BATCH", 2)
     clock = Clock()
     store = backend.make(clock)
     owner = remote_owner()
@@ -526,6 +525,12 @@ def test_histories_and_leases_stream_every_row_across_batches(
         assert h.history[0].record == "intent"
     assert sorted(lease.id for lease in store.leases()) == sorted(lease.id for lease in leases)
     assert all(lease == store.lease(lease.id) for lease in store.leases())
+    chain = list(store.receipts())
+    assert [r.action_id for r in chain] == [i.action_id for i in intents[::2]]
+    assert [r.seq for r in chain] == sorted({r.seq for r in chain})
+    assert [(s.action_id, s.receipt_seq) for s in store.settled()] == [
+        (r.action_id, r.seq) for r in chain
+    ]
 
 
 def test_every_write_is_one_commit(backend: Backend) -> None:
