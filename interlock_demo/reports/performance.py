@@ -140,7 +140,7 @@ def _emulator(lines: list[str], op: str) -> str:
 
 
 def table(out: Mapping[str, list[str]], temporal: Temporal | None, stores: bool) -> list[str]:
-    """Issue 14's table: before, measured now, target."""
+    """The performance table: each figure before, measured now, and its target."""
     gate, peers = out["gate"], out["peers"]
     recovery, scale, emulator = out["recovery"], out["scale"], out["emulator"]
 
