@@ -42,6 +42,11 @@ CODE_CONFLICT = "conflict"
 CONFLICT_PREFIX = "conflict: "
 
 
+# What parsing a stored value edited by hand can raise (an amount of 1e999 overflows int):
+# each is reported as that row being unreadable, never raised out of a read of the store.
+UNREADABLE = (ValueError, LookupError, TypeError, OverflowError, AttributeError)
+
+
 def _check_id(name: str, value: object) -> None:
     if not isinstance(value, str) or not value:
         raise IntentError(name, "must be a non-empty string")
@@ -244,7 +249,7 @@ class SettledAction:
             if not isinstance(data, Mapping):
                 raise ValueError("not a JSON object")
             return cls(action_id, Settlement.from_dict(data), seq)
-        except (ValueError, KeyError, TypeError) as e:
+        except UNREADABLE as e:
             return cls(action_id, None, seq, f"its recorded outcome cannot be read ({e})")
 
 
@@ -252,12 +257,15 @@ class SettledAction:
 class ActionHistory:
     """An action's row and its journal records, as `verify()` checks them.
 
-    `row` is None when the stored row cannot be read (the receipts' check reports it).
+    `row` is None when the stored row cannot be read, with `problem` saying why; a journal
+    row that cannot be read is left out of `history` and its number is in `unreadable`.
     """
 
     action_id: str
     row: ActionRow | None
     history: list[JournalRecord]
+    problem: str | None = None
+    unreadable: tuple[object, ...] = ()
 
 
 class Store(Protocol):
@@ -394,16 +402,35 @@ def by_seq(row: Sequence[Any]) -> tuple[Any, Any]:
 def histories_of(
     actions: Sequence[Sequence[Any]], journal: Sequence[Sequence[Any]]
 ) -> Iterator[ActionHistory]:
-    """A page of action rows (the action id, then the columns `ActionRow.read` takes) with
-    their journal rows (seq, action id, at, record, data JSON), ordered by seq."""
+    """A page of action rows (the action id, then the columns `ActionRow.from_text` takes) with
+    their journal rows (seq, action id, at, record, data JSON), ordered by seq. Never
+    raising: what an edit made unreadable is named, for `verify()` to report."""
     records: dict[str, list[JournalRecord]] = {}
+    unreadable: dict[str, list[object]] = {}
     for r in journal:
-        records.setdefault(str(r[1]), []).append(
-            JournalRecord(int(r[0]), str(r[1]), float(r[2]), str(r[3]), json.loads(r[4]))
-        )
+        action_id = str(r[1])
+        try:
+            data = json.loads(r[4])
+            if not isinstance(data, dict):
+                raise ValueError("not a JSON object")
+            record = JournalRecord(int(r[0]), action_id, float(r[2]), str(r[3]), data)
+        except UNREADABLE:
+            unreadable.setdefault(action_id, []).append(r[0])
+            continue
+        records.setdefault(action_id, []).append(record)
     for r in actions:
         action_id = str(r[0])
-        yield ActionHistory(action_id, ActionRow.read(*r[1:]), records.get(action_id, []))
+        try:
+            row, problem = ActionRow.from_text(*r[1:]), None
+        except UNREADABLE as e:
+            row, problem = None, f"its stored row cannot be read ({e})"
+        yield ActionHistory(
+            action_id,
+            row,
+            records.get(action_id, []),
+            problem,
+            tuple(unreadable.get(action_id, ())),
+        )
 
 
 @dataclass
@@ -439,13 +466,9 @@ class ActionRow:
         )
 
     @classmethod
-    def read(cls, intent: str, *columns: Any) -> ActionRow | None:
-        """A row from its stored text (the intent, then the columns `from_columns` takes),
-        never raising: None when it cannot be read."""
-        try:
-            return cls.from_columns(Intent.from_dict(json.loads(intent)), *columns)
-        except (ValueError, KeyError, TypeError):
-            return None
+    def from_text(cls, intent: str, *columns: Any) -> ActionRow:
+        """A row from its stored text: the intent, then the columns `from_columns` takes."""
+        return cls.from_columns(Intent.from_dict(json.loads(intent)), *columns)
 
     def columns(self) -> tuple[str | None, str | None, int, int | None, str | None]:
         """The columns that change after the intent is journaled: claim, settlement (JSON
@@ -722,6 +745,13 @@ class RuleStore:
             lease = tx.get_lease(lease_id)
             if lease is None:
                 raise LeaseError(lease_id, "no such lease; check the id")
+            if lease.damaged is not None:
+                # Written back, its stored data would stand for it: the revocation lost.
+                raise LeaseError(
+                    lease_id,
+                    f"is damaged in the store ({lease.damaged}): every action under it is "
+                    "already refused; nothing was changed",
+                )
             if lease.revoked:
                 return lease
             lease = replace(lease, revoked_at=tx.now, revoked_by=by)

@@ -13,6 +13,7 @@ attempt and staying pending for good (docs/design.md §4).
 
 from __future__ import annotations
 
+import json
 import math
 import string
 from collections.abc import Mapping
@@ -147,6 +148,23 @@ class Lease:
             lease_id = str(data.get("id", "")) if isinstance(data, Mapping) else ""
             return cls(lease_id, "", "", 0, 0.0, "", 0.0, damaged=str(e) or type(e).__name__,
                        raw=dict(data) if isinstance(data, Mapping) else {})  # fmt: skip
+
+    @classmethod
+    def from_text(cls, lease_id: str, text: object) -> Lease:
+        """A lease from its row's key and stored JSON text, never raising: text that is not
+        a JSON object, or one naming another lease, reads back damaged under the row's key
+        (the row keeps its text: a damaged lease is never written back)."""
+        try:
+            data = json.loads(text) if isinstance(text, (str, bytes)) else text
+        except ValueError as e:
+            data, why = None, f"its stored text is not JSON ({e})"
+        else:
+            why = "its stored text is not a JSON object"
+        if isinstance(data, Mapping):
+            if data.get("id") == lease_id:
+                return cls.from_dict(data)
+            why = f"its row is keyed {lease_id} but its stored data names {data.get('id')!r}"
+        return cls(lease_id, "", "", 0, 0.0, "", 0.0, damaged=why)
 
     @classmethod
     def _parse(cls, data: Mapping[str, Any]) -> Lease:

@@ -235,7 +235,7 @@ class _PostgresTx:
             )
             self._clocked(clock)
             if lease:
-                self._leases[str(lease[0][0])] = Lease.from_dict(json.loads(lease[0][1]))
+                self._leases[str(lease[0][0])] = Lease.from_text(str(lease[0][0]), lease[0][1])
         else:
             (action,) = self._trip(
                 [(_ACTION_SQL + (" FOR UPDATE" if self._write else ""), (action_id,))]
@@ -284,7 +284,7 @@ class _PostgresTx:
                 self._clocked(clock)
         else:
             (rows,) = self._trip([(sql, (lease_id,))])
-        lease = None if not rows else Lease.from_dict(json.loads(rows[0][0]))
+        lease = None if not rows else Lease.from_text(lease_id, rows[0][0])
         if self._write:
             self._leases[lease_id] = lease
         return lease
@@ -645,7 +645,7 @@ class PostgresStore(RuleStore):
         sql = "SELECT lease_id, lease FROM {leases} WHERE lease_id > %s ORDER BY lease_id LIMIT %s"
         for page in pages(lambda after, limit: self._rows(sql, (after, limit)), ""):
             for r in page:
-                yield Lease.from_dict(json.loads(r[1]))
+                yield Lease.from_text(str(r[0]), r[1])
 
     def begin(self, intent: Intent, owner: Owner, ttl_s: float, grace_s: float) -> ClaimAttempt:
         """Commit 1 (see `Store.begin`), once more on a new connection if its own was lost:

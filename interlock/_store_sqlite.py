@@ -182,7 +182,7 @@ class _SQLiteTx:
         else:
             r = self.c.execute("SELECT lease FROM leases WHERE lease_id=?", (lease_id,)).fetchone()
             text = None if r is None else r[0]
-        return None if text is None else Lease.from_dict(json.loads(text))
+        return None if text is None else Lease.from_text(lease_id, text)
 
     def put_lease(self, lease: Lease, *, new: bool) -> None:
         text = canonical_json(lease.to_dict())
@@ -466,14 +466,14 @@ class SQLiteStore(RuleStore):
     def lease(self, lease_id: str) -> Lease | None:
         """One lease, with its spend and reservations (one statement, no transaction)."""
         rows = self._rows("SELECT lease FROM leases WHERE lease_id=?", (lease_id,))
-        return Lease.from_dict(json.loads(rows[0][0])) if rows else None
+        return Lease.from_text(lease_id, rows[0][0]) if rows else None
 
     def leases(self) -> Iterator[Lease]:
         """Every lease, ordered by its id, read a batch at a time."""
         sql = "SELECT lease_id, lease FROM leases WHERE lease_id > ? ORDER BY lease_id LIMIT ?"
         for page in pages(lambda after, limit: self._rows(sql, (after, limit)), ""):
             for r in page:
-                yield Lease.from_dict(json.loads(r[1]))
+                yield Lease.from_text(str(r[0]), r[1])
 
     def pending(self, kind: str | None = None) -> list[str]:
         """Action ids (of `kind`, if given) with an intent and no outcome, oldest first."""

@@ -19,8 +19,15 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from interlock._effects import ACTION_METADATA_KEY
-from interlock._errors import PaymentsError
-from interlock._journal import ActionRow, JournalRecord, SettledAction, Store
+from interlock._errors import PaymentsError, StoreError
+from interlock._journal import (
+    UNREADABLE,
+    ActionRow,
+    ActionState,
+    JournalRecord,
+    SettledAction,
+    Store,
+)
 from interlock._payments import Payments, Refund
 from interlock._receipts import ChainCheck, receipt_key
 
@@ -177,8 +184,9 @@ def _record_problems(store: Store) -> list[str]:
     for entry in store.histories():
         row = entry.row
         if row is None:
-            continue  # unreadable: reported with the receipts
-        problem = _history_problem(entry.action_id, row, entry.history)
+            found[entry.action_id] = f"action {entry.action_id}: {entry.problem}"
+            continue
+        problem = _history_problem(entry.action_id, row, entry.history, entry.unreadable)
         if problem is not None:
             found[entry.action_id] = problem
         lease_id, s = row.intent.lease_id, row.settlement
@@ -188,24 +196,26 @@ def _record_problems(store: Store) -> list[str]:
     problems: list[str] = []
     if found:
         # Reported in the order the actions are settled in, then the pending ones, as the
-        # chain's problems are; a store with none skips this second pass.
+        # chain's problems are, then those whose outcome cannot be read; a store with none
+        # skips this second pass.
         settled = (row.action_id for row in store.settled() if row.settlement is not None)
-        problems.extend(
-            found[aid] for aid in itertools.chain(settled, store.pending()) if aid in found
-        )
+        for aid in itertools.chain(settled, store.pending(), sorted(found)):
+            problem = found.pop(aid, None)
+            if problem is not None:
+                problems.append(problem)
     seen: set[str] = set()
     short: dict[str, str] = {}
     for lease in store.leases():
-        due = spent.get(lease.id)
-        if due is None:
-            continue
         seen.add(lease.id)
-        if lease.spent < due:
+        due = spent.get(lease.id)
+        if lease.damaged is not None:
+            short[lease.id] = f"approval {lease.id}: damaged in the store ({lease.damaged})"
+        elif due is not None and lease.spent < due:
             short[lease.id] = (
                 f"approval {lease.id}: records {lease.spent} spent, but its actions' settled "
                 f"refunds come to {due} (its row was replaced or edited)"
             )
-    for lease_id in sorted(spent):
+    for lease_id in sorted(spent.keys() | short.keys()):
         if lease_id not in seen:
             problems.append(
                 f"approval {lease_id}: its actions act under it, but it is not in the store "
@@ -216,12 +226,25 @@ def _record_problems(store: Store) -> list[str]:
     return problems
 
 
-def _history_problem(action_id: str, row: ActionRow, history: list[JournalRecord]) -> str | None:
+def _history_problem(
+    action_id: str, row: ActionRow, history: list[JournalRecord], unreadable: tuple[object, ...]
+) -> str | None:
+    parts: list[str] = []
+    if unreadable:
+        numbers = ", ".join(map(str, unreadable))
+        plural = "s" if len(unreadable) > 1 else ""
+        parts.append(f"its journal record{plural} {numbers} cannot be read (edited)")
     kinds = [h.record for h in history]
     missing: list[str] = []
     if not kinds or kinds[0] != "intent":
         missing.append("its intent")
-    epochs = sorted(int(h.data.get("epoch", 0)) for h in history if h.record == "claim")
+    elif history[0].data != row.intent.to_dict():
+        # The gate journals the intent as it stores it: unequal, one of them was edited.
+        parts.append("its journaled intent is not the one its row holds (edited)")
+    # An epoch that is not a whole number names no claim.
+    epochs = sorted(
+        e for h in history if h.record == "claim" and type(e := h.data.get("epoch")) is int
+    )
     if epochs != list(range(1, row.attempts + 1)):
         missing.append(f"a claim for each of its {row.attempts} epochs (has {epochs})")
     s = row.settlement
@@ -231,12 +254,19 @@ def _history_problem(action_id: str, row: ActionRow, history: list[JournalRecord
             missing.append(f"its {s.status} outcome")
     if row.unknown is not None and "unknown" not in kinds:
         missing.append("its unknown mark")
-    if not missing:
-        return None
-    return (
-        f"action {action_id}: its history lacks {', '.join(missing)} "
-        "(journal rows were deleted or lost)"
-    )
+    if missing:
+        parts.append(f"its history lacks {', '.join(missing)} (journal rows were deleted or lost)")
+    return f"action {action_id}: {'; '.join(parts)}" if parts else None
+
+
+def _state(store: Store, action_id: str) -> tuple[ActionState | None, str | None]:
+    """An action's state, or why its row cannot be read: a backend that reads the row's
+    JSON in SQL reports that as a `StoreError`, one that parses it in Python as what the
+    parse raised."""
+    try:
+        return store.action(action_id), None
+    except (StoreError, *UNREADABLE) as e:
+        return None, str(e)
 
 
 def _unreceipted(row: SettledAction) -> str:
@@ -255,10 +285,9 @@ def _gone(action_id: str, status: str, seq: int | None) -> str:
 def _unclaimed(store: Store, seq: int, action_id: str) -> str:
     """A receipt its action does not point to: a second one, or its action is not settled."""
     where = f"receipt {seq} ({action_id})"
-    try:
-        state = store.action(action_id)
-    except (ValueError, KeyError, TypeError) as e:
-        return f"{where}: its action cannot be read ({e})"
+    state, unreadable = _state(store, action_id)
+    if unreadable is not None:
+        return f"{where}: its action cannot be read ({unreadable})"
     if state is None or state.settlement is None:
         return f"{where}: its action is not settled in the journal"
     if state.receipt is not None:
@@ -270,7 +299,10 @@ def _cross_check(store: Store, payments: Payments, scope: Iterable[str]) -> tupl
     problems: list[str] = []
     targets: dict[str, list[str]] = {}
     for aid in sorted(set(scope)):
-        state = store.action(aid)
+        state, unreadable = _state(store, aid)
+        if unreadable is not None:
+            problems.append(f"action {aid}: cannot be checked against Stripe ({unreadable})")
+            continue
         if state is None:
             problems.append(f"action {aid}: not in the store")
             continue
@@ -296,8 +328,13 @@ def _cross_check(store: Store, payments: Payments, scope: Iterable[str]) -> tupl
             if named in facts:
                 problems.extend(_refund_recorded(refund, named, facts[named]))
                 continue
-            other = store.action(named)
-            if other is None:
+            other, unreadable = _state(store, named)
+            if unreadable is not None:
+                problems.append(
+                    f"refund {refund.id} ({refund.amount}) at Stripe names action {named}, "
+                    f"whose row cannot be read ({unreadable})"
+                )
+            elif other is None:
                 # Rows deleted whole, or a lost -wal, leave no gap in what is left: only
                 # Stripe still remembers the action (docs/design.md §4).
                 problems.append(
@@ -313,9 +350,13 @@ def _cross_check(store: Store, payments: Payments, scope: Iterable[str]) -> tupl
 def _account_check(store: Store, payments: Payments, scope: set[str]) -> tuple[list[str], int]:
     """The account's refunds since the store's first action, beyond the listed payments."""
     targets: dict[str, str] = {}
+    unreadable: set[str] = set()
     first: float | None = None
     for aid in store.actions():
-        state = store.action(aid)
+        state, why = _state(store, aid)
+        if why is not None:
+            unreadable.add(aid)  # reported with its history
+            continue
         if state is None:
             continue
         targets[aid] = state.intent.target
@@ -335,6 +376,12 @@ def _account_check(store: Store, payments: Payments, scope: set[str]) -> tuple[l
     for refund in refunds:
         named = refund.metadata.get(ACTION_METADATA_KEY)
         if named is None or not refund.counts or refund.payment_intent in listed:
+            continue
+        if named in unreadable:
+            problems.append(
+                f"refund {refund.id} ({refund.amount}) on {refund.payment_intent} at Stripe "
+                f"names action {named}, whose row cannot be read"
+            )
             continue
         target = targets.get(named)
         if target is None:
@@ -359,7 +406,7 @@ def _elsewhere(refund: Refund, action_id: str, target: str) -> str:
 
 def _receipt_facts(store: Store, action_id: str) -> _Facts | None:
     """The facts of the receipt an action is settled by (None when it has none)."""
-    state = store.action(action_id)
+    state, _ = _state(store, action_id)
     receipt = None if state is None else state.receipt
     if receipt is None:
         return None

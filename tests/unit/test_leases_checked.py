@@ -147,6 +147,50 @@ def test_a_bad_lease_in_the_store_refuses_its_action_instead_of_sticking_it(
     store.close()
 
 
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("{oops", "is not JSON"),
+        ("[1, 2]", "is not a JSON object"),
+        ("OTHER", "its stored data names 'lease-other'"),
+    ],
+)
+def test_a_lease_row_that_is_not_its_lease_refuses_and_is_kept(
+    tmp_path: Path, text: str, why: str
+) -> None:
+    """A lease row whose text is not JSON, not an object, or another lease's data (a row
+    copied under another key): submit refuses the action naming the damage, revoking it
+    says it cannot and changes nothing, and the row keeps its text."""
+    path = tmp_path / "store.sqlite3"
+    store = SQLiteStore(path)
+    payments = InProcessPayments()
+    pi = payments.create_payment(5000).id
+    now = time.time()
+    lease_id = f"lease-{uuid.uuid4().hex[:8]}"
+    store.grant_lease(Lease(lease_id, "refund", pi, 2000, now + 3600, "test", now))
+    if text == "OTHER":
+        text = json.dumps(Lease("lease-other", "refund", pi, 9000, now + 3600, "x", now).to_dict())
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE leases SET lease=? WHERE lease_id=?", (text, lease_id))
+    db.close()
+    intent = Intent(new_action_id(), "refund", pi, 2000, lease_id,
+                    refunds_fingerprint(payments.list_refunds(pi)))  # fmt: skip
+
+    outcome = _gate(store, payments).submit(intent)
+    with pytest.raises(LeaseError, match=r"damaged in the store .*nothing was changed"):
+        store.revoke_lease(lease_id, "ops")
+
+    assert outcome.status == "refused", outcome
+    assert outcome.reason is not None and "damaged in the store" in outcome.reason
+    assert why in outcome.reason
+    assert payments.list_refunds(pi) == []
+    store.close()
+    with sqlite3.connect(path) as db:
+        (kept,) = db.execute("SELECT lease FROM leases WHERE lease_id=?", (lease_id,)).fetchone()
+    db.close()
+    assert kept == text
+
+
 @settings(max_examples=60, deadline=None)
 @given(EXTREME)
 def test_any_extreme_stored_value_reads_back_damaged_never_raises(bad: tuple[str, Any]) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import sqlite3
 import tempfile
 import time
@@ -509,6 +510,75 @@ def test_a_receipt_body_that_is_not_a_json_object_is_a_problem_not_a_crash(
     where = f"receipt 2 ({receipts[1].action_id})"
     assert f"{where}: its body is not a JSON object" in result.problems
     assert f"{where}: its body does not match its hash (edited)" in result.problems
+
+
+# -- a stored value edited by hand --------------------------------------------------------
+
+# What a hand edit can leave in a column verify reads: text that is not JSON, JSON of the
+# wrong shape, a number where text belongs, a JSON number no int can hold.
+EDITS = ["{oops", "[]", "x", '{"a":1}', 3.5, "1e999"]
+
+# Each column verify depends on, on the rows of the second of three signed sends:
+# (table, column, which rows). A `sending` journal record is not required by the store's
+# rules (a lost one is not seen), and the journal's `at`, the actions' `kind` and
+# `created_at` (copies of the intent's, kept for the indexes) are not checked: left out.
+EDITED_COLUMNS = [
+    *(("actions", c, "action_id=:action") for c in
+      ("intent", "claim", "settlement", "attempts", "receipt_seq", "unknown")),
+    *(("journal", c, f"action_id=:action AND record='{r}'") for c in ("action_id", "record",
+      "data") for r in ("intent", "claim", "outcome")),
+    *(("leases", c, "lease_id=:lease") for c in ("lease", "lease_id")),
+    *(("receipts", c, "seq=2") for c in ("action_id", "body", "prev_hash", "hash", "signature")),
+]  # fmt: skip
+
+
+Sends = tuple[Path, InProcessPayments, Intent]
+
+
+@pytest.fixture(scope="module")
+def signed_sends(tmp_path_factory: pytest.TempPathFactory) -> Sends:
+    """A signed store of three sends on one payment, its payments, and the second intent."""
+    path = tmp_path_factory.mktemp("signed") / "journal.sqlite3"
+    payments, intents = _sends_on_one_payment(path, 3)
+    store = SQLiteStore.open_read_only(path)
+    assert verify(store, payments, signing_key=KEY, account_wide=True).ok
+    store.close()
+    return path, payments, intents[1]
+
+
+@pytest.mark.parametrize("value", EDITS, ids=repr)
+@pytest.mark.parametrize(("table", "column", "where"), EDITED_COLUMNS)
+def test_any_edited_value_is_a_problem_never_a_crash(
+    signed_sends: Sends,
+    tmp_path: Path,
+    table: str,
+    column: str,
+    where: str,
+    value: object,
+) -> None:
+    """Whatever a hand edit leaves in a column verify reads, verify (with Stripe, account
+    wide) reports a problem naming the action or approval edited, and goes on."""
+    original, payments, intent = signed_sends
+    path = tmp_path / "journal.sqlite3"
+    shutil.copyfile(original, path)
+    conn = sqlite3.connect(path)
+    with conn:
+        edited = conn.execute(
+            f"UPDATE {table} SET {column}=:value WHERE {where}",
+            {"value": value, "action": intent.action_id, "lease": intent.lease_id},
+        ).rowcount
+    conn.close()
+    assert edited >= 1
+
+    store = SQLiteStore.open_read_only(path)
+    try:
+        result = verify(store, payments, signing_key=KEY, account_wide=True)
+    finally:
+        store.close()
+
+    assert not result.ok
+    named = (intent.action_id, intent.lease_id, "receipt 2 ")
+    assert any(n in p for p in result.problems for n in named), result.problems
 
 
 # -- what the store no longer has ------------------------------------------------------
