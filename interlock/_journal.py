@@ -12,7 +12,6 @@ commit 3, renewals and releases compare it, never the owner's identity.
 
 from __future__ import annotations
 
-import json
 import string
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -22,7 +21,7 @@ from typing import Any, Literal, Protocol
 from interlock._claims import Claim, Owner
 from interlock._errors import ActionError, IntentError, LeaseError
 from interlock._leases import Lease, approval_problem
-from interlock._receipts import GENESIS_HASH, Check, Receipt, canonical_json, seal
+from interlock._receipts import GENESIS_HASH, Check, Receipt, canonical_json, load_json, seal
 
 SCHEMA_VERSION = 2
 
@@ -245,7 +244,7 @@ class SettledAction:
         """From a stored row, never raising: a row that cannot be read names its problem."""
         seq = receipt_seq if isinstance(receipt_seq, int) else None
         try:
-            data = json.loads(text) if isinstance(text, str) else text
+            data = load_json(text) if isinstance(text, str) else text
             if not isinstance(data, Mapping):
                 raise ValueError("not a JSON object")
             return cls(action_id, Settlement.from_dict(data), seq)
@@ -402,35 +401,33 @@ def by_seq(row: Sequence[Any]) -> tuple[Any, Any]:
 def histories_of(
     actions: Sequence[Sequence[Any]], journal: Sequence[Sequence[Any]]
 ) -> Iterator[ActionHistory]:
-    """A page of action rows (the action id, then the columns `ActionRow.from_text` takes) with
-    their journal rows (seq, action id, at, record, data JSON), ordered by seq. Never
-    raising: what an edit made unreadable is named, for `verify()` to report."""
-    records: dict[str, list[JournalRecord]] = {}
-    unreadable: dict[str, list[object]] = {}
+    """A page of action rows (the action id, the intent's JSON text, then the columns
+    `ActionRow.from_columns` takes) with their journal rows (seq, action id, at, record,
+    data JSON), ordered by seq. Never raising: what an edit made unreadable is named, for
+    `verify()` to report."""
+    rows: dict[str, list[Sequence[Any]]] = {}
     for r in journal:
-        action_id = str(r[1])
-        try:
-            data = json.loads(r[4])
-            if not isinstance(data, dict):
-                raise ValueError("not a JSON object")
-            record = JournalRecord(int(r[0]), action_id, float(r[2]), str(r[3]), data)
-        except UNREADABLE:
-            unreadable.setdefault(action_id, []).append(r[0])
-            continue
-        records.setdefault(action_id, []).append(record)
+        rows.setdefault(str(r[1]), []).append(r)
     for r in actions:
-        action_id = str(r[0])
+        action_id, text = str(r[0]), r[1]
         try:
-            row, problem = ActionRow.from_text(*r[1:]), None
+            intent = load_json(text)
+            row, problem = ActionRow.from_columns(Intent.from_dict(intent), *r[2:]), None
         except UNREADABLE as e:
-            row, problem = None, f"its stored row cannot be read ({e})"
-        yield ActionHistory(
-            action_id,
-            row,
-            records.get(action_id, []),
-            problem,
-            tuple(unreadable.get(action_id, ())),
-        )
+            intent, row, problem = None, None, f"its stored row cannot be read ({e})"
+        records: list[JournalRecord] = []
+        unreadable: list[object] = []
+        for j in rows.get(action_id, ()):
+            try:
+                # The intent record is journaled as the row stores it: its text, already
+                # read, is the largest in the history.
+                data = intent if row is not None and j[4] == text else load_json(j[4])
+                if not isinstance(data, dict):
+                    raise ValueError("not a JSON object")
+                records.append(JournalRecord(int(j[0]), action_id, float(j[2]), str(j[3]), data))
+            except UNREADABLE:
+                unreadable.append(j[0])
+        yield ActionHistory(action_id, row, records, problem, tuple(unreadable))
 
 
 @dataclass
@@ -457,18 +454,13 @@ class ActionRow:
         """A row from its stored columns (JSON text for the claim and the settlement)."""
         return cls(
             intent=intent,
-            claim=None if claim is None else Claim.from_dict(json.loads(claim)),
-            settlement=None if settlement is None else Settlement.from_dict(json.loads(settlement)),
+            claim=None if claim is None else Claim.from_dict(load_json(claim)),
+            settlement=None if settlement is None else Settlement.from_dict(load_json(settlement)),
             attempts=int(attempts),
             # As stored: a value that is not a number is the verifier's to report.
             receipt_seq=receipt_seq,
             unknown=unknown,
         )
-
-    @classmethod
-    def from_text(cls, intent: str, *columns: Any) -> ActionRow:
-        """A row from its stored text: the intent, then the columns `from_columns` takes."""
-        return cls.from_columns(Intent.from_dict(json.loads(intent)), *columns)
 
     def columns(self) -> tuple[str | None, str | None, int, int | None, str | None]:
         """The columns that change after the intent is journaled: claim, settlement (JSON

@@ -13,7 +13,6 @@ attempt and staying pending for good (docs/design.md §4).
 
 from __future__ import annotations
 
-import json
 import math
 import string
 from collections.abc import Mapping
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from interlock._errors import LeaseError
+from interlock._receipts import load_json
 
 # The same rules an Intent holds its ids and amount to (interlock/_journal.py): ids go
 # into HTTP headers, metadata and SQL; amounts are whole cents below 10^10.
@@ -155,7 +155,7 @@ class Lease:
         a JSON object, or one naming another lease, reads back damaged under the row's key
         (the row keeps its text: a damaged lease is never written back)."""
         try:
-            data = json.loads(text) if isinstance(text, (str, bytes)) else text
+            data = load_json(text) if isinstance(text, (str, bytes)) else text
         except ValueError as e:
             data, why = None, f"its stored text is not JSON ({e})"
         else:

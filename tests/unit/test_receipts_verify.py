@@ -40,7 +40,14 @@ from interlock import (
     refunds_fingerprint,
     verify,
 )
-from interlock._receipts import GENESIS_HASH, canonical_json, chain_problems, seal, sign
+from interlock._receipts import (
+    GENESIS_HASH,
+    canonical_json,
+    chain_problems,
+    load_json,
+    seal,
+    sign,
+)
 from interlock.testing import InProcessPayments
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -510,6 +517,36 @@ def test_a_receipt_body_that_is_not_a_json_object_is_a_problem_not_a_crash(
     where = f"receipt 2 ({receipts[1].action_id})"
     assert f"{where}: its body is not a JSON object" in result.problems
     assert f"{where}: its body does not match its hash (edited)" in result.problems
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+    lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    text=st.one_of(
+        JSON_VALUES.map(canonical_json),
+        JSON_VALUES.map(lambda v: f" {json.dumps(v, indent=1)}\n"),
+        st.text(max_size=20),
+    )
+)
+def test_load_json_reads_exactly_what_json_loads_reads(text: str) -> None:
+    """The faster reader of stored JSON gives json.loads's value, or its error, for any
+    text: canonical, spaced around, or not JSON at all."""
+    try:
+        expected: object = json.loads(text)
+    except ValueError as e:
+        with pytest.raises(ValueError) as raised:
+            load_json(text)
+        assert str(raised.value) == str(e)
+        return
+    got = load_json(text)
+    # NaN is not equal to itself: compare the texts the two values write.
+    assert json.dumps(got, sort_keys=True) == json.dumps(expected, sort_keys=True)
 
 
 # -- a stored value edited by hand --------------------------------------------------------
