@@ -1346,7 +1346,8 @@ async def test_presenter_mode_advances_one_phase_per_press(home: Path) -> None:
 
 
 async def test_resizing_the_terminal_lays_the_columns_out_again(home: Path) -> None:
-    """A projector change mid-talk: from 160x45 to 80x24 one column shows, and back all three."""
+    """A projector change mid-talk: from 160x45 to 80x24 one column shows and the message
+    line says so; back at 160x45 all three show and the message no longer says one."""
     app = new_app(mock_config(home), checked=True)
     async with app.run_test(size=SIZE) as pilot:
         run = await start(pilot)
@@ -1355,9 +1356,15 @@ async def test_resizing_the_terminal_lays_the_columns_out_again(home: Path) -> N
         await settle(pilot)
         assert [p.column_name for p in app.query(ColumnPane) if p.display] == ["standard"]
         assert len(banner(app)) <= 78  # the one text fits
+        assert message(app).startswith("One column at a time at this width: Standard agent")
+        await pilot.resize_terminal(100, 30)
+        await settle(pilot)
+        assert len([p for p in app.query(ColumnPane) if p.display]) == 3
+        assert message(app) == "All columns."
         await pilot.resize_terminal(*SIZE)
         await settle(pilot)
         assert len([p for p in app.query(ColumnPane) if p.display]) == 3
+        assert message(app) == "All columns."
 
 
 async def test_q_in_presenter_mode_leaves_no_run_waiting(home: Path) -> None:

@@ -264,6 +264,8 @@ class DemoApp(App[int]):
         self.phase_clock: Callable[[], float] | None = None
         # Whether the message line names the column shown alone (`_say_what_shows`).
         self._message_names_column = False
+        # The layout the columns were last laid out in (None before the first).
+        self._laid_out_as: str | None = None
 
     @property
     def config(self) -> DemoConfig:
@@ -331,8 +333,14 @@ class DemoApp(App[int]):
         return _MainScreen(id="_default")
 
     def relayout(self) -> None:
-        """Lay the columns out again for the terminal's size (a projector change)."""
+        """Lay the columns out again for the terminal's size (a projector change). Into
+        one column at a time the message line says so, two columns having gone; out of it,
+        a message naming the column shown alone says what shows now."""
+        before = self._laid_out_as
         self._layout()
+        changed = before is not None and before != self._laid_out_as
+        if changed and (self._laid_out_as == "single" or self._message_names_column):
+            self._say_what_shows()
 
     @property
     def layout_name(self) -> str:
@@ -341,7 +349,7 @@ class DemoApp(App[int]):
 
     def _layout(self) -> None:
         """Show the columns as the terminal's width allows; one alone when single or zoomed."""
-        layout = self.layout_name
+        layout = self._laid_out_as = self.layout_name
         self.screen.set_class(layout == "compact", "-compact")
         self.screen.set_class(layout == "single", "-single")
         self.screen.set_class(self.zoomed, "-zoom")
