@@ -94,7 +94,8 @@ def canonical_json(data: Any) -> str:
     return _CANONICAL.encode(data)
 
 
-_scan = make_scanner(json.JSONDecoder())
+# The decoder is the scanner's context (typeshed types the argument as the scanner itself).
+_scan = make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
 
 
 def load_json(text: Any) -> Any:

@@ -106,6 +106,24 @@ def _gate(store: SQLiteStore, payments: InProcessPayments) -> Gate:
     )
 
 
+LEASE_TEXT = "SELECT lease FROM leases WHERE lease_id=?"
+SET_LEASE_TEXT = "UPDATE leases SET lease=? WHERE lease_id=?"
+
+
+def _lease_and_intent(path: Path) -> tuple[SQLiteStore, InProcessPayments, Intent]:
+    """A SQLite store at `path` with a $20 approval on a new $50 payment, and an intent
+    to refund $20 under it."""
+    store = SQLiteStore(path)
+    payments = InProcessPayments()
+    pi = payments.create_payment(5000).id
+    now = time.time()
+    lease_id = f"lease-{uuid.uuid4().hex[:8]}"
+    store.grant_lease(Lease(lease_id, "refund", pi, 2000, now + 3600, "test", now))
+    intent = Intent(new_action_id(), "refund", pi, 2000, lease_id,
+                    refunds_fingerprint(payments.list_refunds(pi)))  # fmt: skip
+    return store, payments, intent
+
+
 @pytest.mark.parametrize(
     ("field", "value"),
     [("cap", math.inf), ("expires_at", math.nan), ("cap", "lots"), ("granted_at", None)],
@@ -118,30 +136,23 @@ def test_a_bad_lease_in_the_store_refuses_its_action_instead_of_sticking_it(
     was stored. Before the check, cap=inf raised OverflowError on every attempt and NaN
     expiry never expired."""
     path = tmp_path / "store.sqlite3"
-    store = SQLiteStore(path)
-    payments = InProcessPayments()
-    pi = payments.create_payment(5000).id
-    now = time.time()
-    lease_id = f"lease-{uuid.uuid4().hex[:8]}"
-    store.grant_lease(Lease(lease_id, "refund", pi, 2000, now + 3600, "test", now))
+    store, payments, intent = _lease_and_intent(path)
     with sqlite3.connect(path) as db:
-        (text,) = db.execute("SELECT lease FROM leases WHERE lease_id=?", (lease_id,)).fetchone()
+        (text,) = db.execute(LEASE_TEXT, (intent.lease_id,)).fetchone()
         data = {**json.loads(text), field: value}
-        db.execute("UPDATE leases SET lease=? WHERE lease_id=?", (json.dumps(data), lease_id))
+        db.execute(SET_LEASE_TEXT, (json.dumps(data), intent.lease_id))
     db.close()
-    intent = Intent(new_action_id(), "refund", pi, 2000, lease_id,
-                    refunds_fingerprint(payments.list_refunds(pi)))  # fmt: skip
 
     outcome = _gate(store, payments).submit(intent)
 
     assert outcome.status == "refused", outcome
     assert outcome.reason is not None and "damaged in the store" in outcome.reason
     assert field in outcome.reason
-    assert payments.list_refunds(pi) == []
+    assert payments.list_refunds(intent.target) == []
     state = store.action(intent.action_id)
     assert state is not None and state.settlement is not None
     assert state.settlement.status == "refused"
-    stored = store.lease(lease_id)
+    stored = store.lease(intent.lease_id)
     assert stored is not None and stored.damaged is not None
     assert stored.to_dict() == json.loads(json.dumps(data))
     store.close()
@@ -162,19 +173,13 @@ def test_a_lease_row_that_is_not_its_lease_refuses_and_is_kept(
     copied under another key): submit refuses the action naming the damage, revoking it
     says it cannot and changes nothing, and the row keeps its text."""
     path = tmp_path / "store.sqlite3"
-    store = SQLiteStore(path)
-    payments = InProcessPayments()
-    pi = payments.create_payment(5000).id
-    now = time.time()
-    lease_id = f"lease-{uuid.uuid4().hex[:8]}"
-    store.grant_lease(Lease(lease_id, "refund", pi, 2000, now + 3600, "test", now))
+    store, payments, intent = _lease_and_intent(path)
+    pi, lease_id, now = intent.target, intent.lease_id, time.time()
     if text == "OTHER":
         text = json.dumps(Lease("lease-other", "refund", pi, 9000, now + 3600, "x", now).to_dict())
     with sqlite3.connect(path) as db:
-        db.execute("UPDATE leases SET lease=? WHERE lease_id=?", (text, lease_id))
+        db.execute(SET_LEASE_TEXT, (text, lease_id))
     db.close()
-    intent = Intent(new_action_id(), "refund", pi, 2000, lease_id,
-                    refunds_fingerprint(payments.list_refunds(pi)))  # fmt: skip
 
     outcome = _gate(store, payments).submit(intent)
     with pytest.raises(LeaseError, match=r"damaged in the store .*nothing was changed"):
@@ -186,7 +191,7 @@ def test_a_lease_row_that_is_not_its_lease_refuses_and_is_kept(
     assert payments.list_refunds(pi) == []
     store.close()
     with sqlite3.connect(path) as db:
-        (kept,) = db.execute("SELECT lease FROM leases WHERE lease_id=?", (lease_id,)).fetchone()
+        (kept,) = db.execute(LEASE_TEXT, (lease_id,)).fetchone()
     db.close()
     assert kept == text
 
