@@ -205,17 +205,23 @@ def _record_problems(store: Store) -> list[str]:
                 problems.append(problem)
     seen: set[str] = set()
     short: dict[str, str] = {}
+    unnamed: list[str] = []  # damaged approvals no action acts under
     for lease in store.leases():
-        seen.add(lease.id)
         due = spent.get(lease.id)
+        if due is not None:
+            seen.add(lease.id)
         if lease.damaged is not None:
-            short[lease.id] = f"approval {lease.id}: damaged in the store ({lease.damaged})"
+            damaged = f"approval {lease.id}: damaged in the store ({lease.damaged})"
+            if due is None:
+                unnamed.append(damaged)
+            else:
+                short[lease.id] = damaged
         elif due is not None and lease.spent < due:
             short[lease.id] = (
                 f"approval {lease.id}: records {lease.spent} spent, but its actions' settled "
                 f"refunds come to {due} (its row was replaced or edited)"
             )
-    for lease_id in sorted(spent.keys() | short.keys()):
+    for lease_id in sorted(spent):
         if lease_id not in seen:
             problems.append(
                 f"approval {lease_id}: its actions act under it, but it is not in the store "
@@ -223,6 +229,7 @@ def _record_problems(store: Store) -> list[str]:
             )
         elif lease_id in short:
             problems.append(short[lease_id])
+    problems.extend(unnamed)
     return problems
 
 
