@@ -8,7 +8,7 @@
     interlock-demo mcp [--offline] [--approve PAYMENT --cap CENTS]        refunds over MCP
     interlock-demo e2e-report [--out FILE] [--parallel N]                   both engines, offline
     interlock-demo screenshots [--out DIR] [--scenario ID|all]              SVG/PNG files
-    interlock-demo record --scenario ID [--offline|--mock] --out FILE.cast  asciinema cast
+    interlock-demo record --scenario ID [--mock] [--size 100x30] --out F    asciinema cast
 
 Exit codes: 0 as predicted, 1 a deviation, 2 bad usage or configuration, 3 a run could
 not finish. `doctor`: 0 when the chosen mode can run, else 1.
@@ -26,6 +26,7 @@ from pathlib import Path
 
 from interlock_demo.errors import KeyRefusedError, UsageError
 from interlock_demo.exit_codes import ExitCode
+from interlock_demo.layout import LARGEST, SMALLEST
 from interlock_demo.mcp.cli import add_mcp_parser
 from interlock_demo.settings import MODES, resolve
 from scenarios import SCENARIOS, SWITCHES
@@ -40,6 +41,8 @@ STORE_HELP = (
     "the journal: postgresql://user@host/db[?schema=NAME] for workers on many hosts, or a "
     "SQLite path (default: INTERLOCK_STORE, else the SQLite file under INTERLOCK_HOME)"
 )
+# A recording's terminal larger than this is a typo, not a projector.
+MAX_RECORD_SIDE = 500
 
 
 def port(text: str) -> int:
@@ -180,8 +183,33 @@ def _parser() -> argparse.ArgumentParser:
             f"--{mode}", action="store_const", const=mode, dest="rec_mode", default="offline"
         )
     rec.add_argument("--out", type=Path, metavar="FILE.cast", required=True)
+    rec.add_argument(
+        "--checked", action="store_true", help="with the hand-written re-check column too"
+    )
+    rec.add_argument(
+        "--size",
+        type=_terminal_size,
+        default=LARGEST,
+        metavar="COLSxROWS",
+        help="the terminal recorded, such as 100x30 for the projector's (default "
+        f"{LARGEST[0]}x{LARGEST[1]}; at least {SMALLEST[0]}x{SMALLEST[1]})",
+    )
     add_mcp_parser(sub)
     return p
+
+
+def _terminal_size(text: str) -> tuple[int, int]:
+    """`COLSxROWS` as the two numbers; a size the app cannot lay out in is refused."""
+    cols, sep, rows = text.lower().partition("x")
+    if not (sep and cols.isdigit() and rows.isdigit()):
+        raise argparse.ArgumentTypeError(f"{text!r}: give columns x rows, such as 100x30")
+    size = (int(cols), int(rows))
+    if size[0] < SMALLEST[0] or size[1] < SMALLEST[1] or max(size) > MAX_RECORD_SIDE:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: the app lays out from {SMALLEST[0]}x{SMALLEST[1]} (and a side of at "
+            f"most {MAX_RECORD_SIDE}); give a size such as 100x30"
+        )
+    return size
 
 
 def _app_options_again(sub: argparse.ArgumentParser, *, checked: bool) -> None:
@@ -244,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "record":
         from interlock_demo.views.record import main as record
 
-        return record(args.rec_scenario, args.rec_mode, args.out)
+        return record(args.rec_scenario, args.rec_mode, args.out, args.checked, args.size)
     if args.command == "sweep":
         return _sweep(
             args.sweep_mode or "offline", args.sweep_json, args.parallel, args.faults, args.store

@@ -39,6 +39,7 @@ LAYOUTS = (
     ),
 )
 SMALLEST = (LAYOUTS[-1].columns, LAYOUTS[-1].rows)
+LARGEST = (LAYOUTS[0].columns, LAYOUTS[0].rows)
 
 
 def layout_for(columns: int) -> Layout:

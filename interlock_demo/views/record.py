@@ -31,11 +31,10 @@ from interlock_demo.engine import RunChoice
 from interlock_demo.engine.supervisor import kill_tree
 from interlock_demo.environment import demo_env
 from interlock_demo.exit_codes import ExitCode
-from interlock_demo.layout import WIDE
+from interlock_demo.layout import LARGEST, WIDE
 from interlock_demo.settings import PRIVATE_UMASK
 from scenarios import SCENARIOS
 
-SIZE = (160, 45)
 START_TIMEOUT_S = 60.0
 RUN_TIMEOUT_S = 180.0
 QUIT_TIMEOUT_S = 30.0
@@ -126,7 +125,7 @@ def record(
     out: Path,
     *,
     checked: bool = False,
-    size: tuple[int, int] = SIZE,
+    size: tuple[int, int] = LARGEST,
     env: Mapping[str, str] | None = None,
 ) -> Path:
     """Record the app running `scenario` in `mode` ("offline" or "mock") into `out`."""
@@ -218,10 +217,12 @@ def _write_cast(
             f.write(json.dumps([round(t, 6), "o", text]) + "\n")
 
 
-def main(scenario: str, mode: str, out: Path) -> int:
+def main(
+    scenario: str, mode: str, out: Path, checked: bool = False, size: tuple[int, int] = LARGEST
+) -> int:
     """The command: 0 when the recording is written, 3 when the run could not finish."""
     try:
-        path = record(scenario, mode, out)
+        path = record(scenario, mode, out, checked=checked, size=size)
     except (RecordError, subprocess.TimeoutExpired, OSError) as e:
         print(f"interlock-demo record: {e}; nothing was written to {out}", file=sys.stderr)
         return ExitCode.UNFINISHED

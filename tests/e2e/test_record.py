@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from asciinema import asciicast
 
 from tests.e2e.test_cli import _env
@@ -18,15 +19,24 @@ from tests.helpers.headless import ROOT
 VERDICT_WORDS = ("despite the revocation", "saw the revocation: refused")
 
 
+@pytest.mark.parametrize(
+    ("options", "size", "picked"),
+    [
+        ((), (160, 45), "[2] Approval revoked during the outage"),
+        (("--checked", "--size", "100x30"), (100, 30), "[2] Revoked"),
+    ],
+    ids=["160x45", "100x30-checked"],
+)
 def test_record_writes_a_cast_that_asciinema_reads_back_with_the_verdicts(
-    tmp_path: Path,
+    tmp_path: Path, options: tuple[str, ...], size: tuple[int, int], picked: str
 ) -> None:
-    """A mock run of revoked is recorded at 160x45: asciinema reads the header and the
-    output events, and the frames show that scenario finished with its verdict strip."""
+    """A mock run of revoked is recorded at 160x45, and at a projector's 100x30 with the
+    checked column: asciinema reads the header and the output events, and the frames show
+    that scenario finished with its verdict strip."""
     out = tmp_path / "talk" / "revoked.cast"
     cmd = [sys.executable, "-m", "interlock_demo.cli", "record", "--scenario", "revoked"]
     done = subprocess.run(
-        [*cmd, "--mock", "--out", str(out)],
+        [*cmd, "--mock", *options, "--out", str(out)],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -40,17 +50,39 @@ def test_record_writes_a_cast_that_asciinema_reads_back_with_the_verdicts(
         header = cast.v2_header
         events = list(cast.events())
     assert header["version"] == 2
-    assert (header["width"], header["height"]) == (160, 45)
+    assert (header["width"], header["height"]) == size
     assert isinstance(header["timestamp"], int)
     assert events, "the recording has no events"
     assert {e[1] for e in events} == {"o"}
     times = [e[0] for e in events]
     assert times == sorted(times), "the events are not in time order"
     shown = "".join(e[2] for e in events)
-    for words in (*VERDICT_WORDS, "[2] Approval revoked during the outage", "finished"):
+    for words in (*VERDICT_WORDS, picked, "finished"):
         assert words in shown, f"{words!r} never shown in the recording"
+    # The third column's pane is in the recording exactly when it was asked for.
+    assert ("Hand-written check" in shown) == ("--checked" in options)
     # The recording ends with the app giving the terminal back (q, not a kill).
     assert shown.rfind("\x1b[?1049l") > shown.rfind("retried blindly")
+
+
+@pytest.mark.parametrize("size", ["60x20", "100", "wide", "100x9000"])
+def test_record_refuses_a_size_the_app_cannot_lay_out(tmp_path: Path, size: str) -> None:
+    """A size below the app's smallest layout, or not COLSxROWS, exits 2 saying what to
+    give, and writes nothing."""
+    out = tmp_path / "revoked.cast"
+    done = subprocess.run(
+        [sys.executable, "-m", "interlock_demo.cli", "record", "--scenario", "revoked",
+         "--mock", "--size", size, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=_env(tmp_path),
+        timeout=60,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "--size" in done.stderr and "such as 100x30" in done.stderr
+    assert not out.exists()
 
 
 def test_record_needs_a_scenario_and_a_file(tmp_path: Path) -> None:
