@@ -8,7 +8,7 @@
     interlock-demo mcp [--offline] [--approve PAYMENT --cap CENTS]        refunds over MCP
     interlock-demo e2e-report [--out FILE] [--parallel N]                   both engines, offline
     interlock-demo screenshots [--out DIR] [--scenario ID|all]              SVG/PNG files
-    interlock-demo record --scenario ID [--mock] [--size 100x30] --out F    asciinema cast
+    interlock-demo record --scenario ID [--mock] [--checked] [--size 100x30] --out F.cast
 
 Exit codes: 0 as predicted, 1 a deviation, 2 bad usage or configuration, 3 a run could
 not finish. `doctor`: 0 when the chosen mode can run, else 1.

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from asciinema import asciicast
 
-from tests.e2e.test_cli import _env
+from tests.e2e.test_cli import _env, _run
 from tests.helpers.headless import ROOT
 
 # The verdict strip at the end of revoked: what the recording must end on. Not the app's
@@ -70,16 +70,10 @@ def test_record_refuses_a_size_the_app_cannot_lay_out(tmp_path: Path, size: str)
     """A size below the app's smallest layout, or not COLSxROWS, exits 2 saying what to
     give, and writes nothing."""
     out = tmp_path / "revoked.cast"
-    done = subprocess.run(
-        [sys.executable, "-m", "interlock_demo.cli", "record", "--scenario", "revoked",
-         "--mock", "--size", size, "--out", str(out)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=_env(tmp_path),
-        timeout=60,
-        check=False,
-    )  # fmt: skip
+    done = _run(
+        ["record", "--scenario", "revoked", "--mock", "--size", size, "--out", str(out)],
+        tmp_path,
+    )
     assert done.returncode == 2
     assert "--size" in done.stderr and "such as 100x30" in done.stderr
     assert not out.exists()
@@ -87,14 +81,6 @@ def test_record_refuses_a_size_the_app_cannot_lay_out(tmp_path: Path, size: str)
 
 def test_record_needs_a_scenario_and_a_file(tmp_path: Path) -> None:
     """Without --scenario or --out the command exits 2 and writes nothing."""
-    done = subprocess.run(
-        [sys.executable, "-m", "interlock_demo.cli", "record", "--mock"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=_env(tmp_path),
-        timeout=60,
-        check=False,
-    )
+    done = _run(["record", "--mock"], tmp_path)
     assert done.returncode == 2
     assert "--scenario" in done.stderr
