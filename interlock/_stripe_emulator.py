@@ -504,7 +504,11 @@ class EmulatorHTTPServer(ThreadingHTTPServer):
             return
         try:
             super().process_request(request, client_address)
-        except BaseException:
+        except RuntimeError:
+            # The thread could not be started, so nothing else gives its place back. Anything
+            # else is a Ctrl-C, which ends serving; it usually lands while start() waits for a
+            # thread that does run and gives its place back itself, and releasing it here too
+            # would raise ValueError, which the server reports and then keeps serving.
             self._workers.release()
             raise
 

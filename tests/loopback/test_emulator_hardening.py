@@ -11,8 +11,11 @@ import http.client
 import json
 import select
 import socket
+import socketserver
+import threading
 import time
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -439,3 +442,44 @@ def test_stripe_routes_refuse_a_foreign_host(
     assert status == 403
     assert "This emulator answers only Host 127.0.0.1:" in answer["error"]["message"]
     assert emu.model.list_refunds({}).body["data"] == []
+
+
+def test_ctrl_c_while_a_connection_thread_starts_stops_serving(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ctrl-C (a KeyboardInterrupt in the serving thread) can land while the thread for a new
+    connection is starting. It must end `serve_forever`, as it does anywhere else, and the
+    connection's place must be given back once: a double give-back raised ValueError, which
+    the server reported and swallowed, so `stripe-emulator` ignored its SIGINT or SIGTERM and
+    never exited (seen once in about 60 loaded runs of the CLI test)."""
+
+    class InterruptedStart(threading.Thread):
+        def start(self) -> None:
+            super().start()
+            self.join(10)  # the connection is served and has given its place back
+            raise KeyboardInterrupt  # as the signal lands while start() waits for the thread
+
+    emu = StripeEmulator(read_timeout_s=2.0, max_workers=1)
+    # socketserver starts each connection's thread through its own `threading` name.
+    monkeypatch.setattr(socketserver, "threading", SimpleNamespace(Thread=InterruptedStart))
+    # A deadline, not a synchronization: if the interrupt is swallowed, serving stops here
+    # and the test fails on the missing KeyboardInterrupt instead of hanging.
+    guard = threading.Timer(10, emu._server.shutdown)
+    client = threading.Thread(
+        target=lambda: _http(emu, "GET", "/v1/refunds", headers={"Authorization": "x"})
+    )
+    guard.start()
+    client.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            emu.serve_forever()
+        client.join(10)
+        monkeypatch.undo()
+        # With its one place given back, the emulator serves again instead of answering 429.
+        emu.start()
+        status, body, _ = _http(emu, "GET", "/v1/refunds", headers={"Authorization": "x"})
+        assert status == 401, body
+    finally:
+        guard.cancel()
+        client.join(10)
+        emu.stop()
