@@ -19,6 +19,10 @@ Each message says what happened and what to do about it; none carries a secret.
 
 from __future__ import annotations
 
+# What parsing a stored value edited by hand can raise (an amount of 1e999 overflows int):
+# each is reported as that row being unreadable, never raised out of a read of the store.
+UNREADABLE = (ValueError, LookupError, TypeError, OverflowError, AttributeError)
+
 
 class InterlockError(Exception):
     """Root of every error the library raises."""

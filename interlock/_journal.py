@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 from interlock._claims import Claim, Owner
-from interlock._errors import ActionError, IntentError, LeaseError
+from interlock._errors import UNREADABLE, ActionError, IntentError, LeaseError
 from interlock._leases import Lease, approval_problem
 from interlock._receipts import GENESIS_HASH, Check, Receipt, canonical_json, load_json, seal
 
@@ -39,11 +39,6 @@ CODE_REFUND_FAILED = "refund_failed"
 # prefix, so that it reads as a conflict wherever it is shown.
 CODE_CONFLICT = "conflict"
 CONFLICT_PREFIX = "conflict: "
-
-
-# What parsing a stored value edited by hand can raise (an amount of 1e999 overflows int):
-# each is reported as that row being unreadable, never raised out of a read of the store.
-UNREADABLE = (ValueError, LookupError, TypeError, OverflowError, AttributeError)
 
 
 def _check_id(name: str, value: object) -> None:

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from interlock._errors import LeaseError
+from interlock._errors import UNREADABLE, LeaseError
 from interlock._receipts import load_json
 
 # The same rules an Intent holds its ids and amount to (interlock/_journal.py): ids go
@@ -144,7 +144,7 @@ class Lease:
         """A lease from `to_dict` data; a damaged one (see `damaged`) if it fails its checks."""
         try:
             return cls._parse(data)
-        except (LeaseError, ValueError, TypeError, KeyError, OverflowError, AttributeError) as e:
+        except UNREADABLE as e:  # a LeaseError from its checks is a LookupError
             lease_id = str(data.get("id", "")) if isinstance(data, Mapping) else ""
             return cls(lease_id, "", "", 0, 0.0, "", 0.0, damaged=str(e) or type(e).__name__,
                        raw=dict(data) if isinstance(data, Mapping) else {})  # fmt: skip

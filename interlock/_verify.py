@@ -19,9 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from interlock._effects import ACTION_METADATA_KEY
-from interlock._errors import PaymentsError, StoreError
+from interlock._errors import UNREADABLE, PaymentsError, StoreError
 from interlock._journal import (
-    UNREADABLE,
     ActionRow,
     ActionState,
     JournalRecord,
