@@ -80,7 +80,8 @@ def _open(tmp_path: Path, width: int, height: int) -> Iterator[Terminal]:
     app = shlex.join([sys.executable, "-m", "interlock_demo.cli", "--offline", "--checked"])
     # The pane stays after the app exits, long enough to read how it exited.
     command = f"cd {shlex.quote(str(tmp_path))} && {app}; echo {EXITED} $?; sleep 60"
-    term = Terminal(f"interlock-test-{os.getpid()}", env)
+    # A server of its own per test: the one before may still be exiting after kill-server.
+    term = Terminal(f"interlock-test-{os.getpid()}-{tmp_path.name}", env)
     term.tmux("new-session", "-d", "-s", "demo", "-x", str(width), "-y", str(height), command)
     socket_path = Path(term.tmux("display-message", "-p", "#{socket_path}").strip())
     try:
