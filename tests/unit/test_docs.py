@@ -1,26 +1,36 @@
 """The repository's docs stand alone: nothing cites a file outside it.
 
 The design lives in `docs/design.md`; code comments, tests, results and the README cite
-its sections (`docs/design.md §3`), never a design file or seed document elsewhere.
+its sections (`docs/design.md §3`), never a design file or seed document elsewhere. The
+README's "Where things are" names files a maintainer opens; each is in the tree.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
+
+import pytest
 
 from tests.helpers.headless import ROOT
 
 OUTSIDE = re.compile(r"\bDESIGN\b|\.\./shared|/work/shared|\bseed/|interlock-demo-readme")
 SKIPPED_DIRS = {".git", ".venv", "node_modules", "__pycache__", ".mypy_cache", ".ruff_cache"}
+# A backticked name that is a file of the tree or a folder (`engine/`).
+TREE_PATH = re.compile(r"`([A-Za-z0-9_./-]+(?:\.(?:py|tcss|toml|md|json|sh)|/))`")
 TEXT = {".py", ".md", ".toml", ".tcss", ".txt", ".json", ".cfg", ".ini", ".yml", ".yaml"}
+
+
+def _skipped(name: str) -> bool:
+    return name in SKIPPED_DIRS or name.startswith(".pytest")
 
 
 def _text_files() -> list[Path]:
     files = []
     for path in ROOT.rglob("*"):
         parts = set(path.relative_to(ROOT).parts)
-        if parts & SKIPPED_DIRS or any(p.startswith(".pytest") for p in parts):
+        if any(_skipped(p) for p in parts):
             continue
         if path == Path(__file__).resolve():
             continue  # this file names the patterns it looks for
@@ -79,3 +89,33 @@ def test_every_test_the_threat_model_names_exists() -> None:
     for row in rows[1:]:
         last = row.rstrip(" |").rsplit("|", 1)[-1]
         assert "`test_" in last or "gap" in last, row
+
+
+def _tree() -> set[str]:
+    """Every file and folder of the checkout, relative to it; folders end in `/`."""
+    found: set[str] = set()
+    for folder, subfolders, names in os.walk(ROOT):
+        subfolders[:] = [d for d in subfolders if not _skipped(d)]
+        rel = Path(folder).relative_to(ROOT).as_posix()
+        found.add(f"{rel}/")
+        found.update(f"{rel}/{name}" if rel != "." else name for name in names)
+    return found
+
+
+def _not_in_tree(section: str, tree: set[str]) -> list[str]:
+    # A name is written from its package down (`widgets/column_pane.py`, `tui/`), so it
+    # stands when some path of the tree ends with it.
+    named = set(TREE_PATH.findall(section))
+    return sorted(n for n in named if not any(p == n or p.endswith(f"/{n}") for p in tree))
+
+
+def test_every_path_the_readme_gives_a_maintainer_is_in_the_tree() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("\n## Where things are\n", 1)[1].split("\n## ", 1)[0]
+    assert len(TREE_PATH.findall(section)) > 50, "the section names the tree's files"
+    assert _not_in_tree(section, _tree()) == []
+
+
+@pytest.mark.parametrize("name", ["engine/launchers.py", "views/tui/panes/", "_gate2.py"])
+def test_a_path_that_is_not_in_the_tree_is_named(name: str) -> None:
+    assert _not_in_tree(f"moved: `{name}`", _tree()) == [name]
