@@ -463,8 +463,10 @@ async def test_the_key_bar_fits_its_width_and_nothing_overlaps(
             assert {"left", "right"} <= shown, shown
 
 
-async def test_q_quits_at_once_and_leaves_no_worker(home: Path) -> None:
-    """q during an offline run with real workers exits at once, and no worker process is left."""
+@pytest.mark.parametrize("key", ["q", "ctrl+c", "ctrl+q"])
+async def test_q_quits_at_once_and_leaves_no_worker(home: Path, key: str) -> None:
+    """q during an offline run with real workers exits at once, and no worker process is
+    left; Ctrl-C (what a presenter presses by reflex) and Textual's ctrl+q do the same, once."""
     config = resolve(mode="offline", env={"INTERLOCK_HOME": str(home), **SHORT_TIMING})
     app = new_app(config, checked=True)
     async with app.run_test(size=SIZE) as pilot:
@@ -474,7 +476,7 @@ async def test_q_quits_at_once_and_leaves_no_worker(home: Path) -> None:
             assert time.monotonic() < deadline, "no worker process started"
             await pilot.pause(0.05)
         quit_at = time.monotonic()
-        await pilot.press("q")
+        await pilot.press(key)
     took = time.monotonic() - quit_at
     assert app.return_value == 0
     assert standalone_workers() == []
@@ -870,6 +872,20 @@ async def test_enter_in_the_palette_chooses_the_command(
         assert getattr(app.config.switches, switch) is True
         assert "EMULATED" in banner(app)
         assert message(app).startswith("Emulated switches for the next run:")
+
+
+async def test_ctrl_c_quits_from_the_palette_and_q_typed_there_does_not(home: Path) -> None:
+    """In the command palette q is a letter of the search, not quit; Ctrl-C still quits."""
+    app = new_app(mock_config(home))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+p")
+        await settle(pilot)
+        assert isinstance(app.screen, CommandPalette)
+        await pilot.press("q")
+        await settle(pilot)
+        assert app.is_running and isinstance(app.screen, CommandPalette)
+        await pilot.press("ctrl+c")
+    assert app.return_value == 0
 
 
 async def test_the_palette_shows_the_pip_hint_as_the_message_does(home: Path) -> None:

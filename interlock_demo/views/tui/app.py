@@ -61,8 +61,9 @@ APP_TITLE = "Interlock demo"
 MOCK_PACE_S = 0.08
 # Outside presenter mode a run stays this long on its first kill, so the room sees it.
 KILL_BEAT_S = 2.0
-# The signals that end the app as q does (SIGHUP is not on every platform).
-STOP_SIGNALS = ("SIGTERM", "SIGHUP")
+# The signals that end the app as q does (SIGHUP is not on every platform). In the app's
+# raw terminal Ctrl-C is a key (`ctrl+c`); SIGINT comes only from another process.
+STOP_SIGNALS = ("SIGTERM", "SIGHUP", "SIGINT")
 
 
 # Below WIDE the key bar keeps what a presenter presses during the talk, with short labels
@@ -161,6 +162,16 @@ class DemoApp(App[int]):
             id="quit",
             priority=True,
             tooltip="Quit at once and stop every worker",
+        ),
+        # What a presenter presses by reflex: it quits as q does, also from a dialog.
+        Binding(
+            "ctrl+c",
+            "interrupt",
+            "Quit",
+            id="quit-ctrl-c",
+            priority=True,
+            show=False,
+            tooltip="Quit at once and stop every worker, as q does (also in a dialog)",
         ),
         Binding(
             "p",
@@ -530,6 +541,8 @@ class DemoApp(App[int]):
     # -- actions ---------------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("interrupt", "quit"):
+            return True  # ctrl+c and ctrl+q quit from anywhere, a dialog included
         if len(self.screen_stack) > 1:
             # A dialog (the command palette) is open: its keys are its own, enter included.
             return False
@@ -786,6 +799,15 @@ class DemoApp(App[int]):
         """Quit at once; every worker is stopped."""
         self.engine.close()
         self.exit(0)
+
+    def action_interrupt(self) -> None:
+        """Ctrl-C: quit as q does, whatever is open."""
+        self.action_quit_now()
+
+    async def action_quit(self) -> None:
+        """Textual's ctrl+q: quit as q does (its own quit would leave stopping the workers
+        to whoever ran the app)."""
+        self.action_quit_now()
 
     def palette_commands(self) -> Iterator[PaletteCommand]:
         """The domain commands for the palette (ctrl+p): name, help, what it does."""
