@@ -1,6 +1,6 @@
 """The `interlock-demo` command.
 
-    interlock-demo [--live|--offline|--mock] [--checked] [--http [PORT]]   the app
+    interlock-demo [--live|--offline|--mock] [--no-checked] [--http [PORT]] the app
     interlock-demo --headless --json --scenario ID|all [...]               for CI
     interlock-demo doctor                                                   the venue check
     interlock-demo serve [--port 8000]                                      the app in a browser
@@ -8,7 +8,7 @@
     interlock-demo mcp [--offline] [--approve PAYMENT --cap CENTS]        refunds over MCP
     interlock-demo e2e-report [--out FILE] [--parallel N]                   both engines, offline
     interlock-demo screenshots [--out DIR] [--scenario ID|all]              SVG/PNG files
-    interlock-demo record --scenario ID [--mock] [--checked] [--size 100x30] --out F.cast
+    interlock-demo record --scenario ID [--mock] [--no-checked] [--size 100x30] --out F.cast
 
 Exit codes: 0 as predicted, 1 a deviation, 2 bad usage or configuration, 3 a run could
 not finish. `doctor`: 0 when the chosen mode can run, else 1.
@@ -23,6 +23,7 @@ import io
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from interlock_demo.errors import KeyRefusedError, UsageError
 from interlock_demo.exit_codes import ExitCode
@@ -41,6 +42,12 @@ STORE_HELP = (
     "the journal: postgresql://user@host/db[?schema=NAME] for workers on many hosts, or a "
     "SQLite path (default: INTERLOCK_STORE, else the SQLite file under INTERLOCK_HOME)"
 )
+# The third column, the hand-written re-check, is the point of comparison: on unless left out.
+CHECKED_OPTION: dict[str, Any] = {
+    "action": argparse.BooleanOptionalAction,
+    "default": True,
+    "help": "the third column, a hand-written re-check (on; --no-checked leaves it out)",
+}
 # A recording's terminal larger than this is a typo, not a projector.
 MAX_RECORD_SIDE = 500
 
@@ -98,7 +105,7 @@ def _parser() -> argparse.ArgumentParser:
         help="simulated in-process: no Stripe, no processes",
     )
     p.add_argument("--engine", default="standalone", choices=["standalone", "temporal"])
-    p.add_argument("--checked", action="store_true", help="add the hand-written check column")
+    p.add_argument("--checked", **CHECKED_OPTION)
     p.add_argument("--headless", action="store_true", help="run without the app")
     p.add_argument("--json", action="store_true", help="headless: print the run as JSON")
     p.add_argument("--scenario", help=f"headless: {SCENARIO_HELP}")
@@ -183,9 +190,7 @@ def _parser() -> argparse.ArgumentParser:
             f"--{mode}", action="store_const", const=mode, dest="rec_mode", default="offline"
         )
     rec.add_argument("--out", type=Path, metavar="FILE.cast", required=True)
-    rec.add_argument(
-        "--checked", action="store_true", help="with the hand-written re-check column too"
-    )
+    rec.add_argument("--checked", **CHECKED_OPTION)
     rec.add_argument(
         "--size",
         type=_terminal_size,
@@ -229,12 +234,7 @@ def _app_options_again(sub: argparse.ArgumentParser, *, checked: bool) -> None:
         )
     sub.add_argument("--engine", choices=["standalone", "temporal"], default=argparse.SUPPRESS)
     if checked:
-        sub.add_argument(
-            "--checked",
-            action="store_true",
-            default=argparse.SUPPRESS,
-            help="add the hand-written check column",
-        )
+        sub.add_argument("--checked", **{**CHECKED_OPTION, "default": argparse.SUPPRESS})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -380,8 +380,8 @@ def _app_argv(args: argparse.Namespace) -> list[str]:
     argv = [f"--{args.mode}"] if args.mode else []
     if args.engine != "standalone":
         argv += ["--engine", args.engine]
-    if args.checked:
-        argv.append("--checked")
+    if not args.checked:
+        argv.append("--no-checked")
     argv += [switch.flag for switch in SWITCHES if getattr(args, switch.field)]
     if args.stripe_base:
         argv += ["--stripe-base", args.stripe_base]

@@ -124,7 +124,7 @@ def record(
     mode: str,
     out: Path,
     *,
-    checked: bool = False,
+    checked: bool = True,
     size: tuple[int, int] = LARGEST,
     env: Mapping[str, str] | None = None,
 ) -> Path:
@@ -132,8 +132,8 @@ def record(
     width, height = size
     port = _free_port()
     cmd = [sys.executable, "-m", "interlock_demo.cli", f"--{mode}", "--http", str(port)]
-    if checked:
-        cmd.append("--checked")
+    if not checked:
+        cmd.append("--no-checked")
     parent = os.environ if env is None else env
     # The demo itself, offline or mock: its settings and no key. The terminal it draws for
     # is the recording's (the cast says xterm-256color), in the colours ours has.
@@ -218,7 +218,7 @@ def _write_cast(
 
 
 def main(
-    scenario: str, mode: str, out: Path, checked: bool = False, size: tuple[int, int] = LARGEST
+    scenario: str, mode: str, out: Path, checked: bool = True, size: tuple[int, int] = LARGEST
 ) -> int:
     """The command: 0 when the recording is written, 3 when the run could not finish."""
     try:

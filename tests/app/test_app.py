@@ -334,6 +334,24 @@ async def test_one_banner_text_per_mode(home: Path, size: tuple[int, int]) -> No
         assert first.startswith("OFFLINE REHEARSAL: local Stripe emulator") and len(first) <= 78
 
 
+@pytest.mark.parametrize("size", [(160, 45), (100, 30), (80, 24)], ids=str)
+async def test_the_app_opens_with_all_three_columns(home: Path, size: tuple[int, int]) -> None:
+    """The app as the CLI opens it has the hand-written check column: side by side where
+    the width shows three, one of three at a time below that."""
+    app = make_app(mock_config(home))
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot)
+        shown = [p.column_name for p in app.query(ColumnPane) if p.display]
+        if size[0] >= 100:
+            assert shown == ["standard", "interlock", "checked"]
+        else:
+            assert shown == ["standard"]
+            assert "(1/3)" in plain(app.query_one("#col-standard .title", Static))
+        run = await start(pilot)
+        await finish(pilot, run)
+        assert [c.name for c in run.columns] == ["standard", "interlock", "checked"]
+
+
 async def test_c_toggles_the_checked_column(home: Path) -> None:
     """c shows the third column (and the next run has it); c again hides it."""
     app = new_app(mock_config(home))

@@ -68,7 +68,7 @@ class Terminal:
 
 
 def _open(tmp_path: Path, width: int, height: int) -> Iterator[Terminal]:
-    """The app, offline with short timings and the checked column, in a tmux pane."""
+    """The app, offline with short timings (and so all three columns), in a tmux pane."""
     env = {
         **os.environ,
         "INTERLOCK_HOME": str(tmp_path / "home"),
@@ -77,7 +77,8 @@ def _open(tmp_path: Path, width: int, height: int) -> Iterator[Terminal]:
     }
     env.pop("NO_COLOR", None)
     env.pop("TMUX", None)  # a tmux around pytest must not become this test's server
-    app = shlex.join([sys.executable, "-m", "interlock_demo.cli", "--offline", "--checked"])
+    # As the docs open it: the third column is on without --checked.
+    app = shlex.join([sys.executable, "-m", "interlock_demo.cli", "--offline"])
     # The pane stays after the app exits, long enough to read how it exited.
     command = f"cd {shlex.quote(str(tmp_path))} && {app}; echo {EXITED} $?; sleep 60"
     # A server of its own per test: the one before may still be exiting after kill-server.

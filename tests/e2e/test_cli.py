@@ -381,17 +381,36 @@ def test_absurd_claim_ttl_is_refused(tmp_path: Path, value: str) -> None:
 @pytest.mark.parametrize(
     "argv",
     [
-        ["--offline", "--checked", "serve", "--port", "8123"],
-        ["serve", "--offline", "--checked", "--port", "8123"],
+        ["--offline", "--no-checked", "serve", "--port", "8123"],
+        ["serve", "--offline", "--no-checked", "--port", "8123"],
     ],
 )
 def test_serve_takes_the_apps_options_before_or_after(argv: list[str]) -> None:
-    """`serve --offline --checked` means what `--offline --checked serve` does."""
+    """`serve --offline --no-checked` means what `--offline --no-checked serve` does."""
     from interlock_demo.cli import _app_argv, _parser
 
     args = _parser().parse_args(argv)
     assert (args.command, args.port) == ("serve", 8123)
-    assert _app_argv(args) == ["--offline", "--checked"]
+    assert _app_argv(args) == ["--offline", "--no-checked"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["--checked"],
+        ["--headless", "--scenario", "1"],
+        ["record", "--scenario", "revoked", "--out", "x.cast"],
+    ],
+)
+def test_the_third_column_is_on_unless_left_out(argv: list[str]) -> None:
+    """The app, a headless run and a recording have the hand-written check column unless
+    `--no-checked` leaves it out; a browser tab gets the app's default."""
+    from interlock_demo.cli import _app_argv, _parser
+
+    assert _parser().parse_args(argv).checked is True
+    assert _parser().parse_args([*argv, "--no-checked"]).checked is False
+    assert _app_argv(_parser().parse_args(["--offline", "serve"])) == ["--offline"]
 
 
 def test_serve_hands_the_emulated_switches_on_to_each_tab() -> None:

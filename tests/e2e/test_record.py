@@ -22,16 +22,16 @@ VERDICT_WORDS = ("despite the revocation", "saw the revocation: refused")
 @pytest.mark.parametrize(
     ("options", "size", "picked"),
     [
-        ((), (160, 45), "[2] Approval revoked during the outage"),
-        (("--checked", "--size", "100x30"), (100, 30), "[2] Revoked"),
+        (("--no-checked",), (160, 45), "[2] Approval revoked during the outage"),
+        (("--size", "100x30"), (100, 30), "[2] Revoked"),
     ],
-    ids=["160x45", "100x30-checked"],
+    ids=["160x45-two-columns", "100x30"],
 )
 def test_record_writes_a_cast_that_asciinema_reads_back_with_the_verdicts(
     tmp_path: Path, options: tuple[str, ...], size: tuple[int, int], picked: str
 ) -> None:
-    """A mock run of revoked is recorded at 160x45, and at a projector's 100x30 with the
-    checked column: asciinema reads the header and the output events, and the frames show
+    """A mock run of revoked is recorded at 160x45 without the checked column, and at a
+    projector's 100x30 with all three: asciinema reads the header and the output events, and the frames show
     that scenario finished with its verdict strip."""
     out = tmp_path / "talk" / "revoked.cast"
     cmd = [sys.executable, "-m", "interlock_demo.cli", "record", "--scenario", "revoked"]
@@ -59,8 +59,8 @@ def test_record_writes_a_cast_that_asciinema_reads_back_with_the_verdicts(
     shown = "".join(e[2] for e in events)
     for words in (*VERDICT_WORDS, picked, "finished"):
         assert words in shown, f"{words!r} never shown in the recording"
-    # The third column's pane is in the recording exactly when it was asked for.
-    assert ("Hand-written check" in shown) == ("--checked" in options)
+    # The third column's pane is in the recording unless it was left out.
+    assert ("Hand-written check" in shown) == ("--no-checked" not in options)
     # The recording ends with the app giving the terminal back (q, not a kill).
     assert shown.rfind("\x1b[?1049l") > shown.rfind("retried blindly")
 

@@ -255,7 +255,7 @@ class DemoApp(App[int]):
         self,
         config: DemoConfig,
         *,
-        checked: bool = False,
+        checked: bool = True,
         clock: Clock = SYSTEM_CLOCK,
         ids: Ids = SYSTEM_IDS,
     ) -> None:
@@ -846,7 +846,7 @@ class DemoApp(App[int]):
 def make_app(
     config: DemoConfig,
     *,
-    checked: bool = False,
+    checked: bool = True,
     clock: Clock = SYSTEM_CLOCK,
     ids: Ids = SYSTEM_IDS,
 ) -> DemoApp:
@@ -857,7 +857,7 @@ def make_app(
     return DemoApp(config, checked=checked, clock=clock, ids=ids)
 
 
-def run_app(config: DemoConfig, *, checked: bool = False, http_port: int | None = None) -> int:
+def run_app(config: DemoConfig, *, checked: bool = True, http_port: int | None = None) -> int:
     """Open the app; returns the exit code."""
     app = make_app(config, checked=checked)
     api = None
