@@ -31,8 +31,8 @@ def test_record_writes_a_cast_that_asciinema_reads_back_with_the_verdicts(
     tmp_path: Path, options: tuple[str, ...], size: tuple[int, int], picked: str
 ) -> None:
     """A mock run of revoked is recorded at 160x45 without the checked column, and at a
-    projector's 100x30 with all three: asciinema reads the header and the output events, and the frames show
-    that scenario finished with its verdict strip."""
+    projector's 100x30 with all three: asciinema reads the header and the output events,
+    and the frames show that scenario finished with its verdict strip."""
     out = tmp_path / "talk" / "revoked.cast"
     cmd = [sys.executable, "-m", "interlock_demo.cli", "record", "--scenario", "revoked"]
     done = subprocess.run(
