@@ -21,8 +21,9 @@ import argparse
 import json
 import os
 import sys
+from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from interlock._config import Timing
 from interlock._errors import StoreError
@@ -57,11 +58,25 @@ def _stripe(key: str) -> StripePayments:
     )
 
 
+def _version() -> str:
+    try:
+        return f"interlock {metadata.version('interlock')}"
+    except metadata.PackageNotFoundError:
+        return "interlock (not installed: run from a checkout)"
+
+
+class _Parser(argparse.ArgumentParser):
+    """A parser that answers `--version`, as each command's does (argparse makes
+    subparsers of their parent's class)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.add_argument("--version", action="version", version=_version())
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command; returns the exit code."""
-    parser = argparse.ArgumentParser(
-        prog="python -m interlock", description=__doc__.splitlines()[0]
-    )
+    parser = _Parser(prog="python -m interlock", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     v = sub.add_parser("verify", help="check the receipt chain of a store")
     named = v.add_mutually_exclusive_group()

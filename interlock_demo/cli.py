@@ -22,6 +22,7 @@ import difflib
 import io
 import os
 import sys
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -77,8 +78,29 @@ def scenario_id(text: str) -> str:
     raise UsageError(f"unknown scenario {text!r}: use one of {SCENARIO_HELP}.{hint}")
 
 
+def version() -> str:
+    """The demo's version and the library's it runs on, as `--version` prints them."""
+    return f"interlock-demo {_installed('interlock-demo')} (interlock {_installed('interlock')})"
+
+
+def _installed(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+class _Parser(argparse.ArgumentParser):
+    """A parser that answers `--version`; every subcommand's parser is one too (argparse
+    makes subparsers of their parent's class), so `--version` works everywhere."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.add_argument("--version", action="version", version=version())
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="interlock-demo",
         description="One real refund case, a SIGKILLed worker, and what ends up in Stripe.",
     )
@@ -335,9 +357,10 @@ def _live_key_refusal(argv: list[str]) -> KeyRefusedError | None:
     Checked before anything is parsed or started, so every command (the emulator, the MCP
     desk offline, the reports) refuses a live key with the same words and exit code, even
     those that would never send it. `doctor` alone goes on: naming a refused key on its
-    keys line is what the venue check is for, and it starts nothing.
+    keys line is what the venue check is for, and it starts nothing; so does `--version`
+    (an option's value is never `--version`: argparse reads that as the option).
     """
-    if _command(argv) == "doctor":
+    if _command(argv) == "doctor" or "--version" in argv:
         return None
     from interlock_demo.keys import Secret, check_test_key
 

@@ -22,6 +22,7 @@ import psutil
 import pytest
 from rich.cells import cell_len
 from rich.text import Text
+from textual.binding import Binding
 from textual.command import Command, CommandList, CommandPalette
 from textual.content import Content
 from textual.pilot import Pilot
@@ -35,6 +36,7 @@ from interlock_demo.core.run import Column, ColumnState, Run, RunSnapshot, Worke
 from interlock_demo.settings import DemoConfig, resolve
 from interlock_demo.views.tui.app import DemoApp, make_app
 from interlock_demo.views.tui.commands import DemoCommands
+from interlock_demo.views.tui.keys import KeysScreen
 from interlock_demo.views.tui.messages import RunChanged
 from interlock_demo.views.tui.widgets import (
     ColumnPane,
@@ -853,6 +855,52 @@ def test_screenshots_command_saves_the_finished_run_of_a_scenario(
     if shutil.which("rsvg-convert"):
         assert (out / "hand-refund.png").read_bytes().startswith(b"\x89PNG")
     assert not (tmp_path / "results").exists()
+
+
+# -- the keys panel ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", [(160, 45), (80, 24)], ids=str)
+async def test_question_mark_lists_every_key_and_escape_closes_it(
+    home: Path, size: tuple[int, int]
+) -> None:
+    """? lists every key of the app, those that do nothing yet (space, a, left/right before a
+    run at 160) among them, marked "(not now)"; escape closes the list, and so does ?."""
+    app = new_app(mock_config(home))
+    async with app.run_test(size=size) as pilot:
+        await pilot.press("question_mark")
+        await settle(pilot)
+        assert isinstance(app.screen, KeysScreen)
+        listed = {row.keys: row for row in app.screen.rows}
+        every = {app.get_key_display(b) for b in app.BINDINGS if isinstance(b, Binding)}
+        assert every | {"^p", "^q"} <= set(listed), every - set(listed)
+        for key in ("space", "a"):
+            assert not listed[key].available
+        assert listed["←"].available == (size[0] < 100)  # one column at a time at 80
+        if size[0] >= 160:  # narrower, the line wraps at words
+            text = screen_text(app)
+            assert "Presenter mode: let the run go on to its next phase (not now)" in text
+        await pilot.press("escape")
+        await settle(pilot)
+        assert not isinstance(app.screen, KeysScreen)
+        await pilot.press("question_mark")
+        await settle(pilot)
+        await pilot.press("question_mark")
+        await settle(pilot)
+        assert not isinstance(app.screen, KeysScreen)
+        assert app.is_running
+
+
+async def test_the_palettes_keys_command_opens_the_apps_keys_panel(home: Path) -> None:
+    """The palette's one "Keys" command opens the app's list (Textual's own panel, which
+    escape does not close and which lists only the keys available that moment, is gone)."""
+    app = new_app(mock_config(home))
+    async with app.run_test(size=SIZE) as pilot:
+        commands = [c for c in app.get_system_commands(app.screen) if c.title == "Keys"]
+        assert len(commands) == 1
+        commands[0].callback()
+        await settle(pilot)
+        assert isinstance(app.screen, KeysScreen)
 
 
 # -- the command palette -------------------------------------------------------------------

@@ -7,10 +7,13 @@ so that a developer's `stripe login` cannot change the outcome. Keys here are ma
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -504,3 +507,46 @@ def test_mock_cli_all_scenarios(tmp_path: Path) -> None:
         _check_columns(doc, doc["scenario"])
     progress = [line for line in done.stderr.splitlines() if line.strip()]
     assert progress and all(line.startswith("MOCK. ") for line in progress)
+
+
+def _commands(
+    parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
+) -> Iterator[tuple[str, ...]]:
+    """Every command line the parser takes: itself, then each subcommand, nested ones too."""
+    yield path
+    for action in parser._actions:  # argparse keeps its subcommands only here
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _commands(sub, (*path, name))
+
+
+def test_version_everywhere_in_the_demo(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--version` answers on the command and on every subcommand (nested ones too), exit 0,
+    naming the demo's version and the library's."""
+    from interlock_demo.cli import _parser, main
+
+    lines = list(_commands(_parser()))
+    assert ("sweep",) in lines and ("mcp", "approve") in lines
+    for line in lines:
+        assert main([*line, "--version"]) == 0, line
+        out = capsys.readouterr().out
+        assert re.fullmatch(r"interlock-demo \S+ \(interlock \S+\)\n", out), (line, out)
+
+
+def test_version_is_answered_with_a_live_key_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--version` starts nothing, so a live key in the environment does not refuse it."""
+    from interlock_demo.cli import main
+
+    monkeypatch.setenv("STRIPE_SECRET_KEY", "sk_live_" + "MadeUp" * 4)
+    assert main(["sweep", "--version"]) == 0
+    assert main(["sweep"]) == 2
+
+
+def test_version_everywhere_in_the_library(capsys: pytest.CaptureFixture[str]) -> None:
+    """`python -m interlock --version` and each of its commands' `--version` print the
+    library's version and exit 0."""
+    from interlock.__main__ import main
+
+    for line in ((), ("verify",), ("stripe-emulator",)):
+        assert main([*line, "--version"]) == 0
+        assert re.fullmatch(r"interlock \S+\n", capsys.readouterr().out), line

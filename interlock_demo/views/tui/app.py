@@ -22,13 +22,14 @@ import dataclasses
 import functools
 import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from functools import partial
 from typing import Any, ClassVar
 
 from textual import work
-from textual.app import App, ComposeResult
+from textual.actions import parse as parse_action
+from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.containers import Container
 from textual.notifications import SeverityLevel
@@ -45,6 +46,7 @@ from interlock_demo.exit_codes import ExitCode
 from interlock_demo.layout import layout_for
 from interlock_demo.settings import TEMPORAL, DemoConfig, mode_named, open_private
 from interlock_demo.views.tui.commands import DemoCommands, PaletteCommand
+from interlock_demo.views.tui.keys import KeyRow, KeysScreen
 from interlock_demo.views.tui.messages import RunChanged
 from interlock_demo.views.tui.svg import svg_keeping_spaces
 from interlock_demo.views.tui.widgets import (
@@ -71,7 +73,9 @@ STOP_SIGNALS = ("SIGTERM", "SIGHUP", "SIGINT")
 # is in the palette (ctrl+p): nothing overlaps. Zoomed at WIDE every key stays, in the same
 # compact style, left and right shown by their arrows alone, the palette's key in line too.
 ARROW_LABELS = {"select_column(-1)": "", "select_column(1)": ""}
-NARROW_HIDDEN = frozenset({"toggle_checked", "toggle_mock", "switch_engine", "save_screenshot"})
+NARROW_HIDDEN = frozenset(
+    {"toggle_checked", "toggle_mock", "switch_engine", "save_screenshot", "show_keys"}
+)
 SINGLE_HIDDEN = NARROW_HIDDEN | {"zoom"}
 NARROW_LABELS = {"reapprove": "Approve", **ARROW_LABELS}
 SINGLE_LABELS = {
@@ -235,6 +239,13 @@ class DemoApp(App[int]):
             "Screenshot",
             id="screenshot",
             tooltip="Save an SVG screenshot under INTERLOCK_HOME",
+        ),
+        Binding(
+            "question_mark",
+            "show_keys",
+            "Keys",
+            id="keys",
+            tooltip="Every key of the app and what it does (escape closes the list)",
         ),
     ]
 
@@ -808,6 +819,39 @@ class DemoApp(App[int]):
         """Textual's ctrl+q: quit as q does (its own quit would leave stopping the workers
         to whoever ran the app)."""
         self.action_quit_now()
+
+    def action_show_keys(self) -> None:
+        """List every key of the app, those that do nothing now dimmed."""
+        rows = []
+        for binding in self._bindings_listed():
+            _, name, params = parse_action(binding.action)
+            rows.append(
+                KeyRow(
+                    self.get_key_display(binding),
+                    binding.description,
+                    binding.tooltip,
+                    self.check_action(name, params) is not False,
+                )
+            )
+        self.push_screen(KeysScreen(rows))
+
+    def _bindings_listed(self) -> Iterator[Binding]:
+        """The app's keys in the footer's order, then Textual's own that the app keeps."""
+        yield from (b for b in self.BINDINGS if isinstance(b, Binding))
+        yield Binding(
+            self.COMMAND_PALETTE_BINDING,
+            "command_palette",
+            "Palette",
+            tooltip="Commands: scenarios, modes, switches, the engine, views, screenshots",
+        )
+        yield Binding("ctrl+q", "quit", "Quit", tooltip="Quit at once, as q does")
+
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        """Textual's system commands, with its keys panel replaced by the app's own."""
+        for command in super().get_system_commands(screen):
+            if command.title != "Keys":
+                yield command
+        yield SystemCommand("Keys", "Every key of the app and what it does", self.action_show_keys)
 
     def palette_commands(self) -> Iterator[PaletteCommand]:
         """The domain commands for the palette (ctrl+p): name, help, what it does."""
