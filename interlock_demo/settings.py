@@ -243,6 +243,18 @@ class DemoConfig:
         return mode_named(self.mode)
 
     @property
+    def missing_keys(self) -> tuple[str, ...]:
+        """The keys live mode needs and lacks here, a few words each (for the screen)."""
+        return tuple(
+            name
+            for name, key in (
+                ("a Stripe test key", self.stripe_key),
+                ("ANTHROPIC_API_KEY", self.anthropic_key),
+            )
+            if key is None
+        )
+
+    @property
     def store_location(self) -> str:
         """Where the journal lives, as workers are told (`INTERLOCK_STORE`)."""
         return self.store or str(self.paths.store)

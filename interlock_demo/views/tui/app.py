@@ -25,6 +25,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from functools import partial
+from pathlib import Path
 from typing import Any, ClassVar
 
 from textual import work
@@ -57,6 +58,7 @@ from interlock_demo.views.tui.widgets import (
     VerdictStrip,
 )
 from scenarios import SCENARIOS, SWITCHES, Switch
+from workers.texts import MONEY_AT
 
 APP_TITLE = "Interlock demo"
 # A mock run's events are spaced out so the room can follow; it still ends in a few seconds.
@@ -325,7 +327,7 @@ class DemoApp(App[int]):
                 pane.clock = self.phase_clock
         self._apply_config()
         self.set_interval(0.1, self._tick)
-        hint = "ctrl+p: commands (switches: emulate 24h, no lookup) · p: presenter mode"
+        hint = "ctrl+p: commands (switches: emulate 24h, no lookup) · ?: keys · p: presenter mode"
         if self.http_url is not None:
             hint = f"JSON of the run: {self.http_url}/api/run · {hint}"
         self.notify(hint)
@@ -404,10 +406,12 @@ class DemoApp(App[int]):
         self.refresh_bindings()
 
     def _show_story(self, layout: str) -> None:
-        """The scenario's story and what should be in Stripe at the end; one column at a
-        time, only what should be there (the room needs it most), on its own line."""
-        sc = SCENARIOS[self.run_on_screen.scenario if self.run_on_screen else self.scenario]
-        wanted = f"Wanted in Stripe: {sc.wanted_text}."
+        """The scenario's story and what should be in Stripe (the emulator, memory) at the
+        end; one column at a time, only what should be there (the room needs it most)."""
+        run = self.run_on_screen
+        sc = SCENARIOS[run.scenario if run else self.scenario]
+        mode = mode_named(run.mode) if run else self.config.run_mode
+        wanted = f"Wanted {MONEY_AT[mode.answerer]}: {sc.wanted_text}."
         story = wanted if layout == "single" else f"{wanted}  {sc.story}"
         self.query_one("#story", Static).update(story)
         self.query_one("#header", RunHeader).narrow = layout != "wide"
@@ -687,7 +691,17 @@ class DemoApp(App[int]):
         return bool(self.config.missing)
 
     def _set_mode(self, mode: str) -> None:
-        why = mode_named(mode).refusal(self.config.engine)
+        row = mode_named(mode)
+        if row.needs_keys and self.config.missing_keys:
+            # The command line's words name its flags; here, the fix a presenter can make.
+            keys = " and ".join(self.config.missing_keys)
+            self.notify(
+                f"Live is off: it needs {keys} (or `stripe login`); set them and open the "
+                "app again.",
+                severity="error",
+            )
+            return
+        why = row.refusal(self.config.engine)
         if why is not None:
             self.notify(
                 f"{mode.capitalize()} is off: {why}; press t for the standalone engine first.",
@@ -706,6 +720,11 @@ class DemoApp(App[int]):
         if self._refuse_while_running("toggle the checked column"):
             return
         self.choice = self.choice.but(checked=not self.checked)
+        optional = [k.title_on(self.config.engine) for k in COLUMN_KINDS.values() if k.optional]
+        shown = " and ".join(optional)
+        self.notify(
+            f"{shown} shown in the next run." if self.checked else f"{shown} left out (c again)."
+        )
 
     def _title(self, column: str) -> str:
         return column_kind(column).title_on(self.config.engine)
@@ -770,8 +789,8 @@ class DemoApp(App[int]):
         self.choice = dataclasses.replace(
             self.choice, config=dataclasses.replace(self.config, switches=switches)
         )
-        on = ", ".join(switches.names) or "none"
-        self.notify(f"Emulated switches for the next run: {on}.")
+        on = ", ".join(s.name.replace("-", " ") for s in SWITCHES if getattr(switches, s.field))
+        self.notify(f"Emulated switches for the next run: {on or 'none'}.")
 
     def action_reapprove(self) -> None:
         """A person approves the refused refund again; interlock sends under the new lease."""
@@ -804,7 +823,7 @@ class DemoApp(App[int]):
                 severity="error",
             )
             return
-        self.notify(f"Screenshot saved: {path}")
+        self.notify(f"Screenshot saved: {_short_path(path)}")
 
     def action_quit_now(self) -> None:
         """Quit at once; every worker is stopped."""
@@ -885,6 +904,15 @@ class DemoApp(App[int]):
         yield ("view: checked column", "Show or hide the third column", self.action_toggle_checked)
         yield ("view: zoom column", "The chosen column alone, or all", self.action_zoom)
         yield ("screenshot: save", "SVG under INTERLOCK_HOME", self.action_save_screenshot)
+
+
+def _short_path(path: Path) -> str:
+    """`path` as short as it is still found: from the working folder when under it (the
+    default INTERLOCK_HOME is), else from the home folder, else whole."""
+    for base, shown in ((Path.cwd(), ""), (Path.home(), "~/")):
+        if path.is_relative_to(base):
+            return f"{shown}{path.relative_to(base)}"
+    return str(path)
 
 
 def make_app(

@@ -52,9 +52,7 @@ class KeysScreen(ModalScreen[None]):
     """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "dismiss", "Close", id="keys-close", tooltip="Close the keys panel"),
-        Binding(
-            "question_mark", "dismiss", "Close", id="keys-close-again", show=False, tooltip=""
-        ),
+        Binding("question_mark", "dismiss", "Close", id="keys-close-again", show=False, tooltip=""),
     ]
 
     def __init__(self, rows: list[KeyRow]) -> None:
