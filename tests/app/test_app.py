@@ -32,7 +32,7 @@ from textual.widgets._toast import Toast
 
 from interlock_demo import cli
 from interlock_demo import engine as engine_module
-from interlock_demo.core.run import Column, ColumnState, Run, RunSnapshot, WorkerInfo
+from interlock_demo.core.run import Column, ColumnState, Event, Run, RunSnapshot, WorkerInfo
 from interlock_demo.settings import DemoConfig, resolve
 from interlock_demo.views.tui.app import DemoApp, make_app
 from interlock_demo.views.tui.commands import DemoCommands
@@ -1171,6 +1171,54 @@ async def test_sigkill_and_restarting_stay_on_screen_for_the_hold(
         assert_every_kill_held(log, run, hold_s)
         for col in run.columns:
             assert pane_part(app, col.name, "card") != "", col.name
+
+
+async def test_a_kill_heard_of_late_never_draws_an_event_twice(home: Path) -> None:
+    """The view hears of a kill (the status holds it) before the restart; the restarted
+    worker's events then arrive in one snapshot, the restart queued behind the hold at a
+    moment before events already drawn. Each event is still drawn once, in order (in mock
+    runs the restarted worker's first line showed twice at 160 and 100)."""
+    clock = PaneClock()
+    app = pane_app(mock_config(home), 2.0, clock)
+
+    def snapshot(workers: list[WorkerInfo], state: str, events: list[Event]) -> Any:
+        col = Column("interlock", "Interlock", state=ColumnState(state), workers=workers)
+        col.events = events
+        run = Run(
+            mode="mock",
+            engine="standalone",
+            scenario="hand-refund",
+            title=SCENARIOS["hand-refund"].title,
+            emulated=[],
+            settings={},
+            columns=[col],
+            run_id="run_late",
+        )
+        snap = run.snapshot()
+        return snap, snap.columns[0]
+
+    killed = WorkerInfo(pid=None, crash_point=None, started_at=0.0, exit_code=-9, simulated=True)
+    restarted = WorkerInfo(pid=None, crash_point=None, started_at=2.7, simulated=True)
+    before = [
+        Event(0.1, "info", "interlock worker started (simulated)", None),
+        Event(0.5, "info", "the worker is gone", None),
+        Event(2.7, "info", "support refunds $20.00 by hand", None),
+    ]
+    after = [
+        Event(2.71, "info", "interlock worker started (simulated)", None),
+        Event(2.8, "info", "gate.recover(): 1 journaled action without an outcome", None),
+        Event(2.9, "info", "outcome: refused", None),
+    ]
+    async with app.run_test(size=SIZE) as pilot:
+        pane = app.query_one("#col-interlock", ColumnPane)
+        pane.show(*snapshot([killed], "killed", before))
+        await settle(pilot)
+        pane.show(*snapshot([killed, restarted], "done", [*before, *after]))
+        await settle(pilot)
+        await play_out_the_holds(pilot, clock, 2.0)
+        lines = pane_part(app, "interlock", "event-lines").splitlines()
+        texts = [line.split("s ", 1)[1] for line in lines]
+        assert texts == [e.text for e in (*before, *after)], lines
 
 
 async def test_offline_status_lines_keep_their_pids_at_100x30(home: Path) -> None:

@@ -235,10 +235,18 @@ class ColumnPane(Vertical):
             return
         run, col = self._last
         prefix = line_mark(mode_named(run.mode))
-        until = self._shown_until
-        events = [e for e in col.events if until is None or e.t <= until]
         if force_card:
             self._lines, self._events_shown = Text(), 0
+        # The events up to the moment shown, as a prefix of the list; never fewer than are
+        # drawn already: a kill the view heard of late holds a moment that events already
+        # on screen came after, and a list that is only appended to cannot take them back.
+        until = self._shown_until
+        count = next(
+            (n for n, e in enumerate(col.events) if until is not None and e.t > until),
+            len(col.events),
+        )
+        count = max(count, self._events_shown)
+        events = col.events[:count]
         new = events[self._events_shown :]
         for event in new:
             if self._lines:
