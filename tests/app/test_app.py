@@ -1221,6 +1221,64 @@ async def test_a_kill_heard_of_late_never_draws_an_event_twice(home: Path) -> No
         assert texts == [e.text for e in (*before, *after)], lines
 
 
+@pytest.mark.parametrize("size", [SIZE, (100, 30)], ids=["160", "100"])
+async def test_a_long_event_log_shows_its_newest_line_and_no_scrollbar(
+    home: Path, size: tuple[int, int]
+) -> None:
+    """An event log longer than its column keeps its newest line in view, and no scrollbar
+    thumb sits in it (on a projector the thumb read as a stray glyph in the log)."""
+    app = new_app(mock_config(home))
+    worker = WorkerInfo(pid=4242, crash_point=None, started_at=0.0)
+    col = Column("interlock", "Interlock", state=ColumnState.RUNNING, workers=[worker])
+    col.events = [Event(n / 10, "info", f"event number {n}", 4242) for n in range(80)]
+    run = Run(
+        mode="offline",
+        engine="standalone",
+        scenario="hand-refund",
+        title=SCENARIOS["hand-refund"].title,
+        emulated=[],
+        settings={},
+        columns=[col],
+        run_id="run_long",
+    )
+    async with app.run_test(size=size) as pilot:
+        snap = run.snapshot()
+        app.query_one("#col-interlock", ColumnPane).show(snap, snap.columns[0])
+        await settle(pilot)
+        log = app.query_one("#col-interlock .events")
+        region = log.region
+        rows = screen_text(app).splitlines()[region.y : region.bottom]
+        shown = [row[region.x : region.right] for row in rows]
+        assert "event number 79" in shown[-1], shown[-3:]
+        thumb = set("▁▂▃▄▅▆▇█▉▊▋▌▍▎▏▔")
+        assert not any(thumb & set(row) for row in shown), shown
+
+
+@pytest.mark.parametrize("size", [SIZE, (100, 30), (80, 24)], ids=["160", "100", "80"])
+async def test_every_row_of_a_mock_card_on_screen_starts_with_mock(
+    home: Path, size: tuple[int, int]
+) -> None:
+    """A mock run's cards, drawn three side by side (or one at a time), have "MOCK." at the
+    start of every row on screen, the rows a long line wraps onto (a refund's id) too."""
+    app = new_app(mock_config(home), checked=True)
+    async with app.run_test(size=size) as pilot:
+        run = await start(pilot)
+        await finish(pilot, run)
+        rows = screen_text(app).splitlines()
+        checked = 0
+        for pane in app.query(ColumnPane):
+            if not pane.display:
+                continue
+            card = pane.query_one(".card")
+            region = card.region
+            for row in rows[region.y : region.bottom]:
+                words = row[region.x : region.right].strip()
+                if words:
+                    assert words.startswith("MOCK."), (pane.column_name, words)
+                    checked += 1
+        assert checked >= 3
+
+
 async def test_offline_status_lines_keep_their_pids_at_100x30(home: Path) -> None:
     """Offline, real workers side by side at 100x30: the status line names each killed
     worker's pid with its exit, killed and then restarting, before the new pid runs."""

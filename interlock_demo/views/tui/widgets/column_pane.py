@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Literal
 
+from rich.console import Console
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
@@ -198,9 +199,9 @@ class ColumnPane(Vertical):
         self._fit_events()
 
     def _fit_events(self) -> None:
-        """Each event one line as wide as the list (less its scrollbar): a wrapped event
-        scrolled half out of view left a fragment at the top."""
-        width = self.content_region.width - 1
+        """Each event one line as wide as the list: a wrapped event scrolled half out of
+        view left a fragment at the top."""
+        width = self.content_region.width
         if width == self.event_width or (width is not None and width <= 0):
             return
         self.event_width = width
@@ -265,7 +266,7 @@ class ColumnPane(Vertical):
         if new or force_card:
             self.query_one(".event-lines", Static).update(self._lines)
             shown = dataclasses.replace(col, events=events)
-            width = None if self.event_width is None or not self.compact else self.event_width + 1
+            width = None if self.event_width is None or not self.compact else self.event_width
             self.query_one(".story", PhaseLines).show(
                 shown, prefix, pairs=self.paired_phases, width=width
             )
@@ -274,6 +275,8 @@ class ColumnPane(Vertical):
 
     def _render_card(self, run: RunSnapshot, col: Column, prefix: str, *, force: bool) -> None:
         card = _card(run, col, prefix, compact=self.compact, narrow=self.two_line_status)
+        if prefix and self.event_width is not None:
+            card = _wrapped(card, prefix, self.event_width, self.app.console)
         if force or card.plain != self._card_text:
             self._card_text = card.plain
             self.query_one(".card", Static).update(card)
@@ -413,6 +416,20 @@ def _status_of(
     if error:
         text.append(f": {error}", style="red")
     return text
+
+
+def _wrapped(text: Text, prefix: str, width: int, console: Console) -> Text:
+    """`text`, whose every line starts with `prefix`, wrapped at words to `width` with
+    `prefix` on every row it takes: a simulated run's card never shows a row without it."""
+    out = Text()
+    for line in text.split("\n", include_separator=False):
+        body = line[len(prefix) :] if line.plain.startswith(prefix) else line
+        for row in body.wrap(console, max(width - len(prefix), 1)):
+            if out:
+                out.append("\n")
+            out.append(prefix, style="bold")
+            out.append_text(row)
+    return out
 
 
 def _money(cents: int) -> str:
