@@ -435,6 +435,34 @@ async def test_s_saves_an_svg_under_interlock_home_and_says_where(
         assert seen == [f"Screenshot saved: home/demo/screenshots/{shots[0].name}"]
 
 
+@pytest.mark.parametrize("keys", [("z", "z"), ("z", "right", "z"), ("z", "left", "z", "z", "z")])
+@pytest.mark.parametrize("size", [SIZE, (100, 30)], ids=["160", "100"])
+async def test_s_after_a_zoom_shows_every_columns_events(
+    home: Path, size: tuple[int, int], keys: tuple[str, ...]
+) -> None:
+    """Zoomed in and out (another column chosen on the way), the screen and an s screenshot
+    show each column's newest events, the Interlock column's among them."""
+    app = new_app(mock_config(home), checked=True)
+    async with app.run_test(size=size) as pilot:
+        run = await start(pilot)
+        await finish(pilot, run)
+        for key in keys:
+            await pilot.press(key)
+            await settle(pilot)
+        await pilot.press("s")
+        await settle(pilot)
+        (shot,) = (home / "demo" / "screenshots").glob("*.svg")
+        svg = shot.read_text().replace("&#160;", " ")
+        rows = screen_text(app).splitlines()
+        for col in run.columns:
+            log = app.query_one(f"#col-{col.name} .events")
+            shown = [
+                r[log.region.x : log.region.right] for r in rows[log.region.y : log.region.bottom]
+            ]
+            assert any("outcome:" in row for row in shown), (col.name, shown)
+        assert svg.count("outcome:") >= len(run.columns), "an event log is blank in the SVG"
+
+
 async def test_s_saves_an_svg_that_keeps_its_spaces_in_any_renderer(
     home: Path, tmp_path: Path
 ) -> None:
