@@ -149,6 +149,16 @@ def test_interlock_receipts_verify(runs: dict[str, Finished], case: str) -> None
 
 
 @pytest.mark.timeout(180)
+def test_an_offline_receipt_says_its_lookup_read_the_emulator(runs: dict[str, Finished]) -> None:
+    """Offline, the receipt's lookup check names the emulator it read, not Stripe."""
+    receipt = runs["after-answer"].doc["columns"][1]["receipt"]
+    (lookup,) = [c for c in receipt["checks"] if c["name"] == "lookup"]
+    assert lookup["expected"] == (
+        "a refund at the emulator naming this action and matching it, if one exists"
+    )
+
+
+@pytest.mark.timeout(180)
 def test_no_lookup_verify_reports_the_unrecorded_refund(runs: dict[str, Finished]) -> None:
     """With no lookup, interlock refuses and `verify()` names the refund its receipt lacks."""
     check_no_lookup_refusal(runs["after-answer+no-lookup"].doc["columns"][1])
