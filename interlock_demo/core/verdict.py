@@ -4,8 +4,9 @@ the truth table predicted, and whether its report told the truth.
 One home for the rules every view and report applies: which refunds count (the
 library's `Refund.COUNTING_STATUSES`), whose a refund is (`agent` when it carries the
 case's metadata, else `hand`), `ok` (Stripe holds what was wanted), `truthful`
-(`interlock.testing.truthful`), the deviations from the truth table, and which check
-stopped a column (read from its events' fields).
+(`interlock.testing.truthful`) and which way an untrue report was wrong, the deviations
+from the truth table, and which check stopped a column (read from its events' fields).
+The words a judged column or run comes to are the run model's `Finding`.
 """
 
 from __future__ import annotations
@@ -52,6 +53,18 @@ def tally(card: StripeCard) -> tuple[int, int]:
     """How many counting refunds are the agent's and how many were made by hand."""
     rows = counting(card)
     return sum(r.by == AGENT for r in rows), sum(r.by == HAND for r in rows)
+
+
+def untruth(col: Column) -> str | None:
+    """Which way the column's report was untrue, in words; None when it was true or has
+    not been judged. Beside right money it is a false alarm: the money is right, the
+    report is not."""
+    if col.truthful is not False:
+        return None
+    own = col.stripe is not None and any(r.by == AGENT for r in col.stripe.refunds)
+    if own:
+        return "a false alarm (its own refund exists)"
+    return "it claims a refund that is not there"
 
 
 def failed_check(col: Column) -> str | None:

@@ -22,6 +22,7 @@ from types import FrameType
 from typing import Any, TextIO
 
 from interlock_demo.core.run import Run
+from interlock_demo.core.verdict import untruth
 from interlock_demo.engine import Engine, RunChoice
 from interlock_demo.exit_codes import ExitCode
 from interlock_demo.settings import DemoConfig
@@ -133,7 +134,11 @@ def _summary(run: Run) -> str:
         reported = "nothing" if c.outcome is None else c.outcome.status
         if c.outcome is not None and c.outcome.reason:
             reported += f" ({c.outcome.reason})"
-        # One line per column, deviations included, so that `grep interlock` shows it all.
+        # One line per column, an untrue report and deviations included, so that `grep
+        # interlock` shows it all.
+        untrue = untruth(c)
+        if untrue is not None:
+            reported += f": {untrue}"
         deviations = "".join(f"; {d}" for d in c.deviations)
         lines.append(f"{mock}  {c.name:<9} {finding}: {money}, reported {reported}{deviations}")
     return "\n".join(lines) + "\n"

@@ -18,28 +18,34 @@ from interlock_demo.views.headless import run_headless
 from scenarios import TRUTH, Expectation
 
 RIGHT, WRONG, DEVIATION = "right", "wrong (as predicted)", "not as predicted"
-# case -> (the command line's switch, the run's words, each column's words)
-CASES: dict[str, tuple[str, str, dict[str, str]]] = {
+FALSE_ALARM = "a false alarm (its own refund exists)"
+# case -> (the command line's switch, the run's words, each column's words, columns whose
+# report is a false alarm)
+CASES: dict[str, tuple[str, str, dict[str, str], set[str]]] = {
     "hand-refund": (
         "",
         WRONG,
         {"standard": WRONG, "interlock": RIGHT, "checked": RIGHT},
+        set(),
     ),
-    "revoked": ("", WRONG, {"standard": WRONG, "interlock": RIGHT, "checked": RIGHT}),
+    "revoked": ("", WRONG, {"standard": WRONG, "interlock": RIGHT, "checked": RIGHT}, set()),
     "after-answer": (
         "",
         RIGHT,
         {"standard": RIGHT, "interlock": RIGHT, "checked": RIGHT},
+        {"checked"},
     ),
     "after-answer+emulate-24h": (
         "--emulate-24h",
         WRONG,
         {"standard": WRONG, "interlock": RIGHT, "checked": RIGHT},
+        {"checked"},
     ),
     "after-answer+no-lookup": (
         "--no-lookup",
         RIGHT,
         {"standard": RIGHT, "interlock": RIGHT, "checked": RIGHT},
+        {"interlock", "checked"},
     ),
 }
 
@@ -57,8 +63,8 @@ def _summary(tmp_path: Path, case: str) -> tuple[int, list[str]]:
 def test_the_summary_says_right_or_wrong_as_predicted(tmp_path: Path, case: str) -> None:
     """Each scenario's summary names its emulated switch and says what the run and each
     column came to: the standard agent that pays twice or ignores a revocation is wrong, as
-    predicted."""
-    switch, run_words, columns = CASES[case]
+    predicted; a false alarm beside the right money is said on its column's line."""
+    switch, run_words, columns, alarms = CASES[case]
     code, lines = _summary(tmp_path, case)
 
     assert code == ExitCode.OK
@@ -69,6 +75,7 @@ def test_the_summary_says_right_or_wrong_as_predicted(tmp_path: Path, case: str)
     assert len(lines) == 1 + len(columns), lines
     for line, (name, words) in zip(lines[1:], columns.items(), strict=True):
         assert line.startswith(f"MOCK.   {name:<9} {words}: $"), line
+        assert (FALSE_ALARM in line) is (name in alarms), line
 
 
 def test_a_deviation_is_not_as_predicted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
