@@ -5,7 +5,8 @@ One home for the rules every view and report applies: which refunds count (the
 library's `Refund.COUNTING_STATUSES`), whose a refund is (`agent` when it carries the
 case's metadata, else `hand`), `ok` (Stripe holds what was wanted), `truthful`
 (`interlock.testing.truthful`) and which way an untrue report was wrong, the deviations
-from the truth table, and which check stopped a column (read from its events' fields).
+from the truth table, which check stopped a column and whether a resend was answered
+with a replay (both read from its events' fields).
 The words a judged column or run comes to are the run model's `Finding`.
 """
 
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 
 from interlock import Refund
 from interlock.testing import truthful as is_truthful
-from interlock_demo.core.run import Column, RefundRow, StripeCard, Wanted
+from interlock_demo.core.run import Column, Event, RefundRow, StripeCard, Wanted
 from scenarios import Expectation
 from workers.protocol import GATE_CHECK, ColumnOutcome, EventKind
 
@@ -77,6 +78,30 @@ def failed_check(col: Column) -> str | None:
         if e.kind == EventKind.RECHECK and e.data.get("failed_check"):
             return str(e.data["failed_check"])
     return None
+
+
+def replay(col: Column) -> Event | None:
+    """The answer to a resend that named a refund an earlier answer of the column had
+    named: the provider replayed its first answer under the same Idempotency-Key, so the
+    resend made no second refund (the control scenario's standard column). None when no
+    answer repeated one. Read from the answers' `refund_id`, so every mode reads it alike."""
+    named: set[str] = set()
+    for e in col.events:
+        refund_id = e.data.get("refund_id") if e.kind == EventKind.ANSWER else None
+        if refund_id is None:
+            continue
+        if refund_id in named:
+            return e
+        named.add(str(refund_id))
+    return None
+
+
+def replay_note(col: Column, answerer: str) -> str | None:
+    """Why a column that sent again has one refund, in words naming who answered the
+    refund calls (`answerer`, the mode's): None when no resend was answered with a replay."""
+    if replay(col) is None:
+        return None
+    return f"sent twice: {answerer} replayed its first answer under the same key, no second refund"
 
 
 @dataclass(frozen=True)

@@ -22,10 +22,10 @@ from types import FrameType
 from typing import Any, TextIO
 
 from interlock_demo.core.run import Run
-from interlock_demo.core.verdict import untruth
+from interlock_demo.core.verdict import replay_note, untruth
 from interlock_demo.engine import Engine, RunChoice
 from interlock_demo.exit_codes import ExitCode
-from interlock_demo.settings import DemoConfig
+from interlock_demo.settings import DemoConfig, mode_named
 from scenarios import SCENARIOS, SWITCHES
 
 # An emulated switch as the run names it (its environment name), as the command line takes it.
@@ -134,11 +134,14 @@ def _summary(run: Run) -> str:
         reported = "nothing" if c.outcome is None else c.outcome.status
         if c.outcome is not None and c.outcome.reason:
             reported += f" ({c.outcome.reason})"
-        # One line per column, an untrue report and deviations included, so that `grep
-        # interlock` shows it all.
+        # One line per column, an untrue report, a replayed resend and deviations included,
+        # so that `grep standard` shows it all.
         untrue = untruth(c)
         if untrue is not None:
             reported += f": {untrue}"
+        replayed = replay_note(c, mode_named(snapshot.mode).answerer)
+        if replayed is not None:
+            reported += f"; {replayed}"
         deviations = "".join(f"; {d}" for d in c.deviations)
         lines.append(f"{mock}  {c.name:<9} {finding}: {money}, reported {reported}{deviations}")
     return "\n".join(lines) + "\n"

@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from interlock_demo.core.verdict import replay_note
+from interlock_demo.engine import Engine, RunChoice
 from interlock_demo.exit_codes import ExitCode
-from interlock_demo.settings import resolve
+from interlock_demo.settings import MODES, resolve
 from interlock_demo.views.headless import run_headless
 from scenarios import TRUTH, Expectation
 
@@ -94,3 +96,38 @@ def test_a_deviation_is_not_as_predicted(tmp_path: Path, monkeypatch: pytest.Mon
     assert "the truth table says 2 and 0" in standard, standard
     assert interlock.startswith(f"MOCK.   interlock {RIGHT}: "), interlock
     assert checked.startswith(f"MOCK.   checked   {RIGHT}: "), checked
+
+
+REPLAYED = "sent twice: {} replayed its first answer under the same key, no second refund"
+
+
+@pytest.mark.parametrize(
+    ("case", "replayed"), [("after-answer", True), ("after-answer+emulate-24h", False)]
+)
+def test_the_summary_says_why_a_resend_made_no_second_refund(
+    tmp_path: Path, case: str, replayed: bool
+) -> None:
+    """In the control the standard agent sends again and Stripe (here the mock) answers with
+    the first refund under the same key: its line says so. A day later (emulated) the key is
+    gone, the resend makes a second refund, and the line says no replay."""
+    _, lines = _summary(tmp_path, case)
+    standard = lines[1]
+    assert standard.startswith("MOCK.   standard "), standard
+    assert standard.endswith(f"reported sent; {REPLAYED.format('the mock')}") is replayed, standard
+    assert ("replayed" in standard) is replayed, standard
+
+
+@pytest.mark.parametrize(
+    ("mode", "who"), [("live", "Stripe"), ("offline", "the emulator"), ("mock", "the mock")]
+)
+def test_a_replay_is_said_of_who_answered_in_each_mode(tmp_path: Path, mode: str, who: str) -> None:
+    """The replay is read from the answers' fields, the same in every mode; its words name
+    who answered the refund calls, as the mode's row says it."""
+    config = resolve(mode="mock", env={"INTERLOCK_HOME": str(tmp_path / "home")})
+    engine = Engine(config)
+    try:
+        run = engine.run(RunChoice(config, "after-answer", checked=False))
+    finally:
+        engine.close()
+    standard = run.snapshot().columns[0]
+    assert replay_note(standard, MODES[mode].answerer) == REPLAYED.format(who)
