@@ -30,6 +30,8 @@ from interlock._payments import (
 
 # The metadata key that names the interlock action on every refund the gate sends.
 ACTION_METADATA_KEY = "interlock_action"
+# Where an effect's sends are looked up, in a receipt's words, unless it says otherwise.
+AT_STRIPE = "at Stripe"
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,11 @@ class Observation:
 
 
 class Effect(Protocol):
-    """An irreversible action the gate can look up, observe and send."""
+    """An irreversible action the gate can look up, observe and send.
+
+    An effect may also say `where` its sends are looked up, in the words of the lookup
+    check its receipts record ("at Stripe" when it does not say).
+    """
 
     kind: str
 
@@ -89,12 +95,18 @@ class Effect(Protocol):
 
 
 class StripeRefund:
-    """A Stripe refund as an `Effect`, over any `Payments` (live, test or emulated)."""
+    """A Stripe refund as an `Effect`, over any `Payments` (live, test or emulated).
+
+    `where` names where `payments` keeps the refunds, as the lookup check of every receipt
+    says it: "at Stripe", or a stand-in's place ("at the emulator", "in memory") when the
+    payments are one, so that a receipt never claims a read it did not make.
+    """
 
     kind = "refund"
 
-    def __init__(self, payments: Payments) -> None:
+    def __init__(self, payments: Payments, *, where: str = AT_STRIPE) -> None:
         self.payments = payments
+        self.where = where
 
     @property
     def deadline_s(self) -> float | None:

@@ -44,7 +44,7 @@ from typing import Any, Literal
 
 from interlock._claims import Owner
 from interlock._config import Switches, Timing
-from interlock._effects import Effect, Found, Observation
+from interlock._effects import AT_STRIPE, Effect, Found, Observation
 from interlock._errors import (
     ActionError,
     ConfigError,
@@ -631,9 +631,10 @@ class Gate:
         conflict = obs.conflict if own is None and obs.conflict is not None else None
         if own is None and conflict is None and obs.own is not None:
             conflict = obs.own
+        where = getattr(self.effect, "where", AT_STRIPE)
         check = Check(
             "lookup",
-            "a refund at Stripe naming this action and matching it, if one exists",
+            f"a refund {where} naming this action and matching it, if one exists",
             own.external_id if own else "none",
             True,
         )

@@ -29,12 +29,12 @@ from interlock import (
 from workers.agent import Decision
 from workers.context import Case, WorkerContext, ask_model
 from workers.protocol import ColumnOutcome, EventKind, event_fields, gate_kind
-from workers.texts import gate_event_text, key_refused_reason
+from workers.texts import MONEY_AT, gate_event_text, key_refused_reason
 
 
 def run(ctx: WorkerContext) -> ColumnOutcome:
     """Recover this case's journaled action, or decide and submit a new one."""
-    gate = refund_gate(ctx.store, ctx.payments, gate_options(ctx))
+    gate = refund_gate(ctx.store, ctx.payments, gate_options(ctx), answerer=ctx.answerer)
     try:
         return _recover_or_submit(ctx, gate)
     except PaymentsAuthError as e:
@@ -42,11 +42,12 @@ def run(ctx: WorkerContext) -> ColumnOutcome:
         return key_refused(ctx, e, mine[-1] if mine else None)
 
 
-def refund_gate(store: Store, payments: Payments, options: GateOptions) -> Gate:
+def refund_gate(store: Store, payments: Payments, options: GateOptions, *, answerer: str) -> Gate:
     """The demo's refund gate: interlock's Stripe refund over `payments`, journaled in
     `store`. Every gate of the demo is this one (the worker's, Temporal's activity, the
-    engine's re-approval); they differ only in `options`."""
-    return Gate.from_options(store, StripeRefund(payments), options)
+    engine's re-approval); they differ only in `options`. Its receipts say the refunds were
+    looked up where `answerer` (`STRIPE`, `EMULATOR`, `MOCK`) keeps them."""
+    return Gate.from_options(store, StripeRefund(payments, where=MONEY_AT[answerer]), options)
 
 
 def gate_options(ctx: WorkerContext) -> GateOptions:

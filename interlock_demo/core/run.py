@@ -14,7 +14,7 @@ import dataclasses
 import secrets
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from enum import Enum
@@ -160,6 +160,43 @@ _STATE_LABELS = {
     ColumnState.DONE: "done",
     ColumnState.ERROR: "error",
 }
+
+
+class Finding(str, Enum):
+    """What a judged column came to against the truth table, and what a run came to (its
+    columns' worst): the run@2 `verdict` is the value, and every view that says it prints
+    these words.
+
+    Right and wrong are the money, the column's `ok`: whether Stripe holds what the
+    scenario wanted. The truth table predicts some columns wrong (the standard agent after
+    a hand refund pays twice); one that ends so is wrong as predicted, which is the demo's
+    point, not a failure of the run. Whether the report was true beside right money (a
+    false alarm) is the column's `truthful`, said apart.
+    """
+
+    # From best to worst: a run's is its columns' worst.
+    RIGHT = "right"
+    WRONG = "wrong (as predicted)"
+    NOT_AS_PREDICTED = "not as predicted"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def as_predicted(self) -> bool:
+        """Whether it ended as the truth table says."""
+        return self is not Finding.NOT_AS_PREDICTED
+
+    @classmethod
+    def worst(cls, findings: Iterable[Finding | None]) -> Finding | None:
+        """The worst of `findings`; None when one of them is None (not judged yet, or not
+        against the truth table) or there are none."""
+        found: list[Finding] = []
+        for finding in findings:
+            if finding is None:
+                return None
+            found.append(finding)
+        return max(found, key=list(cls).index, default=None)
 
 
 class RunEventKind(str, Enum):
@@ -395,6 +432,20 @@ class Column:
     action_ids: list[str] = field(default_factory=list)
     error: str | None = None
 
+    @property
+    def finding(self) -> Finding | None:
+        """The column's end against the truth table, in words (the run@2 `verdict`).
+
+        Derived from `as_predicted` and `ok`, so a document written before it was a field
+        reads back with it. None while the column is not judged, for a sweep cell (no row
+        of the truth table), and once a person re-approved (the table no longer applies).
+        """
+        if self.as_predicted is None or (self.outcome is not None and self.outcome.reapproves):
+            return None
+        if not self.as_predicted:
+            return Finding.NOT_AS_PREDICTED
+        return Finding.RIGHT if self.ok else Finding.WRONG
+
     def to_json(self) -> dict[str, Any]:
         """The column as run@2 JSON."""
         data: dict[str, Any] = {
@@ -412,6 +463,7 @@ class Column:
             "ok": self.ok,
             "truthful": self.truthful,
             "as_predicted": self.as_predicted,
+            "verdict": _value(self.finding),
             "deviations": list(self.deviations),
             "error": self.error,
             "claim_wait": None if self.claim_wait is None else self.claim_wait.to_json(),
@@ -510,7 +562,7 @@ class Run:
     @property
     def all_as_predicted(self) -> bool:
         """Whether every column ended as the truth table says."""
-        return all(c.as_predicted for c in self.columns)
+        return self.snapshot().as_predicted is True
 
     def snapshot(self) -> RunSnapshot:
         """The run as it is now, copied under its lock: what views read and render."""
@@ -624,6 +676,18 @@ class RunSnapshot:
         """The column with this name, if the run has it."""
         return next((c for c in self.columns if c.name == name), None)
 
+    @property
+    def verdict(self) -> Finding | None:
+        """What the run came to against the truth table: its columns' worst finding, once
+        every column has one (None until then, and for a run the table does not cover)."""
+        return Finding.worst(c.finding for c in self.columns)
+
+    @property
+    def as_predicted(self) -> bool | None:
+        """Whether every column ended as the truth table says (None: see `verdict`)."""
+        verdict = self.verdict
+        return None if verdict is None else verdict.as_predicted
+
     def to_json(self) -> dict[str, Any]:
         """The run as an `interlock-demo/run@2` document."""
         return {
@@ -641,6 +705,8 @@ class RunSnapshot:
             "elapsed_s": round(self.elapsed_s, 3),
             "error": self.error,
             "notes": list(self.notes),
+            "as_predicted": self.as_predicted,
+            "verdict": _value(self.verdict),
             "columns": [c.to_json() for c in self.columns],
         }
 
@@ -687,6 +753,10 @@ def _optional_str(value: Any) -> str | None:
 
 def _optional_int(value: Any) -> int | None:
     return None if value is None else int(value)
+
+
+def _value(finding: Finding | None) -> str | None:
+    return None if finding is None else finding.value
 
 
 def _optional_bool(value: Any) -> bool | None:

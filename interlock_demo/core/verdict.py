@@ -4,8 +4,10 @@ the truth table predicted, and whether its report told the truth.
 One home for the rules every view and report applies: which refunds count (the
 library's `Refund.COUNTING_STATUSES`), whose a refund is (`agent` when it carries the
 case's metadata, else `hand`), `ok` (Stripe holds what was wanted), `truthful`
-(`interlock.testing.truthful`), the deviations from the truth table, and which check
-stopped a column (read from its events' fields).
+(`interlock.testing.truthful`) and which way an untrue report was wrong, the deviations
+from the truth table, which check stopped a column and whether a resend was answered
+with a replay (both read from its events' fields).
+The words a judged column or run comes to are the run model's `Finding`.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 
 from interlock import Refund
 from interlock.testing import truthful as is_truthful
-from interlock_demo.core.run import Column, RefundRow, StripeCard, Wanted
+from interlock_demo.core.run import Column, Event, RefundRow, StripeCard, Wanted
 from scenarios import Expectation
 from workers.protocol import GATE_CHECK, ColumnOutcome, EventKind
 
@@ -54,6 +56,18 @@ def tally(card: StripeCard) -> tuple[int, int]:
     return sum(r.by == AGENT for r in rows), sum(r.by == HAND for r in rows)
 
 
+def untruth(col: Column) -> str | None:
+    """Which way the column's report was untrue, in words; None when it was true or has
+    not been judged. Beside right money it is a false alarm: the money is right, the
+    report is not."""
+    if col.truthful is not False:
+        return None
+    own = col.stripe is not None and any(r.by == AGENT for r in col.stripe.refunds)
+    if own:
+        return "a false alarm (its own refund exists)"
+    return "it claims a refund that is not there"
+
+
 def failed_check(col: Column) -> str | None:
     """The check that last stopped the column's worker, as the gate names its checks
     (`world_unchanged`, `approval`): the gate's failed `check` or the checked worker's
@@ -64,6 +78,30 @@ def failed_check(col: Column) -> str | None:
         if e.kind == EventKind.RECHECK and e.data.get("failed_check"):
             return str(e.data["failed_check"])
     return None
+
+
+def replay(col: Column) -> Event | None:
+    """The answer to a resend that named a refund an earlier answer of the column had
+    named: the provider replayed its first answer under the same Idempotency-Key, so the
+    resend made no second refund (the control scenario's standard column). None when no
+    answer repeated one. Read from the answers' `refund_id`, so every mode reads it alike."""
+    named: set[str] = set()
+    for e in col.events:
+        refund_id = e.data.get("refund_id") if e.kind == EventKind.ANSWER else None
+        if refund_id is None:
+            continue
+        if refund_id in named:
+            return e
+        named.add(str(refund_id))
+    return None
+
+
+def replay_note(col: Column, answerer: str) -> str | None:
+    """Why a column that sent again has one refund, in words naming who answered the
+    refund calls (`answerer`, the mode's): None when no resend was answered with a replay."""
+    if replay(col) is None:
+        return None
+    return f"sent twice: {answerer} replayed its first answer under the same key, no second refund"
 
 
 @dataclass(frozen=True)

@@ -278,6 +278,7 @@ class Engine:
                     clock=self.clock.wall,
                     new_action_id=self.ids.action_id,
                 ),
+                answerer=config.run_mode.answerer,
             )
             outcome = gate.reapprove(str(refused), lease.id, approved_by="support")
             case = Case(

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from interlock_demo.core.columns import COLUMN_KINDS, gated_column
-from interlock_demo.core.run import Column, RunEventKind, RunSnapshot
+from interlock_demo.core.run import Column, Finding, RunEventKind, RunSnapshot
 from interlock_demo.core.verdict import AGENT, counting, tally
 from interlock_demo.engine.supervisor import kill_tree
 from interlock_demo.environment import demo_env
@@ -220,15 +220,18 @@ def _verdict(run: CaseRun) -> str:
     if run.problem:
         return f"could not finish: {run.problem}"
     assert run.run is not None
-    wrong = [c.name for c in run.run.columns if not c.as_predicted]
-    return f"DEVIATION in {', '.join(wrong)}" if wrong else "as predicted"
+    verdict = run.run.verdict
+    if verdict is Finding.NOT_AS_PREDICTED:
+        off = [c.name for c in run.run.columns if c.finding is Finding.NOT_AS_PREDICTED]
+        return f"{verdict} in {', '.join(off)}"
+    return str(verdict or "not judged")
 
 
 def exit_code(runs: list[CaseRun]) -> int:
     """0 all as predicted, 1 a deviation, 3 a run could not finish."""
     if any(r.problem for r in runs):
         return ExitCode.UNFINISHED
-    if any(not c.as_predicted for r in runs if r.run for c in r.run.columns):
+    if any(not r.run.as_predicted for r in runs if r.run):
         return ExitCode.DEVIATION
     return ExitCode.OK
 
@@ -284,7 +287,8 @@ def _cell(run: CaseRun | None, name: str) -> str:
     col = run.column(name)
     if col is None:
         return "no such column"
-    mark = "as predicted" if col.as_predicted else "**DEVIATION**"
+    finding = col.finding
+    mark = f"**{finding}**" if finding is Finding.NOT_AS_PREDICTED else finding or "not judged"
     text = f"{_stripe_words(col)}; reported `{_status(col)}`; {mark}"
     if col.truthful is False:
         text += "; not truthful"

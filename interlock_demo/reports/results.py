@@ -18,7 +18,7 @@ from pathlib import Path
 
 from interlock import is_postgres_url
 from interlock_demo.core.run import SCHEMA, Column, Run
-from interlock_demo.core.verdict import AGENT
+from interlock_demo.core.verdict import untruth
 from interlock_demo.engine import Engine, RunChoice
 from interlock_demo.environment import bench_env
 from interlock_demo.reports.local_postgres import pgserver_missing
@@ -87,12 +87,7 @@ def truthful_text(col: Column) -> str:
     """Whether a column's report was true, and if not, which way it was wrong."""
     if col.truthful is None:
         return "n/a"
-    if col.truthful:
-        return "yes"
-    own = col.stripe is not None and any(r.by == AGENT for r in col.stripe.refunds)
-    if own:
-        return "NO: a false alarm (its own refund exists)"
-    return "NO: it claims a refund that is not there"
+    return "yes" if col.truthful else f"NO: {untruth(col)}"
 
 
 def write_sweep(config: DemoConfig, out: Path) -> Path:

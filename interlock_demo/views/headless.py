@@ -1,12 +1,14 @@
 """`interlock-demo --headless`: run scenarios without a screen, for CI and rehearsals.
 
 With `--json`, stdout carries exactly one JSON document (a run, or a list of runs for
-`all`) and nothing else; without it, stdout carries a human summary, one line per column
-(verdict, money, reason). Progress always goes to stderr. Exit codes: 0 every column
-ended as the truth table says, 1 a deviation, 3 a run could not finish (its `error` says
-why). Usage errors (2) are decided before anything runs, by the CLI. SIGHUP (the terminal
-closed), SIGTERM and SIGINT stop the workers and end the same way: exit 3, and the JSON
-printed with each unfinished run's `error` naming the signal.
+`all`) and nothing else; without it, stdout carries a human summary: per run a line with
+its verdict, then one line per column (verdict, money, reason), the verdicts in the words
+of `Finding` ("right", "wrong (as predicted)", "not as predicted"), as the JSON's.
+Progress always goes to stderr. Exit codes: 0 every column ended as the truth table says,
+1 a deviation, 3 a run could not finish (its `error` says why). Usage errors (2) are
+decided before anything runs, by the CLI. SIGHUP (the terminal closed), SIGTERM and SIGINT
+stop the workers and end the same way: exit 3, and the JSON printed with each unfinished
+run's `error` naming the signal.
 """
 
 from __future__ import annotations
@@ -20,11 +22,14 @@ from types import FrameType
 from typing import Any, TextIO
 
 from interlock_demo.core.run import Run
+from interlock_demo.core.verdict import replay_note, untruth
 from interlock_demo.engine import Engine, RunChoice
 from interlock_demo.exit_codes import ExitCode
-from interlock_demo.settings import DemoConfig
-from scenarios import SCENARIOS
+from interlock_demo.settings import DemoConfig, mode_named
+from scenarios import SCENARIOS, SWITCHES
 
+# An emulated switch as the run names it (its environment name), as the command line takes it.
+_FLAG = {s.env: s.flag for s in SWITCHES}
 # The signals that stop a headless run; SIGHUP is not on every platform.
 STOP_SIGNALS = tuple(
     getattr(signal, name) for name in ("SIGHUP", "SIGINT", "SIGTERM") if hasattr(signal, name)
@@ -105,24 +110,38 @@ def run_headless(
     out.flush()
     if interrupted.is_set() or any(s.error for s in snapshots):
         return ExitCode.UNFINISHED
-    if not all(c.as_predicted for s in snapshots for c in s.columns):
+    if not all(s.as_predicted for s in snapshots):
         return ExitCode.DEVIATION
     return ExitCode.OK
 
 
 def _summary(run: Run) -> str:
-    mock = "MOCK. " if run.mode == "mock" else ""
-    lines = [f"{mock}{run.scenario} ({run.mode}, {run.elapsed_s:.1f} s): {run.status}"]
-    if run.error:
-        lines.append(f"{mock}  error: {run.error}")
-    for c in run.columns:
+    snapshot = run.snapshot()
+    mock = "MOCK. " if snapshot.mode == "mock" else ""
+    # The emulated rows' predictions differ from the base row's: the line names the switch.
+    switches = "".join(f" {_FLAG[e]}" for e in snapshot.emulated)
+    verdict = "" if snapshot.verdict is None else f", {snapshot.verdict}"
+    lines = [
+        f"{mock}{snapshot.scenario}{switches} ({snapshot.mode}, {snapshot.elapsed_s:.1f} s): "
+        f"{snapshot.status}{verdict}"
+    ]
+    if snapshot.error:
+        lines.append(f"{mock}  error: {snapshot.error}")
+    for c in snapshot.columns:
         total = None if c.stripe is None else c.stripe.refunded_total
         money = f"${total / 100:.2f} refunded" if total is not None else "no result"
-        verdict = "as predicted" if c.as_predicted else "DEVIATION"
+        finding = c.finding or "not judged"
         reported = "nothing" if c.outcome is None else c.outcome.status
         if c.outcome is not None and c.outcome.reason:
             reported += f" ({c.outcome.reason})"
-        # One line per column, deviations included, so that `grep interlock` shows it all.
+        # One line per column, an untrue report, a replayed resend and deviations included,
+        # so that `grep standard` shows it all.
+        untrue = untruth(c)
+        if untrue is not None:
+            reported += f": {untrue}"
+        replayed = replay_note(c, mode_named(snapshot.mode).answerer)
+        if replayed is not None:
+            reported += f"; {replayed}"
         deviations = "".join(f"; {d}" for d in c.deviations)
-        lines.append(f"{mock}  {c.name:<9} {verdict}: {money}, reported {reported}{deviations}")
+        lines.append(f"{mock}  {c.name:<9} {finding}: {money}, reported {reported}{deviations}")
     return "\n".join(lines) + "\n"

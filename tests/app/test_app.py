@@ -806,6 +806,42 @@ async def test_the_card_names_where_the_money_was_read_at_every_width(
             assert others == [], f"{mode}: {result}"
 
 
+# Who answers the refund calls in each mode, as the card names who replayed a refund.
+ANSWERED_BY = {"live": "Stripe", "offline": "the emulator", "mock": "the mock"}
+
+
+@pytest.mark.parametrize(
+    ("size", "compact"), [((80, 24), True), ((100, 30), True), ((160, 45), False)]
+)
+async def test_the_control_standard_card_says_the_key_was_replayed(
+    home: Path, size: tuple[int, int], compact: bool
+) -> None:
+    """In the control the standard agent sends again and gets its first refund back: at
+    every width its phase lines say the answer was the same refund and the verdict strip
+    that one refund came of two sends; the full card says who replayed it under the same
+    key, for a run shown as each mode (a compact card, cut at the bottom, leaves it out)."""
+    app = new_app(mock_config(home), checked=True)
+    async with app.run_test(size=size) as pilot:
+        run = await start(pilot, "3")
+        await finish(pilot, run)
+        pane = app.query_one("#col-standard", ColumnPane)
+        assert pane.compact is compact
+        assert "answer  the same refund" in pane_part(app, "standard", "story")
+        standard = next(line for line in verdicts(app).splitlines() if "Standard" in line)
+        assert standard.endswith("✓ sent twice, one refund: the key replayed"), standard
+        snapshot = run.snapshot()
+        for mode, who in ANSWERED_BY.items():
+            shown = dataclasses.replace(snapshot, mode=mode)
+            col = shown.column("standard")
+            assert col is not None
+            pane.show(shown, col)
+            await settle(pilot)
+            card = " ".join(pane_part(app, "standard", "card").split())
+            replayed = f"sent twice: {who} replayed its first answer under the same key"
+            assert (f"{replayed}, no second refund" in card) is not compact, f"{mode}: {card}"
+            assert ("replayed" in card) is not compact, f"{mode}: {card}"
+
+
 @pytest.mark.parametrize(("size", "layout"), [((100, 30), "compact"), ((160, 45), "wide")])
 async def test_three_columns_side_by_side_down_to_100_wide(
     home: Path, size: tuple[int, int], layout: str
@@ -1363,7 +1399,7 @@ async def test_the_verdict_strip_gives_money_mark_and_reason(home: Path, sid: st
             "Checked     $0.00 in memory  ✓ re-checked, saw the revocation: stopped",
         ],
         "after-answer": [
-            "Standard   $20.00 in memory  ✓ sent once",
+            "Standard   $20.00 in memory  ✓ sent twice, one refund: the key replayed",
             "Interlock  $20.00 in memory  ✓ found its own refund: adopted",
             "Checked    $20.00 in memory  ⚠ re-checked, but stopped on its own refund",
         ],

@@ -110,9 +110,10 @@ TOLD: dict[str, dict[str, tuple[list[tuple[str, str]], str]]] = {
                 ("restart", "new worker"),
                 ("checks", "none: retries"),
                 ("sends", "again"),
+                ("answer", "the same refund"),
                 ("outcome", "sent"),
             ],
-            "sent once",
+            "sent twice, one refund: the key replayed",
         ),
         "interlock": (
             [

@@ -237,11 +237,12 @@ def test_headless_without_json_prints_a_summary_on_stdout(tmp_path: Path) -> Non
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith("MOCK. revoked (mock, "), lines
-    assert lines[0].endswith(": finished"), lines
+    assert lines[0].endswith(": finished, wrong (as predicted)"), lines
     columns = lines[1:]
     assert [line.split()[1] for line in columns] == ["standard", "interlock"]
+    assert columns[0].split(": ")[0].endswith("standard  wrong (as predicted)"), columns[0]
+    assert columns[1].split(": ")[0].endswith("interlock right"), columns[1]
     for line in columns:
-        assert "as predicted" in line, line
         assert "refunded" in line, line
         assert "reported " in line, line
     assert "revoked" in columns[1].split("reported ", 1)[1], columns[1]

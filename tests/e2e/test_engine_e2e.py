@@ -24,6 +24,8 @@ import pytest
 import stripe
 
 from interlock.testing import StripeEmulator
+from interlock_demo.core.run import Column
+from interlock_demo.core.verdict import replay_note
 from tests.conftest import TEST_KEY
 from tests.helpers.headless import (
     CLI,
@@ -146,6 +148,34 @@ def test_scenario_offline(runs: dict[str, Finished], case: str) -> None:
 def test_interlock_receipts_verify(runs: dict[str, Finished], case: str) -> None:
     """Interlock's receipt matches its outcome and `verify()` finds nothing wrong."""
     check_interlock_receipt(runs[case].doc["columns"][1])
+
+
+@pytest.mark.timeout(180)
+def test_an_offline_receipt_says_its_lookup_read_the_emulator(runs: dict[str, Finished]) -> None:
+    """Offline, the receipt's lookup check names the emulator it read, not Stripe."""
+    receipt = runs["after-answer"].doc["columns"][1]["receipt"]
+    (lookup,) = [c for c in receipt["checks"] if c["name"] == "lookup"]
+    assert lookup["expected"] == (
+        "a refund at the emulator naming this action and matching it, if one exists"
+    )
+
+
+@pytest.mark.timeout(180)
+def test_the_emulators_replay_is_read_from_the_answers(runs: dict[str, Finished]) -> None:
+    """Offline, the standard worker's resend in the control is answered by the emulator
+    with its first refund (a replay, read from the answers' fields: no second refund);
+    a day later (emulated) the key is gone and the resend's answer is a new refund."""
+    replayed = {}
+    for case in ("after-answer", "after-answer+emulate-24h"):
+        standard = Column.from_json(runs[case].doc["columns"][0])
+        replayed[case] = replay_note(standard, "the emulator")
+    assert replayed == {
+        "after-answer": (
+            "sent twice: the emulator replayed its first answer under the same key, "
+            "no second refund"
+        ),
+        "after-answer+emulate-24h": None,
+    }
 
 
 @pytest.mark.timeout(180)

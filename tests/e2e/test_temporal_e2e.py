@@ -296,7 +296,9 @@ def test_report_compares_both_engines_from_the_runs(report: Report) -> None:
             row = next(
                 line for line in text.splitlines() if line.startswith(f"| {case} | {column} |")
             )
-            assert row.count("as predicted") == 2, row
+            # Each engine's cell ends as predicted: right, or wrong as the truth table says.
+            assert row.count("; right") + row.count("; wrong (as predicted)") == 2, row
+            assert "not as predicted" not in row, row
     for (_, _), doc in report.runs.items():
         assert doc["run_id"] in text
     false_alarm = report.runs[("temporal", "after-answer")]["columns"][2]

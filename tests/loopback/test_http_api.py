@@ -212,7 +212,8 @@ def test_get_run_before_any_run_is_404(client: Client) -> None:
 
 def test_served_run_equals_run_to_json(client: Client, engine: Engine) -> None:
     """A finished run is served at /api/run and /api/runs/{id} exactly as Run.to_json(): a
-    run@2 document whose events carry their fields (each worker's report, its outcome)."""
+    run@2 document with its verdict, whose events carry their fields (each worker's report,
+    its outcome)."""
     run = started(client.post(), engine)
     assert run.wait(WAIT_S)
     assert run.status == "finished"
@@ -220,6 +221,8 @@ def test_served_run_equals_run_to_json(client: Client, engine: Engine) -> None:
     assert client.get(f"/api/runs/{run.run_id}").json() == run.to_json()
     served = client.get("/api/run").json()
     assert served["schema"] == "interlock-demo/run@2"
+    # The hand refund: the standard agent pays twice, as the truth table predicts.
+    assert (served["as_predicted"], served["verdict"]) == (True, "wrong (as predicted)")
     for col in served["columns"]:
         outcomes = [e["data"] for e in col["events"] if e["kind"] == "outcome"]
         assert outcomes[-1] == col["outcome"], col["name"]

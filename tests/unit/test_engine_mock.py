@@ -85,6 +85,16 @@ def test_mock_scenario_as_predicted(tmp_path: Path, case: str) -> None:
     assert not (tmp_path / "home" / "demo" / "cases").exists()
 
 
+def test_a_mock_receipt_says_its_lookup_read_memory(tmp_path: Path) -> None:
+    """A mock run's receipt says its lookup read the refunds in memory, where they are, not
+    at Stripe, which a mock run never calls."""
+    doc = _mock_run(tmp_path, "after-answer")
+    (lookup,) = [c for c in doc["columns"][1]["receipt"]["checks"] if c["name"] == "lookup"]
+    assert lookup["expected"] == (
+        "a refund in memory naming this action and matching it, if one exists"
+    )
+
+
 @pytest.mark.parametrize("point", SWEEP_CRASH_POINTS, ids=str)
 def test_every_swept_crash_point_kills_every_columns_worker(
     tmp_path: Path, point: CrashPoint

@@ -22,6 +22,7 @@ from interlock import (
     REASON_WORLD_CHANGED,
     ActionError,
     ConfigError,
+    Gate,
     Intent,
     IntentError,
     MemoryStore,
@@ -32,6 +33,7 @@ from interlock import (
     SQLiteStore,
     Store,
     StoreError,
+    StripeRefund,
     Switches,
     Timing,
     verify,
@@ -157,6 +159,36 @@ def test_after_answer_crash_is_adopted_on_recovery(world: World) -> None:
     assert world.model.requests.count(("POST", "refunds")) == posts
     assert len(world.refunds()) == 1
     assert verify(world.store, world.payments).ok
+
+
+@pytest.mark.parametrize(
+    ("where", "looked_up"), [(None, "at Stripe"), ("in the test's ledger", "in the test's ledger")]
+)
+def test_the_lookup_check_says_where_the_effect_looked(where: str | None, looked_up: str) -> None:
+    """A receipt's lookup check names where its effect read the refunds: at Stripe for a
+    `StripeRefund` that names no other place, else the place it names (a stand-in's)."""
+    world = World()
+    effect = (
+        StripeRefund(world.payments) if where is None else StripeRefund(world.payments, where=where)
+    )
+    gate = Gate(
+        world.store,
+        effect,
+        timing=TIMING,
+        clock=world.clock,
+        sleep=world.clock.sleep,
+        monotonic=world.clock.monotonic,
+    )
+
+    outcome = gate.submit(world.decide())
+
+    state = world.store.action(outcome.action_id)
+    assert state is not None and state.receipt is not None
+    (lookup,) = [c for c in state.receipt.checks if c["name"] == "lookup"]
+    assert (
+        lookup["expected"]
+        == f"a refund {looked_up} naming this action and matching it, if one exists"
+    )
 
 
 def test_after_answer_with_emulated_24h_is_still_one_refund_adopted(world: World) -> None:

@@ -11,7 +11,9 @@ import pytest
 
 from interlock import ConfigError, Gate, GateOptions, MemoryStore, Owner, StripeRefund, Timing
 from interlock.testing import InProcessPayments, PaymentsModel
-from interlock_demo.settings import resolve, worker_env
+from interlock_demo.settings import MODES, resolve, worker_env
+from tests.helpers.gate_rig import AMOUNT, TIMING, GateWorld
+from workers.interlock import refund_gate
 from workers.process import worker_timing
 
 # Every field off its default, and not one `%g` can spell (it keeps six digits).
@@ -78,3 +80,29 @@ def test_a_worker_without_the_whole_timing_refuses_to_start() -> None:
     del env["INTERLOCK_CLAIM_GRACE"]
     with pytest.raises(ConfigError, match="INTERLOCK_CLAIM_GRACE not set"):
         worker_timing(env)
+
+
+# Where each mode's refunds are looked up, as its receipts must say it (docs/design.md §5).
+LOOKED_UP = {"live": "at Stripe", "offline": "at the emulator", "mock": "in memory"}
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_the_demos_receipts_name_where_the_lookup_read(mode: str) -> None:
+    """The demo's gate records its lookup check as a read of where its mode keeps the
+    refunds: Stripe live, the emulator offline, memory in mock; never Stripe for a stand-in."""
+    assert set(LOOKED_UP) == set(MODES)
+    world = GateWorld()
+    lease = world.grant(AMOUNT)
+    options = GateOptions(
+        timing=TIMING, clock=world.clock, sleep=world.clock.sleep, monotonic=world.clock.monotonic
+    )
+    gate = refund_gate(world.store, world.payments, options, answerer=MODES[mode].answerer)
+
+    outcome = gate.submit(world.decide(AMOUNT, lease.id))
+
+    state = world.store.action(outcome.action_id)
+    assert state is not None and state.receipt is not None
+    (lookup,) = [c for c in state.receipt.checks if c["name"] == "lookup"]
+    assert lookup["expected"] == (
+        f"a refund {LOOKED_UP[mode]} naming this action and matching it, if one exists"
+    )

@@ -90,6 +90,38 @@ def test_exit_code_names_the_worst_run(tmp_path: Path, hand_refund: dict[str, An
     assert e2e_report.exit_code([fine, off, lost]) == ExitCode.UNFINISHED
 
 
+def test_the_report_says_right_or_wrong_as_predicted(
+    tmp_path: Path, hand_refund: dict[str, Any]
+) -> None:
+    """Each cell and each run say what they came to in the run JSON's words: the standard
+    agent's $40 is wrong, as predicted; a column the truth table predicted otherwise is not
+    as predicted, in bold, and its run names it."""
+    deviating = copy.deepcopy(hand_refund)
+    deviating["columns"][2]["as_predicted"] = False
+    runs = [
+        CaseRun(
+            "standalone", "hand-refund", ExitCode.OK, RunSnapshot.from_json(hand_refund), tmp_path
+        ),
+        CaseRun(
+            "temporal",
+            "hand-refund",
+            ExitCode.DEVIATION,
+            RunSnapshot.from_json(deviating),
+            tmp_path,
+        ),
+    ]
+    report = e2e_report.render(runs, generated_at=WHEN, parallel=1)
+    standard = _row(report, "hand-refund", "standard")
+    assert standard[2].endswith("; wrong (as predicted)"), standard
+    assert _row(report, "hand-refund", "interlock")[2].endswith("; right")
+    checked = _row(report, "hand-refund", "checked")
+    assert checked[2].endswith("; right"), checked
+    assert checked[3].endswith("; **not as predicted**"), checked
+    (summary,) = [line for line in report.splitlines() if line.startswith("| hand-refund | `")]
+    assert "wrong (as predicted)" in summary.split("|")[2], summary
+    assert "not as predicted in checked" in summary.split("|")[3], summary
+
+
 def test_stdout_that_is_not_a_run_is_a_problem_named_in_words(tmp_path: Path) -> None:
     """JSON on stdout that is not a run@2 document makes the run unfinished, saying why."""
     (tmp_path / "stdout.json").write_text('{"schema": "something/else"}')

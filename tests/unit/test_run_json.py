@@ -6,6 +6,7 @@ through core/ this way, so a field is named in one place.
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from interlock_demo.core.run import (
 )
 from interlock_demo.engine import Engine, RunChoice
 from interlock_demo.settings import resolve
+from scenarios import TRUTH
 from workers.protocol import GATE_CHECK, GATE_PREFIX, ColumnOutcome
 
 CASES: dict[str, tuple[str, dict[str, bool]]] = {
@@ -104,6 +106,99 @@ def test_run_at_2_events_carry_their_fields(tmp_path: Path) -> None:
     assert [e["data"].get("failed_check") for e in checked["events"] if e["kind"] == "recheck"] == [
         "approval"
     ]
+
+
+RIGHT, WRONG, DEVIATION = "right", "wrong (as predicted)", "not as predicted"
+# What each case comes to, written out from docs/design.md §3 by hand: the run's verdict
+# and each column's (right and wrong are the money; a false alarm is `truthful`'s to say).
+VERDICTS: dict[str, tuple[str, dict[str, str]]] = {
+    "hand-refund": (WRONG, {"standard": WRONG, "interlock": RIGHT, "checked": RIGHT}),
+    "revoked": (WRONG, {"standard": WRONG, "interlock": RIGHT, "checked": RIGHT}),
+    "after-answer": (RIGHT, {"standard": RIGHT, "interlock": RIGHT, "checked": RIGHT}),
+    "after-answer+emulate-24h": (
+        WRONG,
+        {"standard": WRONG, "interlock": RIGHT, "checked": RIGHT},
+    ),
+    "after-answer+no-lookup": (RIGHT, {"standard": RIGHT, "interlock": RIGHT, "checked": RIGHT}),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_run_says_what_it_came_to_and_each_column_too(tmp_path: Path, case: str) -> None:
+    """The document says, for the run and for each column, whether it came out right, wrong
+    as the truth table predicts, or not as predicted; the emulated rows predict their own."""
+    scenario, switches = CASES[case]
+    doc = _mock_doc(tmp_path / "home", scenario, switches)
+    run_verdict, columns = VERDICTS[case]
+    assert (doc["as_predicted"], doc["verdict"]) == (True, run_verdict)
+    assert {c["name"]: c["verdict"] for c in doc["columns"]} == columns
+
+
+def test_a_deviation_is_not_as_predicted_in_the_document(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A column the truth table predicted otherwise is "not as predicted", and so is the run
+    it is in, whatever the other columns came to."""
+    row = TRUTH[("revoked", "")]
+    monkeypatch.setitem(TRUTH, ("revoked", ""), {**row, "interlock": row["standard"]})
+    doc = _mock_doc(tmp_path / "home", "revoked", {})
+    assert (doc["as_predicted"], doc["verdict"]) == (False, DEVIATION)
+    verdicts = {c["name"]: c["verdict"] for c in doc["columns"]}
+    assert verdicts == {"standard": WRONG, "interlock": DEVIATION, "checked": RIGHT}
+
+
+def test_a_document_written_before_the_verdicts_reads_back_with_them(tmp_path: Path) -> None:
+    """A run@2 document without the verdict fields (as `results/` holds them) reads back,
+    and its verdicts follow from each column's `as_predicted` and `ok`."""
+    doc = _mock_doc(tmp_path / "home", "hand-refund", {})
+    older = copy.deepcopy(doc)
+    del older["as_predicted"], older["verdict"]
+    for col in older["columns"]:
+        del col["verdict"]
+    assert RunSnapshot.from_json(older).to_json() == doc
+
+
+def test_no_verdict_where_the_truth_table_does_not_apply() -> None:
+    """A column not judged yet (or a sweep cell's, which no row predicts) and one a person
+    re-approved have no verdict, and neither has a run with such a column."""
+    judged = Column(name="standard", title="Standard", as_predicted=True, ok=False)
+    unjudged = Column(name="checked", title="Checked")
+    reapproved = Column(
+        name="interlock",
+        title="Interlock",
+        outcome=ColumnOutcome("sent", None, "re_2", "act_2", reapproves="act_1"),
+        as_predicted=True,
+        ok=False,
+    )
+    assert judged.to_json()["verdict"] == WRONG
+    assert unjudged.to_json()["verdict"] is None
+    assert reapproved.to_json()["verdict"] is None
+    for other in (unjudged, reapproved):
+        run = RunSnapshot.from_json(
+            {**_empty_run(), "columns": [judged.to_json(), other.to_json()]}
+        )
+        assert (run.as_predicted, run.verdict) == (None, None)
+        assert (run.to_json()["as_predicted"], run.to_json()["verdict"]) == (None, None)
+
+
+def _empty_run() -> dict[str, Any]:
+    return {
+        "schema": SCHEMA,
+        "run_id": "run_000000000000",
+        "mode": "mock",
+        "engine": "standalone",
+        "scenario": "hand-refund",
+        "title": "Hand refund during the outage",
+        "status": "finished",
+        "emulated": [],
+        "settings": {},
+        "started_at": "2026-01-01T00:00:00.000+00:00",
+        "finished_at": None,
+        "elapsed_s": 0.0,
+        "error": None,
+        "notes": [],
+        "columns": [],
+    }
 
 
 def test_another_document_is_refused_in_words() -> None:

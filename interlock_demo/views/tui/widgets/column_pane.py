@@ -26,7 +26,7 @@ from textual.timer import Timer
 from textual.widgets import Label, Static
 
 from interlock_demo.core.run import Column, ColumnState, RunEventKind, RunSnapshot, WorkerInfo
-from interlock_demo.core.verdict import AGENT, counting
+from interlock_demo.core.verdict import AGENT, counting, replay_note
 from interlock_demo.exit_codes import describe_exit
 from interlock_demo.settings import line_mark, mode_named
 from interlock_demo.views.tui.widgets.countdown import ClaimCountdown
@@ -478,6 +478,11 @@ def _card(
             else "it reports a refund that is not there"
         )
         text.append(f"{prefix}  {why}\n", style="yellow")
+    replayed = replay_note(col, mode_named(run.mode).answerer)
+    if replayed is not None and not compact:
+        # A compact card, cut at the bottom on a short screen, leaves it to the phase line
+        # ("answer  the same refund") and the verdict strip.
+        text.append(f"{prefix}  {replayed}\n")
     if outcome is not None and outcome.reapproves:
         text.append(
             f"{prefix}Re-approved: a person approved $20 again; Interlock sent a second "

@@ -1,4 +1,5 @@
-"""A column's story in phase lines: decision, SIGKILL, outage, restart, wait, checks, outcome.
+"""A column's story in phase lines: decision, SIGKILL, outage, restart, wait, checks, sends,
+the answer to a resend when it was a replay, outcome.
 
 The events below a column say everything, in small print; these lines say what a room
 must follow, one short bold line per phase, so they can be read from the back of the hall.
@@ -16,6 +17,7 @@ from textual.widgets import Static
 
 from interlock import CrashPoint, GateEvent
 from interlock_demo.core.run import Column, RunEventKind
+from interlock_demo.core.verdict import replay
 from workers.protocol import (
     CHECK_APPROVAL,
     CHECK_LOOKUP,
@@ -37,6 +39,7 @@ PHASE_STYLE = {
     "wait": "bold black on yellow",
     "checks": "bold",
     "sends": "bold",
+    "answer": "bold",
     "approve": "bold black on cyan",
     "outcome": "bold reverse",
 }
@@ -102,6 +105,8 @@ def phase_lines(col: Column) -> list[tuple[str, str]]:
     starts = 0
     killed = False
     reapproved = False
+    # A resend that got the first refund back: why a column that sent twice has one.
+    replayed = replay(col)
 
     def put(label: str, words: str, *, replace: bool = False) -> None:
         if replace and lines and lines[-1][0] == label:
@@ -139,6 +144,10 @@ def phase_lines(col: Column) -> list[tuple[str, str]]:
             put("checks", "none: retries")
         elif kind == EventKind.SEND and killed:
             put("sends", "again")
+        elif event is replayed:
+            # Few words: a compact column has room for 15 after a mock run's mark; the
+            # card says who replayed it and why.
+            put("answer", "the same refund")
         elif kind == RunEventKind.REAPPROVE:
             reapproved = True
             put("approve", "a person, again")

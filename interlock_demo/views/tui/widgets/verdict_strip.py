@@ -16,7 +16,7 @@ from textual.widgets import Static
 
 from interlock_demo.core.columns import column_kind
 from interlock_demo.core.run import Column, RunSnapshot
-from interlock_demo.core.verdict import AGENT, HAND, counting, failed_check
+from interlock_demo.core.verdict import AGENT, HAND, counting, failed_check, replay
 from workers.protocol import CHECK_APPROVAL
 from workers.texts import EMULATOR, MOCK, MONEY_AT, STRIPE
 
@@ -50,6 +50,8 @@ def reason(col: Column, scenario: str = "") -> str:
     if outcome is not None and outcome.reapproves:
         return f"re-approved by a person: sent, {_money(total)} in all"
     if status == "sent":
+        if col.ok and replay(col) is not None:
+            return "sent twice, one refund: the key replayed"
         if col.ok:
             return "sent once" if not hand else f"sent: {_money(total)} in all"
         if scenario == "revoked":
