@@ -127,6 +127,12 @@ def banner(app: DemoApp) -> str:
     return app.query_one(ModeBanner).text
 
 
+def card_of(app: DemoApp, column: str) -> str:
+    """A column's result card as written, its long lines whole (on screen a mock card's
+    lines wrap, each row with its MOCK. prefix: the screen tests read those rows)."""
+    return app.query_one(f"#col-{column}", ColumnPane).card_text
+
+
 def pane_part(app: DemoApp, column: str, part: str) -> str:
     """One part of a column pane: title, status, event-lines or card."""
     return plain(app.query_one(f"#col-{column} .{part}", Static))
@@ -135,6 +141,12 @@ def pane_part(app: DemoApp, column: str, part: str) -> str:
 def screen_text(app: DemoApp) -> str:
     """What the terminal shows right now, as plain text, one line per row."""
     return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
+
+
+def columns_text(app: DemoApp) -> str:
+    """What the columns' part of the screen shows (the message line may name a column)."""
+    region = app.query_one("#columns").region
+    return "\n".join(screen_text(app).splitlines()[region.y : region.bottom])
 
 
 def notices(app: DemoApp, monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -253,7 +265,7 @@ async def test_enter_runs_the_scenario_and_every_column_shows_its_result(
         assert run.all_as_predicted
         assert "finished (MOCK)" in header(app)
         for column in ("standard", "interlock", "checked"):
-            card = pane_part(app, column, "card")
+            card = card_of(app, column)
             assert "RESULT" in card
             assert VERDICTS[sid][column] in card
             assert f"reported: {REPORTED[sid][column]}" in card
@@ -360,24 +372,25 @@ async def test_c_toggles_the_checked_column(home: Path) -> None:
     async with app.run_test(size=SIZE) as pilot:
         checked = app.query_one("#col-checked", ColumnPane)
         assert not checked.display
-        assert "Hand-written check" not in screen_text(app)
+        assert "Hand-written check" not in columns_text(app)
 
         await pilot.press("c")
         await settle(pilot)
         assert checked.display
         assert "checked column" in header(app)
-        assert "Hand-written check" in screen_text(app)
+        assert "Hand-written check" in columns_text(app)
+        assert message(app) == "Hand-written check shown in the next run."
 
         run = await start(pilot)
         await finish(pilot, run)
         assert [c.name for c in run.columns] == ["standard", "interlock", "checked"]
-        assert "RESULT" in pane_part(app, "checked", "card")
+        assert "RESULT" in card_of(app, "checked")
 
         await pilot.press("c")
         await settle(pilot)
         assert not checked.display
         assert "checked column" not in header(app)
-        assert "Hand-written check" not in screen_text(app)
+        assert "Hand-written check" not in columns_text(app)
 
 
 @pytest.mark.parametrize("mode", ["mock", "offline"])
@@ -581,7 +594,7 @@ async def test_a_reapproves_after_interlock_refused(home: Path, sid: str) -> Non
         assert col.receipt["outcome"] == "sent"
         assert col.receipt["context"]["reapproves"] == refused
         assert col.lease_id is not None
-        card = pane_part(app, "interlock", "card")
+        card = card_of(app, "interlock")
         assert "reported: sent" in card
         assert f"re-approves the refused {refused[:12]}… (receipt 1)" in card
         assert "Receipt 2 of this run: sent" in card
@@ -799,7 +812,7 @@ async def test_the_card_names_where_the_money_was_read_at_every_width(
             assert col is not None
             pane.show(shown, col)
             await settle(pilot)
-            card = pane_part(app, "standard", "card")
+            card = card_of(app, "standard")
             result = next(line for line in card.splitlines() if "RESULT" in line)
             assert place in result, f"{mode}: {result}"
             others = [p for m, p in READ_AT.items() if m != mode and p in result]
@@ -836,7 +849,7 @@ async def test_the_control_standard_card_says_the_key_was_replayed(
             assert col is not None
             pane.show(shown, col)
             await settle(pilot)
-            card = " ".join(pane_part(app, "standard", "card").split())
+            card = " ".join(card_of(app, "standard").split())
             replayed = f"sent twice: {who} replayed its first answer under the same key"
             assert (f"{replayed}, no second refund" in card) is not compact, f"{mode}: {card}"
             assert ("replayed" in card) is not compact, f"{mode}: {card}"
@@ -861,7 +874,7 @@ async def test_three_columns_side_by_side_down_to_100_wide(
         footer = text.splitlines()[-1]
         for key in ("⏎ Run", "1 Hand refund", "3 After answer", "q Quit"):
             assert key in footer, key
-        card = pane_part(app, "standard", "card")
+        card = card_of(app, "standard")
         assert ("$40.00: agent $20 + hand $20" in card) == (layout == "compact")
         assert "Standard   $40.00 in memory  ✗ retried blindly: $40.00" in text
 
@@ -1085,7 +1098,7 @@ async def test_offline_run_counts_the_claim_wait_down_with_honest_labels(home: P
         for col in run.columns:
             texts = [e.text for e in col.events]
             assert not any("Stripe answered" in t for t in texts), col.name
-            card = pane_part(app, col.name, "card")
+            card = card_of(app, col.name)
             assert "read back from the emulator" in card and "Stripe" not in card
         interlock = [e.text for e in run.column("interlock").events]
         kill = interlock.index("SIGKILL at before-send")
@@ -1107,7 +1120,7 @@ async def test_mock_says_its_claim_wait_is_simulated_and_names_no_stripe(
         texts = [e.text for c in run.columns for e in c.events]
         assert not any("Stripe" in t or "POST" in t or "(pid 0)" in t for t in texts)
         for col in run.columns:
-            assert "Stripe" not in pane_part(app, col.name, "card"), col.name
+            assert "Stripe" not in card_of(app, col.name), col.name
         simulated = re.compile(
             r"simulated: waits out the dead worker's claim, \d+\.\d s on the mock clock "
             r"\(no real time passes\)"
@@ -1230,13 +1243,13 @@ async def test_sigkill_and_restarting_stay_on_screen_for_the_hold(
         await finish(pilot, run)
         assert not app.query_one(VerdictStrip).display, "verdicts before the kill was shown"
         for col in run.columns:
-            assert pane_part(app, col.name, "card") == "", col.name
+            assert card_of(app, col.name) == "", col.name
         await play_out_the_holds(pilot, clock, hold_s)
         assert app.query_one(VerdictStrip).display
         log.verdicts_at = clock.now
         assert_every_kill_held(log, run, hold_s)
         for col in run.columns:
-            assert pane_part(app, col.name, "card") != "", col.name
+            assert card_of(app, col.name) != "", col.name
 
 
 async def test_a_kill_heard_of_late_never_draws_an_event_twice(home: Path) -> None:
@@ -1324,8 +1337,9 @@ async def test_a_long_event_log_shows_its_newest_line_and_no_scrollbar(
 async def test_every_row_of_a_mock_card_on_screen_starts_with_mock(
     home: Path, size: tuple[int, int]
 ) -> None:
-    """A mock run's cards, drawn three side by side (or one at a time), have "MOCK." at the
-    start of every row on screen, the rows a long line wraps onto (a refund's id) too."""
+    """A mock run's cards and status lines, drawn three side by side (or one at a time),
+    have "MOCK." at the start of every row on screen: the rows a long line wraps onto (a
+    refund's id) and a status's second line (its state, below 160) too."""
     app = new_app(mock_config(home), checked=True)
     async with app.run_test(size=size) as pilot:
         run = await start(pilot)
@@ -1335,14 +1349,14 @@ async def test_every_row_of_a_mock_card_on_screen_starts_with_mock(
         for pane in app.query(ColumnPane):
             if not pane.display:
                 continue
-            card = pane.query_one(".card")
-            region = card.region
-            for row in rows[region.y : region.bottom]:
-                words = row[region.x : region.right].strip()
-                if words:
-                    assert words.startswith("MOCK."), (pane.column_name, words)
-                    checked += 1
-        assert checked >= 3
+            for part in (".status", ".card"):
+                region = pane.query_one(part).region
+                for row in rows[region.y : region.bottom]:
+                    words = row[region.x : region.right].strip()
+                    if words:
+                        assert words.startswith("MOCK."), (pane.column_name, words)
+                        checked += 1
+        assert checked >= 4
 
 
 async def test_offline_status_lines_keep_their_pids_at_100x30(home: Path) -> None:
@@ -1476,17 +1490,17 @@ async def test_cards_send_no_mixed_signals(home: Path) -> None:
     async with app.run_test(size=SIZE) as pilot:
         run = await start(pilot, "1")
         await finish(pilot, run)
-        card = pane_part(app, "interlock", "card")
+        card = card_of(app, "interlock")
         assert "✗" not in card
         assert "→ world check: refunds CHANGED" in card
         assert "→ refused  (approval: not reached)" in card
         run = await start(pilot, "3")
         await finish(pilot, run)
-        card = pane_part(app, "interlock", "card")
+        card = card_of(app, "interlock")
         assert "reported: adopted (found its own refund in memory)" in card
         assert "✓ lookup: found its own refund" in card
         assert "→ adopted  (world check, approval: not needed)" in card
-        checked = pane_part(app, "checked", "card")
+        checked = card_of(app, "checked")
         assert "⚠ right money, false alarm   reported: stopped" in checked
         assert "✓ right" not in checked
         assert "it said stopped, but its own refund went through" in checked
@@ -1502,7 +1516,7 @@ async def test_the_json_says_where_the_money_was_read_as_the_screen_does(home: P
         doc = run.to_json()
         interlock = next(c for c in doc["columns"] if c["name"] == "interlock")
         assert interlock["outcome"]["reason"] == "found its own refund in memory"
-        assert "(found its own refund in memory)" in pane_part(app, "interlock", "card")
+        assert "(found its own refund in memory)" in card_of(app, "interlock")
         assert "Stripe" not in str([c["outcome"]["reason"] for c in doc["columns"]])
         assert "$20.00 in memory" in verdicts(app)
 
@@ -1519,7 +1533,7 @@ async def test_a_receipt_is_numbered_within_its_run(home: Path) -> None:
         col.receipt = {**col.receipt, "seq": 9}
         app.query_one("#col-interlock", ColumnPane).show(snapshot, col)
         await settle(pilot)
-        card = pane_part(app, "interlock", "card")
+        card = card_of(app, "interlock")
         assert "Receipt 1 of this run: refused" in card
         assert "#9" not in card
 
@@ -1598,7 +1612,7 @@ async def test_presenter_mode_advances_one_phase_per_press(home: Path) -> None:
         await pilot.press("space")
         await finish(pilot, run)
         assert run.all_as_predicted
-        assert "RESULT" in pane_part(app, "interlock", "card")
+        assert "RESULT" in card_of(app, "interlock")
 
 
 async def test_resizing_the_terminal_lays_the_columns_out_again(home: Path) -> None:

@@ -273,12 +273,18 @@ class ColumnPane(Vertical):
         if self.caught_up:
             self._render_card(run, col, prefix, force=force_card)
 
+    @property
+    def card_text(self) -> str:
+        """The result card's lines as they were written, before a simulated run's long
+        lines are wrapped with the prefix on each row ("" before the card)."""
+        return self._card_text
+
     def _render_card(self, run: RunSnapshot, col: Column, prefix: str, *, force: bool) -> None:
         card = _card(run, col, prefix, compact=self.compact, narrow=self.two_line_status)
-        if prefix and self.event_width is not None:
-            card = _wrapped(card, prefix, self.event_width, self.app.console)
         if force or card.plain != self._card_text:
             self._card_text = card.plain
+            if prefix and card and self.event_width is not None:
+                card = _wrapped(card, prefix, self.event_width, self.app.console)
             self.query_one(".card", Static).update(card)
         sign = mark(col)[0] if col.stripe is not None else None
         self.set_class(sign == "✗", "-wrong")
@@ -408,10 +414,11 @@ def _status_of(
         for n, (words, style) in enumerate(parts):
             text.append(" · " if n else "")
             text.append(words, style=style)
-        if parts:
-            text.append("\n" if two_lines else " · ")
-        elif two_lines:
+        if two_lines:
             text.append("\n")
+            text.append(prefix, style="bold")  # a simulated run's every row says so
+        elif parts:
+            text.append(" · ")
     text.append(_label(state), style="bold")
     if error:
         text.append(f": {error}", style="red")
