@@ -8,7 +8,8 @@
     interlock-demo mcp [--offline] [--approve PAYMENT --cap CENTS]        refunds over MCP
     interlock-demo e2e-report [--out FILE] [--parallel N]                   both engines, offline
     interlock-demo screenshots [--out DIR] [--scenario ID|all]              SVG/PNG files
-    interlock-demo record --scenario ID [--mock] [--checked] [--size 100x30] --out F.cast
+    interlock-demo record --scenario ID [--mock] [--checked] [--size 100x30] [--hold 5]
+                          --out F.cast
 
 Exit codes: 0 as predicted, 1 a deviation, 2 bad usage or configuration, 3 a run could
 not finish. `doctor`: 0 when the chosen mode can run, else 1.
@@ -20,6 +21,7 @@ import argparse
 import contextlib
 import difflib
 import io
+import math
 import os
 import sys
 from pathlib import Path
@@ -43,6 +45,10 @@ STORE_HELP = (
 )
 # A recording's terminal larger than this is a typo, not a projector.
 MAX_RECORD_SIDE = 500
+# How long a recording stays on the verdicts at its end, unless `--hold` says; longer than
+# MAX_HOLD_S is a typo, not a pause to talk over.
+DEFAULT_HOLD_S = 5.0
+MAX_HOLD_S = 600.0
 
 
 def port(text: str) -> int:
@@ -116,6 +122,8 @@ def _parser() -> argparse.ArgumentParser:
         metavar="PORT",
         help="serve the run as JSON on 127.0.0.1 (default port 8787)",
     )
+    # `record`'s app: it leaves out of the screen what dies with it (the JSON's address).
+    p.add_argument("--recorded", action="store_true", help=argparse.SUPPRESS)
     sub = p.add_subparsers(dest="command")
     emu = sub.add_parser("stripe-emulator", help="run the loopback Stripe emulator alone")
     emu.add_argument("--port", type=port, help="default: a free port, printed on start")
@@ -194,6 +202,13 @@ def _parser() -> argparse.ArgumentParser:
         help="the terminal recorded, such as 100x30 for the projector's (default "
         f"{LARGEST[0]}x{LARGEST[1]}; at least {SMALLEST[0]}x{SMALLEST[1]})",
     )
+    rec.add_argument(
+        "--hold",
+        type=_hold,
+        default=DEFAULT_HOLD_S,
+        metavar="SECONDS",
+        help=f"how long the cast stays on the verdicts at its end (default {DEFAULT_HOLD_S:g})",
+    )
     add_mcp_parser(sub)
     return p
 
@@ -210,6 +225,20 @@ def _terminal_size(text: str) -> tuple[int, int]:
             f"most {MAX_RECORD_SIDE}); give a size such as 100x30"
         )
     return size
+
+
+def _hold(text: str) -> float:
+    """Seconds to hold the verdicts: a number from 0 to `MAX_HOLD_S`."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    # NaN fails the comparison too: "nan" is a float to Python, not a time to wait.
+    if not 0 <= seconds <= MAX_HOLD_S:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give seconds from 0 to {MAX_HOLD_S:g}, such as {DEFAULT_HOLD_S:g}"
+        )
+    return seconds
 
 
 def _app_options_again(sub: argparse.ArgumentParser, *, checked: bool) -> None:
@@ -272,7 +301,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "record":
         from interlock_demo.views.record import main as record
 
-        return record(args.rec_scenario, args.rec_mode, args.out, args.checked, args.size)
+        return record(
+            args.rec_scenario,
+            args.rec_mode,
+            args.out,
+            checked=args.checked,
+            size=args.size,
+            hold=args.hold,
+        )
     if args.command == "sweep":
         return _sweep(
             args.sweep_mode or "offline", args.sweep_json, args.parallel, args.faults, args.store
@@ -314,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
         return serve(args.port, argv=_app_argv(args))
     from interlock_demo.views.tui.app import run_app
 
-    return run_app(config, checked=args.checked, http_port=args.http)
+    return run_app(config, checked=args.checked, http_port=args.http, recorded=args.recorded)
 
 
 def _command(argv: list[str]) -> str | None:

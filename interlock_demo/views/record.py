@@ -5,6 +5,17 @@ replays a real one. The app runs as its own process on a pseudo-terminal of a fi
 the recorder presses the scenario's key and enter, waits for the run's end (the app's own
 JSON of the run on loopback, `--http`, then the screen redrawn with it), quits with q and
 writes what the terminal received, with the time each piece came.
+
+The cast ends on the verdicts, held for `hold` seconds, and leaves them on the player's
+screen: the app draws in the alternate screen and leaves it when it quits, which would
+blank the player's terminal as the cast ends, so the cast draws on the main screen
+instead (the app's switch to the alternate screen becomes a clear screen, its switch back
+is dropped). The rest of the app's teardown stays, after the hold: it turns mouse
+reporting, bracketed paste, focus events and the keyboard protocol off and shows the
+cursor again, all of which the cast turned on in the player's terminal. The cast then
+puts the cursor below the last frame, where the shell's prompt comes back. The app is told
+it is recorded (`--recorded`) and leaves out its JSON address, which is dead once the
+recording is over.
 """
 
 from __future__ import annotations
@@ -39,6 +50,13 @@ START_TIMEOUT_S = 60.0
 RUN_TIMEOUT_S = 180.0
 QUIT_TIMEOUT_S = 30.0
 POLL_S = 0.1
+# The app has painted its last frame once it has written nothing for this long: q is
+# pressed then, so everything after it is the app's teardown and nothing of the frame.
+QUIET_S = 0.5
+# Past this the app is taken as settled even if it keeps painting (a blinking cursor).
+SETTLE_TIMEOUT_S = 5.0
+# The app's alternate screen, and what the cast does instead (see the module docstring).
+CAST_REPLACES = {"\x1b[?1049h": "\x1b[H\x1b[2J", "\x1b[?1049l": ""}
 
 
 class RecordError(Exception):
@@ -81,6 +99,19 @@ class _Pty:
                     return False
                 self.changed.wait(left)
         return True
+
+    def wait_quiet(self, quiet: float, timeout: float) -> int:
+        """Wait until the app has written nothing for `quiet` seconds (at most `timeout`);
+        the number of events then."""
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while True:
+                count = len(self.events)
+                last = self.events[-1][0] + self.start if self.events else self.start
+                left = min(last + quiet, deadline) - time.monotonic()
+                if left <= 0 or not self.thread.is_alive():
+                    return count
+                self.changed.wait(left)
 
     def write(self, data: bytes) -> None:
         """Type `data` into the app's terminal."""
@@ -126,12 +157,15 @@ def record(
     *,
     checked: bool = False,
     size: tuple[int, int] = LARGEST,
+    hold: float,
     env: Mapping[str, str] | None = None,
 ) -> Path:
-    """Record the app running `scenario` in `mode` ("offline" or "mock") into `out`."""
+    """Record the app running `scenario` in `mode` ("offline" or "mock") into `out`, its
+    verdicts held on screen for `hold` seconds at the end."""
     width, height = size
     port = _free_port()
     cmd = [sys.executable, "-m", "interlock_demo.cli", f"--{mode}", "--http", str(port)]
+    cmd.append("--recorded")
     if checked:
         cmd.append("--checked")
     parent = os.environ if env is None else env
@@ -182,6 +216,7 @@ def record(
         # first line starts with the column's title, padded (no other line pads it so).
         if not pty.wait_for(VERDICT_LINE, started, 10):
             raise RecordError("the app did not show the verdict strip")
+        quit_at = pty.wait_quiet(QUIET_S, SETTLE_TIMEOUT_S)
         pty.write(b"q")
         proc.wait(timeout=QUIT_TIMEOUT_S)
         pty.thread.join(QUIT_TIMEOUT_S)
@@ -195,8 +230,41 @@ def record(
                 kill_tree(proc.pid)
                 proc.wait()
         os.close(master)
-    _write_cast(out, width, height, pty.events, f"interlock-demo {scenario} ({mode})")
+    events = _ending_on_the_last_frame(pty.events, quit_at, hold, height)
+    _write_cast(out, width, height, events, f"interlock-demo {scenario} ({mode})")
     return out
+
+
+def _ending_on_the_last_frame(
+    events: list[tuple[float, str]], quit_at: int, hold: float, height: int
+) -> list[tuple[float, str]]:
+    """The cast's events: the app's up to q, then its teardown `hold` seconds after the
+    last frame, without the alternate screen, and the cursor below the frame."""
+    frames, teardown = _main_screen(events[:quit_at]), _main_screen(events[quit_at:])
+    end = (frames[-1][0] if frames else 0.0) + hold
+    last = "".join(text for _, text in teardown) + f"\x1b[{height};1H\r\n"
+    return [*frames, (end, last)]
+
+
+def _main_screen(events: list[tuple[float, str]]) -> list[tuple[float, str]]:
+    """`events` with the alternate screen's sequences replaced (`CAST_REPLACES`), also
+    where one is split between two reads."""
+    kept: list[tuple[float, str]] = []
+    carry = ""
+    for t, piece in events:
+        text = carry + piece
+        start = text.rfind("\x1b")
+        tail = text[start:] if start >= 0 else ""
+        split = any(seq.startswith(tail) and seq != tail for seq in CAST_REPLACES)
+        carry = tail if split else ""
+        text = text[: len(text) - len(carry)]
+        for seq, instead in CAST_REPLACES.items():
+            text = text.replace(seq, instead)
+        if text:
+            kept.append((t, text))
+    if carry:
+        kept.append((events[-1][0], carry))
+    return kept
 
 
 def _write_cast(
@@ -218,11 +286,11 @@ def _write_cast(
 
 
 def main(
-    scenario: str, mode: str, out: Path, checked: bool = False, size: tuple[int, int] = LARGEST
+    scenario: str, mode: str, out: Path, *, checked: bool, size: tuple[int, int], hold: float
 ) -> int:
     """The command: 0 when the recording is written, 3 when the run could not finish."""
     try:
-        path = record(scenario, mode, out, checked=checked, size=size)
+        path = record(scenario, mode, out, checked=checked, size=size, hold=hold)
     except (RecordError, subprocess.TimeoutExpired, OSError) as e:
         print(f"interlock-demo record: {e}; nothing was written to {out}", file=sys.stderr)
         return ExitCode.UNFINISHED
