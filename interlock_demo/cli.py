@@ -12,7 +12,9 @@
                           --out F.cast
 
 Exit codes: 0 as predicted, 1 a deviation, 2 bad usage or configuration, 3 a run could
-not finish. `doctor`: 0 when the chosen mode can run, else 1.
+not finish. `doctor`: 0 when the chosen mode can run, else 1. A Ctrl-C, SIGTERM or SIGHUP
+stops a command at once with one line saying what finished (`STOP_CODES`: 3, or 0 for
+`mcp`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from interlock_demo.exit_codes import ExitCode
 from interlock_demo.layout import LARGEST, SMALLEST
 from interlock_demo.mcp.cli import add_mcp_parser
 from interlock_demo.settings import MODES, resolve
+from interlock_demo.stopping import Stopped, stop_signals
 from scenarios import SCENARIOS, SWITCHES
 
 SCENARIO_HELP = (
@@ -45,6 +48,17 @@ STORE_HELP = (
 )
 # A recording's terminal larger than this is a typo, not a projector.
 MAX_RECORD_SIDE = 500
+# What each subcommand exits with when a stop signal ends it (`interlock_demo.stopping`):
+# a server's normal end is Ctrl-C; any other command did not finish.
+STOP_CODES = {
+    "mcp": ExitCode.OK,
+    "doctor": ExitCode.UNFINISHED,
+    "e2e-report": ExitCode.UNFINISHED,
+    "screenshots": ExitCode.UNFINISHED,
+    "record": ExitCode.UNFINISHED,
+    "sweep": ExitCode.UNFINISHED,
+    "results": ExitCode.UNFINISHED,
+}
 # How long a recording stays on the verdicts at its end, unless `--hold` says; longer than
 # MAX_HOLD_S is a typo, not a pause to talk over.
 DEFAULT_HOLD_S = 5.0
@@ -278,7 +292,48 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:
         return ExitCode.USAGE if e.code else ExitCode.OK
     if args.command == "stripe-emulator":
-        return _emulator(args.port)
+        return _emulator(args.port)  # the library's: it stops on these signals itself
+    if args.command in STOP_CODES:
+        with stop_signals():
+            try:
+                return _subcommand(args)
+            except Stopped as stop:
+                print(stop.line(f"interlock-demo {args.command}"), file=sys.stderr)
+                return STOP_CODES[args.command]
+    try:
+        _check_headless_usage(args)
+        config = resolve(
+            mode=args.mode,
+            engine=args.engine,
+            emulate_24h=args.emulate_24h,
+            no_lookup=args.no_lookup,
+            stripe_base=args.stripe_base,
+            store=args.store,
+        )
+        if args.engine == "temporal":
+            from interlock_demo.engine.temporal.probe import check_temporal
+
+            check_temporal(config)  # the extra installed, the activity's timeouts workable
+    except (UsageError, KeyRefusedError) as e:
+        print(f"interlock-demo: {e}", file=sys.stderr)
+        return ExitCode.USAGE
+    if args.headless:
+        from interlock_demo.views.headless import run_headless
+
+        return run_headless(
+            config, scenario_id(args.scenario), checked=args.checked, as_json=args.json
+        )
+    if args.command == "serve":
+        from interlock_demo.views.serve import serve
+
+        return serve(args.port, argv=_app_argv(args))
+    from interlock_demo.views.tui.app import run_app
+
+    return run_app(config, checked=args.checked, http_port=args.http, recorded=args.recorded)
+
+
+def _subcommand(args: argparse.Namespace) -> int:
+    """Run one of the subcommands in `STOP_CODES`; returns its exit code."""
     if args.command == "mcp":
         from interlock_demo.mcp.cli import run as run_mcp
 
@@ -321,36 +376,7 @@ def main(argv: list[str] | None = None) -> int:
         except (UsageError, KeyRefusedError) as e:
             print(f"interlock-demo: {e}", file=sys.stderr)
             return ExitCode.USAGE
-    try:
-        _check_headless_usage(args)
-        config = resolve(
-            mode=args.mode,
-            engine=args.engine,
-            emulate_24h=args.emulate_24h,
-            no_lookup=args.no_lookup,
-            stripe_base=args.stripe_base,
-            store=args.store,
-        )
-        if args.engine == "temporal":
-            from interlock_demo.engine.temporal.probe import check_temporal
-
-            check_temporal(config)  # the extra installed, the activity's timeouts workable
-    except (UsageError, KeyRefusedError) as e:
-        print(f"interlock-demo: {e}", file=sys.stderr)
-        return ExitCode.USAGE
-    if args.headless:
-        from interlock_demo.views.headless import run_headless
-
-        return run_headless(
-            config, scenario_id(args.scenario), checked=args.checked, as_json=args.json
-        )
-    if args.command == "serve":
-        from interlock_demo.views.serve import serve
-
-        return serve(args.port, argv=_app_argv(args))
-    from interlock_demo.views.tui.app import run_app
-
-    return run_app(config, checked=args.checked, http_port=args.http, recorded=args.recorded)
+    raise AssertionError(f"not a subcommand with a stop code: {args.command}")
 
 
 def _command(argv: list[str]) -> str | None:

@@ -23,12 +23,8 @@ from interlock_demo.core.run import Run
 from interlock_demo.engine import Engine, RunChoice
 from interlock_demo.exit_codes import ExitCode
 from interlock_demo.settings import DemoConfig
+from interlock_demo.stopping import STOP_SIGNALS
 from scenarios import SCENARIOS
-
-# The signals that stop a headless run; SIGHUP is not on every platform.
-STOP_SIGNALS = tuple(
-    getattr(signal, name) for name in ("SIGHUP", "SIGINT", "SIGTERM") if hasattr(signal, name)
-)
 
 
 class _Progress:

@@ -36,7 +36,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from interlock_demo.engine import RunChoice
 from interlock_demo.engine.supervisor import kill_tree
@@ -44,6 +44,7 @@ from interlock_demo.environment import demo_env
 from interlock_demo.exit_codes import ExitCode
 from interlock_demo.layout import LARGEST, WIDE
 from interlock_demo.settings import PRIVATE_UMASK
+from interlock_demo.stopping import Stopped
 from scenarios import SCENARIOS
 
 START_TIMEOUT_S = 60.0
@@ -159,9 +160,11 @@ def record(
     size: tuple[int, int] = LARGEST,
     hold: float,
     env: Mapping[str, str] | None = None,
+    progress: TextIO | None = None,
 ) -> Path:
     """Record the app running `scenario` in `mode` ("offline" or "mock") into `out`, its
-    verdicts held on screen for `hold` seconds at the end."""
+    verdicts held on screen for `hold` seconds at the end; `progress` is told when the run
+    starts."""
     width, height = size
     port = _free_port()
     cmd = [sys.executable, "-m", "interlock_demo.cli", f"--{mode}", "--http", str(port)]
@@ -177,20 +180,23 @@ def record(
     if parent.get("COLORTERM"):
         app_env["COLORTERM"] = parent["COLORTERM"]
     master, slave = os.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", height, width, 0, 0))
-    proc = subprocess.Popen(
-        cmd,
-        stdin=slave,
-        stdout=slave,
-        stderr=slave,
-        env=app_env,
-        start_new_session=True,
-        umask=PRIVATE_UMASK,
-    )
-    os.close(slave)
-    pty = _Pty(master)
-    url = f"http://127.0.0.1:{port}/api/run"
+    proc: subprocess.Popen[bytes] | None = None
     try:
+        try:
+            fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", height, width, 0, 0))
+            proc = subprocess.Popen(
+                cmd,
+                stdin=slave,
+                stdout=slave,
+                stderr=slave,
+                env=app_env,
+                start_new_session=True,
+                umask=PRIVATE_UMASK,
+            )
+        finally:
+            os.close(slave)
+        pty = _Pty(master)
+        url = f"http://127.0.0.1:{port}/api/run"
         if not pty.wait_for("ready: press enter to run", 0, START_TIMEOUT_S):
             raise RecordError(f"the app did not show its idle screen in {START_TIMEOUT_S:g} s")
         started = len(pty.events)
@@ -203,6 +209,9 @@ def record(
             if not pty.wait_for(shown, started, START_TIMEOUT_S):
                 raise RecordError(f"the app did not show scenario {scenario} after its key")
         pty.write(b"\r")
+        if progress is not None:
+            progress.write(f"record: the app (pid {proc.pid}) runs {scenario} ({mode})\n")
+            progress.flush()
         run = _wait_finished(url, proc, RUN_TIMEOUT_S)
         if run is None:
             raise RecordError(f"the run did not finish in {RUN_TIMEOUT_S:g} s")
@@ -221,7 +230,7 @@ def record(
         proc.wait(timeout=QUIT_TIMEOUT_S)
         pty.thread.join(QUIT_TIMEOUT_S)
     finally:
-        if proc.poll() is None:
+        if proc is not None and proc.poll() is None:
             proc.send_signal(signal.SIGTERM)  # the app stops its workers on SIGTERM
             try:
                 proc.wait(timeout=QUIT_TIMEOUT_S)
@@ -279,18 +288,30 @@ def _write_cast(
         "env": {"TERM": "xterm-256color"},
     }
     out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", encoding="utf-8") as f:
-        f.write(json.dumps(header) + "\n")
-        for t, text in events:
-            f.write(json.dumps([round(t, 6), "o", text]) + "\n")
+    # Written beside it and renamed: a stop mid-write leaves no half cast, and an earlier
+    # recording at `out` stays whole until the new one is.
+    part = out.with_name(out.name + ".part")
+    try:
+        with part.open("w", encoding="utf-8") as f:
+            f.write(json.dumps(header) + "\n")
+            for t, text in events:
+                f.write(json.dumps([round(t, 6), "o", text]) + "\n")
+        part.replace(out)
+    finally:
+        part.unlink(missing_ok=True)
 
 
 def main(
     scenario: str, mode: str, out: Path, *, checked: bool, size: tuple[int, int], hold: float
 ) -> int:
-    """The command: 0 when the recording is written, 3 when the run could not finish."""
+    """The command: 0 when the recording is written, 3 when the run could not finish (or
+    a stop signal ended it: `Stopped`, saying that the app stopped and nothing was written)."""
     try:
-        path = record(scenario, mode, out, checked=checked, size=size, hold=hold)
+        path = record(
+            scenario, mode, out, checked=checked, size=size, hold=hold, progress=sys.stderr
+        )
+    except Stopped as stop:
+        raise stop.having(f"the app and its workers stopped; nothing written to {out}") from None
     except (RecordError, subprocess.TimeoutExpired, OSError) as e:
         print(f"interlock-demo record: {e}; nothing was written to {out}", file=sys.stderr)
         return ExitCode.UNFINISHED
