@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,6 +28,7 @@ import pytest
 
 from interlock_demo.engine.temporal.probe import temporal_unavailable
 from tests.helpers.headless import ROOT, Lines, cli_env
+from tests.unit.test_receipts_verify import _store_with_receipts
 
 pytestmark = pytest.mark.e2e
 
@@ -33,6 +36,7 @@ pytestmark = pytest.mark.e2e
 STOP_DEADLINE_S = 20.0
 START_DEADLINE_S = 90.0
 DEMO = [sys.executable, "-m", "interlock_demo.cli"]
+LIBRARY = [sys.executable, "-m", "interlock"]
 # A script's background job (`cmd &`) starts with SIGINT ignored; it stays so across exec.
 SIGINT_IGNORED = ["sh", "-c", 'trap "" INT; exec "$@"', "sh"]
 # The demo's timings: a run waits out a 15 s claim, so finishing one takes longer than
@@ -97,16 +101,17 @@ def _worker(cmdline: str) -> bool:
 def _stop(
     home: Path,
     command: list[str],
-    started: str,
+    started: str | None,
     *,
     on_stdout: bool = False,
     sig: signal.Signals = signal.SIGINT,
     working: Callable[[str], bool] | None = None,
     sigint_ignored: bool = False,
     env: dict[str, str] | None = None,
+    ready: Callable[[], bool] | None = None,
 ) -> Stopped:
-    """Start `command`, wait for `started` on its stderr (stdout with `on_stdout`) and for
-    a process under it that is `working`; send `sig`; see how it ends."""
+    """Start `command`, wait for `started` on its stderr (stdout with `on_stdout`), for a
+    process under it that is `working`, and for `ready()`; send `sig`; see how it ends."""
     home.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(
         [*(SIGINT_IGNORED if sigint_ignored else []), *command],
@@ -121,11 +126,14 @@ def _stop(
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     out, err = Lines(proc.stdout, START_DEADLINE_S), Lines(proc.stderr, START_DEADLINE_S)
     try:
-        (out if on_stdout else err).until(started)
+        if started is not None:
+            (out if on_stdout else err).until(started)
         deadline = time.monotonic() + START_DEADLINE_S
         while working is not None and not _below(proc.pid, working):
             assert time.monotonic() < deadline, f"no real work under it: {err.seen}"
             time.sleep(0.05)  # polling another process's children: no event to wait on
+        if ready is not None:
+            assert ready(), f"it never reached its real work: {err.seen}"
         seen = psutil.Process(proc.pid).children(recursive=True)
         sent = time.monotonic()
         if sig == signal.SIGINT:
@@ -319,3 +327,55 @@ def test_the_mcp_server_ends_on_ctrl_c_as_its_normal_end(
     )
     line = _check(stopped, 0, "interlock-demo mcp stopped by Ctrl-C: ")
     assert "settled when it starts again, never sent twice" in line
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("sig", "sigint_ignored"),
+    [(signal.SIGINT, False), (signal.SIGTERM, False), (signal.SIGINT, True)],
+    ids=["ctrl-c", "sigterm", "ctrl-c-in-a-background-job"],
+)
+def test_verify_stopped_while_it_reads_stripe_exits_3(
+    tmp_path: Path, sig: signal.Signals, sigint_ignored: bool
+) -> None:
+    """`python -m interlock verify --stripe` stopped while Stripe (here a server that takes
+    the request and never answers) has it: exit 3 and one line, not its timeout's wait."""
+    store = tmp_path / "journal.sqlite3"
+    _store_with_receipts(store)
+    silent = socket.create_server(("127.0.0.1", 0))
+    silent.settimeout(START_DEADLINE_S)
+    asked = threading.Event()
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        try:
+            conn, _ = silent.accept()
+        except OSError:  # it never came: the test fails on `asked`
+            return
+        held.append(conn)
+        asked.set()
+
+    acceptor = threading.Thread(target=accept)
+    acceptor.start()
+    try:
+        stopped = _stop(
+            tmp_path / "home",
+            [*LIBRARY, "verify", "--stripe", str(store)],
+            None,
+            sig=sig,
+            sigint_ignored=sigint_ignored,
+            env={
+                "STRIPE_SECRET_KEY": "sk_test_MadeUpForTheStopTest0000",
+                "INTERLOCK_STRIPE_BASE": f"http://127.0.0.1:{silent.getsockname()[1]}",
+            },
+            ready=lambda: asked.wait(START_DEADLINE_S),
+        )
+    finally:
+        acceptor.join(START_DEADLINE_S)
+        silent.close()
+        for conn in held:
+            conn.close()
+    words = "Ctrl-C" if sig == signal.SIGINT else "SIGTERM"
+    line = _check(stopped, 3, f"python -m interlock verify stopped by {words} ")
+    assert line.endswith(f"before it finished: no result; {store} was only read"), line
+    assert stopped.stdout == ""
