@@ -11,7 +11,7 @@ Ctrl-C cannot break that cleanup. Where a command knows what finished and what d
 it catches `Stopped` and raises it again with those words (`Stopped.having`); the CLI
 prints them on one line and exits with the command's stop code:
 
-    interlock-demo sweep stopped by Ctrl-C: 12 of 81 cells finished, 9 stopped, 60 not
+    interlock-demo sweep stopped by Ctrl-C: 12 of 72 cells finished, 9 stopped, 51 not
     started; nothing written
 
 The headless run (`views.headless`) and the app keep handlers of their own: a headless

@@ -63,8 +63,8 @@ async def take(
 
     The runs keep their state in a fresh INTERLOCK_HOME, removed afterwards, so that the
     pictures do not depend on earlier runs (receipt numbers, chain lengths). A stop signal
-    (`interlock_demo.stopping`) cancels it: its workers are killed and `CancelledError`
-    ends it, `saved` holding what was written.
+    (`interlock_demo.stopping`) closes the app's engine: its workers are killed, and the
+    run that ended so raises `ScreenshotError`, `saved` holding what was written.
     """
     saved = [] if saved is None else saved
     with tempfile.TemporaryDirectory(prefix="interlock-screenshots-") as home:
@@ -84,9 +84,8 @@ async def _take(
     # A stop closes the engine on the loop, not in the signal handler (the app's handlers
     # call the engine there): the run going ends as its workers die and no other starts,
     # so the steps end with `ScreenshotError` and the app is torn down as on any error.
-    halt = on_stop(lambda: loop.call_soon_threadsafe(app.engine.close), interrupt=False)
     try:
-        with halt:
+        with on_stop(lambda: loop.call_soon_threadsafe(app.engine.close), interrupt=False):
             async with app.run_test(size=SIZE) as pilot:
                 await _steps(pilot, out, scenario_ids, saved)
     finally:
