@@ -5,14 +5,15 @@ STORE is a SQLite file's path or a `postgresql://` URL, given as the argument, a
 `--store`, or in `INTERLOCK_STORE`; there is no default (the library keeps no folder of its
 own). Exit 0 when the chain holds, 1 on any problem, 2 on bad usage (no store named, no
 such file or database, or one that is not an interlock store, or `--stripe` without a
-key). The store is opened read-only (PostgreSQL: `READ
-ONLY` transactions) and never written. `--stripe` also checks Stripe against the receipts
-(the key from `STRIPE_SECRET_KEY`, the API at `INTERLOCK_STRIPE_BASE` when set), payment
-by payment; `--account-wide` adds the account's refunds since the store's first action.
+key), 3 when Ctrl-C, SIGTERM or SIGHUP stops it first (one line says so). The store is
+opened read-only (PostgreSQL: `READ ONLY` transactions) and never written. `--stripe` also
+checks Stripe against the receipts (the key from `STRIPE_SECRET_KEY`, the API at
+`INTERLOCK_STRIPE_BASE` when set), payment by payment; `--account-wide` adds the account's
+refunds since the store's first action.
 
-The emulator (`interlock.testing.StripeEmulator`) serves on 127.0.0.1 until Ctrl-C and
-prints its address and control token on stderr; point `INTERLOCK_STRIPE_BASE` (or
-`make_stripe_client(base_url=...)`) at it.
+The emulator (`interlock.testing.StripeEmulator`) serves on 127.0.0.1 until Ctrl-C,
+SIGTERM or SIGHUP (then exit 0) and prints its address and control token on stderr; point
+`INTERLOCK_STRIPE_BASE` (or `make_stripe_client(base_url=...)`) at it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from interlock._config import Timing
 from interlock._errors import StoreError
+from interlock._signals import Interrupted, stop_signals_interrupt
 from interlock._store_postgres import PostgresStore, is_postgres_url
 from interlock._stores import open_store
 from interlock._verify import verify
@@ -121,6 +123,20 @@ def main(argv: list[str] | None = None) -> int:
     if not is_postgres_url(location) and not Path(location).is_file():
         print(f"no interlock store at {location}: give the path of a store file", file=sys.stderr)
         return 2
+    try:
+        with stop_signals_interrupt():
+            return _verify(location, key, args)
+    except Interrupted as stop:
+        print(
+            f"python -m interlock verify stopped by {stop.words} before it finished: no "
+            f"result; {location} was only read",
+            file=sys.stderr,
+        )
+        return 3
+
+
+def _verify(location: str, key: str, args: argparse.Namespace) -> int:
+    """Check the store at `location` and print the result; the exit code (2: not a store)."""
     try:
         # Read-only: checking a store must never change it (no schema, no migration).
         store = open_store(location, read_only=True)

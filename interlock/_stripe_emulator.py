@@ -51,7 +51,6 @@ import json
 import os
 import re
 import secrets
-import signal
 import socket
 import sys
 import threading
@@ -62,6 +61,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from interlock._payments import is_test_key
+from interlock._signals import Interrupted, stop_signals_interrupt
 from interlock._stripe_model import Fault, PaymentsModel, Reply, StripeModelError
 
 CONTROL_PREFIX = "/_emulator/"
@@ -722,10 +722,11 @@ class StripeEmulator:
 def serve_emulator(port: int | None, *, prog: str) -> int:
     """Serve an emulator on 127.0.0.1 until Ctrl-C (a command's body; `prog` names the
     command in its messages). Its address and control token go to stderr only; the token
-    is `INTERLOCK_EMULATOR_TOKEN` when set, else a new one printed once. SIGINT and SIGTERM
-    stop it cleanly, even when it was started with SIGINT ignored, as a script's background
-    job is (`python -m interlock stripe-emulator &`). Returns the exit code: 0, or 2 when
-    it cannot listen or the preset token is too short."""
+    is `INTERLOCK_EMULATOR_TOKEN` when set, else a new one printed once. SIGINT, SIGTERM
+    and SIGHUP stop it cleanly, with one line saying so, even when it was started with
+    SIGINT ignored, as a script's background job is (`python -m interlock stripe-emulator
+    &`). Returns the exit code: 0, or 2 when it cannot listen or the preset token is too
+    short."""
     preset = os.environ.get(TOKEN_ENV) or None
     try:
         emu = StripeEmulator(port or 0, control_token=preset)
@@ -746,17 +747,15 @@ def serve_emulator(port: int | None, *, prog: str) -> int:
             f"uses {emu.url}; keep it to yourself)",
             file=sys.stderr,
         )
-    if threading.current_thread() is threading.main_thread():
-        for stop_signal in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(stop_signal, _interrupt)
-    try:
-        emu.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        emu.stop()
+    with stop_signals_interrupt():
+        try:
+            emu.serve_forever()
+        except Interrupted as stop:
+            print(
+                f"{prog} stripe-emulator on {emu.url} stopped by {stop.words}: the payments "
+                "and refunds it kept in memory are gone",
+                file=sys.stderr,
+            )
+        finally:
+            emu.stop()
     return 0
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt

@@ -8,10 +8,13 @@
     interlock-demo mcp [--offline] [--approve PAYMENT --cap CENTS]        refunds over MCP
     interlock-demo e2e-report [--out FILE] [--parallel N]                   both engines, offline
     interlock-demo screenshots [--out DIR] [--scenario ID|all]              SVG/PNG files
-    interlock-demo record --scenario ID [--mock] [--no-checked] [--size 100x30] --out F.cast
+    interlock-demo record --scenario ID [--mock] [--no-checked] [--size 100x30] [--hold 5]
+                          --out F.cast
 
 Exit codes: 0 as predicted, 1 a deviation, 2 bad usage or configuration, 3 a run could
-not finish. `doctor`: 0 when the chosen mode can run, else 1.
+not finish. `doctor`: 0 when the chosen mode can run, else 1. A Ctrl-C, SIGTERM or SIGHUP
+stops a command at once with one line saying what finished (`STOP_CODES`: 3, or 0 for
+`mcp`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import argparse
 import contextlib
 import difflib
 import io
+import math
 import os
 import sys
 from importlib import metadata
@@ -31,6 +35,7 @@ from interlock_demo.exit_codes import ExitCode
 from interlock_demo.layout import LARGEST, SMALLEST
 from interlock_demo.mcp.cli import add_mcp_parser
 from interlock_demo.settings import MODES, resolve
+from interlock_demo.stopping import Stopped, stop_signals
 from scenarios import SCENARIOS, SWITCHES
 
 SCENARIO_HELP = (
@@ -51,6 +56,21 @@ CHECKED_OPTION: dict[str, Any] = {
 }
 # A recording's terminal larger than this is a typo, not a projector.
 MAX_RECORD_SIDE = 500
+# What each subcommand exits with when a stop signal ends it (`interlock_demo.stopping`):
+# a server's normal end is Ctrl-C; any other command did not finish.
+STOP_CODES = {
+    "mcp": ExitCode.OK,
+    "doctor": ExitCode.UNFINISHED,
+    "e2e-report": ExitCode.UNFINISHED,
+    "screenshots": ExitCode.UNFINISHED,
+    "record": ExitCode.UNFINISHED,
+    "sweep": ExitCode.UNFINISHED,
+    "results": ExitCode.UNFINISHED,
+}
+# How long a recording stays on the verdicts at its end, unless `--hold` says; longer than
+# MAX_HOLD_S is a typo, not a pause to talk over.
+DEFAULT_HOLD_S = 5.0
+MAX_HOLD_S = 600.0
 
 
 def port(text: str) -> int:
@@ -145,6 +165,8 @@ def _parser() -> argparse.ArgumentParser:
         metavar="PORT",
         help="serve the run as JSON on 127.0.0.1 (default port 8787)",
     )
+    # `record`'s app: it leaves out of the screen what dies with it (the JSON's address).
+    p.add_argument("--recorded", action="store_true", help=argparse.SUPPRESS)
     sub = p.add_subparsers(dest="command")
     emu = sub.add_parser("stripe-emulator", help="run the loopback Stripe emulator alone")
     emu.add_argument("--port", type=port, help="default: a free port, printed on start")
@@ -221,6 +243,13 @@ def _parser() -> argparse.ArgumentParser:
         help="the terminal recorded, such as 100x30 for the projector's (default "
         f"{LARGEST[0]}x{LARGEST[1]}; at least {SMALLEST[0]}x{SMALLEST[1]})",
     )
+    rec.add_argument(
+        "--hold",
+        type=_hold,
+        default=DEFAULT_HOLD_S,
+        metavar="SECONDS",
+        help=f"how long the cast stays on the verdicts at its end (default {DEFAULT_HOLD_S:g})",
+    )
     add_mcp_parser(sub)
     return p
 
@@ -237,6 +266,20 @@ def _terminal_size(text: str) -> tuple[int, int]:
             f"most {MAX_RECORD_SIDE}); give a size such as 100x30"
         )
     return size
+
+
+def _hold(text: str) -> float:
+    """Seconds to hold the verdicts: a number from 0 to `MAX_HOLD_S`."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    # NaN fails the comparison too: "nan" is a float to Python, not a time to wait.
+    if not 0 <= seconds <= MAX_HOLD_S:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give seconds from 0 to {MAX_HOLD_S:g}, such as {DEFAULT_HOLD_S:g}"
+        )
+    return seconds
 
 
 def _app_options_again(sub: argparse.ArgumentParser, *, checked: bool) -> None:
@@ -271,42 +314,14 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:
         return ExitCode.USAGE if e.code else ExitCode.OK
     if args.command == "stripe-emulator":
-        return _emulator(args.port)
-    if args.command == "mcp":
-        from interlock_demo.mcp.cli import run as run_mcp
-
-        return run_mcp(args)
-    if args.command == "doctor":
-        from interlock_demo.doctor import main_doctor
-
-        return main_doctor(mode=args.mode, engine=args.engine)
-    if args.command == "e2e-report":
-        from interlock_demo.reports import e2e_report
-
-        if args.parallel < 1:
-            print("interlock-demo: --parallel needs 1 or more", file=sys.stderr)
-            return ExitCode.USAGE
-        return e2e_report.main(args.out, parallel=args.parallel)
-    if args.command == "screenshots":
-        from interlock_demo.views.tui.screenshots import main as screenshots
-
-        return screenshots(args.out, args.shot_scenario)
-    if args.command == "record":
-        from interlock_demo.views.record import main as record
-
-        return record(args.rec_scenario, args.rec_mode, args.out, args.checked, args.size)
-    if args.command == "sweep":
-        return _sweep(
-            args.sweep_mode or "offline", args.sweep_json, args.parallel, args.faults, args.store
-        )
-    if args.command == "results":
-        from interlock_demo.reports.results import main_results
-
-        try:
-            return main_results(args.out)
-        except (UsageError, KeyRefusedError) as e:
-            print(f"interlock-demo: {e}", file=sys.stderr)
-            return ExitCode.USAGE
+        return _emulator(args.port)  # the library's: it stops on these signals itself
+    if args.command in STOP_CODES:
+        with stop_signals():
+            try:
+                return _subcommand(args)
+            except Stopped as stop:
+                print(stop.line(f"interlock-demo {args.command}"), file=sys.stderr)
+                return STOP_CODES[args.command]
     try:
         _check_headless_usage(args)
         config = resolve(
@@ -336,7 +351,54 @@ def main(argv: list[str] | None = None) -> int:
         return serve(args.port, argv=_app_argv(args))
     from interlock_demo.views.tui.app import run_app
 
-    return run_app(config, checked=args.checked, http_port=args.http)
+    return run_app(config, checked=args.checked, http_port=args.http, recorded=args.recorded)
+
+
+def _subcommand(args: argparse.Namespace) -> int:
+    """Run one of the subcommands in `STOP_CODES`; returns its exit code."""
+    if args.command == "mcp":
+        from interlock_demo.mcp.cli import run as run_mcp
+
+        return run_mcp(args)
+    if args.command == "doctor":
+        from interlock_demo.doctor import main_doctor
+
+        return main_doctor(mode=args.mode, engine=args.engine)
+    if args.command == "e2e-report":
+        from interlock_demo.reports import e2e_report
+
+        if args.parallel < 1:
+            print("interlock-demo: --parallel needs 1 or more", file=sys.stderr)
+            return ExitCode.USAGE
+        return e2e_report.main(args.out, parallel=args.parallel)
+    if args.command == "screenshots":
+        from interlock_demo.views.tui.screenshots import main as screenshots
+
+        return screenshots(args.out, args.shot_scenario)
+    if args.command == "record":
+        from interlock_demo.views.record import main as record
+
+        return record(
+            args.rec_scenario,
+            args.rec_mode,
+            args.out,
+            checked=args.checked,
+            size=args.size,
+            hold=args.hold,
+        )
+    if args.command == "sweep":
+        return _sweep(
+            args.sweep_mode or "offline", args.sweep_json, args.parallel, args.faults, args.store
+        )
+    if args.command == "results":
+        from interlock_demo.reports.results import main_results
+
+        try:
+            return main_results(args.out)
+        except (UsageError, KeyRefusedError) as e:
+            print(f"interlock-demo: {e}", file=sys.stderr)
+            return ExitCode.USAGE
+    raise AssertionError(f"not a subcommand with a stop code: {args.command}")
 
 
 def _command(argv: list[str]) -> str | None:

@@ -12,8 +12,10 @@ One line per check, each saying what was found and, when it fails, what to do:
     terminal    size and colours: which layout the app gives it, and what that hides
     home        INTERLOCK_HOME is writable
 
-Exit 0 only when every check the chosen mode needs passed; 1 otherwise. A `warn` line
-(a narrow terminal, Temporal missing with the standalone engine) does not stop the mode.
+Exit 0 only when every check the chosen mode needs passed; 1 otherwise; 3 when a stop
+signal (Ctrl-C, SIGTERM, SIGHUP) ends it first, every server it started stopped. A `warn`
+line (a narrow terminal, Temporal missing with the standalone engine) does not stop the
+mode.
 
 The network failure words are `interlock_demo.network`'s, which the engine shares.
 """
@@ -41,6 +43,7 @@ from interlock_demo.keys import Secret, find_anthropic_key, find_stripe_key, key
 from interlock_demo.layout import LAYOUTS, SMALLEST, WIDE, layout_for
 from interlock_demo.network import FIXES, OFFLINE_FIX, short_error
 from interlock_demo.settings import DemoConfig, resolve
+from interlock_demo.stopping import Stopped
 
 PROBE_TIMEOUT_S = 5.0
 # What `python -m workers.standalone` without a case file exits with, after its usage line.
@@ -291,8 +294,9 @@ def check_temporal(config: DemoConfig | None, engine: str) -> Line:
             f"`t` will fail: the dev server did not start ({short_error(e)})",
             needed,
         )
+    finally:
+        runtime.stop()  # also when a stop signal ends the check: no server left behind
     started = runtime.started_in_s
-    runtime.stop()
     took = f" in {started:.1f} s" if started is not None else ""
     return Line("ok", "temporal", f"the dev server started{took}", needed)
 
@@ -380,11 +384,18 @@ def run_checks(
 
 
 def main_doctor(mode: str | None = None, engine: str = "standalone") -> int:
-    """Print one line per check; 0 when the chosen mode can run, else 1."""
+    """Print one line per check; 0 when the chosen mode can run, else 1 (a stop signal:
+    `Stopped`, naming the checks done)."""
     blocked = False
-    for line in run_checks(mode=mode, engine=engine):
-        print(line.render(), flush=True)
-        blocked = blocked or line.blocks
+    done: list[str] = []
+    try:
+        for line in run_checks(mode=mode, engine=engine):
+            print(line.render(), flush=True)
+            blocked = blocked or line.blocks
+            done.append(line.name)
+    except Stopped as stop:
+        checked = f"{len(done)} checks done ({', '.join(done)})" if done else "no check done"
+        raise stop.having(f"{checked}, the rest not run; not known to be ready") from None
     verdict = "NOT READY: fix the FAIL lines above" if blocked else "ready"
     print(verdict)
     return ExitCode.NOT_READY if blocked else ExitCode.OK

@@ -3,7 +3,8 @@
     0  OK          every column ended as the truth table says; a command did its work
     1  DEVIATION   a column ended otherwise (the run's `deviations` say how)
     2  USAGE       bad usage or configuration; decided before anything ran
-    3  UNFINISHED  a run could not finish (its `error` says why, in one line)
+    3  UNFINISHED  a run could not finish (its `error` says why, in one line), or a stop
+                   signal ended the command first (`interlock_demo.stopping`)
 
 A subcommand whose check is not a run gives 1 its own name, so its code reads as what it
 means: `doctor` exits `NOT_READY` when the chosen mode cannot run here; `sweep` exits

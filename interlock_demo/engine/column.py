@@ -14,6 +14,7 @@ only asks it to run one worker to its end and reads what the worker reported thr
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -102,6 +103,11 @@ class Launcher(Protocol):
 
     def fault_model(self) -> PaymentsModel:
         """The emulator's model to arm a fault cell's fault on; `ColumnFailed` if none."""
+        ...
+
+    def wait_held(self, event: threading.Event, limit: float) -> bool:
+        """Wait up to `limit` s for `event` of a call the fault model holds (`Fault.ended`);
+        False past it, `ColumnFailed` as soon as the run is stopped."""
         ...
 
     def finish(self, script: ColumnScript) -> None:
@@ -351,7 +357,7 @@ class ColumnScript:
             restarts -= 1
             if first:
                 self.run.set_state(col.name, ColumnState.KILLED)
-            if spec.restart_after_landing and not held.ended.wait(limit):
+            if spec.restart_after_landing and not self.launcher.wait_held(held.ended, limit):
                 raise ColumnFailed(f"the held refund call did not end within {limit:g} s")
             if spec.read_fault and column_kind(col.name).reads_on_restart and not key_fixed:
                 model.add_fault(spec.read_fault, payment_intent=self.case.payment_intent)
@@ -366,7 +372,7 @@ class ColumnScript:
                 self.event(
                     RunEventKind.KEY_FIXED, "support fixes the key and runs the worker again"
                 )
-        if not held.ended.wait(limit):
+        if not self.launcher.wait_held(held.ended, limit):
             raise ColumnFailed(f"the held refund call did not end within {limit:g} s")
         self.pace("result")
         self._card()

@@ -357,7 +357,13 @@ class Engine:
         payments = _stripe(config, base)
         store = config.open_store()
         supervisor = Supervisor()
-        self._supervisor = supervisor
+        with self._lock:
+            self._supervisor = supervisor
+            closing = self._closed
+        if closing:
+            # close() came after this run started and before it had workers to kill: it
+            # starts none (spawn refuses), and ends at once as stopped.
+            supervisor.stop()
         # In-flight kills arm a fault on the emulator; only one this engine runs can take it.
         own = (
             self._emulator.model

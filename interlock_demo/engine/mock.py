@@ -133,6 +133,10 @@ class MockLauncher:
         """Fault cells need the emulator's real HTTP path: never in mock mode."""
         raise ColumnFailed(FAULTS_NEED_THE_EMULATOR)
 
+    def wait_held(self, event: threading.Event, limit: float) -> bool:
+        """No call is held in mock mode: fault cells never run here."""
+        raise ColumnFailed(FAULTS_NEED_THE_EMULATOR)
+
     def finish(self, script: ColumnScript) -> None:
         """Nothing to let go of: the workers ran in this thread."""
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
+import time
 from pathlib import Path
 
 from interlock import CrashPoint
@@ -34,6 +36,8 @@ from workers.standalone import decision_path
 
 # How long Stripe's answer to an in-flight refund is held while the kill lands.
 IN_FLIGHT_HOLD_MS = 500
+# How often a wait for a held call looks whether the run was stopped.
+STOP_POLL_S = 0.1
 
 
 class ProcessLauncher:
@@ -71,6 +75,20 @@ class ProcessLauncher:
 
     def finish(self, script: ColumnScript) -> None:
         """Nothing to let go of: the run's supervisor reaps every worker."""
+
+    def wait_held(self, event: threading.Event, limit: float) -> bool:
+        """Wait up to `limit` s for `event` of a call the emulator holds; False past it.
+
+        A stopped run stops waiting at once (`ColumnFailed`): the emulator holds a call
+        for seconds, and a Ctrl-C must not wait that out.
+        """
+        deadline = time.monotonic() + limit
+        while not event.wait(min(STOP_POLL_S, max(0.0, deadline - time.monotonic()))):
+            if self.supervisor.stopped:
+                raise ColumnFailed("the run was stopped")
+            if time.monotonic() >= deadline:
+                return False
+        return True
 
     def case_file(self, case: Case) -> Path:
         """Where a launch writes the case it runs."""
@@ -157,7 +175,7 @@ class ProcessLauncher:
 
     def _kill_in_flight(self, script: ColumnScript, worker: WorkerProcess, fault: Fault) -> None:
         limit = WORKER_GRACE_S
-        if not fault.committed.wait(limit):
+        if not self.wait_held(fault.committed, limit):
             worker.kill()
             raise ColumnFailed(f"the worker's refund did not reach the emulator within {limit:g} s")
         script.event(

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from interlock_demo.exit_codes import ExitCode
+from interlock_demo.stopping import Stopped
 
 if TYPE_CHECKING:
     from interlock import Event, Payments, SQLiteStore
@@ -239,8 +240,13 @@ def _serve(args: argparse.Namespace) -> int:
         server.run("stdio")
     except InterlockError as e:
         return usage(str(e))
-    except KeyboardInterrupt:
-        pass
+    except Stopped as stop:
+        # The server's normal end (the CLI's stop code for mcp is 0); the gate's journal
+        # is what makes a refund cut off mid-call safe to leave.
+        raise stop.having(
+            "a refund cut off mid-call is in its journal and is settled when it starts "
+            "again, never sent twice"
+        ) from None
     finally:
         store.close()
         if emulator is not None:

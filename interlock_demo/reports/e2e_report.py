@@ -14,7 +14,8 @@ hand-written check and Interlock differ. Each run's JSON and stderr stay under
 
 Exit codes: 0 every run finished and every column ended as the truth table says, 1 a
 deviation, 2 bad usage (the Temporal extra missing), 3 a run could not finish. The file
-is written in every case but 2, and says what happened.
+is written in every case but 2, and says what happened. A stop signal (Ctrl-C, SIGTERM,
+SIGHUP) kills the runs going, with everything they started, and writes nothing: exit 3.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -40,7 +40,7 @@ from interlock_demo.engine.supervisor import kill_tree
 from interlock_demo.environment import demo_env
 from interlock_demo.exit_codes import ExitCode
 from interlock_demo.settings import PRIVATE_UMASK, Paths, open_private, private_dir
-from interlock_demo.views.headless import STOP_SIGNALS
+from interlock_demo.stopping import Stopped, on_stop
 from scenarios import SWITCHES
 from workers.protocol import CHECK_LOOKUP, GATE_CHECK, GATE_CLAIM_WAIT, EventKind
 from workers.texts import EMULATOR, MONEY_AT
@@ -109,16 +109,18 @@ class CaseRun:
 
 
 class _Children:
-    """The runs going now, so that a signal that stops the report stops them too.
+    """The runs of one report, so that a stop signal stops those going and starts no more.
 
     Each run starts in a session of its own (a terminal's Ctrl-C reaches only the report),
-    so without this a SIGTERM would leave them running under init.
+    so without this a stop would leave them running under init.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._procs: set[subprocess.Popen[bytes]] = set()
         self.stopping = False
+        self.started = 0
+        self.finished = 0
 
     def spawn(self, argv: list[str], env: dict[str, str], folder: Path) -> subprocess.Popen[bytes]:
         """Start `argv` with its stdout and stderr in private files under `folder`."""
@@ -139,12 +141,15 @@ class _Children:
                     umask=PRIVATE_UMASK,
                 )
             self._procs.add(proc)
+            self.started += 1
             return proc
 
     def done(self, proc: subprocess.Popen[bytes]) -> None:
-        """The run ended and was reaped."""
+        """The run ended and was reaped; it finished unless the report was stopping."""
         with self._lock:
             self._procs.discard(proc)
+            if not self.stopping:
+                self.finished += 1
 
     def kill_all(self) -> None:
         """Stop starting runs and SIGKILL every one going, with everything it started."""
@@ -159,10 +164,9 @@ class _Stopped(Exception):
     """The report was stopped by a signal: no more runs start."""
 
 
-_CHILDREN = _Children()
-
-
-def _run_one(engine: str, case: str, args: tuple[str, ...], folder: Path) -> CaseRun:
+def _run_one(
+    children: _Children, engine: str, case: str, args: tuple[str, ...], folder: Path
+) -> CaseRun:
     if folder.exists():
         shutil.rmtree(folder)
     private_dir(folder)
@@ -183,37 +187,48 @@ def _run_one(engine: str, case: str, args: tuple[str, ...], folder: Path) -> Cas
         "--scenario",
         *args,
     ]
-    proc = _CHILDREN.spawn(argv, env, folder)
+    proc = children.spawn(argv, env, folder)
     try:
         code = proc.wait(RUN_DEADLINE_S)
     except subprocess.TimeoutExpired:
         kill_tree(proc.pid)
         code = proc.wait()
     finally:
-        _CHILDREN.done(proc)
+        children.done(proc)
     return CaseRun.read(engine, case, code, folder)
 
 
-def _stop_on_signal(signum: int, frame: Any) -> None:
-    _CHILDREN.kill_all()
-    raise SystemExit(128 + signum)
-
-
 def run_all(home: Path, *, parallel: int) -> list[CaseRun]:
-    """Every case on every engine, `parallel` runs at a time, in engine-then-case order."""
+    """Every case on every engine, `parallel` runs at a time, in engine-then-case order.
+
+    A stop signal (`interlock_demo.stopping`) kills the runs going and starts no more; the
+    `Stopped` raised then says how many finished, stopped and never started.
+    """
     jobs = [
         (engine, name, (scenario, *flags), home / f"{engine}-{name}")
         for engine in ENGINES
         for name, scenario, flags in CASES
     ]
-    with ThreadPoolExecutor(max_workers=parallel) as pool:
-        futures = [pool.submit(_run_one, *job) for job in jobs]
-        runs = []
-        for (engine, name, _, _), future in zip(jobs, futures, strict=True):
-            run = future.result()
-            sys.stderr.write(f"{engine:<10} {name:<26} {_verdict(run)}\n")
-            runs.append(run)
-        return runs
+    children = _Children()
+    pool = ThreadPoolExecutor(max_workers=parallel)
+    try:
+        with on_stop(children.kill_all):
+            futures = [pool.submit(_run_one, children, *job) for job in jobs]
+            runs = []
+            for (engine, name, _, _), future in zip(jobs, futures, strict=True):
+                run = future.result()
+                sys.stderr.write(f"{engine:<10} {name:<26} {_verdict(run)}\n")
+                runs.append(run)
+            return runs
+    except Stopped as stop:
+        pool.shutdown(cancel_futures=True)  # the runs going end as they are killed
+        finished, started = children.finished, children.started
+        raise stop.having(
+            f"{finished} of {len(jobs)} runs finished, {started - finished} stopped, "
+            f"{len(jobs) - started} not started"
+        ) from None
+    finally:
+        pool.shutdown()
 
 
 def _verdict(run: CaseRun) -> str:
@@ -250,9 +265,10 @@ def main(out: str | Path | None = None, *, parallel: int) -> int:
         f"{COMMAND}: {len(ENGINES) * len(CASES)} offline runs, {parallel} at a time; "
         f"each run's JSON and stderr under {home}\n"
     )
-    for signum in STOP_SIGNALS:
-        signal.signal(signum, _stop_on_signal)
-    runs = run_all(home, parallel=parallel)
+    try:
+        runs = run_all(home, parallel=parallel)
+    except Stopped as stop:
+        raise stop.having(f"nothing written to {out}") from None
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render(runs, generated_at=datetime.now(timezone.utc), parallel=parallel))
     sys.stderr.write(f"wrote {out}\n")

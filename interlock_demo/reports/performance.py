@@ -18,8 +18,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from interlock_demo.engine.supervisor import kill_tree
 from interlock_demo.environment import bench_env
 from interlock_demo.exit_codes import ExitCode
+from interlock_demo.stopping import on_stop
 
 # Where the package sits: a source checkout when installed with `pip install -e .`.
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,21 +69,29 @@ BEFORE = {
 
 
 def run_bench(bench: Bench) -> list[str]:
-    """The benchmark's output lines; a failure raises with its exit code and stderr's end."""
-    done = subprocess.run(
-        [sys.executable, str(checkout() / "bench" / bench.script), *bench.args],
-        capture_output=True,
-        text=True,
-        cwd=checkout(),
-        timeout=BENCH_DEADLINE_S,
-        env=bench_env(),
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(
-            f"{bench.command} exited {done.returncode}: {done.stderr.strip()[-800:]}"
-        )
-    return done.stdout.splitlines()
+    """The benchmark's output lines; a failure raises with its exit code and stderr's end.
+
+    Past its deadline, or on a stop signal, it is killed with everything it started.
+    """
+    with (
+        subprocess.Popen(
+            [sys.executable, str(checkout() / "bench" / bench.script), *bench.args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=checkout(),
+            env=bench_env(),
+        ) as proc,
+        on_stop(lambda: kill_tree(proc.pid)),
+    ):
+        try:
+            out, err = proc.communicate(timeout=BENCH_DEADLINE_S)
+        except subprocess.TimeoutExpired:
+            kill_tree(proc.pid)
+            raise
+    if proc.returncode != 0:
+        raise RuntimeError(f"{bench.command} exited {proc.returncode}: {err.strip()[-800:]}")
+    return out.splitlines()
 
 
 def figure(lines: list[str], label: str) -> str:

@@ -24,6 +24,7 @@ from interlock_demo.environment import bench_env
 from interlock_demo.reports.local_postgres import pgserver_missing
 from interlock_demo.reports.sweep import interlock_failures, run_sweep, table
 from interlock_demo.settings import ENV_STORE, DemoConfig, resolve
+from interlock_demo.stopping import Stopped
 from scenarios import FAULTS, SCENARIOS, SWEEP_FAULTS
 
 COMMAND = "interlock-demo results"
@@ -255,16 +256,32 @@ def plan(out: Path) -> list[Step]:
 
 
 def main_results(out: Path) -> int:
-    """Write every result file; returns the exit code (non-zero if a step failed)."""
+    """Write every result file; returns the exit code (non-zero if a step failed).
+
+    A stop signal ends the step going (its runs, workers and benchmarks stopped, its
+    files not written): `Stopped` then names the steps done and those not run.
+    """
     out.mkdir(parents=True, exist_ok=True)
     code = 0
-    for step in plan(out):
+    steps = plan(out)
+    done: list[str] = []
+    for n, step in enumerate(steps):
         if step.skipped is not None:
             sys.stderr.write(f"results: {step.name} skipped: {step.skipped}\n")
             continue
         name = step.name
         sys.stderr.write(f"results: {name}...\n")
-        written = step.write()
+        try:
+            written = step.write()
+        except Stopped as stop:
+            inner = f" ({stop.done})" if stop.done else ""
+            rest = [s.name for s in steps[n + 1 :] if s.skipped is None]
+            raise Stopped(
+                stop.signum,
+                f"{name} stopped{inner}; done: {', '.join(done) or 'nothing'}; "
+                f"not run: {', '.join(rest) or 'nothing'}",
+            ) from None
+        done.append(name)
         if isinstance(written, int) and written != 0:
             sys.stderr.write(f"results: {name} failed (exit {written})\n")
             code = written

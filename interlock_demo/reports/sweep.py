@@ -42,12 +42,13 @@ from typing import Any, TextIO
 
 from interlock import CrashPoint, Store
 from interlock.testing import UNSETTLED_REPORTS
-from interlock_demo.core.columns import column_kind
+from interlock_demo.core.columns import column_kind, shown_columns
 from interlock_demo.core.run import Column, Run
 from interlock_demo.core.verdict import tally
 from interlock_demo.engine import Engine, RunChoice
 from interlock_demo.exit_codes import ExitCode
 from interlock_demo.settings import TEMPORAL, DemoConfig
+from interlock_demo.stopping import Stopped, on_stop
 from scenarios import (
     COLUMNS,
     FAULTS,
@@ -193,18 +194,29 @@ def run_sweep(
     """Run every cell; returns the cells in table order.
 
     With `faults` (ids of `scenarios.FAULTS`) the rows are faults instead of crash points.
+    A stop signal (`interlock_demo.stopping`) kills the runs going and starts no more; the
+    `Stopped` raised then says how many cells finished, stopped and never started.
     """
     rows = list(faults) if faults is not None else list(crash_points)
     plan = [(r, o) for r in rows for o in outages]
     results: dict[tuple[str, str], list[Cell]] = {}
+    started: set[tuple[str, str]] = set()
     lock = threading.Lock()
     engines = [Engine(config) for _ in range(max(1, parallel))]
     free = list(engines)
-    store = config.open_store()
+    halted = threading.Event()
+
+    def halt() -> None:
+        halted.set()
+        for engine in engines:
+            engine.close()  # kills its run's workers; a run not yet begun starts none
 
     def one(cell: tuple[str, str]) -> None:
         row, outage = cell
         with lock:
+            if halted.is_set():
+                return
+            started.add(cell)
             engine = free.pop()
         try:
             sc: Scenario = (
@@ -217,6 +229,8 @@ def run_sweep(
             with lock:
                 free.append(engine)
         with lock:
+            if halted.is_set():
+                return  # its workers were killed: a stopped cell, not a finished one
             results[cell] = found = cells_of(
                 run,
                 CrashPoint(row) if faults is None else FAULTS[row].crash_point,
@@ -233,14 +247,28 @@ def run_sweep(
                 progress.write(f"[{len(results):2d}/{len(plan)}] {row:<20} {outage:<12} {marks}\n")
                 progress.flush()
 
+    pool = ThreadPoolExecutor(max_workers=len(engines), thread_name_prefix="sweep")
+    store: Store | None = None
     try:
-        with ThreadPoolExecutor(max_workers=len(engines), thread_name_prefix="sweep") as pool:
+        with on_stop(halt):
+            store = config.open_store()
             for future in [pool.submit(one, cell) for cell in plan]:
                 future.result()
+    except Stopped as stop:
+        # The runs going end as their workers die; wait for them before counting.
+        pool.shutdown(cancel_futures=True)
+        per_run = len(shown_columns(checked=True))
+        done, going = len(results), len(started) - len(results)
+        raise stop.having(
+            f"{done * per_run} of {len(plan) * per_run} cells finished, "
+            f"{going * per_run} stopped, {(len(plan) - done - going) * per_run} not started"
+        ) from None
     finally:
+        pool.shutdown()
         for engine in engines:
             engine.close()
-        store.close()
+        if store is not None:
+            store.close()
     return [cell for key in plan for cell in results[key]]
 
 
@@ -327,9 +355,12 @@ def main_sweep(
         f"sweep: {rows} x {len(SWEEP_OUTAGES)} outages x "
         f"{len(COLUMNS)} columns, {config.mode} mode, {parallel} runs at a time\n"
     )
-    cells = run_sweep(
-        config, faults=SWEEP_FAULTS if faults else None, parallel=parallel, progress=sys.stderr
-    )
+    try:
+        cells = run_sweep(
+            config, faults=SWEEP_FAULTS if faults else None, parallel=parallel, progress=sys.stderr
+        )
+    except Stopped as stop:
+        raise stop.having("nothing written") from None
     failures = interlock_failures(cells)
     if as_json:
         out.write(

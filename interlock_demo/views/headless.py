@@ -26,14 +26,11 @@ from interlock_demo.core.verdict import replay_note, untruth
 from interlock_demo.engine import Engine, RunChoice
 from interlock_demo.exit_codes import ExitCode
 from interlock_demo.settings import DemoConfig, mode_named
+from interlock_demo.stopping import STOP_SIGNALS
 from scenarios import SCENARIOS, SWITCHES
 
 # An emulated switch as the run names it (its environment name), as the command line takes it.
 _FLAG = {s.env: s.flag for s in SWITCHES}
-# The signals that stop a headless run; SIGHUP is not on every platform.
-STOP_SIGNALS = tuple(
-    getattr(signal, name) for name in ("SIGHUP", "SIGINT", "SIGTERM") if hasattr(signal, name)
-)
 
 
 class _Progress:

@@ -5,6 +5,17 @@ replays a real one. The app runs as its own process on a pseudo-terminal of a fi
 the recorder presses the scenario's key and enter, waits for the run's end (the app's own
 JSON of the run on loopback, `--http`, then the screen redrawn with it), quits with q and
 writes what the terminal received, with the time each piece came.
+
+The cast ends on the verdicts, held for `hold` seconds, and leaves them on the player's
+screen: the app draws in the alternate screen and leaves it when it quits, which would
+blank the player's terminal as the cast ends, so the cast draws on the main screen
+instead (the app's switch to the alternate screen becomes a clear screen, its switch back
+is dropped). The rest of the app's teardown stays, after the hold: it turns mouse
+reporting, bracketed paste, focus events and the keyboard protocol off and shows the
+cursor again, all of which the cast turned on in the player's terminal. The cast then
+puts the cursor below the last frame, where the shell's prompt comes back. The app is told
+it is recorded (`--recorded`) and leaves out its JSON address, which is dead once the
+recording is over.
 """
 
 from __future__ import annotations
@@ -25,7 +36,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from interlock_demo.engine import RunChoice
 from interlock_demo.engine.supervisor import kill_tree
@@ -33,12 +44,20 @@ from interlock_demo.environment import demo_env
 from interlock_demo.exit_codes import ExitCode
 from interlock_demo.layout import LARGEST, WIDE
 from interlock_demo.settings import PRIVATE_UMASK
+from interlock_demo.stopping import Stopped
 from scenarios import SCENARIOS
 
 START_TIMEOUT_S = 60.0
 RUN_TIMEOUT_S = 180.0
 QUIT_TIMEOUT_S = 30.0
 POLL_S = 0.1
+# The app has painted its last frame once it has written nothing for this long: q is
+# pressed then, so everything after it is the app's teardown and nothing of the frame.
+QUIET_S = 0.5
+# Past this the app is taken as settled even if it keeps painting (a blinking cursor).
+SETTLE_TIMEOUT_S = 5.0
+# The app's alternate screen, and what the cast does instead (see the module docstring).
+CAST_REPLACES = {"\x1b[?1049h": "\x1b[H\x1b[2J", "\x1b[?1049l": ""}
 
 
 class RecordError(Exception):
@@ -81,6 +100,19 @@ class _Pty:
                     return False
                 self.changed.wait(left)
         return True
+
+    def wait_quiet(self, quiet: float, timeout: float) -> int:
+        """Wait until the app has written nothing for `quiet` seconds (at most `timeout`);
+        the number of events then."""
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while True:
+                count = len(self.events)
+                last = self.events[-1][0] + self.start if self.events else self.start
+                left = min(last + quiet, deadline) - time.monotonic()
+                if left <= 0 or not self.thread.is_alive():
+                    return count
+                self.changed.wait(left)
 
     def write(self, data: bytes) -> None:
         """Type `data` into the app's terminal."""
@@ -126,12 +158,17 @@ def record(
     *,
     checked: bool = True,
     size: tuple[int, int] = LARGEST,
+    hold: float,
     env: Mapping[str, str] | None = None,
+    progress: TextIO | None = None,
 ) -> Path:
-    """Record the app running `scenario` in `mode` ("offline" or "mock") into `out`."""
+    """Record the app running `scenario` in `mode` ("offline" or "mock") into `out`, its
+    verdicts held on screen for `hold` seconds at the end; `progress` is told when the run
+    starts."""
     width, height = size
     port = _free_port()
     cmd = [sys.executable, "-m", "interlock_demo.cli", f"--{mode}", "--http", str(port)]
+    cmd.append("--recorded")
     if not checked:
         cmd.append("--no-checked")
     parent = os.environ if env is None else env
@@ -143,20 +180,23 @@ def record(
     if parent.get("COLORTERM"):
         app_env["COLORTERM"] = parent["COLORTERM"]
     master, slave = os.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", height, width, 0, 0))
-    proc = subprocess.Popen(
-        cmd,
-        stdin=slave,
-        stdout=slave,
-        stderr=slave,
-        env=app_env,
-        start_new_session=True,
-        umask=PRIVATE_UMASK,
-    )
-    os.close(slave)
-    pty = _Pty(master)
-    url = f"http://127.0.0.1:{port}/api/run"
+    proc: subprocess.Popen[bytes] | None = None
     try:
+        try:
+            fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", height, width, 0, 0))
+            proc = subprocess.Popen(
+                cmd,
+                stdin=slave,
+                stdout=slave,
+                stderr=slave,
+                env=app_env,
+                start_new_session=True,
+                umask=PRIVATE_UMASK,
+            )
+        finally:
+            os.close(slave)
+        pty = _Pty(master)
+        url = f"http://127.0.0.1:{port}/api/run"
         if not pty.wait_for("ready: press enter to run", 0, START_TIMEOUT_S):
             raise RecordError(f"the app did not show its idle screen in {START_TIMEOUT_S:g} s")
         started = len(pty.events)
@@ -169,6 +209,9 @@ def record(
             if not pty.wait_for(shown, started, START_TIMEOUT_S):
                 raise RecordError(f"the app did not show scenario {scenario} after its key")
         pty.write(b"\r")
+        if progress is not None:
+            progress.write(f"record: the app (pid {proc.pid}) runs {scenario} ({mode})\n")
+            progress.flush()
         run = _wait_finished(url, proc, RUN_TIMEOUT_S)
         if run is None:
             raise RecordError(f"the run did not finish in {RUN_TIMEOUT_S:g} s")
@@ -182,11 +225,12 @@ def record(
         # first line starts with the column's title, padded (no other line pads it so).
         if not pty.wait_for(VERDICT_LINE, started, 10):
             raise RecordError("the app did not show the verdict strip")
+        quit_at = pty.wait_quiet(QUIET_S, SETTLE_TIMEOUT_S)
         pty.write(b"q")
         proc.wait(timeout=QUIT_TIMEOUT_S)
         pty.thread.join(QUIT_TIMEOUT_S)
     finally:
-        if proc.poll() is None:
+        if proc is not None and proc.poll() is None:
             proc.send_signal(signal.SIGTERM)  # the app stops its workers on SIGTERM
             try:
                 proc.wait(timeout=QUIT_TIMEOUT_S)
@@ -195,8 +239,41 @@ def record(
                 kill_tree(proc.pid)
                 proc.wait()
         os.close(master)
-    _write_cast(out, width, height, pty.events, f"interlock-demo {scenario} ({mode})")
+    events = _ending_on_the_last_frame(pty.events, quit_at, hold, height)
+    _write_cast(out, width, height, events, f"interlock-demo {scenario} ({mode})")
     return out
+
+
+def _ending_on_the_last_frame(
+    events: list[tuple[float, str]], quit_at: int, hold: float, height: int
+) -> list[tuple[float, str]]:
+    """The cast's events: the app's up to q, then its teardown `hold` seconds after the
+    last frame, without the alternate screen, and the cursor below the frame."""
+    frames, teardown = _main_screen(events[:quit_at]), _main_screen(events[quit_at:])
+    end = (frames[-1][0] if frames else 0.0) + hold
+    last = "".join(text for _, text in teardown) + f"\x1b[{height};1H\r\n"
+    return [*frames, (end, last)]
+
+
+def _main_screen(events: list[tuple[float, str]]) -> list[tuple[float, str]]:
+    """`events` with the alternate screen's sequences replaced (`CAST_REPLACES`), also
+    where one is split between two reads."""
+    kept: list[tuple[float, str]] = []
+    carry = ""
+    for t, piece in events:
+        text = carry + piece
+        start = text.rfind("\x1b")
+        tail = text[start:] if start >= 0 else ""
+        split = any(seq.startswith(tail) and seq != tail for seq in CAST_REPLACES)
+        carry = tail if split else ""
+        text = text[: len(text) - len(carry)]
+        for seq, instead in CAST_REPLACES.items():
+            text = text.replace(seq, instead)
+        if text:
+            kept.append((t, text))
+    if carry:
+        kept.append((events[-1][0], carry))
+    return kept
 
 
 def _write_cast(
@@ -211,18 +288,30 @@ def _write_cast(
         "env": {"TERM": "xterm-256color"},
     }
     out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", encoding="utf-8") as f:
-        f.write(json.dumps(header) + "\n")
-        for t, text in events:
-            f.write(json.dumps([round(t, 6), "o", text]) + "\n")
+    # Written beside it and renamed: a stop mid-write leaves no half cast, and an earlier
+    # recording at `out` stays whole until the new one is.
+    part = out.with_name(out.name + ".part")
+    try:
+        with part.open("w", encoding="utf-8") as f:
+            f.write(json.dumps(header) + "\n")
+            for t, text in events:
+                f.write(json.dumps([round(t, 6), "o", text]) + "\n")
+        part.replace(out)
+    finally:
+        part.unlink(missing_ok=True)
 
 
 def main(
-    scenario: str, mode: str, out: Path, checked: bool = True, size: tuple[int, int] = LARGEST
+    scenario: str, mode: str, out: Path, *, checked: bool, size: tuple[int, int], hold: float
 ) -> int:
-    """The command: 0 when the recording is written, 3 when the run could not finish."""
+    """The command: 0 when the recording is written, 3 when the run could not finish (or
+    a stop signal ended it: `Stopped`, saying that the app stopped and nothing was written)."""
     try:
-        path = record(scenario, mode, out, checked=checked, size=size)
+        path = record(
+            scenario, mode, out, checked=checked, size=size, hold=hold, progress=sys.stderr
+        )
+    except Stopped as stop:
+        raise stop.having(f"the app and its workers stopped; nothing written to {out}") from None
     except (RecordError, subprocess.TimeoutExpired, OSError) as e:
         print(f"interlock-demo record: {e}; nothing was written to {out}", file=sys.stderr)
         return ExitCode.UNFINISHED

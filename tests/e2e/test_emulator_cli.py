@@ -29,15 +29,17 @@ from interlock._stripe_emulator import (
         # A script's background job (`... stripe-emulator &`) starts with SIGINT ignored.
         ("interlock", True, signal.SIGINT),
         ("interlock", False, signal.SIGTERM),
+        ("interlock", False, signal.SIGHUP),
     ],
-    ids=["interlock", "interlock_demo.cli", "sigint-ignored-at-start", "sigterm"],
+    ids=["interlock", "interlock_demo.cli", "sigint-ignored-at-start", "sigterm", "sighup"],
 )
 def test_cli_emulator_takes_a_free_port_and_tells_only_its_starter_the_token(
     tmp_path: Any, program: str, started_ignoring_sigint: bool, stop_signal: signal.Signals
 ) -> None:
     """`stripe-emulator` (the library's command, and the demo's, which is the same) picks a
     free port, prints address and token on stderr, nothing on stdout; the token then arms a
-    fault from another process's point of view; Ctrl-C or `kill` stops it cleanly."""
+    fault from another process's point of view; Ctrl-C, `kill` or a closed terminal stops
+    it cleanly, with one line saying so."""
     env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
     command = [sys.executable, "-m", program, "stripe-emulator"]
     if started_ignoring_sigint:  # an ignored signal stays ignored across exec
@@ -75,7 +77,7 @@ def test_cli_emulator_takes_a_free_port_and_tells_only_its_starter_the_token(
     finally:
         proc.send_signal(stop_signal)
         try:
-            out, _ = proc.communicate(timeout=10)
+            out, tail = proc.communicate(timeout=10)
         except subprocess.TimeoutExpired:
             # Never leave it running: kill it, reap it, then fail on what the signal did not do.
             proc.kill()
@@ -85,3 +87,9 @@ def test_cli_emulator_takes_a_free_port_and_tells_only_its_starter_the_token(
             reader.join(5)
     assert out == ""
     assert proc.returncode == 0
+    # What the reader had not taken yet, then what communicate() read after it.
+    rest = "".join(lines.get_nowait() for _ in range(lines.qsize())) + tail
+    assert "Traceback" not in rest, rest
+    words = "Ctrl-C" if stop_signal == signal.SIGINT else stop_signal.name
+    prog = "python -m interlock" if program == "interlock" else "interlock-demo"
+    assert f"{prog} stripe-emulator on {url.group(0)} stopped by {words}: " in rest, rest

@@ -80,7 +80,7 @@ DELEGATES: dict[tuple[str, str], Delegate] = {
         "the supervisor starts the worker its caller built, with the caller's worker_env",
     ),
     ("interlock_demo/reports/e2e_report.py", "_Children.spawn"): Delegate(
-        "_CHILDREN.spawn",
+        "children.spawn",
         1,
         "one place starts every report run (so a signal can stop them all); _run_one builds "
         "each run's environment",

@@ -116,6 +116,10 @@ class TemporalLauncher:
         """The emulator the process launcher's workers call, as for standalone columns."""
         return self.process.fault_model()
 
+    def wait_held(self, event: threading.Event, limit: float) -> bool:
+        """As the process launcher waits, whose run's stop it shares."""
+        return self.process.wait_held(event, limit)
+
     def finish(self, script: ColumnScript) -> None:
         """Terminate the workflow if the column ended before it closed (a failed or stopped
         run), and stop following it."""

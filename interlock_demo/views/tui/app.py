@@ -929,8 +929,18 @@ def make_app(
     return DemoApp(config, checked=checked, clock=clock, ids=ids)
 
 
-def run_app(config: DemoConfig, *, checked: bool = True, http_port: int | None = None) -> int:
-    """Open the app; returns the exit code."""
+def run_app(
+    config: DemoConfig,
+    *,
+    checked: bool = True,
+    http_port: int | None = None,
+    recorded: bool = False,
+) -> int:
+    """Open the app; returns the exit code.
+
+    `recorded`: `interlock-demo record` runs it, so the screen leaves out the JSON's
+    address, which a replay outlives (the recorder reads the JSON itself).
+    """
     app = make_app(config, checked=checked)
     api = None
     if http_port is not None:
@@ -943,7 +953,8 @@ def run_app(config: DemoConfig, *, checked: bool = True, http_port: int | None =
             print(f"interlock-demo: {e}", file=sys.stderr)
             app.engine.close()
             return ExitCode.USAGE
-        app.http_url = api.url
+        if not recorded:
+            app.http_url = api.url
     try:
         code = app.run()
     finally:

@@ -27,6 +27,7 @@ from interlock_demo.environment import child_env
 from interlock_demo.errors import KeyRefusedError, ScreenshotError, UsageError
 from interlock_demo.exit_codes import ExitCode
 from interlock_demo.settings import resolve
+from interlock_demo.stopping import Stopped, on_stop, stopped
 from interlock_demo.views.tui.svg import svg_keeping_spaces
 from scenarios import SCENARIOS
 
@@ -52,57 +53,82 @@ def screenshot_env(home: Path, env: Mapping[str, str] | None = None) -> dict[str
 
 
 async def take(
-    out: Path, scenario_ids: Sequence[str], env: Mapping[str, str] | None = None
+    out: Path,
+    scenario_ids: Sequence[str],
+    env: Mapping[str, str] | None = None,
+    saved: list[Path] | None = None,
 ) -> list[Path]:
-    """Save `idle.svg` and `<scenario>.svg` for each scenario under `out`; returns the SVGs.
+    """Save `idle.svg` and `<scenario>.svg` for each scenario under `out`; returns the SVGs,
+    each also added to `saved` as soon as it is written.
 
     The runs keep their state in a fresh INTERLOCK_HOME, removed afterwards, so that the
-    pictures do not depend on earlier runs (receipt numbers, chain lengths).
+    pictures do not depend on earlier runs (receipt numbers, chain lengths). A stop signal
+    (`interlock_demo.stopping`) closes the app's engine: its workers are killed, and the
+    run that ended so raises `ScreenshotError`, `saved` holding what was written.
     """
+    saved = [] if saved is None else saved
     with tempfile.TemporaryDirectory(prefix="interlock-screenshots-") as home:
-        return await _take(out, scenario_ids, screenshot_env(Path(home), env))
+        await _take(out, scenario_ids, screenshot_env(Path(home), env), saved)
+        return saved
 
 
-async def _take(out: Path, scenario_ids: Sequence[str], env: Mapping[str, str]) -> list[Path]:
+async def _take(
+    out: Path, scenario_ids: Sequence[str], env: Mapping[str, str], saved: list[Path]
+) -> None:
     from interlock_demo.views.tui.app import make_app
 
     config = resolve(mode="offline", env=env)
     out.mkdir(parents=True, exist_ok=True)
     app = make_app(config, checked=True)
-    saved: list[Path] = []
+    loop = asyncio.get_running_loop()
+    # A stop closes the engine on the loop, not in the signal handler (the app's handlers
+    # call the engine there): the run going ends as its workers die and no other starts,
+    # so the steps end with `ScreenshotError` and the app is torn down as on any error.
     try:
-        async with app.run_test(size=SIZE) as pilot:
-            await pilot.pause()
-            saved.append(_save(out / "idle.svg", app.export_screenshot()))
-            for sid in scenario_ids:
-                await pilot.press(SCENARIOS[sid].key, "enter")
-                await pilot.pause()
-                run = app.run_on_screen
-                if run is None or run.scenario != sid:
-                    raise ScreenshotError(f"{sid}: the run did not start")
-                first = sid == scenario_ids[0]
-                if first and await _countdown_shows(pilot, run):
-                    saved.append(_save(out / f"{sid}-countdown.svg", app.export_screenshot()))
-                if not await asyncio.to_thread(run.wait, RUN_TIMEOUT_S):
-                    raise ScreenshotError(f"{sid}: the run did not finish in {RUN_TIMEOUT_S:g} s")
-                if run.error:
-                    raise ScreenshotError(f"{sid}: the run failed: {run.error}")
-                await pilot.pause()
-                await pilot.wait_for_scheduled_animations()
-                await pilot.pause()
-                saved.append(_save(out / f"{sid}.svg", app.export_screenshot()))
-                for width, height in SMALL_SIZES if first else ():
-                    await pilot.resize_terminal(width, height)
-                    await pilot.pause()
-                    await pilot.wait_for_scheduled_animations()
-                    await pilot.pause()
-                    name = f"{sid}-{width}x{height}.svg"
-                    saved.append(_save(out / name, app.export_screenshot()))
-                await pilot.resize_terminal(*SIZE)
-            await pilot.press("q")
+        with on_stop(lambda: loop.call_soon_threadsafe(app.engine.close), interrupt=False):
+            async with app.run_test(size=SIZE) as pilot:
+                await _steps(pilot, out, scenario_ids, saved)
     finally:
         app.engine.close()  # no worker or emulator outlives the command, even on an error
-    return saved
+
+
+async def _steps(
+    pilot: Pilot[Any], out: Path, scenario_ids: Sequence[str], saved: list[Path]
+) -> None:
+    """Drive the app through the scenarios, adding each screen saved to `saved`."""
+    from interlock_demo.views.tui.app import DemoApp
+
+    app = pilot.app
+    assert isinstance(app, DemoApp)
+    await pilot.pause()
+    saved.append(_save(out / "idle.svg", app.export_screenshot()))
+    for sid in scenario_ids:
+        sys.stderr.write(f"screenshots: running {sid}\n")
+        await pilot.press(SCENARIOS[sid].key, "enter")
+        await pilot.pause()
+        run = app.run_on_screen
+        if run is None or run.scenario != sid:
+            raise ScreenshotError(f"{sid}: the run did not start")
+        first = sid == scenario_ids[0]
+        if first and await _countdown_shows(pilot, run):
+            saved.append(_save(out / f"{sid}-countdown.svg", app.export_screenshot()))
+        if not await asyncio.to_thread(run.wait, RUN_TIMEOUT_S):
+            raise ScreenshotError(f"{sid}: the run did not finish in {RUN_TIMEOUT_S:g} s")
+        if run.error:
+            raise ScreenshotError(f"{sid}: the run failed: {run.error}")
+        await pilot.pause()
+        await pilot.wait_for_scheduled_animations()
+        await pilot.pause()
+        saved.append(_save(out / f"{sid}.svg", app.export_screenshot()))
+        for width, height in SMALL_SIZES if first else ():
+            await pilot.resize_terminal(width, height)
+            await pilot.pause()
+            await pilot.wait_for_scheduled_animations()
+            await pilot.pause()
+            name = f"{sid}-{width}x{height}.svg"
+            saved.append(_save(out / name, app.export_screenshot()))
+        await pilot.resize_terminal(*SIZE)
+    await pilot.press("q")
 
 
 async def _countdown_shows(pilot: Pilot[Any], run: Run) -> bool:
@@ -149,15 +175,23 @@ def to_png(svg: Path) -> Path | None:
 def main(out: Path = DEFAULT_OUT, scenario: str = "all") -> int:
     """The command: returns 0; 2 for bad configuration; 3 when a run could not finish."""
     ids = list(SCENARIOS) if scenario == "all" else [scenario]
+    saved: list[Path] = []
     try:
-        svgs = asyncio.run(take(out, ids))
+        svgs = asyncio.run(take(out, ids, saved=saved))
     except (UsageError, KeyRefusedError) as e:
         print(f"interlock-demo screenshots: {e}", file=sys.stderr)
         return ExitCode.USAGE
     except ScreenshotError as e:
+        _raise_if_stopped(saved, out)
         print(f"interlock-demo screenshots: {e}", file=sys.stderr)
         return ExitCode.UNFINISHED
-    for line in pngs_for(svgs):
+    _raise_if_stopped(saved, out)
+    try:
+        written = pngs_for(svgs)
+    except Stopped as stop:
+        done = f"wrote {len(svgs)} SVG files to {out}; stopped making their PNGs"
+        raise stop.having(done) from None
+    for line in written:
         print(line)
     if shutil.which("rsvg-convert") is None:
         print(
@@ -166,6 +200,14 @@ def main(out: Path = DEFAULT_OUT, scenario: str = "all") -> int:
             file=sys.stderr,
         )
     return ExitCode.OK
+
+
+def _raise_if_stopped(saved: Sequence[Path], out: Path) -> None:
+    """`Stopped`, saying which files were written, when a stop signal ended the runs."""
+    stop = stopped()
+    if stop is not None:
+        names = ", ".join(p.name for p in saved) or "nothing"
+        raise stop.having(f"its workers stopped; wrote {names} to {out}")
 
 
 def pngs_for(svgs: Sequence[Path]) -> list[Path]:
