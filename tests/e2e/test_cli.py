@@ -239,7 +239,7 @@ def test_headless_without_json_prints_a_summary_on_stdout(tmp_path: Path) -> Non
     assert lines[0].startswith("MOCK. revoked (mock, "), lines
     assert lines[0].endswith(": finished, wrong (as predicted)"), lines
     columns = lines[1:]
-    assert [line.split()[1] for line in columns] == ["standard", "interlock"]
+    assert [line.split()[1] for line in columns] == ["standard", "interlock", "checked"]
     assert columns[0].split(": ")[0].endswith("standard  wrong (as predicted)"), columns[0]
     assert columns[1].split(": ")[0].endswith("interlock right"), columns[1]
     for line in columns:
