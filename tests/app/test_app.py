@@ -1129,19 +1129,21 @@ async def test_mock_says_its_claim_wait_is_simulated_and_names_no_stripe(
         assert "wait  mock clock" in pane_part(app, "interlock", "story")
 
 
-def _snapshot(state: str, exit_code: int | None) -> tuple[RunSnapshot, Column]:
-    """An offline run's interlock column in `state`, its worker ended with `exit_code`."""
-    worker = WorkerInfo(pid=4242, crash_point=None, started_at=0.0, exit_code=exit_code)
-    col = Column("interlock", "Interlock", state=ColumnState(state), workers=[worker])
+def interlock_column(
+    mode: str, state: ColumnState, workers: list[WorkerInfo], events: list[Event]
+) -> tuple[RunSnapshot, Column]:
+    """A snapshot of a hand-refund run of `mode` with only the interlock column, as given."""
+    col = Column("interlock", "Interlock", state=state, workers=workers)
+    col.events = events
     run = Run(
-        mode="offline",
+        mode=mode,
         engine="standalone",
         scenario="hand-refund",
         title=SCENARIOS["hand-refund"].title,
         emulated=[],
         settings={},
         columns=[col],
-        run_id="run_held",
+        run_id=f"run_{mode}",
     )
     snapshot = run.snapshot()
     return snapshot, snapshot.columns[0]
@@ -1259,23 +1261,6 @@ async def test_a_kill_heard_of_late_never_draws_an_event_twice(home: Path) -> No
     runs the restarted worker's first line showed twice at 160 and 100)."""
     clock = PaneClock()
     app = pane_app(mock_config(home), 2.0, clock)
-
-    def snapshot(workers: list[WorkerInfo], state: str, events: list[Event]) -> Any:
-        col = Column("interlock", "Interlock", state=ColumnState(state), workers=workers)
-        col.events = events
-        run = Run(
-            mode="mock",
-            engine="standalone",
-            scenario="hand-refund",
-            title=SCENARIOS["hand-refund"].title,
-            emulated=[],
-            settings={},
-            columns=[col],
-            run_id="run_late",
-        )
-        snap = run.snapshot()
-        return snap, snap.columns[0]
-
     killed = WorkerInfo(pid=None, crash_point=None, started_at=0.0, exit_code=-9, simulated=True)
     restarted = WorkerInfo(pid=None, crash_point=None, started_at=2.7, simulated=True)
     before = [
@@ -1290,9 +1275,11 @@ async def test_a_kill_heard_of_late_never_draws_an_event_twice(home: Path) -> No
     ]
     async with app.run_test(size=SIZE) as pilot:
         pane = app.query_one("#col-interlock", ColumnPane)
-        pane.show(*snapshot([killed], "killed", before))
+        pane.show(*interlock_column("mock", ColumnState.KILLED, [killed], before))
         await settle(pilot)
-        pane.show(*snapshot([killed, restarted], "done", [*before, *after]))
+        pane.show(
+            *interlock_column("mock", ColumnState.DONE, [killed, restarted], [*before, *after])
+        )
         await settle(pilot)
         await play_out_the_holds(pilot, clock, 2.0)
         lines = pane_part(app, "interlock", "event-lines").splitlines()
@@ -1308,21 +1295,11 @@ async def test_a_long_event_log_shows_its_newest_line_and_no_scrollbar(
     thumb sits in it (on a projector the thumb read as a stray glyph in the log)."""
     app = new_app(mock_config(home))
     worker = WorkerInfo(pid=4242, crash_point=None, started_at=0.0)
-    col = Column("interlock", "Interlock", state=ColumnState.RUNNING, workers=[worker])
-    col.events = [Event(n / 10, "info", f"event number {n}", 4242) for n in range(80)]
-    run = Run(
-        mode="offline",
-        engine="standalone",
-        scenario="hand-refund",
-        title=SCENARIOS["hand-refund"].title,
-        emulated=[],
-        settings={},
-        columns=[col],
-        run_id="run_long",
-    )
+    events = [Event(n / 10, "info", f"event number {n}", 4242) for n in range(80)]
     async with app.run_test(size=size) as pilot:
-        snap = run.snapshot()
-        app.query_one("#col-interlock", ColumnPane).show(snap, snap.columns[0])
+        app.query_one("#col-interlock", ColumnPane).show(
+            *interlock_column("offline", ColumnState.RUNNING, [worker], events)
+        )
         await settle(pilot)
         log = app.query_one("#col-interlock .events")
         region = log.region
