@@ -1399,6 +1399,18 @@ async def test_each_scenario_has_its_key_in_the_footer_and_picks_it(home: Path) 
             assert app.scenario == sc.id
 
 
+async def test_the_key_bar_is_drawn_in_an_app_that_starts_unfocused(home: Path) -> None:
+    """A browser tab's app starts unfocused (Textual's web driver blurs it, and the page's
+    "focus" can land before that blur): its key bar is drawn all the same, every key in it."""
+    app = new_app(mock_config(home))
+    app.set_reactive(DemoApp.app_focus, False)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert app.app_focus is False
+        footer = {k.key for k in app.query(FooterKey)}
+        assert {sc.key for sc in SCENARIOS.values()} | {"enter", "q"} <= footer, footer
+
+
 async def test_outside_presenter_mode_a_run_stays_on_its_first_kill(home: Path) -> None:
     """The app's runs (not presenter mode) wait a beat after the first kill before the
     outage, so a room sees the kill even where nothing else waits (after the answer)."""
