@@ -21,7 +21,8 @@ The page is textual-serve's own with nothing fetched from the internet (`serve_t
 says why). Its splash stays until the app's first frame: the app starts only when the
 page opens its WebSocket, after the page's load event, so a screenshot taken at load (a
 bare `chromium --headless --screenshot`) always shows the splash; wait for the page's
-`body.-first-byte` instead.
+`body.-first-byte` instead. From that first frame the page's terminal has the keyboard, so
+a presenter need not click the page before pressing a key.
 """
 
 from __future__ import annotations

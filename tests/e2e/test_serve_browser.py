@@ -24,19 +24,49 @@ from typing import Any
 import pytest
 
 from interlock_demo.cli import main
+from scenarios import SCENARIOS
 from tests.helpers.headless import ROOT, SCRUBBED
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 # An engine event of hand-refund (not a view's label), so the check survives a redesign.
 RUN_TEXT = "support refunds $20.00 by hand"
 # The app's first screen says this at every size.
-FIRST_SCREEN_TEXT = "Wanted in Stripe:"
+FIRST_SCREEN_TEXT = "Wanted in memory:"  # the served app is a mock one
 START_DEADLINE_S = 60.0
 # From opening the page to the app's first screen: 1.4 to 4.4 s measured on a loaded 2-core
 # machine (most of it the app's own start); waiting on the internet made it unbounded.
 FIRST_SCREEN_S = 15.0
 # Another program's token in the presenter's shell: no tab's app may see it.
 FOREIGN = ("OTHER_PROGRAM_TOKEN", "ghp_madeUpForeignToken")
+# A failure bound for what the page's terminal shows, not a measure of speed.
+SCREEN_TIMEOUT_MS = 60_000
+# textual.js keeps its xterm.js Terminal to itself, as `this.terminal` of an object of its
+# own. A setter on Object.prototype sees that assignment and keeps the terminal on window,
+# so a test reads the text the page's terminal holds, as the audience sees it, rather than
+# the bytes sent to it.
+KEEP_TERMINAL = """
+Object.defineProperty(Object.prototype, "terminal", {
+  configurable: true,
+  set(value) {
+    Object.defineProperty(this, "terminal", {
+      value, writable: true, configurable: true, enumerable: true,
+    });
+    if (value && value.buffer && value.buffer.active) window.keptTerminal = value;
+  },
+});
+"""
+# The rows the page's terminal shows, top to bottom; null until textual.js made it.
+SCREEN_ROWS = """() => {
+  const term = window.keptTerminal;
+  if (!term) return null;
+  const buffer = term.buffer.active;
+  const rows = [];
+  for (let y = 0; y < term.rows; y++) {
+    const line = buffer.getLine(buffer.viewportY + y);
+    rows.push(line ? line.translateToString(true) : "");
+  }
+  return rows;
+}"""
 
 
 def _chromium() -> str:
@@ -184,6 +214,83 @@ def test_the_app_is_on_screen_soon_though_the_internet_never_answers(served: int
             browser.close()
     assert outside == [], f"the page asked the internet for {outside}"
     assert took < FIRST_SCREEN_S, f"the app's first screen took {took:.1f} s"
+
+
+def _rows(page: Any) -> list[str] | None:
+    rows: list[str] | None = page.evaluate(SCREEN_ROWS)
+    return rows
+
+
+def _wait_for_screen(page: Any, condition: str, what: str) -> None:
+    """Wait until `condition`, a JS function of the terminal's rows, holds; else fail
+    naming `what` and showing the screen."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.wait_for_function(
+            f"() => {{ const rows = ({SCREEN_ROWS})(); return rows && ({condition})(rows); }}",
+            timeout=SCREEN_TIMEOUT_MS,
+        )
+    except PlaywrightTimeout:
+        rows = _rows(page)
+        shown = "textual.js made no terminal" if rows is None else "\n".join(rows)
+        pytest.fail(f"{what}, within {SCREEN_TIMEOUT_MS / 1000:g} s; the page shows:\n{shown}")
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(150)
+def test_the_page_takes_keys_and_draws_the_key_bar_without_a_click(served: int) -> None:
+    """A presenter opens the tab and never clicks it: the app's key bar is drawn in the
+    page's terminal, and a key pressed (`2`) reaches the app, which shows scenario 2. After
+    the presenter went to another tab and came back, a key (`3`) still reaches it."""
+    from playwright.sync_api import sync_playwright
+
+    revoked, control = SCENARIOS["revoked"], SCENARIOS["after-answer"]
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=_chromium(), headless=True)
+        try:
+            context = browser.new_context(viewport={"width": 1600, "height": 900})
+            page = context.new_page()
+            page.add_init_script(KEEP_TERMINAL)
+            with page.expect_websocket() as opened:
+                page.goto(f"http://127.0.0.1:{served}/")
+            ws = opened.value
+            # The key bar is the terminal's bottom row; every layout names scenario 2 there.
+            _wait_for_screen(
+                page,
+                f"rows => rows[rows.length - 1].includes({revoked.label!r})",
+                "the key bar was not drawn",
+            )
+            rows = _rows(page)
+            assert rows is not None
+            assert not any(revoked.title in row for row in rows), "scenario 2 before its key"
+            page.keyboard.press(revoked.key)
+            _wait_for_screen(
+                page,
+                f"rows => rows.some(row => row.includes({revoked.title!r}))",
+                f"the key {revoked.key} did not reach the app",
+            )
+            # Playwright tells every page it has the focus; without that, another tab in
+            # front takes it from this one and gives it back, as a presenter's Alt-Tab does.
+            context.new_cdp_session(page).send(
+                "Emulation.setFocusEmulationEnabled", {"enabled": False}
+            )
+            with ws.expect_event(
+                "framesent", predicate=lambda sent: sent == '["blur"]', timeout=SCREEN_TIMEOUT_MS
+            ):
+                context.new_page().bring_to_front()
+            with ws.expect_event(
+                "framesent", predicate=lambda sent: sent == '["focus"]', timeout=SCREEN_TIMEOUT_MS
+            ):
+                page.bring_to_front()
+            page.keyboard.press(control.key)
+            _wait_for_screen(
+                page,
+                f"rows => rows.some(row => row.includes({control.title!r}))",
+                f"back on the tab, the key {control.key} did not reach the app",
+            )
+        finally:
+            browser.close()
 
 
 def _status(port: int, path: str, headers: dict[str, str]) -> int:

@@ -8,9 +8,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -220,27 +223,40 @@ def test_cli_creates_no_file_beside_a_read_only_store(tmp_path: Path) -> None:
     assert not {"journal.sqlite3-wal", "journal.sqlite3-shm"} & set(after)
 
 
+@pytest.fixture
+def open_folder() -> Iterator[Path]:
+    """A folder every user may enter, outside pytest's own: pytest's base folder
+    (/tmp/pytest-of-root) may be 0700, which no other user gets through. Removed after."""
+    folder = Path(tempfile.mkdtemp(prefix="interlock-verify-", dir="/tmp"))
+    folder.chmod(0o755)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder)
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the check as another user")
-def test_cli_verifies_for_a_user_who_may_only_read_the_store(tmp_path: Path) -> None:
+def test_cli_verifies_for_a_user_who_may_only_read_the_store(open_folder: Path) -> None:
     """As `nobody`, who can read the store but write nothing beside it, verify still
     checks it (exit 0); before, SQLite's `-shm` could not be made and the check failed."""
-    folder, path = _read_only_store(tmp_path)
-    tmp_path.chmod(0o755)
     try:
         subprocess.run([sys.executable, "-c", "pass"], user=65534, check=True, timeout=60)
     except (PermissionError, subprocess.CalledProcessError):
-        folder.chmod(0o755)
         pytest.skip("user nobody cannot run this Python (its folders are private)")
+    folder, path = _read_only_store(open_folder)
+    before = sorted(p.name for p in folder.iterdir())
     try:
         done = subprocess.run(
             [sys.executable, "-m", "interlock", "verify", str(path)],
             capture_output=True, text=True, cwd=ROOT, timeout=60, check=False,
-            user=65534, group=65534, env={**os.environ, "HOME": str(tmp_path)},
+            user=65534, group=65534, env={**os.environ, "HOME": str(open_folder)},
         )  # fmt: skip
     finally:
         folder.chmod(0o755)
     assert done.returncode == 0, (done.stdout, done.stderr)
-    assert sorted(p.name for p in folder.iterdir()) == ["journal.sqlite3"]
+    # The writers' lock file (`-writers`) is the store's own, left by the writes that made it.
+    assert sorted(p.name for p in folder.iterdir()) == before
+    assert not {"journal.sqlite3-wal", "journal.sqlite3-shm"} & set(before)
 
 
 def test_cli_escapes_control_characters_from_the_store(tmp_path: Path) -> None:

@@ -117,6 +117,18 @@ class DemoFooter(Footer):
         self.styles.grid_size_columns = len(keys)
         yield from keys
 
+    def bindings_changed(self, screen: Screen[Any]) -> None:
+        """Redraw the keys, whether or not the app has the keyboard's focus.
+
+        Textual's footer skips the redraw while its app is unfocused. A browser tab's app
+        starts unfocused (Textual's web driver blurs it, and the page's "focus" may land
+        before that blur), so its key bar stayed blank; a projected key bar is read by
+        the room wherever the presenter's keyboard is.
+        """
+        super().bindings_changed(screen)
+        if not screen.app.app_focus and self.is_attached and screen is self.screen:
+            self.call_after_refresh(self.recompose)
+
 
 class _MainScreen(Screen[Any]):
     """The app's one screen; it tells the app when the terminal changed size."""
