@@ -243,9 +243,15 @@ class ColumnScript:
         for n, point in enumerate(sc.kills):
             if n == 0:
                 self.pace("decision")
+            seen = len(col.events)
             code = self.launcher.launch(self, point)
             if code != SIGKILL_EXIT:
-                raise ColumnFailed(f"the worker was to die by SIGKILL at {point} but exited {code}")
+                # The worker's own error event says why: the column's one line carries it.
+                why = [e.text for e in col.events[seen:] if e.kind == EventKind.ERROR]
+                raise ColumnFailed(
+                    f"the worker was to die by SIGKILL at {point} but exited {code}"
+                    + (f": {why[-1]}" if why else "")
+                )
             run.set_state(col.name, ColumnState.KILLED)
             if n == 0:
                 if self.run.pacer is None and self.kill_beat_s > 0:

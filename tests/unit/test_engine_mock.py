@@ -221,3 +221,36 @@ def test_a_hold_stops_every_column_before_its_outage_unseen_by_views(tmp_path: P
     finally:
         engine.close()
     assert run.all_as_predicted
+
+
+def test_a_worker_that_exits_instead_of_dying_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker that was to be SIGKILLed at its crash point but exited 1 (a read that timed
+    out on a loaded machine) fails its column with the worker's own error event in the one
+    line, not only its exit code."""
+    from interlock_demo.core.run import WorkerInfo
+    from interlock_demo.engine.mock import MockLauncher
+    from workers.protocol import EventKind
+
+    why = "PaymentsUnsettledError: read payment: no complete answer within 1 s"
+
+    def exits_1(self: MockLauncher, script: Any, crash_point: CrashPoint | None) -> int:
+        info = WorkerInfo(
+            pid=None, crash_point=crash_point, started_at=script.run.now(), simulated=True
+        )
+        script.worker_started(info)
+        self._on_event(script, {"kind": EventKind.ERROR, "text": why})
+        script.worker_ended(info, 1)
+        return 1
+
+    monkeypatch.setattr(MockLauncher, "launch", exits_1)
+    config = resolve(mode="mock", env={"INTERLOCK_HOME": str(tmp_path / "home")})
+    engine = Engine(config)
+    try:
+        run = engine.start(RunChoice(config, "hand-refund"))
+        assert run.wait(RUN_DEADLINE_S), "the mock run did not finish"
+    finally:
+        engine.close()
+    for col in run.columns:
+        assert col.error == f"the worker was to die by SIGKILL at before-send but exited 1: {why}"
