@@ -28,8 +28,10 @@ a presenter need not click the page before pressing a key.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import shlex
+import signal
 import sys
 from asyncio.subprocess import Process
 from collections.abc import Awaitable, Callable, Sequence
@@ -135,6 +137,16 @@ class LoopbackServer(Server):
         self.hosts, self.origins = allowed(port)
         self.tabs: set[_Tab] = set()
 
+    def serve(self, debug: bool = False) -> None:
+        """textual-serve's server, which stops on SIGINT and SIGTERM, stopping on SIGHUP too:
+        closing the terminal it runs in must not leave the tabs' apps and their workers
+        running (they are in sessions of their own)."""
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)  # the loop textual-serve's serve() takes as its own
+        with contextlib.suppress(NotImplementedError, AttributeError):  # no SIGHUP: Windows
+            loop.add_signal_handler(signal.SIGHUP, self.request_exit)
+        super().serve(debug)
+
     async def on_shutdown(self, app: web.Application) -> None:
         """`serve` is stopping: no tab's app outlives it."""
         self.kill_tabs()
@@ -203,4 +215,5 @@ def serve(port: int, *, argv: Sequence[str] = ()) -> int:
         return ExitCode.USAGE
     finally:
         server.kill_tabs()
+    print("interlock-demo serve stopped: no tab's app or worker is left running", file=sys.stderr)
     return ExitCode.OK

@@ -7,6 +7,7 @@ browser test is skipped saying so; in CI (CI=true) a missing Chromium is a failu
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import http.client
 import os
@@ -438,3 +439,39 @@ def test_a_tabs_app_runs_on_the_demos_environment_with_the_private_umask(
                 assert "Umask:\t0077" in status, f"{app.cmdline()}: {status}"
         finally:
             browser.close()
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("signame", ["SIGHUP", "SIGTERM"])
+def test_serve_stopped_by_a_signal_leaves_no_tab_running(
+    serving: tuple[int, subprocess.Popen[bytes]], tmp_path: Path, signame: str
+) -> None:
+    """SIGHUP (the terminal `serve` ran in was closed) stops it as SIGTERM does: exit 0,
+    one line saying so, and no tab's app left. Before, SIGHUP ended `serve` at once and the
+    tab's app, in a session of its own, ran on. The tab here is a plain WebSocket client."""
+    import aiohttp
+    import psutil
+
+    port, proc = serving
+    server = psutil.Process(proc.pid)
+
+    async def open_a_tab_then_stop() -> list[psutil.Process]:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.ws_connect(f"http://127.0.0.1:{port}/ws?width=100&height=30") as ws,
+        ):
+            await ws.receive()  # the app's first bytes: it is running
+            apps = server.children(recursive=True)
+            proc.send_signal(getattr(signal, signame))
+            await asyncio.to_thread(proc.wait, 30)
+            return apps
+
+    apps = asyncio.run(open_a_tab_then_stop())
+    assert apps, "no app was started for the tab"
+    assert proc.returncode == 0
+    _, alive = psutil.wait_procs(apps, timeout=30)
+    assert not alive, f"left running after {signame}: {alive}"
+    said = (tmp_path / "serve.log").read_text()
+    assert "interlock-demo serve stopped: no tab's app or worker is left running" in said, said
+    assert "Traceback" not in said, said
