@@ -35,6 +35,8 @@ class Switch:
     help: str
     # The palette's one line for it, in the app.
     palette: str
+    # The fewest words that still name it, where the screen is narrow (the banner at 80).
+    short: str
 
     @property
     def env(self) -> str:
@@ -47,6 +49,11 @@ class Switch:
         return self.field.replace("_", "-")
 
     @property
+    def words(self) -> str:
+        """The switch as the screen names it: `emulate 24h`."""
+        return self.name.replace("-", " ")
+
+    @property
     def flag(self) -> str:
         """The command line's option: `--emulate-24h`."""
         return f"--{self.name}"
@@ -57,11 +64,13 @@ SWITCHES: tuple[Switch, ...] = (
         "emulate_24h",
         "emulate a retry after Stripe pruned the idempotency key",
         "Retry as if Stripe pruned the key (offline/mock)",
+        "24h",
     ),
     Switch(
         "no_lookup",
         "emulate a gate without the lookup",
         "The gate skips its lookup (offline/mock)",
+        "no lookup",
     ),
 )
 SWITCH_EMULATE_24H = Switches.ENV_NAMES["emulate_24h"]

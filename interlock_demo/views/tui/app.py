@@ -801,7 +801,7 @@ class DemoApp(App[int]):
         self.choice = dataclasses.replace(
             self.choice, config=dataclasses.replace(self.config, switches=switches)
         )
-        on = ", ".join(s.name.replace("-", " ") for s in SWITCHES if getattr(switches, s.field))
+        on = ", ".join(s.words for s in SWITCHES if getattr(switches, s.field))
         self.notify(f"Emulated switches for the next run: {on or 'none'}.")
 
     def action_reapprove(self) -> None:
@@ -903,7 +903,7 @@ class DemoApp(App[int]):
         yield ("mode: live", "Stripe test mode and the real model", lambda: self._set_mode("live"))
         for switch in SWITCHES:
             yield (
-                f"switch: {switch.name.replace('-', ' ')}",
+                f"switch: {switch.words}",
                 switch.palette,
                 functools.partial(self.set_switch, switch),
             )

@@ -30,8 +30,8 @@ def banner_parts(config: DemoConfig) -> list[Part]:
     on = [s for s in SWITCHES if getattr(config.switches, s.field)]
     emulated: list[Part] = []
     if on:
-        words = ", ".join(s.name.replace("-", " ") for s in on)
-        short = ", ".join(s.name.replace("emulate-", "").replace("-", " ") for s in on)
+        words = ", ".join(s.words for s in on)
+        short = ", ".join(s.short for s in on)
         emulated = [(f"EMULATED: {words}", f"EMULATED: {short}")]
     if mode.in_process:
         head = f"{_STRIPES} {mode.banner} {_STRIPES}"
