@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import os
 import signal
 import sys
 from collections.abc import Callable, Iterable, Iterator
@@ -50,6 +51,7 @@ from interlock_demo.views.tui.commands import DemoCommands, PaletteCommand
 from interlock_demo.views.tui.keys import KeyRow, KeysScreen
 from interlock_demo.views.tui.messages import RunChanged
 from interlock_demo.views.tui.svg import svg_keeping_spaces
+from interlock_demo.views.tui.terminal import resume_only_after_a_suspend, terminal_gone
 from interlock_demo.views.tui.widgets import (
     ColumnPane,
     MessageLine,
@@ -346,6 +348,7 @@ class DemoApp(App[int]):
         if self.config.engine == TEMPORAL:
             self._start_temporal()
         if not self.is_headless:
+            resume_only_after_a_suspend()
             self._quit_on_stop_signals()
 
     def _quit_on_stop_signals(self) -> None:
@@ -362,7 +365,12 @@ class DemoApp(App[int]):
 
     def _stop_on_signal(self, signum: int) -> None:
         self.engine.close()
-        self.exit(128 + signum)  # the shell's code for "ended by this signal"
+        code = 128 + signum  # the shell's code for "ended by this signal"
+        if terminal_gone(sys.__stdin__.fileno() if sys.__stdin__ else 0):
+            # Its window was closed: nothing to give back, and Textual's shutdown would wait
+            # forever on writes to it. The workers, emulator and Temporal are stopped above.
+            os._exit(code)
+        self.exit(code)
 
     def get_default_screen(self) -> Screen[Any]:
         """The main screen, which re-lays the columns out when the terminal is resized."""
