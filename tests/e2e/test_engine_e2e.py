@@ -1,8 +1,8 @@
 """End to end: the headless CLI in offline mode, real worker processes, real SIGKILL.
 
 Every case runs `python -m interlock_demo.cli --headless --json --offline ...` in its own
-subprocess with its own INTERLOCK_HOME and the short timings (claim 6 s, Stripe timeout
-1 s). The scenario runs start together in one module fixture, so the file's wall time is
+subprocess with its own INTERLOCK_HOME and short timings (claim 10 s, Stripe timeout 5 s).
+The scenario runs start together in one module fixture, so the file's wall time is
 about one run's. The expectations below are written out from docs/design.md §3 by hand rather than
 read from `scenarios.TRUTH`, so a wrong truth table fails here too; the table and the
 checks of a run's JSON are shared with the Temporal engine's tests (`tests/helpers/headless.py`).
@@ -43,6 +43,10 @@ pytestmark = pytest.mark.e2e
 RUN_DEADLINE_S = 100.0
 LINE_DEADLINE_S = 30.0
 ORPHAN_DEADLINE_S = 5.0
+# Six runs start at once, eighteen workers on the machine: with the shortest timings the
+# gate takes (6 s, 1 s), a worker's read of its payment from its run's loopback emulator
+# outlasted 1 s beside two CPU burners, and the worker exited 1 where it was to be SIGKILLed.
+TIMINGS = {"INTERLOCK_CLAIM_TTL": "10", "INTERLOCK_STRIPE_TIMEOUT": "5"}
 CASES: dict[str, list[str]] = {
     "hand-refund": ["--scenario", "hand-refund"],
     "revoked": ["--scenario", "revoked"],
@@ -108,12 +112,12 @@ def runs(
     started: dict[str, Started] = {}
     for name, args in CASES.items():
         home = base / name
-        started[name] = Started([*args, "--checked"], home, cli_env(home))
+        started[name] = Started([*args, "--checked"], home, cli_env(home, **TIMINGS))
     home = base / "stripe-base"
     started["stripe-base"] = Started(
         ["--scenario", "hand-refund", "--checked", "--stripe-base", own_emulator.url],
         home,
-        cli_env(home),
+        cli_env(home, **TIMINGS),
     )
     try:
         return {name: s.finish() for name, s in started.items()}
@@ -130,8 +134,8 @@ def _check_run(run: Finished, case: str) -> None:
     assert isinstance(doc, dict)
     check_run(doc, case, "standalone")
     assert doc["settings"]["stripe"] == "emulator"
-    assert doc["settings"]["claim_ttl_s"] == 6
-    assert doc["settings"]["stripe_timeout_s"] == 1
+    assert doc["settings"]["claim_ttl_s"] == 10
+    assert doc["settings"]["stripe_timeout_s"] == 5
 
 
 @pytest.mark.timeout(180)

@@ -2,8 +2,9 @@
 
 `python tests/helpers/stress_worker.py STORE BASE_URL PLAN_JSON WORKER_ID SEED` submits
 every intent of the plan in a random order (several workers submit the same intents, so
-they race on the claims), then runs `recover()`. Each outcome is printed as a JSON line;
-`done` ends the run. The parent SIGKILLs some of these processes at random moments.
+they race on the claims), then runs `recover()`. `ready` says its gate is built; each
+outcome is printed as a JSON line; `done` ends the run. The parent SIGKILLs some of these
+processes at random moments.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ def main(store_path: str, base_url: str, plan_path: str, worker_id: str, seed: s
         switches=Switches(),
         owner=Owner.current(worker_id),
     )
+    print("ready", flush=True)  # the parent aims its kills only at workers that got here
     for intent in intents:
         try:
             _say(gate.submit(intent))
