@@ -21,6 +21,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.helpers.headless import workers_under
+
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 
 WIDTH, HEIGHT = 160, 45
@@ -205,21 +207,22 @@ def test_presenter_mode_in_tmux_one_phase_per_space(terminal: Terminal) -> None:
     terminal.wait_for(lambda s: f"{EXITED} 0" in s, 15, "the app's exit")
 
 
-def _workers(app: psutil.Process) -> list[psutil.Process]:
-    """The worker processes under the app, and nothing else it runs.
+def _idle_app(terminal: Terminal) -> psutil.Process:
+    """The app's process, once its idle screen shows."""
+    terminal.wait_for(lambda s: "ready: press enter to run" in s, 30, "the idle screen")
+    shell = psutil.Process(int(terminal.tmux("display-message", "-p", "-t", "demo", "#{pane_pid}")))
+    (app,) = [p for p in shell.children() if "interlock_demo.cli" in " ".join(p.cmdline())]
+    return app
 
-    Any child is not enough: the Stripe SDK's first request runs `uname -p` (for its
-    user-agent header) in the app's process, and a test that took that short-lived child
-    for a worker found no workers a moment later (8 of 135 starts beside CPU burners).
-    """
-    found = []
-    for child in app.children(recursive=True):
-        try:
-            if "workers.standalone" in " ".join(child.cmdline()):
-                found.append(child)
-        except psutil.Error:
-            continue  # gone, or a zombie, between listing and reading
-    return found
+
+def _run_until_workers(terminal: Terminal, app: psutil.Process) -> list[psutil.Process]:
+    """Press Enter and return the run's worker processes once there are some."""
+    terminal.keys("Enter")
+    deadline = time.monotonic() + 30
+    while not (workers := workers_under(app)) and time.monotonic() < deadline:
+        time.sleep(POLL_S)  # another process's children: no event to wait on
+    assert workers, f"the run started no worker process; the screen:\n{terminal.screen()}"
+    return workers
 
 
 @pytest.mark.parametrize("stop", ["SIGTERM", "SIGHUP", "SIGINT", "C-c"])
@@ -229,15 +232,9 @@ def test_a_stop_signal_gives_the_terminal_back_and_leaves_no_worker(
     """SIGTERM, SIGHUP or SIGINT to the app mid-run, or Ctrl-C typed once, ends it as q does:
     out of the alternate screen, mouse reporting off, cursor shown, and no worker process
     left behind. A signal exits 128 + its number, as a shell reports it; Ctrl-C exits 0."""
-    terminal.wait_for(lambda s: "ready: press enter to run" in s, 30, "the idle screen")
+    app = _idle_app(terminal)
     assert terminal.tmux("display-message", "-p", "-t", "demo", "#{alternate_on}").strip() == "1"
-    shell = psutil.Process(int(terminal.tmux("display-message", "-p", "-t", "demo", "#{pane_pid}")))
-    (app,) = [p for p in shell.children() if "interlock_demo.cli" in " ".join(p.cmdline())]
-    terminal.keys("Enter")
-    deadline = time.monotonic() + 30
-    while not (workers := _workers(app)) and time.monotonic() < deadline:
-        time.sleep(POLL_S)  # another process's children: no event to wait on
-    assert workers, f"the run started no worker process; the screen:\n{terminal.screen()}"
+    workers = _run_until_workers(terminal, app)
     if stop.startswith("SIG"):
         app.send_signal(getattr(signal, stop))
         code = 128 + getattr(signal, stop)
@@ -263,14 +260,8 @@ def test_closing_the_terminal_mid_run_ends_the_app_and_its_workers(
     waited on writes to the dead terminal, and the app stayed on at full CPU after its
     workers were stopped (3 of 14 closes, 6 more in 135 quits closed at once). A close is
     a race against what the app is doing, so it is tried three times."""
-    terminal.wait_for(lambda s: "ready: press enter to run" in s, 30, "the idle screen")
-    shell = psutil.Process(int(terminal.tmux("display-message", "-p", "-t", "demo", "#{pane_pid}")))
-    (app,) = [p for p in shell.children() if "interlock_demo.cli" in " ".join(p.cmdline())]
-    terminal.keys("Enter")
-    deadline = time.monotonic() + 30
-    while not (workers := _workers(app)) and time.monotonic() < deadline:
-        time.sleep(POLL_S)  # another process's children: no event to wait on
-    assert workers, f"the run started no worker process; the screen:\n{terminal.screen()}"
+    app = _idle_app(terminal)
+    workers = _run_until_workers(terminal, app)
     terminal.tmux("kill-server")
     _, alive = psutil.wait_procs([app, *workers], timeout=30)
     for p in alive:

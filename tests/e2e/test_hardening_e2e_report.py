@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from interlock_demo.engine.temporal.probe import temporal_unavailable
-from tests.helpers.headless import ROOT, SCRUBBED
+from tests.helpers.headless import ROOT, SCRUBBED, workers_under
 
 PLANTED = {
     "AWS_SECRET_ACCESS_KEY": "MadeUpAwsSecretForTheReport0000000000000",
@@ -36,18 +36,6 @@ def _wait_for(what: str, check: object, timeout_s: float = 60.0) -> object:
             return value
         time.sleep(0.05)  # polling another process's state: there is no event to wait on
     pytest.fail(f"{what} did not happen within {timeout_s:g} s")
-
-
-def _workers(run: psutil.Process) -> list[psutil.Process]:
-    """The worker processes under the run."""
-    found = []
-    for below in run.children(recursive=True):
-        try:
-            if "workers.standalone" in " ".join(below.cmdline()):
-                found.append(below)
-        except psutil.Error:
-            continue  # gone, or a zombie, between listing and reading
-    return found
 
 
 def _is_run(proc: psutil.Process) -> bool:
@@ -95,7 +83,7 @@ def test_report_runs_get_the_allow_list_private_files_and_die_with_it(tmp_path: 
         for name in PLANTED:
             assert name not in environ, f"{name} reached the report's run"
         # A worker, not any child: the Stripe SDK's first request runs a short `uname -p`.
-        workers = _wait_for("a worker started", lambda: _workers(child))
+        workers = _wait_for("a worker started", lambda: workers_under(child))
         assert isinstance(workers, list)
         seen = {parent, child, *workers, *child.children(recursive=True)}
         for path in [p for p in (home / "demo" / "e2e-report").rglob("*")]:

@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+import psutil
+
 ROOT = Path(__file__).resolve().parents[2]
 # Keys, switches and settings a subprocess must not take from the outside environment.
 SCRUBBED = (
@@ -216,3 +218,20 @@ def check_no_lookup_refusal(col: dict[str, Any]) -> None:
     (own,) = [r for r in col["stripe"]["refunds"] if r["by"] == "agent"]
     assert own["metadata"]["interlock_action"] == col["outcome"]["action_id"]
     assert any(own["id"] in p and "refused" in p for p in col["verify"]["problems"]), col["verify"]
+
+
+def workers_under(proc: psutil.Process) -> list[psutil.Process]:
+    """The demo's worker processes under `proc`, and nothing else it runs.
+
+    Any child is not enough: the Stripe SDK's first request runs `uname -p` (for its
+    user-agent header), and a test that took that short-lived child for a worker found no
+    workers a moment later (8 of 135 starts beside CPU burners).
+    """
+    found = []
+    for child in proc.children(recursive=True):
+        try:
+            if "workers.standalone" in " ".join(child.cmdline()):
+                found.append(child)
+        except psutil.Error:
+            continue  # gone, or a zombie, between listing and reading
+    return found
