@@ -247,8 +247,9 @@ class Gate:
         `clock` is the wall clock (an intent's time, a lease's expiry); `monotonic` times
         every duration inside this process, so that a step of the wall clock (an NTP
         step, a resumed VM) cannot close the in-flight window early. Without it: the
-        system's monotonic clock, or `clock` when `sleep` is not `time.sleep` (a fake
-        sleep moves only the fake clock it came with)."""
+        system's monotonic clock, whatever `sleep` is (a `sleep` of your own, one that logs
+        or heartbeats, still waits in real time). A test that owns time with a fake clock
+        and a fake sleep passes its fake monotonic clock too."""
         self.store = store
         self.effect = effect
         self.timing = timing if timing is not None else Timing.from_env()
@@ -271,7 +272,7 @@ class Gate:
         self._clock = clock
         self._sleep = sleep
         if monotonic is None:
-            monotonic = time.monotonic if sleep is time.sleep else clock
+            monotonic = time.monotonic
         self._monotonic = monotonic
         self._max_sends = max_sends
         self._new_action_id = new_action_id

@@ -400,6 +400,7 @@ def run_cell(
             on_event=on_event,
             clock=clock,
             sleep=clock.sleep,
+            monotonic=clock,
         )
 
     def while_held(seconds: float) -> None:
