@@ -11,7 +11,7 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,11 +65,27 @@ class BarrierStore(MemoryStore):
         return state
 
 
+class RecordingDesk(RefundDesk):
+    """A desk that records the sessions it is told have ended."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.ended: list[str] = []
+        self.two_ended = threading.Event()
+
+    def end_session(self, session: str) -> None:
+        super().end_session(session)
+        self.ended.append(session)
+        if len(self.ended) >= 2:
+            self.two_ended.set()
+
+
 @dataclass
 class Served:
-    """The server under test: where it listens, its payments model and its journal."""
+    """The server under test: where it listens, its desk, payments model and journal."""
 
     url: str
+    desk: RecordingDesk
     payments: InProcessPayments
     store: BarrierStore
     payment: str
@@ -85,32 +101,39 @@ class Served:
             yield client
 
 
-@pytest.fixture
-def served(emulator: StripeEmulator) -> Iterator[Served]:
+@contextmanager
+def serve(emulator: StripeEmulator, *, stateless: bool = False) -> Iterator[Served]:
     """The desk's tools on an MCPServer, over streamable HTTP on a loopback port; a $100
     payment approved for refunds up to $20."""
     payments = InProcessPayments(emulator.model)
     store = BarrierStore()
     payment = payments.create_payment(10_000).id
     grant_approval(store, payment, CAP, hours=1, by="ana")
-    desk = RefundDesk(payments, store, timing=Timing(claim_ttl_s=6, stripe_timeout_s=1))
+    desk = RecordingDesk(payments, store, timing=Timing(claim_ttl_s=6, stripe_timeout_s=1))
     server = MCPServer("refunds", log_level="WARNING")
     add_refund_tools(server, desk)
     listening = socket.socket()
     listening.bind(("127.0.0.1", 0))
     listening.listen()  # connections wait in the backlog until uvicorn accepts them
     port = listening.getsockname()[1]
-    config = uvicorn.Config(server.streamable_http_app(), log_level="warning", lifespan="on")
-    web = uvicorn.Server(config)
+    app = server.streamable_http_app(stateless_http=stateless)
+    web = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=web.run, kwargs={"sockets": [listening]}, daemon=True)
     thread.start()
     try:
-        yield Served(f"http://127.0.0.1:{port}/mcp", payments, store, payment)
+        yield Served(f"http://127.0.0.1:{port}/mcp", desk, payments, store, payment)
     finally:
         web.should_exit = True
         thread.join(30)
         listening.close()
     assert not thread.is_alive(), "the HTTP server did not stop"
+
+
+@pytest.fixture
+def served(emulator: StripeEmulator) -> Iterator[Served]:
+    """A server that keeps sessions (streamable HTTP's default)."""
+    with serve(emulator) as it:
+        yield it
 
 
 def ask(payment: str, amount: int, request_id: str) -> dict[str, Any]:
@@ -178,3 +201,37 @@ async def test_two_calls_with_one_request_id_and_two_amounts_refund_once_and_say
 def refunds_of(served: Served) -> list[Refund]:
     """The payment's refunds as the payments model holds them."""
     return served.payments.list_refunds(served.payment)
+
+
+async def test_reads_end_with_their_session_over_http(served: Served) -> None:
+    """Two conversations read the payment and close their sessions: the desk is told each
+    one ended and keeps nothing of theirs, so nothing can refund on those reads."""
+    pi = served.payment
+    async with served.session() as chat_a, served.session() as chat_b:
+        await chat_a.call_tool("get_payment", {"payment_intent": pi})
+        await chat_b.call_tool("get_payment", {"payment_intent": pi})
+    assert await anyio.to_thread.run_sync(served.desk.two_ended.wait, 30)
+    assert len(set(served.desk.ended)) == 2
+    for n, session in enumerate(served.desk.ended):
+        after = served.desk.issue_refund(pi, 500, f"req-ended-{n:04d}", session=session)
+        assert after.is_error and f"Call get_payment({pi}) first" in after.text
+    assert refunds_of(served) == []
+
+
+async def test_a_stateless_server_keeps_no_read_so_calls_pass_the_fingerprint(
+    emulator: StripeEmulator,
+) -> None:
+    """A stateless HTTP server has no session to keep a read in: a refund without the
+    fingerprint is refused with what to pass, and the same refund with it is sent."""
+    with serve(emulator, stateless=True) as served:
+        pi = served.payment
+        async with served.session() as chat:
+            seen = data(await chat.call_tool("get_payment", {"payment_intent": pi}))
+            without = await chat.call_tool("issue_refund", ask(pi, 500, "req-stateless-01"))
+            fingerprint = {"refunds_fingerprint": seen["refunds_fingerprint"]}
+            sent = await chat.call_tool(
+                "issue_refund", {**ask(pi, 500, "req-stateless-01"), **fingerprint}
+            )
+        assert without.is_error and "passing its refunds_fingerprint" in text(without)
+        assert data(sent)["status"] == "sent", text(sent)
+        assert [r.id for r in refunds_of(served)] == [data(sent)["refund_id"]]
