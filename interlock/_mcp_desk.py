@@ -399,10 +399,11 @@ class RefundDesk:
         seen = seen_fingerprint or self._read(session, payment_intent)
         if seen is None:
             return _invalid(
-                f"Not refunded: this conversation has not read {payment_intent}. Call "
-                f"get_payment({payment_intent}) first and decide on what it shows, then call "
-                "issue_refund again, passing its refunds_fingerprint. Nothing was journaled "
-                "or sent."
+                f"Not refunded: the server has no read of {payment_intent} from this "
+                "conversation to check the refund against (a server without sessions keeps "
+                f"none). Call get_payment({payment_intent}) first and decide on what it shows, "
+                "then call issue_refund again, passing its refunds_fingerprint. Nothing was "
+                "journaled or sent."
             )
         lease = current_approval(self.store, payment_intent)
         if lease is None:

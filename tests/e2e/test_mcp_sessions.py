@@ -19,6 +19,7 @@ import anyio
 import pytest
 import uvicorn
 from mcp import ClientSession
+from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult
@@ -235,3 +236,27 @@ async def test_a_stateless_server_keeps_no_read_so_calls_pass_the_fingerprint(
         assert without.is_error and "passing its refunds_fingerprint" in text(without)
         assert data(sent)["status"] == "sent", text(sent)
         assert [r.id for r in refunds_of(served)] == [data(sent)["refund_id"]]
+
+
+async def test_a_sessionless_client_passes_the_fingerprint(emulator: StripeEmulator) -> None:
+    """The SDK's own `Client` speaks the sessionless 2026-07-28 protocol by default (here in
+    memory): each request is its own connection, so a refund without the fingerprint is
+    refused even right after a read, and the same refund with it is sent."""
+    payments = InProcessPayments(emulator.model)
+    store = MemoryStore()
+    pi = payments.create_payment(10_000).id
+    grant_approval(store, pi, CAP, hours=1, by="ana")
+    server = MCPServer("refunds", log_level="WARNING")
+    add_refund_tools(
+        server, RefundDesk(payments, store, timing=Timing(claim_ttl_s=6, stripe_timeout_s=1))
+    )
+    async with Client(server) as client:
+        seen = data(await client.call_tool("get_payment", {"payment_intent": pi}))
+        without = await client.call_tool("issue_refund", ask(pi, 500, "req-sessionless-1"))
+        fingerprint = {"refunds_fingerprint": seen["refunds_fingerprint"]}
+        sent = await client.call_tool(
+            "issue_refund", {**ask(pi, 500, "req-sessionless-1"), **fingerprint}
+        )
+    assert without.is_error and "passing its refunds_fingerprint" in text(without)
+    assert data(sent)["status"] == "sent", text(sent)
+    assert [r.id for r in payments.list_refunds(pi)] == [data(sent)["refund_id"]]
