@@ -13,7 +13,6 @@ remaining action names is seen as well (docs/design.md §4).
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -28,7 +27,7 @@ from interlock._journal import (
     Store,
 )
 from interlock._payments import Payments, Refund
-from interlock._receipts import ChainCheck, receipt_key
+from interlock._receipts import ChainCheck, load_json, receipt_key
 
 # How far before the store's first action the account-wide listing starts. The intent is
 # stamped by the gate host's wall clock, a refund's `created` by Stripe's (whole seconds):
@@ -417,7 +416,7 @@ def _receipt_facts(store: Store, action_id: str) -> _Facts | None:
     if receipt is None:
         return None
     try:
-        body = json.loads(receipt.body_text)
+        body = load_json(receipt.body_text)
     except (ValueError, TypeError):
         body = None
     return _Facts.of(receipt.seq, body if isinstance(body, Mapping) else None)
