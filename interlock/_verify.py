@@ -375,7 +375,8 @@ def _cross_check(
         if lister is None:
             problems.append(
                 f"could not read the {kind} sends of {target}: verify was given no {kind} "
-                "effect to list them (pass it in effects=)"
+                "effect to list them (pass it to verify() in effects=; the command checks "
+                "refunds and transfers)"
             )
             continue
         w = _words(lister)

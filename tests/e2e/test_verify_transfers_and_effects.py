@@ -293,7 +293,8 @@ def test_a_custom_effect_that_cannot_list_its_sends_is_reported_not_checked(
     assert "give it sent_on" in unlisted[0]
     assert nothing == [
         f"could not read the delivery sends of {intent.target}: verify was given no delivery "
-        "effect to list them (pass it in effects=)"
+        "effect to list them (pass it to verify() in effects=; the command checks refunds and "
+        "transfers)"
     ]
 
 
