@@ -1,8 +1,9 @@
 """`interlock.testing`: the certification harness, on the Stripe refund.
 
 The harness runs every crash point x provider answer x outage on fresh worlds. The refund
-must come out right and truthful in every cell; a deliberately broken effect (one that
-adopts any agent refund) must not, so the harness can fail. The same over a webhook on
+must come out right and truthful in every cell; deliberately broken effects (one that
+adopts any agent refund, one whose lookup is its process's memory) must not, so the
+harness can fail. The same over a webhook on
 loopback is `tests/loopback/test_webhook_effects.py`.
 """
 
