@@ -37,7 +37,6 @@ psycopg is imported when a store is made, so `interlock` itself needs no driver.
 from __future__ import annotations
 
 import hashlib
-import json
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
@@ -67,7 +66,7 @@ from interlock._journal import (
     pages,
 )
 from interlock._leases import Lease
-from interlock._receipts import Check, Receipt, canonical_json
+from interlock._receipts import Check, Receipt, canonical_json, load_json
 
 # Seconds since the epoch by the database's clock, read when the statement runs (not at
 # the transaction's start, as now() would be): after the write lock is taken.
@@ -260,7 +259,7 @@ class _PostgresTx:
         if not action:
             return None
         r = action[0]
-        row = ActionRow.from_columns(Intent.from_dict(json.loads(r[0])), *r[1:6])
+        row = ActionRow.from_columns(Intent.from_dict(load_json(r[0])), *r[1:6])
         if self._write:
             self._leases.setdefault(row.intent.lease_id, None)
         return row
@@ -824,7 +823,7 @@ class PostgresStore(RuleStore):
             " ORDER BY seq",
             (action_id,),
         )
-        return [JournalRecord(int(r[0]), r[1], float(r[2]), r[3], json.loads(r[4])) for r in rows]
+        return [JournalRecord(int(r[0]), r[1], float(r[2]), r[3], load_json(r[4])) for r in rows]
 
     def histories(self) -> Iterator[ActionHistory]:
         """Every action's row with its journal records, ordered by action id, read a batch

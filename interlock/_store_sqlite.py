@@ -9,7 +9,6 @@ open is refused before anything can be sent against it.
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import threading
@@ -41,7 +40,7 @@ from interlock._journal import (
     pages,
 )
 from interlock._leases import Lease
-from interlock._receipts import Receipt, canonical_json
+from interlock._receipts import Receipt, canonical_json, load_json
 
 # This file's layout. Version 3 indexes intent metadata (`action_metadata`, written with
 # the intent) and settled actions by receipt; versions 1 and 2 are migrated in place.
@@ -98,12 +97,16 @@ INSERT OR IGNORE INTO action_metadata (key, value, action_id)
 SELECT j.key, j.value, a.action_id FROM actions a, json_each(a.intent, '$.metadata') j
 """
 # Every commit on the send path reads the action with its lease, and settling also reads
-# the chain's head: one statement brings all three.
+# the chain's head: one statement brings all three. An intent that is not JSON (edited,
+# or nested past SQLite's depth limit) joins no lease rather than failing the statement,
+# so the row is read and its intent reported unreadable by the parse, for that action
+# alone: a store error would stop `recover()` at that row on every run.
 _GET_ACTION = """
 SELECT a.intent, a.claim, a.settlement, a.attempts, a.receipt_seq, a.unknown, l.lease,
     (SELECT seq FROM receipts ORDER BY seq DESC LIMIT 1),
     (SELECT hash FROM receipts ORDER BY seq DESC LIMIT 1)
-FROM actions a LEFT JOIN leases l ON l.lease_id = json_extract(a.intent, '$.lease_id')
+FROM actions a LEFT JOIN leases l
+    ON l.lease_id = CASE WHEN json_valid(a.intent) THEN json_extract(a.intent, '$.lease_id') END
 WHERE a.action_id = ?
 """
 
@@ -142,7 +145,7 @@ class _SQLiteTx:
         r = self.c.execute(_GET_ACTION, (action_id,)).fetchone()
         if r is None:
             return None
-        intent = Intent.from_dict(json.loads(r[0]))
+        intent = Intent.from_dict(load_json(r[0]))
         self._leases[intent.lease_id] = r[6]
         self._head = GENESIS if r[7] is None else (int(r[7]), str(r[8]))
         return ActionRow.from_columns(intent, *r[1:6])
@@ -510,7 +513,10 @@ class SQLiteStore(RuleStore):
             args = [v for pair in pairs for v in pair]
         else:
             # A version 2 store opened read-only has no index: its intents are scanned.
-            where = " AND ".join(["json_extract(intent, ?) = ?"] * len(pairs))
+            # An intent that is not JSON matches nothing instead of failing the listing.
+            where = " AND ".join(
+                ["CASE WHEN json_valid(intent) THEN json_extract(intent, ?) END = ?"] * len(pairs)
+            )
             sql = f"SELECT action_id FROM actions WHERE {where} ORDER BY created_at, rowid"
             args = [v for key, value in pairs for v in (f'$.metadata."{key}"', value)]
         return [str(r[0]) for r in self._rows(sql, args)]
@@ -552,7 +558,7 @@ class SQLiteStore(RuleStore):
             "SELECT seq, action_id, at, record, data FROM journal WHERE action_id=? ORDER BY seq",
             (action_id,),
         )
-        return [JournalRecord(r[0], r[1], r[2], r[3], json.loads(r[4])) for r in rows]
+        return [JournalRecord(r[0], r[1], r[2], r[3], load_json(r[4])) for r in rows]
 
     def histories(self) -> Iterator[ActionHistory]:
         """Every action's row with its journal records, ordered by action id, read a batch
