@@ -28,6 +28,16 @@ earlier send in hand (a recovery, a resend, a re-approval) settles on it and sen
 A gate whose commit 3 is fenced out reports what it knows (the refund it holds), never
 another gate's outcome as its own.
 
+**One action on a target at a time.** A claim comes with its target's turn (see
+`interlock._journal`): while another action on the same target is between its world read
+and its outcome, commit 1 answers `busy`, the intent is journaled without a claim, and the
+gate waits for that action's claim (polling the store, as long as the holder's claim said
+when first seen, grace included) or, when it cannot wait, leaves the action pending
+naming the holder. Once it has
+the turn, its own read comes after the holder's send landed, so two identical calls of one
+decision run concurrently end as they would one after the other: the second is refused
+because the refunds changed.
+
 **Clocks.** Durations inside this process (the in-flight window, the claim left since
 commit 2, the waits) run on the monotonic clock, which a wall-clock step does not move;
 claims, leases and receipts are in the store's clock, the one every process shares.
@@ -77,6 +87,8 @@ REASON_WORLD_CHANGED = "the payment's refunds changed after the model decided"
 REASON_NO_TARGET = "the payment does not exist"
 """The reason a refusal records when the provider says the target does not exist."""
 _WAIT_POLL_S = 0.2
+# A turn's holder is usually done in milliseconds: its waiter polls from this, doubling.
+_TURN_POLL_S = 0.01
 # While a send may be in flight, the lookup is polled this often.
 _LOOKUP_POLL_S = 0.5
 
@@ -338,6 +350,10 @@ class Gate:
         t = self.timing
         announced = False
         looked_once = looked is not None
+        # The turn's wait: whom it waits for (announced once per holder), polls, and until.
+        turn_holder: str | None = None
+        turn_polls = 0
+        turn_until: float | None = None
         while True:
             found_own = looked is not None and self._matching(state.intent, looked.own) is not None
             attempt = self.store.take_claim(
@@ -355,6 +371,36 @@ class Gate:
                     early=found_own,
                 )
                 return self._drive(attempt, looked if found_own else None)
+            if attempt.status == "busy":
+                holder = attempt.holder
+                assert holder is not None and holder.claim is not None
+                hc = holder.claim
+                left = hc.left(attempt.now) + (t.grace_s if hc.sending else 0.0)
+                target, holder_id = attempt.state.intent.target, holder.intent.action_id
+                # Each holder is waited for as long as its claim said when first seen (it
+                # may renew it only to send again): then, or without waiting, pending.
+                stale = turn_holder == holder_id and self._monotonic() >= (turn_until or 0.0)
+                if not wait or stale:
+                    return Outcome(
+                        action_id,
+                        "pending",
+                        f"another action on {target} ({holder_id}) is running, its claim "
+                        f"{left:.1f} s more; recovery runs this one after it",
+                    )
+                if turn_holder != holder_id:
+                    self._emit(
+                        GateEvent.TURN_WAIT,
+                        action_id=action_id,
+                        holder=holder_id,
+                        target=target,
+                        seconds=round(left, 3),
+                        sending=hc.sending,
+                    )
+                    turn_holder, turn_polls = holder_id, 0
+                    turn_until = self._monotonic() + left + _WAIT_POLL_S
+                self._sleep(max(0.0, min(left, _TURN_POLL_S * 2**turn_polls, _WAIT_POLL_S)))
+                turn_polls += 1
+                continue
             claim = attempt.state.claim
             assert claim is not None
             left = claim.left(attempt.now) + (t.grace_s if claim.sending else 0.0)

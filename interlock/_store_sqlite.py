@@ -35,6 +35,7 @@ from interlock._journal import (
     JournalRecord,
     RuleStore,
     SettledAction,
+    Turn,
     Tx,
     by_seq,
     histories_of,
@@ -44,8 +45,9 @@ from interlock._leases import Lease
 from interlock._receipts import Receipt, canonical_json
 
 # This file's layout. Version 3 indexes intent metadata (`action_metadata`, written with
-# the intent) and settled actions by receipt; versions 1 and 2 are migrated in place.
-SCHEMA_VERSION = 3
+# the intent) and settled actions by receipt; version 4 adds each target's turn (`turns`,
+# see `RuleStore`). Versions 1 to 3 are migrated in place, and read as they are.
+SCHEMA_VERSION = 4
 _TABLES = ("meta", "actions", "journal", "leases", "receipts")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -77,6 +79,11 @@ CREATE TABLE IF NOT EXISTS journal (
 );
 CREATE INDEX IF NOT EXISTS journal_action ON journal (action_id, seq);
 CREATE TABLE IF NOT EXISTS leases (lease_id TEXT PRIMARY KEY, lease TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS turns (
+    target TEXT PRIMARY KEY,
+    action_id TEXT NOT NULL,
+    epoch INTEGER NOT NULL
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS receipts (
     seq INTEGER PRIMARY KEY,
     action_id TEXT NOT NULL,
@@ -175,6 +182,22 @@ class _SQLiteTx:
                 " WHERE action_id=?",
                 (*values, row.intent.action_id),
             )
+
+    def peek_action(self, action_id: str) -> ActionRow | None:
+        # The write transaction holds the file's one write lock: a read takes no other.
+        return self.get_action(action_id)
+
+    def get_turn(self, target: str) -> Turn | None:
+        r = self.c.execute("SELECT action_id, epoch FROM turns WHERE target=?", (target,))
+        row = r.fetchone()
+        return None if row is None else Turn(target, str(row[0]), int(row[1]))
+
+    def put_turn(self, turn: Turn) -> None:
+        self.c.execute(
+            "INSERT INTO turns (target, action_id, epoch) VALUES (?,?,?)"
+            " ON CONFLICT(target) DO UPDATE SET action_id=excluded.action_id, epoch=excluded.epoch",
+            (turn.target, turn.action_id, turn.epoch),
+        )
 
     def get_lease(self, lease_id: str) -> Lease | None:
         if lease_id in self._leases:
@@ -367,8 +390,9 @@ class SQLiteStore(RuleStore):
                         str(self.path),
                         "is not an interlock store (no schema version); give the path of a store",
                     )
-                # Nothing is migrated read-only: a version 2 store is read as it is.
-                if version not in (2, SCHEMA_VERSION):
+                # Nothing is migrated read-only: a version 2 or 3 store is read as it is
+                # (reading never needs the turns).
+                if version not in (2, 3, SCHEMA_VERSION):
                     raise SchemaVersionError(str(self.path), version, SCHEMA_VERSION)
                 self._metadata_indexed = version >= 3
                 missing = set(_TABLES) - self._tables()
@@ -380,8 +404,9 @@ class SQLiteStore(RuleStore):
                     )
                 return
             # Read the version before creating anything: a store of another version is
-            # refused as it is, not altered first (versions 1 and 2 are migrated in place).
-            if version is not None and version not in (1, 2, SCHEMA_VERSION):
+            # refused as it is, not altered first (versions 1 to 3 are migrated in place;
+            # the schema's statements create what a version lacks).
+            if version is not None and version not in (1, 2, 3, SCHEMA_VERSION):
                 raise SchemaVersionError(str(self.path), version, SCHEMA_VERSION)
             self._conn.execute("BEGIN IMMEDIATE")
             try:
