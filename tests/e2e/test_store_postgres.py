@@ -538,8 +538,40 @@ def test_schema_is_created_in_its_own_schema_and_versioned(
             f'SELECT value FROM "{pg_schema}".interlock_meta WHERE key=%s', ("schema_version",)
         ).fetchone()
     assert tables == {
-        f"interlock_{t}" for t in ("meta", "actions", "journal", "leases", "receipts")
+        f"interlock_{t}" for t in ("meta", "actions", "journal", "leases", "receipts", "turns")
     }
+    assert version == (str(SCHEMA_VERSION),)
+
+
+def test_a_version_2_store_gets_its_turns_in_place_and_is_read_as_it_is_read_only(
+    store: PostgresStore, pg_dsn: str, pg_schema: str
+) -> None:
+    """A version 2 store (no turns table) is read as it is read-only, and opened for
+    writing gets the turns table and version 3; its actions go on as before."""
+    lease = _lease(store, "pi_v2")
+    intent = _intent(lease)
+    owner = Owner("v2-worker", 1, 0.0, "another-host.invalid")
+    assert store.begin(intent, owner, 40.0, 2.0).status == "taken"
+    store.close()
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f'DROP TABLE "{pg_schema}".interlock_turns')
+        conn.execute(f"UPDATE \"{pg_schema}\".interlock_meta SET value='2'")
+
+    reader = PostgresStore.open_read_only(pg_dsn, schema=pg_schema)
+    try:
+        assert reader.pending() == [intent.action_id]
+    finally:
+        reader.close()
+    migrated = PostgresStore(pg_dsn, schema=pg_schema)
+    try:
+        epoch = migrated.take_claim(intent.action_id, owner, 40.0, 2.0).epoch
+        assert migrated.mark_sending(intent.action_id, epoch, 40.0).status == "ok"
+    finally:
+        migrated.close()
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        version = conn.execute(f'SELECT value FROM "{pg_schema}".interlock_meta').fetchone()
+        turn = conn.execute(f'SELECT action_id, epoch FROM "{pg_schema}".interlock_turns')
+        assert turn.fetchall() == [(intent.action_id, epoch)]
     assert version == (str(SCHEMA_VERSION),)
 
 
