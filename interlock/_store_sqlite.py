@@ -104,15 +104,23 @@ _MIGRATE_2_TO_3 = """
 INSERT OR IGNORE INTO action_metadata (key, value, action_id)
 SELECT j.key, j.value, a.action_id FROM actions a, json_each(a.intent, '$.metadata') j
 """
-# Every commit on the send path reads the action with its lease, and settling also reads
-# the chain's head: one statement brings all three.
-_GET_ACTION = """
+# Every commit on the send path reads the action with its lease, taking a claim and
+# marking `sending` also read its target's turn, and settling also reads the chain's
+# head: one statement brings all four.
+_GET_ACTION_SQL = """
 SELECT a.intent, a.claim, a.settlement, a.attempts, a.receipt_seq, a.unknown, l.lease,
     (SELECT seq FROM receipts ORDER BY seq DESC LIMIT 1),
-    (SELECT hash FROM receipts ORDER BY seq DESC LIMIT 1)
+    (SELECT hash FROM receipts ORDER BY seq DESC LIMIT 1),
+    {turn}
 FROM actions a LEFT JOIN leases l ON l.lease_id = json_extract(a.intent, '$.lease_id')
-WHERE a.action_id = ?
+{turns}WHERE a.action_id = ?
 """
+_GET_ACTION = _GET_ACTION_SQL.format(
+    turn="t.action_id, t.epoch",
+    turns="LEFT JOIN turns t ON t.target = json_extract(a.intent, '$.target')\n",
+)
+# A store before version 4, opened read-only (never migrated), has no turns to join.
+_GET_ACTION_BEFORE_TURNS = _GET_ACTION_SQL.format(turn="NULL, NULL", turns="")
 
 
 def _problem(e: sqlite3.Error) -> str:
@@ -138,20 +146,23 @@ class _SQLiteTx:
     the lease and the chain's head read with an action are kept for the rest of it.
     """
 
-    def __init__(self, conn: sqlite3.Connection, now: float) -> None:
+    def __init__(self, conn: sqlite3.Connection, now: float, get_action: str = _GET_ACTION) -> None:
         self.c = conn
         self.now = now
+        self._get_action = get_action
         self._leases: dict[str, str | None] = {}
+        self._turns: dict[str, Turn | None] = {}
         self._head: tuple[int, str] | None = None
         self._records: list[tuple[str, float, str, str]] = []
 
     def get_action(self, action_id: str) -> ActionRow | None:
-        r = self.c.execute(_GET_ACTION, (action_id,)).fetchone()
+        r = self.c.execute(self._get_action, (action_id,)).fetchone()
         if r is None:
             return None
         intent = Intent.from_dict(json.loads(r[0]))
         self._leases[intent.lease_id] = r[6]
         self._head = GENESIS if r[7] is None else (int(r[7]), str(r[8]))
+        self._turns[intent.target] = None if r[9] is None else Turn(intent.target, r[9], r[10])
         return ActionRow.from_columns(intent, *r[1:6])
 
     def put_action(self, row: ActionRow, *, new: bool) -> None:
@@ -188,11 +199,14 @@ class _SQLiteTx:
         return self.get_action(action_id)
 
     def get_turn(self, target: str) -> Turn | None:
-        r = self.c.execute("SELECT action_id, epoch FROM turns WHERE target=?", (target,))
-        row = r.fetchone()
-        return None if row is None else Turn(target, str(row[0]), int(row[1]))
+        if target not in self._turns:
+            r = self.c.execute("SELECT action_id, epoch FROM turns WHERE target=?", (target,))
+            row = r.fetchone()
+            self._turns[target] = None if row is None else Turn(target, str(row[0]), int(row[1]))
+        return self._turns[target]
 
     def put_turn(self, turn: Turn) -> None:
+        self._turns[turn.target] = turn
         self.c.execute(
             "INSERT INTO turns (target, action_id, epoch) VALUES (?,?,?)"
             " ON CONFLICT(target) DO UPDATE SET action_id=excluded.action_id, epoch=excluded.epoch",
@@ -283,6 +297,7 @@ class SQLiteStore(RuleStore):
         self._clock = clock
         self._lock = threading.RLock()
         self._metadata_indexed = True
+        self._get_action = _GET_ACTION
         try:
             if read_only:
                 if not self.path.is_file():
@@ -395,6 +410,8 @@ class SQLiteStore(RuleStore):
                 if version not in (2, 3, SCHEMA_VERSION):
                     raise SchemaVersionError(str(self.path), version, SCHEMA_VERSION)
                 self._metadata_indexed = version >= 3
+                if version < 4:
+                    self._get_action = _GET_ACTION_BEFORE_TURNS
                 missing = set(_TABLES) - self._tables()
                 if missing:
                     raise StoreError(
@@ -474,7 +491,7 @@ class SQLiteStore(RuleStore):
             except sqlite3.Error as e:
                 raise self._error(e, "cannot read") from e
             try:
-                yield _SQLiteTx(self._conn, self._clock())
+                yield _SQLiteTx(self._conn, self._clock(), self._get_action)
             except sqlite3.Error as e:
                 raise self._error(e, "cannot read") from e
             finally:

@@ -156,6 +156,8 @@ def test_a_version_3_store_gets_its_turns_in_place_and_is_read_as_it_is_read_onl
 
     read_only = SQLiteStore.open_read_only(path)
     assert [s.action_id for s in read_only.settled()] == ids
+    state = read_only.action(older.action_id)
+    assert state is not None and state.claim is not None and state.claim.epoch == epoch
     assert verify(read_only, signing_key=None).ok
     read_only.close()
 
