@@ -507,7 +507,8 @@ class Tx(Protocol):
 
     def put_action(self, row: ActionRow, *, new: bool) -> None: ...
     def get_turn(self, target: str) -> Turn | None:
-        """The target's turn, locked for the rest of the transaction where rows are locked."""
+        """The target's turn, locked for the rest of the transaction where rows are locked
+        (`now` is then read after that lock)."""
         ...
 
     def put_turn(self, turn: Turn) -> None: ...
@@ -552,6 +553,8 @@ class RuleStore:
         *,
         new: bool = False,
     ) -> ClaimAttempt:
+        # The turn is locked before the clock is read: waiting for it eats no margin.
+        turn = tx.get_turn(row.intent.target)
         now = tx.now
         if row.settlement is not None:
             return ClaimAttempt("settled", self._state(tx, row), now)
@@ -560,7 +563,7 @@ class RuleStore:
             owner, now, grace_s=grace_s, found_own=found_own
         ):
             return ClaimAttempt("held", self._state(tx, row), now)
-        holder = self._turn_holder(tx, row, now, grace_s)
+        holder = self._turn_holder(tx, row, turn, now, grace_s)
         if holder is not None:
             if new:
                 # Journaled without a claim: recovery (or this gate's wait) takes it later.
@@ -591,12 +594,14 @@ class RuleStore:
         return ClaimAttempt("taken", self._state(tx, row), now)
 
     @staticmethod
-    def _turn_holder(tx: Tx, row: ActionRow, now: float, grace_s: float) -> ActionRow | None:
-        """The other action that holds `row`'s target's turn, or None when the turn is free:
-        it names this action, or an action that is settled, gone, or whose claim no longer
-        keeps others off (`Claim.blocks`). The turn is locked after the action's own row;
-        the holder's row is read without its lock, so no two writes wait on each other."""
-        turn = tx.get_turn(row.intent.target)
+    def _turn_holder(
+        tx: Tx, row: ActionRow, turn: Turn | None, now: float, grace_s: float
+    ) -> ActionRow | None:
+        """The other action that holds `row`'s target's `turn`, or None when the turn is
+        free: it names this action, or an action that is settled, gone, or whose claim no
+        longer keeps others off (`Claim.blocks`). The turn is locked after the action's own
+        row; the holder's row is read without its lock, so no two writes wait on each
+        other."""
         if turn is None or turn.action_id == row.intent.action_id:
             return None
         holder = tx.peek_action(turn.action_id)
@@ -651,9 +656,11 @@ class RuleStore:
         """Commit 2: `sending`, the lease reservation and the claim's renewal, all or none."""
         with self._write() as tx:
             row = tx.get_action(action_id)
-            now = tx.now
             if row is None:
                 raise ActionError(action_id, "not in the journal")
+            # Locked before the clock is read, so that waiting for it eats no margin.
+            turn = tx.get_turn(row.intent.target)
+            now = tx.now
             if not self._holds(row, epoch, now):
                 return SendingAttempt("claim_lost")
             if row.unknown is not None:
@@ -663,7 +670,6 @@ class RuleStore:
             intent = row.intent
             # The turn fences commit 2 as the epoch does: a sibling that took the target's
             # turn since (this claim looked free to it) sends, this one does not.
-            turn = tx.get_turn(intent.target)
             if turn is not None and (turn.action_id, turn.epoch) != (action_id, epoch):
                 return SendingAttempt("claim_lost")
             if turn is None:

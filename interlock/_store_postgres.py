@@ -263,7 +263,8 @@ class _PostgresTx:
     def get_turn(self, target: str) -> Turn | None:
         # The row is made first if missing, so that FOR UPDATE has a row to lock: two
         # writers that both found none would otherwise both take the turn.
-        _, rows = self._trip(
+        # The clock is read again after the lock: waiting for it must eat no claim's margin.
+        _, rows, clock = self._trip(
             [
                 (
                     "INSERT INTO {turns} (target, action_id, epoch) VALUES (%s, '', 0)"
@@ -271,8 +272,10 @@ class _PostgresTx:
                     (target,),
                 ),
                 ("SELECT action_id, epoch FROM {turns} WHERE target=%s FOR UPDATE", (target,)),
+                (_CLOCK_SQL, ()),
             ]
         )
+        self._clocked(clock)
         if not rows or not rows[0][0]:
             return None
         return Turn(target, str(rows[0][0]), int(rows[0][1]))

@@ -289,6 +289,57 @@ def test_the_clock_is_read_after_the_write_lock(
     assert state.claim.expires_at == pytest.approx(taken[0] + 6.0)
 
 
+@pytest.mark.parametrize("write", ["begin", "mark_sending"])
+def test_the_clock_is_read_after_the_turns_lock(
+    store: PostgresStore, pg_dsn: str, pg_schema: str, write: str
+) -> None:
+    """A claim taken, or renewed by `sending`, after waiting for its payment's turn (another
+    action's commit holds it) is timed from when that lock came: the wait eats no margin."""
+    lease = _lease(store, "pi_turn_lock")
+    intent = _intent(lease)
+    owner = Owner.current()
+    epoch = store.begin(intent, owner, 6.0, 2.0).epoch if write == "mark_sending" else 0
+    answered: list[float] = []
+
+    def run() -> None:
+        if write == "begin":
+            answered.append(store.begin(intent, owner, 6.0, 2.0).now)
+        else:
+            sending = store.mark_sending(intent.action_id, epoch, 9.0)
+            assert sending.claim is not None
+            answered.append(sending.claim.expires_at - 9.0)
+
+    blocker = psycopg.connect(pg_dsn, autocommit=True)
+    try:
+        blocker.execute(
+            f'INSERT INTO "{pg_schema}".interlock_turns VALUES (%s, %s, 0)'
+            " ON CONFLICT (target) DO NOTHING",
+            ("pi_turn_lock", ""),
+        )
+        blocker.execute("BEGIN")
+        blocker.execute(
+            f'SELECT * FROM "{pg_schema}".interlock_turns WHERE target=%s FOR UPDATE',
+            ("pi_turn_lock",),
+        )
+        t = threading.Thread(target=run)
+        t.start()
+        _wait_for(
+            "the writer to wait on the turn",
+            lambda: _waiting_backends(pg_dsn, "SELECT action_id, epoch FROM") != [],
+        )
+        released_at = _db_now(pg_dsn)
+        blocker.execute("COMMIT")
+        t.join(DEADLINE_S)
+    finally:
+        blocker.close()
+
+    assert answered and answered[0] >= released_at
+    state = store.action(intent.action_id)
+    assert state is not None and state.claim is not None
+    ttl = 6.0 if write == "begin" else 9.0
+    assert state.claim.expires_at == pytest.approx(answered[0] + ttl)
+
+
 def test_a_writer_on_one_action_never_waits_for_another_action(
     store: PostgresStore, pg_dsn: str, pg_schema: str
 ) -> None:
