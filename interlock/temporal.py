@@ -273,9 +273,10 @@ class ActivityTimeouts:
 
     `start_to_close_s`: what a retry may need after a worker died in a send: wait out the
     dead copy's claim (a whole renewal plus the grace), or a sibling action's on the same
-    payment (its turn), then read the payment once and send once. An answer that settles nothing can take longer (the gate looks its refund
-    up until the send's in-flight window closes); then the attempt times out and the next
-    one carries on, never sending twice.
+    payment (its turn), then read the payment once and send once. An answer that settles
+    nothing can take longer (the gate looks its refund up until the send's in-flight
+    window closes); then the attempt times out and the next one carries on, never sending
+    twice.
     """
 
     heartbeat_s: float
