@@ -301,13 +301,15 @@ class Store(Protocol):
         ...
 
     def begin(self, intent: Intent, owner: Owner, ttl_s: float, grace_s: float) -> ClaimAttempt:
-        """Commit 1: journal the intent (if new) and take its claim (if it may be taken)."""
+        """Commit 1: journal the intent (if new) and take its claim (if it may be taken), with
+        its target's turn (`busy` while another action holds that: no claim is taken)."""
         ...
 
     def take_claim(
         self, action_id: str, owner: Owner, ttl_s: float, grace_s: float, *, found_own: bool = False
     ) -> ClaimAttempt:
-        """Take the claim on a journaled action, if it may be taken (see `Claim`)."""
+        """Take the claim on a journaled action, if it may be taken (see `Claim`) and its
+        target's turn is free (else `busy`)."""
         ...
 
     def mark_sending(self, action_id: str, epoch: int, ttl_s: float) -> SendingAttempt:
@@ -615,7 +617,8 @@ class RuleStore:
             return tx.now
 
     def begin(self, intent: Intent, owner: Owner, ttl_s: float, grace_s: float) -> ClaimAttempt:
-        """Commit 1: journal the intent (if new) and take its claim (if it may be taken)."""
+        """Commit 1: journal the intent (if new) and take its claim (if it may be taken), with
+        its target's turn (`busy` while another action holds that: no claim is taken)."""
         with self._write() as tx:
             row = tx.get_action(intent.action_id)
             if row is None:
@@ -635,7 +638,8 @@ class RuleStore:
     def take_claim(
         self, action_id: str, owner: Owner, ttl_s: float, grace_s: float, *, found_own: bool = False
     ) -> ClaimAttempt:
-        """Take the claim on a journaled action, if it may be taken (see `Claim`)."""
+        """Take the claim on a journaled action, if it may be taken (see `Claim`) and its
+        target's turn is free (else `busy`)."""
         with self._write() as tx:
             row = tx.get_action(action_id)
             if row is None:
