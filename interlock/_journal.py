@@ -555,11 +555,11 @@ class RuleStore:
         *,
         new: bool = False,
     ) -> ClaimAttempt:
+        if row.settlement is not None:
+            return ClaimAttempt("settled", self._state(tx, row), tx.now)
         # The turn is locked before the clock is read: waiting for it eats no margin.
         turn = tx.get_turn(row.intent.target)
         now = tx.now
-        if row.settlement is not None:
-            return ClaimAttempt("settled", self._state(tx, row), now)
         previous = row.claim
         if previous is not None and not previous.replaceable_by(
             owner, now, grace_s=grace_s, found_own=found_own
