@@ -364,6 +364,57 @@ def test_the_clock_is_read_after_the_write_lock(
     assert state.claim.expires_at == pytest.approx(taken[0] + 6.0)
 
 
+@pytest.mark.parametrize("write", ["begin", "mark_sending"])
+def test_the_clock_is_read_after_the_turns_lock(
+    store: PostgresStore, pg_dsn: str, pg_schema: str, write: str
+) -> None:
+    """A claim taken, or renewed by `sending`, after waiting for its payment's turn (another
+    action's commit holds it) is timed from when that lock came: the wait eats no margin."""
+    lease = _lease(store, "pi_turn_lock")
+    intent = _intent(lease)
+    owner = Owner.current()
+    epoch = store.begin(intent, owner, 6.0, 2.0).epoch if write == "mark_sending" else 0
+    answered: list[float] = []
+
+    def run() -> None:
+        if write == "begin":
+            answered.append(store.begin(intent, owner, 6.0, 2.0).now)
+        else:
+            sending = store.mark_sending(intent.action_id, epoch, 9.0)
+            assert sending.claim is not None
+            answered.append(sending.claim.expires_at - 9.0)
+
+    blocker = psycopg.connect(pg_dsn, autocommit=True)
+    try:
+        blocker.execute(
+            f'INSERT INTO "{pg_schema}".interlock_turns VALUES (%s, %s, 0)'
+            " ON CONFLICT (target) DO NOTHING",
+            ("pi_turn_lock", ""),
+        )
+        blocker.execute("BEGIN")
+        blocker.execute(
+            f'SELECT * FROM "{pg_schema}".interlock_turns WHERE target=%s FOR UPDATE',
+            ("pi_turn_lock",),
+        )
+        t = threading.Thread(target=run)
+        t.start()
+        _wait_for(
+            "the writer to wait on the turn",
+            lambda: _waiting_backends(pg_dsn, "SELECT action_id, epoch FROM") != [],
+        )
+        released_at = _db_now(pg_dsn)
+        blocker.execute("COMMIT")
+        t.join(DEADLINE_S)
+    finally:
+        blocker.close()
+
+    assert answered and answered[0] >= released_at
+    state = store.action(intent.action_id)
+    assert state is not None and state.claim is not None
+    ttl = 6.0 if write == "begin" else 9.0
+    assert state.claim.expires_at == pytest.approx(answered[0] + ttl)
+
+
 def test_a_writer_on_one_action_never_waits_for_another_action(
     store: PostgresStore, pg_dsn: str, pg_schema: str
 ) -> None:
@@ -613,8 +664,40 @@ def test_schema_is_created_in_its_own_schema_and_versioned(
             f'SELECT value FROM "{pg_schema}".interlock_meta WHERE key=%s', ("schema_version",)
         ).fetchone()
     assert tables == {
-        f"interlock_{t}" for t in ("meta", "actions", "journal", "leases", "receipts")
+        f"interlock_{t}" for t in ("meta", "actions", "journal", "leases", "receipts", "turns")
     }
+    assert version == (str(SCHEMA_VERSION),)
+
+
+def test_a_version_2_store_gets_its_turns_in_place_and_is_read_as_it_is_read_only(
+    store: PostgresStore, pg_dsn: str, pg_schema: str
+) -> None:
+    """A version 2 store (no turns table) is read as it is read-only, and opened for
+    writing gets the turns table and version 3; its actions go on as before."""
+    lease = _lease(store, "pi_v2")
+    intent = _intent(lease)
+    owner = Owner("v2-worker", 1, 0.0, "another-host.invalid")
+    assert store.begin(intent, owner, 40.0, 2.0).status == "taken"
+    store.close()
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f'DROP TABLE "{pg_schema}".interlock_turns')
+        conn.execute(f"UPDATE \"{pg_schema}\".interlock_meta SET value='2'")
+
+    reader = PostgresStore.open_read_only(pg_dsn, schema=pg_schema)
+    try:
+        assert reader.pending() == [intent.action_id]
+    finally:
+        reader.close()
+    migrated = PostgresStore(pg_dsn, schema=pg_schema)
+    try:
+        epoch = migrated.take_claim(intent.action_id, owner, 40.0, 2.0).epoch
+        assert migrated.mark_sending(intent.action_id, epoch, 40.0).status == "ok"
+    finally:
+        migrated.close()
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        version = conn.execute(f'SELECT value FROM "{pg_schema}".interlock_meta').fetchone()
+        turn = conn.execute(f'SELECT action_id, epoch FROM "{pg_schema}".interlock_turns')
+        assert turn.fetchall() == [(intent.action_id, epoch)]
     assert version == (str(SCHEMA_VERSION),)
 
 
