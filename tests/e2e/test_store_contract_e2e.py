@@ -19,6 +19,7 @@ import pytest
 
 from interlock import (
     ACTION_METADATA_KEY,
+    UNSIGNED_APPROVALS,
     Intent,
     Owner,
     Store,
@@ -132,6 +133,7 @@ def _race_in_threads(store: Store, emulator: StripeEmulator) -> list[dict[str, o
             switches=Switches(),
             owner=Owner.current(worker_id),
             on_event=lambda event: events.append(event.kind),
+            approvers=UNSIGNED_APPROVALS,
         )
         try:
             barrier.wait(timeout=10)

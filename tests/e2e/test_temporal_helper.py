@@ -39,6 +39,7 @@ import interlock
 from interlock import (
     ACTION_METADATA_KEY,
     REASON_WORLD_CHANGED,
+    UNSIGNED_APPROVALS,
     Gate,
     Intent,
     Lease,
@@ -87,6 +88,7 @@ class World(GateWorld):
                 clock=self.clock,
                 sleep=sleep or self.clock.sleep,
                 max_sends=max_sends,
+                approvers=UNSIGNED_APPROVALS,
             )
         )
 

@@ -9,9 +9,19 @@ from dataclasses import fields
 
 import pytest
 
-from interlock import ConfigError, Gate, GateOptions, MemoryStore, Owner, StripeRefund, Timing
+from interlock import (
+    UNSIGNED_APPROVALS,
+    ConfigError,
+    Gate,
+    GateOptions,
+    MemoryStore,
+    Owner,
+    StripeRefund,
+    Timing,
+)
 from interlock.testing import InProcessPayments, PaymentsModel
 from interlock_demo.settings import MODES, resolve, worker_env
+from tests.helpers.approvals import APPROVERS
 from tests.helpers.gate_rig import AMOUNT, TIMING, GateWorld
 from workers.interlock import refund_gate
 from workers.process import worker_timing
@@ -42,6 +52,7 @@ def test_a_gate_rebuilt_from_its_options_has_the_same_options() -> None:
         signing_key=b"MadeUp-receipt-key",
         max_sends=1,
         new_action_id=lambda: "act_fixed",
+        approvers=UNSIGNED_APPROVALS,
     )
 
     again = Gate.from_options(store, effect, gate.options)
@@ -94,7 +105,11 @@ def test_the_demos_receipts_name_where_the_lookup_read(mode: str) -> None:
     world = GateWorld()
     lease = world.grant(AMOUNT)
     options = GateOptions(
-        timing=TIMING, clock=world.clock, sleep=world.clock.sleep, monotonic=world.clock.monotonic
+        timing=TIMING,
+        clock=world.clock,
+        sleep=world.clock.sleep,
+        monotonic=world.clock.monotonic,
+        approvers=APPROVERS,
     )
     gate = refund_gate(world.store, world.payments, options, answerer=MODES[mode].answerer)
 

@@ -22,6 +22,7 @@ from langgraph.types import Command
 
 from interlock import (
     ACTION_METADATA_KEY,
+    UNSIGNED_APPROVALS,
     Event,
     Gate,
     Lease,
@@ -56,7 +57,11 @@ class World:
         now = time.time()
         self.store.grant_lease(Lease(self.lease, "refund", self.pi, AMOUNT, now + 3600, "s", now))
         self.gate = Gate(
-            self.store, StripeRefund(self.payments), timing=Timing(6, 1), switches=Switches()
+            self.store,
+            StripeRefund(self.payments),
+            timing=Timing(6, 1),
+            switches=Switches(),
+            approvers=UNSIGNED_APPROVALS,
         )
         self.saver = InMemorySaver()
         self.config: Any = {"configurable": {"thread_id": f"thread-{uuid.uuid4().hex[:8]}"}}
@@ -332,6 +337,7 @@ def test_a_re_approval_killed_after_stripe_answered_is_adopted_on_the_re_run(
             on_event=on_event,
             clock=clock,
             sleep=clock.sleep,
+            approvers=UNSIGNED_APPROVALS,
         )
         return refund_agent(gate, payments, SqliteSaver(conn), approval=True, reapproval=True)
 
@@ -427,6 +433,7 @@ def test_a_crash_in_the_send_after_the_approval_resumes_without_asking_again(
             on_event=on_event,
             clock=clock,
             sleep=clock.sleep,
+            approvers=UNSIGNED_APPROVALS,
         )
         return refund_agent(gate, payments, SqliteSaver(conn), approval=True)
 
