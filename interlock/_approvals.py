@@ -30,6 +30,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import ClassVar
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
@@ -130,12 +131,15 @@ class Approver:
         if (expires_in_s is None) == (expires_at is None):
             raise LeaseError(lease_id or "(new)", "give either expires_in_s= or expires_at=")
         granted_at = time.time() if now is None else now
+        limit = amount if amount is not None else cap
+        until = expires_at if expires_at is not None else granted_at + (expires_in_s or 0.0)
+        assert limit is not None
         lease = Lease(
             id=lease_id or "lease_" + uuid.uuid4().hex,
             kind=kind,
             target=target,
-            cap=amount if amount is not None else cap,  # type: ignore[arg-type]
-            expires_at=expires_at if expires_at is not None else granted_at + expires_in_s,  # type: ignore[operator]
+            cap=limit,
+            expires_at=until,
             granted_by=self.name,
             granted_at=granted_at,
             currency=currency,
@@ -151,6 +155,9 @@ class Approvers:
     it is). `UNSIGNED_APPROVALS` (or `allow_unsigned=True` beside keys, to migrate a store)
     also accepts leases with no signature: a store writer can then mint one.
     """
+
+    ENV_NAME: ClassVar[str] = ENV_APPROVERS
+    """The environment variable `from_env` reads: the approvers' public key files."""
 
     def __init__(
         self, public_keys: Iterable[Ed25519PublicKey] = (), *, allow_unsigned: bool = False
@@ -181,21 +188,13 @@ class Approvers:
                 text = Path(path).read_bytes()
             except OSError as e:
                 raise ConfigError(f"approvers' keys {path}: cannot be read ({e})") from None
-            marker = b"-----END PUBLIC KEY-----"
-            blocks = [b + marker for b in text.split(marker) if b.strip()]
-            for block in blocks:
-                try:
-                    key = serialization.load_pem_public_key(block)
-                except ValueError as e:
-                    raise ConfigError(
-                        f"approvers' keys {path}: not a PEM public key ({e})"
-                    ) from None
-                if not isinstance(key, Ed25519PublicKey):
-                    raise ConfigError(f"approvers' keys {path}: holds a key that is not Ed25519")
-                keys.append(key)
-            if not blocks:
-                raise ConfigError(f"approvers' keys {path}: holds no PEM public key")
+            keys.extend(_public_keys(text, str(path)))
         return cls(keys)
+
+    @classmethod
+    def from_pem(cls, *pems: bytes) -> Approvers:
+        """The trust list from PEM public keys (`Approver.public_pem()`), as bytes."""
+        return cls(k for pem in pems for k in _public_keys(pem, "PEM"))
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Approvers | None:
@@ -237,6 +236,23 @@ class Approvers:
         if lease.key_id is None:
             return "unsigned, accepted: this gate takes unsigned approvals"
         return f"signed by {lease.granted_by} (key {lease.key_id})"
+
+
+def _public_keys(text: bytes, where: str) -> list[Ed25519PublicKey]:
+    """The Ed25519 public keys of PEM text (one or several blocks); `ConfigError` if none."""
+    marker = b"-----END PUBLIC KEY-----"
+    keys = []
+    for block in (b + marker for b in text.split(marker) if b.strip()):
+        try:
+            key = serialization.load_pem_public_key(block)
+        except ValueError as e:
+            raise ConfigError(f"approvers' keys {where}: not a PEM public key ({e})") from None
+        if not isinstance(key, Ed25519PublicKey):
+            raise ConfigError(f"approvers' keys {where}: holds a key that is not Ed25519")
+        keys.append(key)
+    if not keys:
+        raise ConfigError(f"approvers' keys {where}: holds no PEM public key")
+    return keys
 
 
 UNSIGNED_APPROVALS = Approvers(allow_unsigned=True)

@@ -60,6 +60,7 @@ def gate_options(ctx: WorkerContext) -> GateOptions:
         on_event=gate_listener(ctx),
         clock=ctx.clock,
         sleep=ctx.sleep,
+        approvers=ctx.approvers,
     )
 
 

@@ -83,6 +83,9 @@ def gate_event_text(event: Event, *, answerer: str = STRIPE) -> str | None:
                 if d.get("passed")
                 else "world check: the payment's refunds CHANGED since the decision"
             )
+        if name == "approval_signature":
+            signed = f"approval {d.get('signed')}"
+            return signed if d.get("passed") else f"approval: {d.get('problem')}"
         if name == "approval":
             return "approval: ok" if d.get("passed") else f"approval: {d.get('problem')}"
     if kind is GateEvent.SENDING:
