@@ -84,7 +84,8 @@ def gate_event_text(event: Event, *, answerer: str = STRIPE) -> str | None:
                 else "world check: the payment's refunds CHANGED since the decision"
             )
         if name == "approval_signature":
-            signed = f"approval {d.get('signed')}"
+            # The key id stays in the receipt: one line names who signed.
+            signed = "approval " + str(d.get("signed")).split(" (key ", 1)[0]
             return signed if d.get("passed") else f"approval: {d.get('problem')}"
         if name == "approval":
             return "approval: ok" if d.get("passed") else f"approval: {d.get('problem')}"
