@@ -37,8 +37,8 @@ TIMING = Timing(claim_ttl_s=6, stripe_timeout_s=1)
 # The worker: one gate over the emulator that SIGKILLs its own process at `crash`.
 WORKER = """
 import os, signal, sys
-from interlock import (Gate, Intent, SQLiteStore, StripePayments, StripeTransfer, Timing,
-    make_stripe_client)
+from interlock import (UNSIGNED_APPROVALS, Gate, Intent, SQLiteStore, StripePayments,
+    StripeTransfer, Timing, make_stripe_client)
 
 url, store, key, crash, action, target, amount, lease, fingerprint = sys.argv[1:]
 payments = StripePayments(make_stripe_client(key, timeout_s=1, base_url=url))
@@ -50,7 +50,7 @@ def on_event(event):
 
 gate = Gate(SQLiteStore(store), StripeTransfer(payments),
             timing=Timing(claim_ttl_s=6, stripe_timeout_s=1), on_event=on_event,
-            approvers=UNSIGNED_APPROVALS,)
+            approvers=UNSIGNED_APPROVALS)  # this test is about a kill, not who approved
 gate.submit(Intent(action, "transfer", target, int(amount), lease, fingerprint))
 """
 

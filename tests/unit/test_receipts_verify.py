@@ -678,7 +678,7 @@ def test_an_action_lost_with_the_wal_is_seen_through_its_refund_at_stripe(tmp_pa
     world = World(payments, SQLiteStore(path), _world(MemoryStore()).gate)
     world.gate = Gate(world.store, StripeRefund(payments), timing=world.gate.timing,
                       switches=Switches(), signing_key=KEY,
-                      approvers=UNSIGNED_APPROVALS,)  # fmt: skip
+                      approvers=UNSIGNED_APPROVALS)  # fmt: skip
     second = world.decide(payment_intent=first.target)
     assert world.gate.submit(second).status == "sent"
     world.store.close()
