@@ -216,6 +216,8 @@ class Approvers:
                 "authorizes a send (a store writer could have written it)"
             )
         key = self.keys.get(lease.key_id)
+        if key is None and self.allow_unsigned:
+            return None  # no stronger than an unsigned lease, which this list accepts
         if key is None:
             return (
                 f"approval {lease.id} is signed by key {lease.key_id}, which is not one of "
@@ -235,6 +237,8 @@ class Approvers:
         """What the check found, for a receipt: `signed by <grantor> (key <id>)`."""
         if lease.key_id is None:
             return "unsigned, accepted: this gate takes unsigned approvals"
+        if lease.key_id not in self.keys:
+            return f"signed by unknown key {lease.key_id}, accepted as unsigned"
         return f"signed by {lease.granted_by} (key {lease.key_id})"
 
 

@@ -17,6 +17,10 @@ back into the tool's answer. What is the same for every framework lives here onc
   refused one (`reapproval_id`), so a framework's re-run of the same call (LangGraph's
   node after a resume, a process resumed after a kill) finds the re-approval journaled
   and carries it on instead of deciding again.
+- **Exact approvals**: `exact_approval(approver, question)` is what a person's tool grants
+  for a guard's question: exactly that action (its kind, target and amount), once, signed
+  by the person's key. What runs must then be what was approved: the gate refuses another
+  amount, another target or a second action under it.
 - **The words for the model**: what happened, and what to do next. Only `sent` and
   `adopted` say done; `pending` (and unknown) says *not done yet, do not retry and do not
   ask for a new refund*, since the gate carries the same action on and a new one would be
@@ -31,8 +35,10 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+from interlock._approvals import Approver
 from interlock._gate import Gate, Outcome
 from interlock._journal import MAX_ID_LENGTH
+from interlock._leases import Lease
 
 _HASHED_HEAD = 120
 
@@ -40,6 +46,23 @@ APPROVAL_TYPE = "interlock_approval"
 """The type of a guard's question to a person before a send, so a client tells it from others."""
 REAPPROVAL_TYPE = "interlock_reapproval"
 """The type of a guard's question to a person after a refusal: approve it again?"""
+
+
+def exact_approval(
+    approver: Approver, question: Mapping[str, Any], *, expires_in_s: float = 3600.0
+) -> Lease:
+    """The signed approval of exactly what a guard asked a person (`question`: its
+    `kind`, `target`, `amount` and `action_id`), once. Store it (`store.grant_lease`) and
+    resume with its id as the answer's `lease_id`; run this where the person's key is,
+    never in the agent's worker."""
+    action_id = str(question["action_id"])
+    return approver.grant(
+        kind=str(question["kind"]),
+        target=str(question["target"]),
+        amount=int(question["amount"]),
+        expires_in_s=expires_in_s,
+        lease_id=_hashed(f"exact:{action_id}", "exact"),
+    )
 
 
 def action_id_for(framework: str, scope: str, tool_call_id: str) -> str:

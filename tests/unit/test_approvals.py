@@ -293,3 +293,16 @@ def test_an_approvers_list_needs_a_key() -> None:
     """An empty trust list is a mistake, not an opt-in: it names the opt-in instead."""
     with pytest.raises(ConfigError, match="UNSIGNED_APPROVALS"):
         Approvers([])
+
+
+def test_a_list_that_takes_unsigned_leases_checks_the_signatures_of_its_own_keys() -> None:
+    """With allow_unsigned (migration), a lease signed by one of its keys must still verify;
+    one signed by an unknown key counts as unsigned, which the list takes anyway."""
+    migrating = Approvers([APPROVER.public_key], allow_unsigned=True)
+    ours = APPROVER.grant(kind="refund", target="pi_1", cap=100, expires_in_s=60, now=1.0)
+    theirs = Approver.generate("x").grant(kind="refund", target="pi_1", cap=100, expires_in_s=60)
+
+    assert migrating.problem(ours) is None
+    assert "does not verify" in (migrating.problem(replace(ours, cap=101)) or "")
+    assert migrating.problem(theirs) is None
+    assert migrating.describe(theirs).endswith("accepted as unsigned")
