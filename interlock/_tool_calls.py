@@ -31,13 +31,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import quote
 
 from interlock._approvals import Approver
 from interlock._gate import Gate, Outcome
-from interlock._journal import MAX_ID_LENGTH
+from interlock._journal import MAX_ID_LENGTH, Intent
 from interlock._leases import Lease
 
 _HASHED_HEAD = 120
@@ -127,6 +127,21 @@ class Reapproval:
                 )
             values[name] = value
         return cls(**values)
+
+
+def under_approval(
+    gate: Gate, intent: Intent, answer: Reapproval | None
+) -> tuple[Intent, Reapproval | None]:
+    """A person's answer that names this very call before it was journaled approves it
+    under their own approval, such as an `exact_approval` of what they were shown: the call
+    is sent under that lease instead of the one it named. Any other answer (a re-approval
+    of a refused action, this one included once journaled) is left as it is."""
+    if answer is None or answer.action_id != intent.action_id:
+        return intent, answer
+    if gate.store.action(intent.action_id) is not None:
+        return intent, answer
+    metadata = {**intent.metadata, "approved_by": answer.by}
+    return replace(intent, lease_id=answer.lease_id, metadata=metadata), None
 
 
 def approve_again(gate: Gate, refused: Outcome, lease_id: str, by: str) -> Outcome:
