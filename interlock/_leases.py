@@ -132,8 +132,14 @@ class Lease:
         return None
 
     def authorized(self) -> dict[str, Any]:
-        """What this approval authorizes: the fields its signature covers."""
-        return {name: getattr(self, name) for name in AUTHORIZED_FIELDS}
+        """What this approval authorizes: the fields its signature covers (its times as
+        floats, as the store reads them back, so a lease granted with whole seconds
+        verifies the same before and after it was stored)."""
+        fields = {name: getattr(self, name) for name in AUTHORIZED_FIELDS}
+        for name in ("expires_at", "granted_at"):
+            if isinstance(fields[name], int) and not isinstance(fields[name], bool):
+                fields[name] = float(fields[name])
+        return fields
 
     def signed_bytes(self) -> bytes:
         """The bytes an approver signs: a domain line, then `authorized()` as canonical JSON."""

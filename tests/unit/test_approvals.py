@@ -25,6 +25,7 @@ from interlock import (
     Lease,
     LeaseError,
     Owner,
+    SQLiteStore,
     Store,
     StripeRefund,
     verify,
@@ -306,3 +307,18 @@ def test_a_list_that_takes_unsigned_leases_checks_the_signatures_of_its_own_keys
     assert "does not verify" in (migrating.problem(replace(ours, cap=101)) or "")
     assert migrating.problem(theirs) is None
     assert migrating.describe(theirs).endswith("accepted as unsigned")
+
+
+def test_a_grant_in_whole_seconds_verifies_after_the_store_read_it_back(tmp_path: Path) -> None:
+    """Times given as ints are stored and read back as floats: the signature still holds."""
+    store = SQLiteStore(tmp_path / "journal.sqlite3")
+    try:
+        lease = store.grant_lease(
+            APPROVER.grant(kind="refund", target="pi_1", cap=100, expires_at=2_000, now=1_000)
+        )
+        stored = store.lease(lease.id)
+    finally:
+        store.close()
+
+    assert stored is not None and isinstance(stored.expires_at, float)
+    assert APPROVERS.problem(stored) is None
