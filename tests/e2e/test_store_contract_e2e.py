@@ -23,6 +23,7 @@ from interlock import (
     ACTION_METADATA_KEY,
     REASON_WORLD_CHANGED,
     UNSIGNED_APPROVALS,
+    Approvers,
     Gate,
     Intent,
     Owner,
@@ -38,6 +39,7 @@ from interlock import (
 from interlock.testing import StripeEmulator
 from tests.conftest import TEST_KEY
 from tests.e2e.test_store_processes import HELPERS, Child
+from tests.helpers.approvals import APPROVER, APPROVERS
 from tests.helpers.gate_rig import TIMING
 from tests.helpers.siblings import submit_siblings
 from tests.unit import test_store_contract as contract
@@ -198,7 +200,11 @@ def test_sibling_submits_on_threads_refund_once_through_the_stripe_sdk(
 
 @pytest.mark.parametrize("any_backend", ["sqlite", "postgres"], indirect=True)
 def test_sibling_processes_refund_once_when_the_sender_is_killed_mid_send(
-    any_backend: Backend, emulator: StripeEmulator, tmp_path: Path, spawn: list[Child]
+    any_backend: Backend,
+    emulator: StripeEmulator,
+    tmp_path: Path,
+    spawn: list[Child],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Two sibling decisions submitted at once by two processes: one reads the payment, the
     other is told to wait its turn (without the turn both read, and both would send). The
@@ -207,6 +213,10 @@ def test_sibling_processes_refund_once_when_the_sender_is_killed_mid_send(
     assert any_backend.location is not None
     payments = _payments(emulator)
     store, payment, intents = _siblings(any_backend, payments, 2)
+    # The workers trust the approver's public key only, as a deployed worker does.
+    keys = tmp_path / "approvers.pem"
+    keys.write_bytes(APPROVER.public_pem())
+    monkeypatch.setenv(Approvers.ENV_NAME, str(keys))
     children = []
     for i, intent in enumerate(intents):
         child = Child(
@@ -241,6 +251,7 @@ def test_sibling_processes_refund_once_when_the_sender_is_killed_mid_send(
         StripeRefund(payments),
         timing=Timing(claim_ttl_s=8, stripe_timeout_s=3),
         owner=Owner.current("recovery"),
+        approvers=APPROVERS,
     )
     adopted = recovery.recover_action(first.action_id)
     assert adopted.status == "adopted"

@@ -40,6 +40,7 @@ from interlock import (
 )
 from interlock.testing import StripeEmulator
 from tests.conftest import TEST_KEY
+from tests.helpers.approvals import APPROVER, APPROVERS
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = b"receipt-key-for-tests"
@@ -66,11 +67,18 @@ def _transfer(store: SQLiteStore, payments: StripePayments, account: str) -> Int
     """Approve $25 to the account and send it through a signed gate; the sent intent."""
     now = time.time()
     lease_id = f"lease-{uuid.uuid4().hex[:8]}"
-    store.grant_lease(Lease(lease_id, "transfer", account, AMOUNT, now + 3600, "test", now))
+    store.grant_lease(
+        APPROVER.sign(Lease(lease_id, "transfer", account, AMOUNT, now + 3600, "test", now))
+    )
     seen = transfers_fingerprint(payments.list_transfers(account))
     intent = Intent(new_action_id(), "transfer", account, AMOUNT, lease_id, seen)
     gate = Gate(
-        store, StripeTransfer(payments), timing=TIMING, switches=Switches(), signing_key=KEY
+        store,
+        StripeTransfer(payments),
+        timing=TIMING,
+        switches=Switches(),
+        signing_key=KEY,
+        approvers=APPROVERS,
     )
     outcome = gate.submit(intent)
     assert outcome.status == "sent", outcome
@@ -231,9 +239,16 @@ def _delivered(tmp_path: Path, deliveries: Deliveries) -> tuple[Path, Intent]:
     store = SQLiteStore(path)
     now = time.time()
     order = f"ord_{uuid.uuid4().hex[:8]}"
-    store.grant_lease(Lease("lease-d", "delivery", order, 1, now + 3600, "test", now))
+    store.grant_lease(APPROVER.sign(Lease("lease-d", "delivery", order, 1, now + 3600, "t", now)))
     intent = Intent(new_action_id(), "delivery", order, 1, "lease-d", "0")
-    gate = Gate(store, deliveries.effect(), timing=TIMING, switches=Switches(), signing_key=KEY)
+    gate = Gate(
+        store,
+        deliveries.effect(),
+        timing=TIMING,
+        switches=Switches(),
+        signing_key=KEY,
+        approvers=APPROVERS,
+    )
     assert gate.submit(intent).status == "sent"
     store.close()
     return path, intent

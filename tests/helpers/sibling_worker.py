@@ -3,7 +3,8 @@
     python tests/helpers/sibling_worker.py STORE BASE_URL WORKER_ID INTENT_JSON
 
 It opens the store (a SQLite path or a PostgreSQL URL), builds a gate over the real
-`stripe` SDK pointed at the emulator (key from `STRIPE_SECRET_KEY`, Timing(8, 3)), prints
+`stripe` SDK pointed at the emulator (key from `STRIPE_SECRET_KEY`, Timing(8, 3), the
+approvers' public keys from `INTERLOCK_APPROVERS`), prints
 `ready` and waits for `go` on stdin. Then it submits the intent and says where it got to,
 one line each: `busy` when the gate journaled it behind another action on the payment,
 `read` right after its first read of the payment (then it waits for `continue`, so the

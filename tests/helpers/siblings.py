@@ -27,6 +27,7 @@ from interlock import (
     Store,
     Timing,
 )
+from tests.helpers.approvals import APPROVERS
 
 DEADLINE_S = 30.0
 
@@ -122,7 +123,8 @@ def submit_siblings(
     store: Store, effect: Effect, intents: Sequence[Intent], timing: Timing
 ) -> list[Outcome]:
     """Submit `intents` at once on threads through one gate (as a framework runs one model
-    turn's tool calls); their outcomes in order."""
+    turn's tool calls), under approvals signed by the tests' approver; their outcomes in
+    order."""
     rendezvous = Rendezvous(len(intents))
     gate = Gate(
         store,
@@ -130,5 +132,6 @@ def submit_siblings(
         timing=timing,
         owner=Owner.current("siblings"),
         on_event=rendezvous.on_event,
+        approvers=APPROVERS,
     )
     return on_threads([lambda i=i: gate.submit(i) for i in intents])

@@ -56,6 +56,7 @@ from interlock import openai_agents as oa
 from interlock import pydantic_ai as pa
 from interlock.testing import InProcessPayments
 from tests.helpers import lc_agent
+from tests.helpers.approvals import APPROVER, APPROVERS
 from tests.helpers.siblings import HeldReads, Rendezvous
 
 AMOUNT = 2_000
@@ -74,7 +75,9 @@ class Twins:
         self.lease = f"lease_{self.pi}"
         now = time.time()
         cap = (CALLS + 1) * AMOUNT
-        self.store.grant_lease(Lease(self.lease, "refund", self.pi, cap, now + 3600, "s", now))
+        self.store.grant_lease(
+            APPROVER.sign(Lease(self.lease, "refund", self.pi, cap, now + 3600, "s", now))
+        )
         rendezvous = Rendezvous(CALLS)
         self.gate = Gate(
             self.store,
@@ -82,6 +85,7 @@ class Twins:
             timing=Timing(6, 1),
             owner=Owner.current("agent"),
             on_event=rendezvous.on_event,
+            approvers=APPROVERS,
         )
 
     def fingerprint(self) -> str:

@@ -136,14 +136,16 @@ def _lease(store: Store, now: float, cap: int = 2_000, target: str | None = None
     # tests below).
     target = target or f"pi_contract_{uuid.uuid4().hex[:8]}"
     return store.grant_lease(
-        Lease(
-            id=f"lease_{uuid.uuid4().hex[:10]}",
-            kind="refund",
-            target=target,
-            cap=cap,
-            expires_at=now + 3600,
-            granted_by="support",
-            granted_at=now,
+        APPROVER.sign(
+            Lease(
+                id=f"lease_{uuid.uuid4().hex[:10]}",
+                kind="refund",
+                target=target,
+                cap=cap,
+                expires_at=now + 3600,
+                granted_by="support",
+                granted_at=now,
+            )
         )
     )
 
@@ -375,8 +377,8 @@ def test_commit_2_sends_only_under_the_lease_the_gate_checked(backend: Backend) 
 def test_an_exact_lease_is_reserved_and_spent_by_one_action_of_its_amount(
     backend: Backend,
 ) -> None:
-    """An exact lease: another amount is refused, a second action is refused at commit 2
-    while the first holds it and after the first spent it."""
+    """An exact lease: a second action waits for the target's turn while the first holds
+    it, and is refused at commit 2 once the first spent it; another amount is refused."""
     clock = Clock()
     store = backend.make(clock)
     lease = store.grant_lease(
@@ -385,18 +387,20 @@ def test_an_exact_lease_is_reserved_and_spent_by_one_action_of_its_amount(
         )
     )
     a, b, c = _intent(lease), _intent(lease), _intent(lease, amount=AMOUNT - 1)
-    ea, eb, ec = (store.begin(i, remote_owner(), TTL, GRACE).epoch for i in (a, b, c))
-
+    ea = store.begin(a, remote_owner(), TTL, GRACE).epoch
     assert store.mark_sending(a.action_id, ea, TTL).status == "ok"
-    while_held = store.mark_sending(b.action_id, eb, TTL)
-    other = store.mark_sending(c.action_id, ec, TTL)
+    while_held = [store.begin(i, remote_owner(), TTL, GRACE).status for i in (b, c)]
     store.settle(a.action_id, ea, remote_owner(), _sent(), CHECKS, {}, None)
+    eb = store.take_claim(b.action_id, remote_owner(), TTL, GRACE).epoch
     after_spent = store.mark_sending(b.action_id, eb, TTL)
+    store.release(b.action_id, eb)
+    ec = store.take_claim(c.action_id, remote_owner(), TTL, GRACE).epoch
+    other = store.mark_sending(c.action_id, ec, TTL)
 
-    assert while_held.status == other.status == after_spent.status == "lease_refused"
-    assert while_held.reason is not None and "already used" in while_held.reason
-    assert other.reason == f"approval is for exactly {AMOUNT}, not {AMOUNT - 1}"
+    assert while_held == ["busy", "busy"]
+    assert after_spent.status == other.status == "lease_refused"
     assert after_spent.reason is not None and "already used" in after_spent.reason
+    assert other.reason == f"approval is for exactly {AMOUNT}, not {AMOUNT - 1}"
     stored = store.lease(lease.id)
     assert stored is not None and (stored.spent, dict(stored.reservations)) == (AMOUNT, {})
 
