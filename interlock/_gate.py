@@ -28,6 +28,11 @@ earlier send in hand (a recovery, a resend, a re-approval) settles on it and sen
 A gate whose commit 3 is fenced out reports what it knows (the refund it holds), never
 another gate's outcome as its own.
 
+**Currencies.** An intent records its currency (a gate stamps its effect's on one that
+has none); a gate never sends an intent its effect does not accept (`accepts`: a transfer
+in another currency), leaving it untouched to a gate that can; a refund intent in another
+currency than its payment's is refused; the approval must be in the action's currency.
+
 **Clocks.** Durations inside this process (the in-flight window, the claim left since
 commit 2, the waits) run on the monotonic clock, which a wall-clock step does not move;
 claims, leases and receipts are in the store's clock, the one every process shares.
@@ -44,7 +49,7 @@ from typing import Any, Literal
 
 from interlock._claims import Owner
 from interlock._config import Switches, Timing
-from interlock._effects import AT_STRIPE, Effect, Found, Observation
+from interlock._effects import AT_STRIPE, Effect, Found, Observation, accepts
 from interlock._errors import (
     ActionError,
     ConfigError,
@@ -86,7 +91,8 @@ class Outcome:
     """How an action ended, or `pending` when it was left to recovery.
 
     `unknown` is set on a pending action whose create got a 5xx: nobody can tell yet
-    whether the refund was made; only a lookup settles it.
+    whether the refund was made; only a lookup settles it. `currency` is the amount's
+    (the send's own when one was found, else the intent's; None when neither says).
     """
 
     action_id: str
@@ -97,6 +103,7 @@ class Outcome:
     code: str | None = None
     receipt: Receipt | None = None
     unknown: bool = False
+    currency: str | None = None
 
     @property
     def settled(self) -> bool:
@@ -116,8 +123,14 @@ class Outcome:
                     _unknown_text(state.unknown),
                     code=code,
                     unknown=True,
+                    currency=state.intent.currency,
                 )
-            return cls(state.intent.action_id, "pending", "no outcome recorded yet")
+            return cls(
+                state.intent.action_id,
+                "pending",
+                "no outcome recorded yet",
+                currency=state.intent.currency,
+            )
         return cls(
             state.intent.action_id,
             s.status,
@@ -126,6 +139,7 @@ class Outcome:
             s.amount,
             s.code,
             state.receipt,
+            currency=state.intent.currency,
         )
 
 
@@ -292,10 +306,20 @@ class Gate:
     # -- public --------------------------------------------------------------------------
 
     def submit(self, intent: Intent) -> Outcome:
-        """Journal a new decision and run the send path; returns its outcome."""
+        """Journal a new decision and run the send path; returns its outcome.
+
+        An intent without a currency gets the effect's, when the effect sends in one. One
+        the effect does not accept (`accepts`: another currency) raises `ActionError`, and
+        nothing is journaled or touched.
+        """
         self._check_kind(intent)
         if intent.created_at == 0.0:
             intent = replace(intent, created_at=self._clock())
+        currency = getattr(self.effect, "currency", None)
+        if intent.currency is None and isinstance(currency, str):
+            intent = replace(intent, currency=currency)
+        journaled = self.store.action(intent.action_id)
+        self._check_accepted(intent if journaled is None else journaled.intent)
         t = self.timing
         attempt = self.store.begin(intent, self.owner, t.claim_ttl_s, t.grace_s)
         self._emit(GateEvent.JOURNALED, action_id=intent.action_id, claim=attempt.status)
@@ -306,7 +330,9 @@ class Gate:
     def recover(self, *, wait: bool = True) -> list[Outcome]:
         """Finish every action of this gate's kind with an intent and no outcome.
 
-        Where another owner's claim may still cover a send in flight, wait for it (or,
+        An action its effect does not accept (`accepts`: a transfer in another currency) is
+        left as it is, pending, its claim not taken, for a gate that can send it; it is not
+        in the list. Where another owner's claim may still cover a send in flight, wait for it (or,
         with `wait=False`, report that action as pending). An action that raises is
         reported (an event, and a `pending` outcome naming the error) and recovery goes
         on; a broken store or a refused key stops it, since every action would fail alike.
@@ -314,6 +340,9 @@ class Gate:
         outcomes = []
         for aid in self.store.pending(self.effect.kind):
             try:
+                state = self.store.action(aid)
+                if state is not None and accepts(self.effect, state.intent) is not None:
+                    continue
                 outcomes.append(self.recover_action(aid, wait=wait))
             except (StoreError, PaymentsAuthError):
                 raise
@@ -324,7 +353,9 @@ class Gate:
         return outcomes
 
     def recover_action(self, action_id: str, *, wait: bool = True) -> Outcome:
-        """Finish one action: take its claim (waiting if needed) and run the send path."""
+        """Finish one action: take its claim (waiting if needed) and run the send path.
+
+        `ActionError`, touching nothing, when the effect does not accept it (`accepts`)."""
         return self._recover(action_id, wait=wait)
 
     def _recover(
@@ -335,6 +366,7 @@ class Gate:
         if state is None:
             raise ActionError(action_id, "not in the journal; nothing to recover")
         self._check_kind(state.intent)
+        self._check_accepted(state.intent)
         t = self.timing
         announced = False
         looked_once = looked is not None
@@ -673,7 +705,19 @@ class Gate:
     def _world_and_approval(
         self, intent: Intent, obs: Observation, checks: list[Check]
     ) -> Settlement | None:
-        """The world check and the approval check, in that order; appends to `checks`."""
+        """The currency check (when the read learned the target's), the world check and the
+        approval check, in that order; appends to `checks`."""
+        currency = intent.currency or obs.currency
+        if intent.currency is not None and obs.currency is not None:
+            same = intent.currency == obs.currency
+            checks.append(Check("currency", intent.currency, obs.currency, same))
+            self._emit(GateEvent.CHECK, action_id=intent.action_id, name="currency", passed=same)
+            if not same:
+                return Settlement(
+                    "refused",
+                    f"the intent is in {intent.currency.upper()}, the payment is in "
+                    f"{obs.currency.upper()}: a refund is always in its payment's currency",
+                )
         unchanged = obs.fingerprint == intent.fingerprint
         checks.append(
             Check(
@@ -695,6 +739,7 @@ class Gate:
             amount=intent.amount,
             action_id=intent.action_id,
             now=self._clock(),
+            currency=currency,
         )
         expected = f"approval {intent.lease_id} live and covering {intent.amount}"
         checks.append(Check("approval", expected, problem or "ok", problem is None))
@@ -737,13 +782,26 @@ class Gate:
                 reason += " after an answer that settled nothing"
             verdict = Settlement("adopted", reason, found.external_id, found.amount)
         return self._settle(
-            state, epoch, verdict, checks, unsettled, idempotency_key=idempotency_key
+            state,
+            epoch,
+            verdict,
+            checks,
+            unsettled,
+            idempotency_key=idempotency_key,
+            currency=found.currency,
         )
 
     def _check_kind(self, intent: Intent) -> None:
         if intent.kind != self.effect.kind:
             raise ActionError(
                 intent.action_id, f"is a {intent.kind}, this gate sends {self.effect.kind}"
+            )
+
+    def _check_accepted(self, intent: Intent) -> None:
+        problem = accepts(self.effect, intent)
+        if problem is not None:
+            raise ActionError(
+                intent.action_id, f"{problem}; nothing was sent and the action is left as it is"
             )
 
     def _idempotency_key(self, intent: Intent, attempt: int, sends: int) -> str:
@@ -762,6 +820,7 @@ class Gate:
         unsettled: list[dict[str, Any]],
         *,
         idempotency_key: str | None = None,
+        currency: str | None = None,
     ) -> Outcome:
         aid = state.intent.action_id
         extra: dict[str, Any] = {
@@ -803,6 +862,7 @@ class Gate:
             verdict.amount,
             verdict.code,
             receipt,
+            currency=currency or state.intent.currency,
         )
 
     def _fenced_out(self, action_id: str, epoch: int, verdict: Settlement) -> Outcome:

@@ -21,6 +21,7 @@ from typing import Any, Literal, Protocol
 from interlock._claims import Claim, Owner
 from interlock._errors import UNREADABLE, ActionError, IntentError, LeaseError
 from interlock._leases import Lease, approval_problem
+from interlock._money import currency_problem
 from interlock._receipts import GENESIS_HASH, Check, Receipt, canonical_json, load_json, seal
 
 SCHEMA_VERSION = 2
@@ -63,6 +64,10 @@ class Intent:
 
     `fingerprint` is the fingerprint of the target's state as the model saw it (for a
     refund: the payment's refunds shown by `get_payment`), not a fresh read at send time.
+    `currency` is the lowercase ISO 4217 code of the amount (its smallest unit: cents,
+    whole yen); a gate stamps its effect's when the intent has none and the effect has one
+    (a transfer's). None only on an intent journaled by an older version, or a refund whose
+    caller did not say (it is in its payment's currency, the only one it can be in).
     Checked when made: a bad field raises `IntentError` naming it, before anything is
     journaled.
     """
@@ -76,6 +81,7 @@ class Intent:
     metadata: Mapping[str, str] = field(default_factory=dict)
     context: Mapping[str, Any] = field(default_factory=dict)
     created_at: float = 0.0
+    currency: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("action_id", "lease_id", "target"):
@@ -89,10 +95,15 @@ class Intent:
             raise IntentError("amount", f"must be positive and below {MAX_AMOUNT}, got {amount}")
         if not isinstance(self.fingerprint, str):
             raise IntentError("fingerprint", "must be a string")
+        if self.currency is not None:
+            problem = currency_problem(self.currency)
+            if problem is not None:
+                raise IntentError("currency", problem)
 
     def to_dict(self) -> dict[str, Any]:
-        """The intent as JSON-ready data."""
-        return {
+        """The intent as JSON-ready data (`currency` only when it has one, so an older
+        version's intent reads back and is written as it was)."""
+        data: dict[str, Any] = {
             "action_id": self.action_id,
             "kind": self.kind,
             "target": self.target,
@@ -103,10 +114,13 @@ class Intent:
             "context": dict(self.context),
             "created_at": self.created_at,
         }
+        if self.currency is not None:
+            data["currency"] = self.currency
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Intent:
-        """An intent from `to_dict` data."""
+        """An intent from `to_dict` data (no `currency`: an older version's, None)."""
         return cls(
             action_id=str(data["action_id"]),
             kind=str(data["kind"]),
@@ -117,11 +131,19 @@ class Intent:
             metadata={str(k): str(v) for k, v in dict(data.get("metadata") or {}).items()},
             context=dict(data.get("context") or {}),
             created_at=float(data.get("created_at", 0.0)),
+            currency=None if data.get("currency") is None else str(data["currency"]),
         )
 
     def same_decision(self, other: Intent) -> bool:
-        """Whether two intents record the same decision (creation time aside)."""
-        return replace(self, created_at=0.0).to_dict() == replace(other, created_at=0.0).to_dict()
+        """Whether two intents record the same decision (creation time aside).
+
+        An intent without a currency (journaled by an older version) is the same decision
+        as its replay by this one, which a gate stamps with its effect's currency; two
+        different currencies are two decisions."""
+        mine, theirs = replace(self, created_at=0.0), replace(other, created_at=0.0)
+        if mine.currency is None or theirs.currency is None:
+            mine, theirs = replace(mine, currency=None), replace(theirs, currency=None)
+        return mine.to_dict() == theirs.to_dict()
 
 
 @dataclass(frozen=True)
@@ -608,6 +630,7 @@ class RuleStore:
                 amount=intent.amount,
                 action_id=action_id,
                 now=now,
+                currency=intent.currency,
             )
             if problem is not None or lease is None:
                 return SendingAttempt("lease_refused", problem)
@@ -695,6 +718,7 @@ class RuleStore:
                 "kind": intent.kind,
                 "target": intent.target,
                 "amount": intent.amount,
+                "currency": intent.currency,
                 "lease_id": intent.lease_id,
                 "decision_fingerprint": intent.fingerprint,
                 "outcome": settlement.status,

@@ -1,8 +1,14 @@
 """Approvals as leases: scoped, capped, expiring, revocable, and spent as actions settle.
 
 A lease lets actions of one kind on one target spend up to `cap` cents before
-`expires_at`. Every check fails closed. Reservations are keyed by action: a recovery
-reuses its own, a refusal releases it, a send turns it into spent money.
+`expires_at`, in one currency: `cap` is in that currency's smallest unit, and an action in
+another currency is refused under it. Every check fails closed. Reservations are keyed by
+action: a recovery reuses its own, a refusal releases it, a send turns it into spent money.
+
+A lease without a currency (stored by an older version, or granted without one) is a
+lease in US dollars: older versions' words and defaults said dollars, so that is what its
+cents meant. An action in any other currency is refused under it; grant such an approval
+again with its `currency` (docs/design.md §4, the migration).
 
 A lease is checked when it is made (`LeaseError` naming the field, so nothing is granted):
 ids as an `Intent` checks them, whole cents in range, finite times, expiry after the
@@ -20,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from interlock._errors import UNREADABLE, LeaseError
+from interlock._money import currency_problem
 from interlock._receipts import load_json
 
 # The same rules an Intent holds its ids and amount to (interlock/_journal.py): ids go
@@ -27,11 +34,14 @@ from interlock._receipts import load_json
 _ID_CHARS = frozenset(string.ascii_letters + string.digits + string.punctuation)
 _MAX_ID_LENGTH = 200
 _MAX_CENTS = 10**10
+# What a lease without a currency is read as (see the module docstring).
+LEGACY_CURRENCY = "usd"
 
 
 @dataclass(frozen=True)
 class Lease:
-    """An approval for actions of `kind` on `target`, capped at `cap` cents."""
+    """An approval for actions of `kind` on `target`, capped at `cap` cents of `currency`
+    (None: `LEGACY_CURRENCY`, see the module docstring)."""
 
     id: str
     kind: str
@@ -48,6 +58,7 @@ class Lease:
     damaged: str | None = field(default=None, compare=False)
     # The stored data of a damaged lease, written back as it was (nothing is lost).
     raw: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+    currency: str | None = None
 
     def __post_init__(self) -> None:
         if self.damaged is None:
@@ -89,6 +100,10 @@ class Lease:
             return f"expires_at ({self.expires_at}) must come after granted_at ({self.granted_at})"
         if self.revoked_by is not None and not isinstance(self.revoked_by, str):
             return f"revoked_by must be a string, got {self.revoked_by!r}"
+        if self.currency is not None:
+            problem = currency_problem(self.currency)
+            if problem is not None:
+                return f"currency {problem}"
         return None
 
     @property
@@ -102,9 +117,18 @@ class Lease:
         return self.cap - self.spent - others
 
     def problem(
-        self, *, kind: str, target: str, amount: int, action_id: str, now: float
+        self,
+        *,
+        kind: str,
+        target: str,
+        amount: int,
+        action_id: str,
+        now: float,
+        currency: str | None = None,
     ) -> str | None:
-        """Why this lease does not cover the action, or None when it does."""
+        """Why this lease does not cover the action, or None when it does.
+
+        `currency` is the action's (None: it records none, an older version's intent)."""
         if self.damaged is not None:
             return (
                 f"approval {self.id} is damaged in the store ({self.damaged}): "
@@ -116,6 +140,12 @@ class Lease:
             return "approval expired"
         if kind != self.kind or target != self.target:
             return f"approval covers {self.kind} on {self.target}, not {kind} on {target}"
+        mine = self.currency or LEGACY_CURRENCY
+        if currency is not None and currency != mine:
+            return (
+                f"approval is in {mine.upper()}, the action is in {currency.upper()}: "
+                f"grant an approval in {currency.upper()}"
+            )
         available = self.available_for(action_id)
         if amount > available:
             return f"amount {amount} exceeds what the approval has left ({available} of {self.cap})"
@@ -137,6 +167,7 @@ class Lease:
             "revoked_at": self.revoked_at,
             "revoked_by": self.revoked_by,
             "reservations": dict(self.reservations),
+            "currency": self.currency,
         }
 
     @classmethod
@@ -185,6 +216,7 @@ class Lease:
                 str(k): _whole(f"the reservation of {k}", v)
                 for k, v in dict(data.get("reservations") or {}).items()
             },
+            currency=data.get("currency"),
         )
 
     def with_reservation(self, action_id: str, amount: int | None) -> Lease:
@@ -234,9 +266,18 @@ def _cents_problem(name: str, value: object, *, zero: bool = False) -> str | Non
 
 
 def approval_problem(
-    lease: Lease | None, *, kind: str, target: str, amount: int, action_id: str, now: float
+    lease: Lease | None,
+    *,
+    kind: str,
+    target: str,
+    amount: int,
+    action_id: str,
+    now: float,
+    currency: str | None = None,
 ) -> str | None:
     """Why no approval covers this action (a missing lease included), or None when one does."""
     if lease is None:
         return "no such approval"
-    return lease.problem(kind=kind, target=target, amount=amount, action_id=action_id, now=now)
+    return lease.problem(
+        kind=kind, target=target, amount=amount, action_id=action_id, now=now, currency=currency
+    )
