@@ -47,7 +47,7 @@ class GateEvent(str, Enum):
     CHECK = (
         "check",
         ("name",),
-        "a check ran (`name`: lookup, world_unchanged or approval; see CHECK_FIELDS)",
+        "a check ran (`name`: lookup, currency, world_unchanged or approval; see CHECK_FIELDS)",
     )
     READ_UNSETTLED = ("read-unsettled", ("error",), "a read settled nothing; it is retried")
     SENDING = (
@@ -57,8 +57,8 @@ class GateEvent(str, Enum):
     )
     BEFORE_SEND = (
         "before-send",
-        ("idempotency_key", "amount"),
-        "the create call is about to go out",
+        ("idempotency_key", "amount", "currency"),
+        "the create call is about to go out (`amount` in `currency`'s smallest unit)",
     )
     ANSWER = (
         "answer",
@@ -117,6 +117,7 @@ CHECK_FIELDS: Mapping[str, tuple[str, ...]] = {
     "lookup": ("found",),
     "world_unchanged": ("passed",),
     "approval": ("passed", "problem"),
+    "currency": ("passed",),
 }
 """The fields a `check` event adds, by the check's `name`."""
 

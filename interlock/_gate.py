@@ -139,7 +139,7 @@ class Outcome:
             s.amount,
             s.code,
             state.receipt,
-            currency=state.intent.currency,
+            currency=s.currency or state.intent.currency,
         )
 
 
@@ -599,7 +599,13 @@ class Gate:
         key = self._idempotency_key(intent, drive.state.attempts, drive.sends)
         drive.sends += 1
         drive.in_flight_until = self._monotonic() + self.timing.in_flight_s
-        self._emit(GateEvent.BEFORE_SEND, action_id=aid, idempotency_key=key, amount=intent.amount)
+        self._emit(
+            GateEvent.BEFORE_SEND,
+            action_id=aid,
+            idempotency_key=key,
+            amount=intent.amount,
+            currency=intent.currency,
+        )
         try:
             found = self.effect.send(intent, key)
         except PaymentsRejectedError as e:
@@ -781,14 +787,9 @@ class Gate:
             if unsettled:
                 reason += " after an answer that settled nothing"
             verdict = Settlement("adopted", reason, found.external_id, found.amount)
+        verdict = replace(verdict, currency=found.currency)
         return self._settle(
-            state,
-            epoch,
-            verdict,
-            checks,
-            unsettled,
-            idempotency_key=idempotency_key,
-            currency=found.currency,
+            state, epoch, verdict, checks, unsettled, idempotency_key=idempotency_key
         )
 
     def _check_kind(self, intent: Intent) -> None:
@@ -820,7 +821,6 @@ class Gate:
         unsettled: list[dict[str, Any]],
         *,
         idempotency_key: str | None = None,
-        currency: str | None = None,
     ) -> Outcome:
         aid = state.intent.action_id
         extra: dict[str, Any] = {
@@ -862,7 +862,7 @@ class Gate:
             verdict.amount,
             verdict.code,
             receipt,
-            currency=currency or state.intent.currency,
+            currency=verdict.currency or state.intent.currency,
         )
 
     def _fenced_out(self, action_id: str, epoch: int, verdict: Settlement) -> Outcome:

@@ -148,7 +148,8 @@ class Intent:
 
 @dataclass(frozen=True)
 class Settlement:
-    """A recorded outcome: the status, why, Stripe's ids or error code."""
+    """A recorded outcome: the status, why, Stripe's ids or error code, and the found
+    send's amount and `currency` (as the provider gave them)."""
 
     status: OutcomeStatus
     reason: str | None = None
@@ -156,10 +157,11 @@ class Settlement:
     amount: int | None = None
     code: str | None = None
     at: float = 0.0
+    currency: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """The settlement as JSON-ready data."""
-        return {
+        """The settlement as JSON-ready data (`currency` only when it has one)."""
+        data: dict[str, Any] = {
             "status": self.status,
             "reason": self.reason,
             "external_id": self.external_id,
@@ -167,6 +169,9 @@ class Settlement:
             "code": self.code,
             "at": self.at,
         }
+        if self.currency is not None:
+            data["currency"] = self.currency
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Settlement:
@@ -181,6 +186,7 @@ class Settlement:
             amount=None if data.get("amount") is None else int(data["amount"]),
             code=data.get("code"),
             at=float(data.get("at", 0.0)),
+            currency=None if data.get("currency") is None else str(data["currency"]),
         )
 
 
@@ -718,7 +724,8 @@ class RuleStore:
                 "kind": intent.kind,
                 "target": intent.target,
                 "amount": intent.amount,
-                "currency": intent.currency,
+                # The decision's; for an intent that records none, the found send's.
+                "currency": intent.currency or settlement.currency,
                 "lease_id": intent.lease_id,
                 "decision_fingerprint": intent.fingerprint,
                 "outcome": settlement.status,

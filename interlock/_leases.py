@@ -140,7 +140,7 @@ class Lease:
             return "approval expired"
         if kind != self.kind or target != self.target:
             return f"approval covers {self.kind} on {self.target}, not {kind} on {target}"
-        mine = self.currency or LEGACY_CURRENCY
+        mine = lease_currency(self)
         if currency is not None and currency != mine:
             return (
                 f"approval is in {mine.upper()}, the action is in {currency.upper()}: "
@@ -263,6 +263,11 @@ def _cents_problem(name: str, value: object, *, zero: bool = False) -> str | Non
     if not low <= value < _MAX_CENTS:
         return f"{name} must be from {low} to below {_MAX_CENTS} cents, got {value}"
     return None
+
+
+def lease_currency(lease: Lease) -> str:
+    """The currency a lease's cents are in (`LEGACY_CURRENCY` for one stored without one)."""
+    return lease.currency or LEGACY_CURRENCY
 
 
 def approval_problem(

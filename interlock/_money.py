@@ -58,9 +58,10 @@ def decimals(currency: str) -> int:
     return 3 if code in THREE_DECIMAL else 2
 
 
-def format_amount(amount: int, currency: str | None) -> str:
+def format_amount(amount: int, currency: str | None, *, trim: bool = False) -> str:
     """`amount` (in `currency`'s smallest unit) as words: `$20.00`, `€20.00`, `¥2,000`,
-    `KWD 2.000`, `CHF 20.00`.
+    `KWD 2.000`, `CHF 20.00`; with `trim`, a whole amount without its zeros (`$20`), for a
+    narrow screen.
 
     With no currency (an action journaled before intents recorded theirs), the amount is
     given as it is, in the smallest unit, and said to be so: never guessed as dollars.
@@ -72,7 +73,7 @@ def format_amount(amount: int, currency: str | None) -> str:
     sign, whole = ("-", -amount) if amount < 0 else ("", amount)
     if places:
         units, minor = divmod(whole, 10**places)
-        number = f"{units:,}.{minor:0{places}d}"
+        number = f"{units:,}" if trim and not minor else f"{units:,}.{minor:0{places}d}"
     else:
         number = f"{whole:,}"
     symbol = SYMBOLS.get(code)

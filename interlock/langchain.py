@@ -83,6 +83,7 @@ from interlock import _tool_calls
 from interlock._errors import IntentError
 from interlock._gate import Gate, Outcome
 from interlock._journal import Intent
+from interlock._money import format_amount
 from interlock._tool_calls import APPROVAL_TYPE, REAPPROVAL_TYPE, Reapproval
 
 __all__ = [  # noqa: RUF022 - sorted case-insensitively, as interlock's own __all__
@@ -113,6 +114,10 @@ class ToolIntent:
     target: str
     amount: int
     lease_id: str
+    # The amount's currency (lowercase ISO 4217), when the read showed it: the intent
+    # records it, the words and the approval are in it, and a refund in another one than
+    # its payment's is refused.
+    currency: str | None = None
 
 
 IntentOf = Callable[[Mapping[str, Any]], ToolIntent]
@@ -180,8 +185,8 @@ def fingerprint_seen(messages: Sequence[BaseMessage], tool_call_id: str, target:
     return None
 
 
-def _money(cents: int | None) -> str:
-    return "an unknown amount" if cents is None else f"${cents / 100:,.2f}"
+def _money(amount: int | None, currency: str | None) -> str:
+    return "an unknown amount" if amount is None else format_amount(amount, currency)
 
 
 def outcome_words(outcome: Outcome) -> str:
@@ -189,12 +194,13 @@ def outcome_words(outcome: Outcome) -> str:
     aid = outcome.action_id
     if outcome.status == "sent":
         return (
-            f"done: refunded {_money(outcome.amount)} (refund {outcome.external_id}, action "
-            f"{aid}). Tell the customer it is done."
+            f"done: refunded {_money(outcome.amount, outcome.currency)} (refund "
+            f"{outcome.external_id}, action {aid}). Tell the customer it is done."
         )
     if outcome.status == "adopted":
         return (
-            f"done: an earlier run of this same call already refunded {_money(outcome.amount)} "
+            f"done: an earlier run of this same call already refunded "
+            f"{_money(outcome.amount, outcome.currency)} "
             f"(refund {outcome.external_id}, action {aid}); nothing was sent twice. Tell the "
             "customer it is done."
         )
@@ -219,7 +225,8 @@ def outcome_words(outcome: Outcome) -> str:
 def outcome_data(outcome: Outcome) -> dict[str, Any]:
     """An outcome as JSON-ready data: the answer's `ToolMessage.artifact`.
 
-    Keys: `action_id`, `status`, `reason`, `external_id` (the refund), `amount`, `code`,
+    Keys: `action_id`, `status`, `reason`, `external_id` (the refund), `amount` (in the
+    smallest unit of `currency`, None when the action records none), `currency`, `code`,
     `unknown` and `receipt` (the receipt's hash, or None).
     """
     return {
@@ -228,6 +235,7 @@ def outcome_data(outcome: Outcome) -> dict[str, Any]:
         "reason": outcome.reason,
         "external_id": outcome.external_id,
         "amount": outcome.amount,
+        "currency": outcome.currency,
         "code": outcome.code,
         "unknown": outcome.unknown,
         "receipt": None if outcome.receipt is None else outcome.receipt.hash,
@@ -342,8 +350,11 @@ class InterlockMiddleware(AgentMiddleware):
                     "kind": asked.kind,
                     "target": asked.target,
                     "amount": asked.amount,
+                    "currency": asked.currency,
                     "lease_id": lease_id,
-                    "question": f"{asked.kind} {_money(asked.amount)} on {asked.target}?",
+                    "question": (
+                        f"{asked.kind} {_money(asked.amount, asked.currency)} on {asked.target}?"
+                    ),
                 }
             )
             approved, by, lease_id, reason = _read_answer(answer, lease_id)
@@ -356,7 +367,14 @@ class InterlockMiddleware(AgentMiddleware):
             metadata["approved_by"] = by
         try:
             return Intent(
-                action_id, asked.kind, asked.target, asked.amount, lease_id, fingerprint, metadata
+                action_id,
+                asked.kind,
+                asked.target,
+                asked.amount,
+                lease_id,
+                fingerprint,
+                metadata,
+                currency=asked.currency,
             )
         except IntentError as e:
             return _error(request, f"not done: {e}; nothing was sent.")
@@ -388,9 +406,11 @@ def _ask_again(
             "kind": intent.kind,
             "target": intent.target,
             "amount": intent.amount,
+            "currency": intent.currency,
             "lease_id": lease_id,
             "question": (
-                f"refused because {refused.reason}: {intent.kind} {_money(intent.amount)} on "
+                f"refused because {refused.reason}: {intent.kind} "
+                f"{_money(intent.amount, intent.currency)} on "
                 f"{intent.target} under a new approval?"
             ),
         }

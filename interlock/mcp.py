@@ -38,6 +38,7 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess without
         "(the core of interlock works without it)"
     ) from e
 
+from interlock._leases import lease_currency
 from interlock._mcp_desk import (
     AMOUNT_RULE,
     MAX_AMOUNT,
@@ -52,7 +53,6 @@ from interlock._mcp_desk import (
     approval_state,
     check_payment_id,
     current_approval,
-    dollars,
     grant_approval,
     revoke_approval,
 )
@@ -68,8 +68,8 @@ __all__ = [
     "approval_state",
     "check_payment_id",
     "current_approval",
-    "dollars",
     "grant_approval",
+    "lease_currency",
     "revoke_approval",
 ]
 

@@ -29,6 +29,7 @@ from interlock import (
     Payments,
     Store,
     StripePayments,
+    format_amount,
     make_stripe_client,
 )
 from interlock.testing import InProcessPayments, PaymentsModel, StripeEmulator
@@ -57,7 +58,7 @@ from interlock_demo.engine.process import ProcessLauncher
 from interlock_demo.engine.supervisor import Supervisor
 from interlock_demo.errors import BusyError
 from interlock_demo.settings import EMULATOR_KEY, TEMPORAL, DemoConfig
-from scenarios import LEASE_CAP, REFUND_AMOUNT, Scenario, scenario
+from scenarios import CURRENCY, LEASE_CAP, REFUND_AMOUNT, Scenario, scenario
 from workers.context import Case
 from workers.interlock import refund_gate
 from workers.protocol import ColumnOutcome, event_fields, gate_kind
@@ -262,10 +263,15 @@ class Engine:
                     expires_at=now + LEASE_TTL_S,
                     granted_by="support (re-approved)",
                     granted_at=now,
+                    currency=CURRENCY,
                 )
             )
             run.add_event(
-                gated, RunEventKind.REAPPROVE, "a person approves the $20 refund again", None
+                gated,
+                RunEventKind.REAPPROVE,
+                f"a person approves the {format_amount(REFUND_AMOUNT, CURRENCY, trim=True)} "
+                "refund again",
+                None,
             )
             gate = refund_gate(
                 store,
@@ -302,7 +308,8 @@ class Engine:
                 assert col.wanted is not None
                 col.wanted = dataclasses.replace(
                     col.wanted,
-                    text=f"{col.wanted.text}, then the re-approved $20",
+                    text=f"{col.wanted.text}, then the re-approved "
+                    f"{format_amount(REFUND_AMOUNT, CURRENCY, trim=True)}",
                     agent_refunds=col.wanted.agent_refunds + 1,
                 )
 
