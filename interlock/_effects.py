@@ -58,13 +58,14 @@ class Found:
 
     def mismatch(self, intent: Intent, currency: str | None = None) -> str | None:
         """How this send differs from what `intent` decided (in `currency`, when the effect
-        sends in one), or None when it matches."""
+        sends in one, else the intent's own), or None when it matches."""
         if self.target is not None and self.target != intent.target:
             return f"is on {self.target}, the intent is on {intent.target}"
         if self.amount != intent.amount:
             return f"is for {self.amount}, the intent is for {intent.amount}"
-        if currency is not None and self.currency is not None and self.currency != currency:
-            return f"is in {self.currency}, the intent is in {currency}"
+        wanted = currency or intent.currency
+        if wanted is not None and self.currency is not None and self.currency != wanted:
+            return f"is in {self.currency}, the intent is in {wanted}"
         return None
 
 

@@ -64,6 +64,7 @@ The README's section "LangChain: a guarded tool in an agent" has an example that
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -123,10 +124,15 @@ class ToolIntent:
 IntentOf = Callable[[Mapping[str, Any]], ToolIntent]
 
 
-def seen(target: str, fingerprint: str) -> dict[str, Any]:
+def seen(target: str, fingerprint: str, currency: str | None = None) -> dict[str, Any]:
     """The artifact a read tool returns beside its text: the target and the fingerprint
-    of its state as the tool showed it to the model (`interlock.refunds_fingerprint`)."""
-    return {SEEN_KEY: {"target": target, "fingerprint": fingerprint}}
+    of its state as the tool showed it to the model (`interlock.refunds_fingerprint`),
+    and its currency (`Payment.currency`): a guarded call whose `ToolIntent` gives none is
+    in the currency its read showed."""
+    record: dict[str, Any] = {"target": target, "fingerprint": fingerprint}
+    if currency is not None:
+        record["currency"] = currency.lower()
+    return {SEEN_KEY: record}
 
 
 def action_id_for(thread_id: str, tool_call_id: str) -> str:
@@ -165,6 +171,14 @@ def tool_action_id(request: ToolCallRequest) -> str:
 def fingerprint_seen(messages: Sequence[BaseMessage], tool_call_id: str, target: str) -> str | None:
     """The fingerprint of `target` as a read tool last showed it before the model's turn
     that made `tool_call_id`; None when no read came before it."""
+    fingerprint = _seen_record(messages, tool_call_id, target).get("fingerprint")
+    return fingerprint if isinstance(fingerprint, str) else None
+
+
+def _seen_record(
+    messages: Sequence[BaseMessage], tool_call_id: str, target: str
+) -> Mapping[str, Any]:
+    """The `seen` record of the last read of `target` before the call's turn (empty: none)."""
     turn = next(
         (
             i
@@ -174,15 +188,14 @@ def fingerprint_seen(messages: Sequence[BaseMessage], tool_call_id: str, target:
         None,
     )
     if turn is None:
-        return None
+        return {}
     for m in reversed(messages[:turn]):
         if not isinstance(m, ToolMessage) or not isinstance(m.artifact, Mapping):
             continue
         record = m.artifact.get(SEEN_KEY)
         if isinstance(record, Mapping) and record.get("target") == target:
-            fingerprint = record.get("fingerprint")
-            return fingerprint if isinstance(fingerprint, str) else None
-    return None
+            return record
+    return {}
 
 
 def _money(amount: int | None, currency: str | None) -> str:
@@ -331,8 +344,11 @@ class InterlockMiddleware(AgentMiddleware):
                 f"not done: the call's arguments were not understood ({type(e).__name__}: {e}); "
                 "nothing was sent. Call it again with the arguments its schema names.",
             )
-        fingerprint = fingerprint_seen(_messages(request.state), call_id, asked.target)
-        if fingerprint is None:
+        record = _seen_record(_messages(request.state), call_id, asked.target)
+        fingerprint = record.get("fingerprint")
+        if asked.currency is None and isinstance(record.get("currency"), str):
+            asked = dataclasses.replace(asked, currency=record["currency"])
+        if not isinstance(fingerprint, str):
             return _error(
                 request,
                 f"not done: {asked.target} was not read before this call, so there is nothing "

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from interlock import (
+    Found,
     Gate,
     Intent,
     IntentError,
@@ -226,3 +227,14 @@ def test_each_guards_words_and_data_are_in_the_actions_currency(
     assert answer.data["currency"] == currency
     pending = Outcome("act_1", "pending", "HTTP 500", unknown=True, currency=currency)
     assert f"refund of {words} on pi_1" in outcome_answer(pending, asked, retry=False).text
+
+
+def test_a_send_naming_the_action_in_another_currency_is_not_its_own() -> None:
+    """A found send in another currency than the intent's never matches it (a conflict,
+    never adopted), whichever effect found it; one with no currency on either side does."""
+    intent = _intent(currency="usd")
+    assert (
+        Found("tr_1", 2_500, currency="eur").mismatch(intent) == "is in eur, the intent is in usd"
+    )
+    assert Found("tr_1", 2_500, currency="usd").mismatch(intent) is None
+    assert Found("tr_1", 2_500, currency="eur").mismatch(_intent()) is None
