@@ -332,8 +332,8 @@ class Gate:
 
         An action its effect does not accept (`accepts`: a transfer in another currency) is
         left as it is, pending, its claim not taken, for a gate that can send it; it is not
-        in the list. Where another owner's claim may still cover a send in flight, wait for it (or,
-        with `wait=False`, report that action as pending). An action that raises is
+        in the list. Where another owner's claim may still cover a send in flight, wait for
+        it (or, with `wait=False`, report that action as pending). An action that raises is
         reported (an event, and a `pending` outcome naming the error) and recovery goes
         on; a broken store or a refused key stops it, since every action would fail alike.
         """
