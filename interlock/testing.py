@@ -356,9 +356,12 @@ def run_cell(
     journal = (store or (lambda c: MemoryStore(clock=c)))(clock)
     lease_id = f"lease-{uuid.uuid4().hex[:12]}"
     intent = w.decide(lease_id)
+    # The approval is in the action's currency: the intent's, else the effect's own.
+    currency = intent.currency or getattr(w.effect, "currency", None)
     journal.grant_lease(
-        Lease(lease_id, intent.kind, intent.target, intent.amount, _T0 + 86_400, "harness", _T0)
-    )
+        Lease(lease_id, intent.kind, intent.target, intent.amount, _T0 + 86_400, "harness", _T0,
+              currency=currency)
+    )  # fmt: skip
     provider = _Provider(w.effect, cell.answer, clock)
     # Another action on the same target went first, through the same effect, under an id
     # one character away: a lookup that adopts any agent's send (not this action's) adopts
@@ -440,7 +443,7 @@ def run_cell(
     second_lease = f"{lease_id}-2"
     journal.grant_lease(
         Lease(second_lease, second.kind, second.target, second.amount, _T0 + 86_400 * 2,
-              "harness", clock.now)
+              "harness", clock.now, currency=currency)
     )  # fmt: skip
     second = replace(second, lease_id=second_lease)
     second_out = gate(Owner.current("second"), {}, None).submit(second)

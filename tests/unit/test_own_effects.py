@@ -50,6 +50,23 @@ class TransferWorld:
         )
 
 
+class EuroTransferWorld(TransferWorld):
+    """The same world, its transfers in euros."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.effect = StripeTransfer(self.payments, currency="eur")
+
+
+def test_a_transfer_in_euros_is_certified_under_an_approval_in_euros() -> None:
+    """The harness grants its approval in the effect's currency: an EUR transfer effect
+    (whose intents the gate stamps eur) is certified as the USD one is."""
+    report = certify(EuroTransferWorld)
+
+    report.assert_certified()
+    assert len(report.results) == 144
+
+
 def test_a_send_naming_the_action_that_differs_is_a_conflict_never_adopted() -> None:
     """A lookup that returns a send of another amount: not our own, a conflict."""
     other = Found("dlv_other", 5, target="ord_1")
