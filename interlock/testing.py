@@ -63,7 +63,7 @@ from typing import Any, Protocol
 from interlock._claims import Owner
 from interlock._config import Switches, Timing
 from interlock._crash_points import CrashPoint
-from interlock._effects import Effect, Found, Observation
+from interlock._effects import Effect, Found, Observation, accepts
 from interlock._errors import PaymentsRejectedError, PaymentsUnsettledError
 from interlock._events import Event, GateEvent, event_problem
 from interlock._gate import Gate, Outcome
@@ -299,6 +299,12 @@ class _Provider:
         self.held: list[tuple[Intent, str]] = []
         # The ids of the effects each idempotency key made: what an outcome may name.
         self.made: dict[str, set[str]] = {}
+        # The effect's currency, as the gate reads it to stamp an intent that has none.
+        self.currency = getattr(effect, "currency", None)
+
+    def accepts(self, intent: Intent) -> str | None:
+        """The effect's own answer: the harness never sends what the effect would not."""
+        return accepts(self.inner, intent)
 
     def observe(self, intent: Intent) -> Observation:
         if self.held and self.land_by is not None and self.clock() >= self.land_by:

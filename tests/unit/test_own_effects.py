@@ -8,6 +8,7 @@ tests/helpers/webhook.py as a `CustomEffect` is `tests/loopback/test_webhook_eff
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 
 import pytest
 
@@ -59,12 +60,21 @@ class EuroTransferWorld(TransferWorld):
 
 
 def test_a_transfer_in_euros_is_certified_under_an_approval_in_euros() -> None:
-    """The harness grants its approval in the effect's currency: an EUR transfer effect
-    (whose intents the gate stamps eur) is certified as the USD one is."""
-    report = certify(EuroTransferWorld)
+    """The harness's wrapper shows the gate its effect's currency, so the intents are
+    journaled in eur, and it grants its approvals in eur: an EUR transfer effect is
+    certified as the USD one is."""
+    stores: list[MemoryStore] = []
+
+    def keep(clock: Callable[[], float]) -> MemoryStore:
+        stores.append(MemoryStore(clock=clock))
+        return stores[-1]
+
+    report = certify(EuroTransferWorld, store=keep)
 
     report.assert_certified()
     assert len(report.results) == 144
+    journaled = {stores[0].action(a).intent.currency for a in stores[0].actions()}  # type: ignore[union-attr]
+    assert journaled == {"eur"}
 
 
 def test_a_send_naming_the_action_that_differs_is_a_conflict_never_adopted() -> None:
