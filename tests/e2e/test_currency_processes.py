@@ -2,7 +2,8 @@
 
 A USD worker process journals a $25 transfer and is SIGKILLed; the EUR gate's
 `recover()` must leave it (pending, its claim untouched) and the USD gate's must send it,
-in dollars, once: through the real `stripe` SDK against the loopback emulator.
+in dollars, once: through the real `stripe` SDK against the loopback emulator. A yen
+refund through the same SDK is checked against its payment's currency and worded in yen.
 """
 
 from __future__ import annotations
@@ -22,12 +23,15 @@ from interlock import (
     Lease,
     SQLiteStore,
     StripePayments,
+    StripeRefund,
     StripeTransfer,
     Timing,
     make_stripe_client,
     new_action_id,
+    refunds_fingerprint,
     transfers_fingerprint,
 )
+from interlock.openai_agents import outcome_words
 from interlock.testing import StripeEmulator
 from tests.conftest import TEST_KEY
 
@@ -117,3 +121,31 @@ def test_an_eur_intent_is_refused_by_a_usd_gate_before_anything_is_journaled(
 
     assert store.action(intent.action_id) is None
     assert emulator.model.requests.count(("POST", "transfers")) == 0
+
+
+def test_a_yen_refund_through_the_sdk_is_checked_and_worded_in_yen(
+    tmp_path: Path, emulator: StripeEmulator
+) -> None:
+    """A ¥10,000 payment at the emulator, read through the real SDK: a refund intent in USD
+    is refused and nothing is refunded; one in JPY is sent, and the model reads ¥2,000."""
+    payments = StripePayments(make_stripe_client(TEST_KEY, timeout_s=1, base_url=emulator.url))
+    store = SQLiteStore(tmp_path / "refunds.sqlite3")
+    payment = payments.create_payment(10_000, currency="jpy")
+    now = time.time()
+    lease = f"lease-{payment.id}"
+    store.grant_lease(
+        Lease(lease, "refund", payment.id, 2_000, now + 3600, "t", now, currency="jpy")
+    )
+    seen = refunds_fingerprint(payment.refunds)
+    gate = Gate(store, StripeRefund(payments), timing=TIMING)
+
+    in_dollars = Intent(new_action_id(), "refund", payment.id, 2_000, lease, seen, currency="usd")
+    refused = gate.submit(in_dollars)
+    assert refused.status == "refused" and "the payment is in JPY" in str(refused.reason)
+    assert payments.list_refunds(payment.id) == []
+
+    in_yen = Intent(new_action_id(), "refund", payment.id, 2_000, lease, seen, currency="jpy")
+    sent = gate.submit(in_yen)
+    assert (sent.status, sent.currency) == ("sent", "jpy")
+    assert [(r.amount, r.currency) for r in payments.list_refunds(payment.id)] == [(2_000, "jpy")]
+    assert outcome_words(sent).startswith("done: refunded ¥2,000, refund")
