@@ -8,8 +8,10 @@ such file or database, or one that is not an interlock store, or `--stripe` with
 key), 3 when Ctrl-C, SIGTERM or SIGHUP stops it first (one line says so). The store is
 opened read-only (PostgreSQL: `READ ONLY` transactions) and never written. `--stripe` also
 checks Stripe against the receipts (the key from `STRIPE_SECRET_KEY`, the API at
-`INTERLOCK_STRIPE_BASE` when set), payment by payment; `--account-wide` adds the account's
-refunds since the store's first action.
+`INTERLOCK_STRIPE_BASE` when set): refunds payment by payment and transfers account by
+account; `--account-wide` adds the account's refunds (and its transfers, for a store that
+has transfer actions) since the store's first action. A value in the store that cannot be
+parsed (not JSON, nested too deeply, any size) is reported as a problem, never a traceback.
 
 The emulator (`interlock.testing.StripeEmulator`) serves on 127.0.0.1 until Ctrl-C,
 SIGTERM or SIGHUP (then exit 0) and prints its address and control token on stderr; point
@@ -96,8 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument(
         "--account-wide",
         action="store_true",
-        help="with --stripe: also read every refund on the account since the store's first "
-        "action (for a store that is the account's only interlock store)",
+        help="with --stripe: also read every refund (and transfer) on the account since the "
+        "store's first action (for a store that is the account's only interlock store)",
     )
     emu = sub.add_parser("stripe-emulator", help="serve the loopback Stripe emulator alone")
     emu.add_argument("--port", type=int, help="port on 127.0.0.1 (default: a free one)")

@@ -161,6 +161,16 @@ class Claim:
             return True
         return self.owner.is_gone()
 
+    def blocks(self, now: float, *, grace_s: float) -> bool:
+        """Whether this claim still keeps every other owner off at `now`: `replaceable_by`
+        answers False for any owner but its own, given no lookup. A `sending` claim blocks
+        until its expiry plus `grace_s` (its request may still be in flight); any other
+        until it expires, unless its owner is provably gone. Its action holds its target's
+        turn for as long (see `RuleStore`)."""
+        if self.sending:
+            return now < self.expires_at + grace_s
+        return self.live(now) and not self.owner.is_gone()
+
     def to_dict(self) -> dict[str, Any]:
         """The claim as JSON-ready data."""
         return {

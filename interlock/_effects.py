@@ -21,8 +21,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
+from interlock._errors import ConfigError
 from interlock._journal import Intent
 from interlock._money import currency_problem
 from interlock._payments import (
@@ -179,6 +180,14 @@ class StripeRefund:
         )
         return _found(refund)
 
+    def sent_on(self, target: str) -> list[Sent]:
+        """Every refund on the payment `target`, as `verify()` reads them."""
+        return [_refund_sent(r) for r in self.payments.list_refunds(target)]
+
+    def sent_since(self, created_gte: int) -> list[Sent]:
+        """Every refund on the account created at or after `created_gte`."""
+        return [_refund_sent(r) for r in self.payments.list_refunds_since(created_gte)]
+
 
 def _found(r: Refund) -> Found:
     # A refund whose body names no payment is not taken as naming another one.
@@ -219,6 +228,11 @@ class CustomEffect:
     `PaymentsUnsettledError` when they cannot tell; `send` raises it when the answer
     settled nothing and `PaymentsRejectedError` for a definite no.
     `interlock.testing.certify` proves the three right together.
+
+    For `verify()` to check the provider against the receipts, give also `sent_on(target)`
+    and `sent_since(created_gte)` (see `ListsSends`): every send on a target, and every
+    send on the account since a time, each a `Sent` naming the action its metadata names.
+    Without them verify reports the effect's actions as not checked.
     """
 
     def __init__(
@@ -229,6 +243,8 @@ class CustomEffect:
         lookup: Callable[[Intent], Iterable[Found]],
         state: Callable[[Intent], str],
         deadline_s: float,
+        sent_on: Callable[[str], Iterable[Sent]] | None = None,
+        sent_since: Callable[[int], Iterable[Sent]] | None = None,
     ) -> None:
         if isinstance(deadline_s, bool) or not isinstance(deadline_s, (int, float)):
             raise TypeError(f"deadline_s must be a number of seconds, got {deadline_s!r}")
@@ -242,6 +258,8 @@ class CustomEffect:
         self._send = send
         self._lookup = lookup
         self._state = state
+        self._sent_on = sent_on
+        self._sent_since = sent_since
 
     def observe(self, intent: Intent) -> Observation:
         """The state, then the action's own sends: a send that lands in between is still found."""
@@ -252,6 +270,18 @@ class CustomEffect:
     def send(self, intent: Intent, idempotency_key: str) -> Found:
         """Your `send`."""
         return self._send(intent, idempotency_key)
+
+    def sent_on(self, target: str) -> list[Sent]:
+        """Your `sent_on`; a `ConfigError` when you gave none."""
+        if self._sent_on is None:
+            raise _not_listed(self.kind, "sent_on")
+        return list(self._sent_on(target))
+
+    def sent_since(self, created_gte: int) -> list[Sent]:
+        """Your `sent_since`; a `ConfigError` when you gave none."""
+        if self._sent_since is None:
+            raise _not_listed(self.kind, "sent_since")
+        return list(self._sent_since(created_gte))
 
 
 class StripeTransfer:
@@ -325,6 +355,18 @@ class StripeTransfer:
         )
         return _transfer_found(transfer)
 
+    def sent_on(self, target: str) -> list[Sent]:
+        """Every transfer to the account `target`, as `verify()` reads them."""
+        return [_transfer_sent(t) for t in self.transfers.list_transfers(target)]
+
+    def sent_since(self, created_gte: int) -> list[Sent]:
+        """Every transfer on the platform's account created at or after `created_gte`, when
+        the client can list them (`StripePayments` and `InProcessPayments` can)."""
+        since = getattr(self.transfers, "list_transfers_since", None)
+        if since is None:
+            raise _not_listed(self.kind, "sent_since")
+        return [_transfer_sent(t) for t in since(created_gte)]
+
 
 def _transfer_found(t: Transfer) -> Found:
     return Found(t.id, t.amount, True, "succeeded", t.destination or None, t.currency.lower())
@@ -345,3 +387,55 @@ def _observation(
 
 def _found_seen(f: Found) -> dict[str, Any]:
     return {"id": f.external_id, "amount": f.amount, "status": f.status, "target": f.target}
+
+
+# -- what verify reads: an effect's sends as listed at the provider -----------------------
+
+
+@dataclass(frozen=True)
+class Sent:
+    """One send as its provider lists it, for `verify()`: its id, amount and target, the
+    action its metadata names (None: no interlock action), and whether it took hold."""
+
+    external_id: str
+    amount: int
+    action: str | None
+    target: str | None
+    counts: bool = True
+    status: str = "succeeded"
+
+
+@runtime_checkable
+class ListsSends(Protocol):
+    """The optional part of an `Effect` that `verify()` reads: what it sent, listed at the
+    provider, on one target and account-wide. `StripeRefund`, `StripeTransfer` and a
+    `CustomEffect` given `sent_on`/`sent_since` have it. Both raise a `PaymentsError` when
+    the provider cannot be read, a `ConfigError` when the effect cannot list that way."""
+
+    kind: str
+
+    def sent_on(self, target: str) -> list[Sent]:
+        """Every send on `target`, whatever its status or the action it names."""
+        ...
+
+    def sent_since(self, created_gte: int) -> list[Sent]:
+        """Every send on the account created at or after `created_gte` (Unix seconds)."""
+        ...
+
+
+def _not_listed(kind: str, how: str) -> ConfigError:
+    """An effect that cannot list its sends in the way `verify()` asked."""
+    return ConfigError(
+        f"the {kind} effect cannot list its sends ({how}): give it {how} "
+        "(CustomEffect takes sent_on= and sent_since=)"
+    )
+
+
+def _refund_sent(r: Refund) -> Sent:
+    return Sent(
+        r.id, r.amount, r.metadata.get(ACTION_METADATA_KEY), r.payment_intent, r.counts, r.status
+    )  # fmt: skip
+
+
+def _transfer_sent(t: Transfer) -> Sent:
+    return Sent(t.id, t.amount, t.metadata.get(ACTION_METADATA_KEY), t.destination or None)

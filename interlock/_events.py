@@ -32,7 +32,8 @@ class GateEvent(str, Enum):
     JOURNALED = (
         "journaled",
         ("claim",),
-        "a new decision is journaled with its claim (`claim`: taken, or held by another)",
+        "a new decision is journaled with its claim (`claim`: taken, held by another, busy "
+        "while another action on its target holds the turn, or settled)",
     )
     CLAIM = (
         "claim",
@@ -43,6 +44,13 @@ class GateEvent(str, Enum):
         "claim-wait",
         ("owner", "seconds", "expires_at", "sending"),
         "another owner's claim is waited out (`seconds` left, grace included)",
+    )
+    TURN_WAIT = (
+        "turn-wait",
+        ("holder", "target", "seconds", "sending"),
+        "another action on the same target (`holder`) is between its read and its outcome: "
+        "this one waits for its turn, then reads the world again (`seconds`: the holder's "
+        "claim left, grace included)",
     )
     CHECK = (
         "check",

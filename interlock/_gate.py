@@ -28,6 +28,15 @@ earlier send in hand (a recovery, a resend, a re-approval) settles on it and sen
 A gate whose commit 3 is fenced out reports what it knows (the refund it holds), never
 another gate's outcome as its own.
 
+**One action on a target at a time.** A claim comes with its target's turn (see
+`interlock._journal`): while another action on the same target is between its world read
+and its outcome, commit 1 answers `busy`, the intent is journaled without a claim, and the
+gate waits for that action's claim (polling the store, as long as the holder's claim said
+when first seen, grace included) or, when it cannot wait, leaves the action pending
+naming the holder. Once it has the turn, its own read comes after the holder's send
+landed, so two identical calls of one decision run concurrently end as they would one
+after the other: the second is refused because the refunds changed.
+
 **Currencies.** An intent records its currency (a gate stamps its effect's on one that
 has none); a gate never sends an intent its effect does not accept (`accepts`: a transfer
 in another currency), leaving it untouched to a gate that can; a refund intent in another
@@ -82,6 +91,8 @@ REASON_WORLD_CHANGED = "the payment's refunds changed after the model decided"
 REASON_NO_TARGET = "the payment does not exist"
 """The reason a refusal records when the provider says the target does not exist."""
 _WAIT_POLL_S = 0.2
+# A turn's holder is usually done in milliseconds: its waiter polls from this, doubling.
+_TURN_POLL_S = 0.01
 # While a send may be in flight, the lookup is polled this often.
 _LOOKUP_POLL_S = 0.5
 
@@ -192,6 +203,16 @@ class GateOptions:
 
 
 @dataclass
+class _TurnWait:
+    """A wait for another action's turn on the same target: the holder waited for
+    (announced once each), the polls since, and until when (monotonic) it is waited for."""
+
+    holder: str | None = None
+    polls: int = 0
+    until: float = 0.0
+
+
+@dataclass
 class _Drive:
     """One drive's state across its turns: what it has read, sent and learned."""
 
@@ -261,8 +282,9 @@ class Gate:
         `clock` is the wall clock (an intent's time, a lease's expiry); `monotonic` times
         every duration inside this process, so that a step of the wall clock (an NTP
         step, a resumed VM) cannot close the in-flight window early. Without it: the
-        system's monotonic clock, or `clock` when `sleep` is not `time.sleep` (a fake
-        sleep moves only the fake clock it came with)."""
+        system's monotonic clock, whatever `sleep` is (a `sleep` of your own, one that logs
+        or heartbeats, still waits in real time). A test that owns time with a fake clock
+        and a fake sleep passes its fake monotonic clock too."""
         self.store = store
         self.effect = effect
         self.timing = timing if timing is not None else Timing.from_env()
@@ -285,7 +307,7 @@ class Gate:
         self._clock = clock
         self._sleep = sleep
         if monotonic is None:
-            monotonic = time.monotonic if sleep is time.sleep else clock
+            monotonic = time.monotonic
         self._monotonic = monotonic
         self._max_sends = max_sends
         self._new_action_id = new_action_id
@@ -307,6 +329,10 @@ class Gate:
 
     def submit(self, intent: Intent) -> Outcome:
         """Journal a new decision and run the send path; returns its outcome.
+
+        While another action on the same target is between its read and its outcome, the
+        decision is journaled and waits its turn (then reads the target again), or is left
+        pending, naming that action, when the wait would outlast that action's claim.
 
         An intent without a currency gets the effect's, when the effect sends in one. One
         the effect does not accept (`accepts`: another currency) raises `ActionError`, and
@@ -330,12 +356,14 @@ class Gate:
     def recover(self, *, wait: bool = True) -> list[Outcome]:
         """Finish every action of this gate's kind with an intent and no outcome.
 
+        Where another owner's claim may still cover a send in flight, or another action on
+        the same target holds its turn, wait for it (or, with `wait=False`, report that
+        action as pending): actions on one target run one after the other, oldest first.
         An action its effect does not accept (`accepts`: a transfer in another currency) is
         left as it is, pending, its claim not taken, for a gate that can send it; it is not
-        in the list. Where another owner's claim may still cover a send in flight, wait for
-        it (or, with `wait=False`, report that action as pending). An action that raises is
-        reported (an event, and a `pending` outcome naming the error) and recovery goes
-        on; a broken store or a refused key stops it, since every action would fail alike.
+        in the list. An action that raises is reported (an event, and a `pending` outcome
+        naming the error) and recovery goes on; a broken store or a refused key stops it,
+        since every action would fail alike.
         """
         outcomes = []
         for aid in self.store.pending(self.effect.kind):
@@ -370,6 +398,7 @@ class Gate:
         t = self.timing
         announced = False
         looked_once = looked is not None
+        turn = _TurnWait()
         while True:
             found_own = looked is not None and self._matching(state.intent, looked.own) is not None
             attempt = self.store.take_claim(
@@ -387,6 +416,11 @@ class Gate:
                     early=found_own,
                 )
                 return self._drive(attempt, looked if found_own else None)
+            if attempt.status == "busy":
+                waited = self._wait_for_turn(attempt, turn, wait=wait)
+                if waited is not None:
+                    return waited
+                continue
             claim = attempt.state.claim
             assert claim is not None
             left = claim.left(attempt.now) + (t.grace_s if claim.sending else 0.0)
@@ -417,6 +451,41 @@ class Gate:
                 )
                 announced = True
             self._sleep(max(0.0, min(left, _WAIT_POLL_S)))
+
+    def _wait_for_turn(
+        self, attempt: ClaimAttempt, turn: _TurnWait, *, wait: bool
+    ) -> Outcome | None:
+        """One step of waiting while another action on the target holds its turn: None
+        after one poll's sleep (try the claim again), or `pending` naming the holder when
+        this gate may not wait, or has waited as long as that holder's claim said when it
+        first saw it, grace included (it may renew its claim only to send again)."""
+        holder = attempt.holder
+        assert holder is not None and holder.claim is not None
+        hc, t = holder.claim, self.timing
+        left = hc.left(attempt.now) + (t.grace_s if hc.sending else 0.0)
+        action_id, holder_id = attempt.state.intent.action_id, holder.intent.action_id
+        target = attempt.state.intent.target
+        if not wait or (turn.holder == holder_id and self._monotonic() >= turn.until):
+            return Outcome(
+                action_id,
+                "pending",
+                f"another action on {target} ({holder_id}) is running, its claim {left:.1f} s "
+                "more; recovery runs this one after it",
+            )
+        if turn.holder != holder_id:
+            self._emit(
+                GateEvent.TURN_WAIT,
+                action_id=action_id,
+                holder=holder_id,
+                target=target,
+                seconds=round(left, 3),
+                sending=hc.sending,
+            )
+            turn.holder, turn.polls = holder_id, 0
+            turn.until = self._monotonic() + left + _WAIT_POLL_S
+        self._sleep(max(0.0, min(left, _TURN_POLL_S * 2**turn.polls, _WAIT_POLL_S)))
+        turn.polls += 1
+        return None
 
     def reapprove(
         self, action_id: str, lease_id: str, approved_by: str, *, new_action_id: str | None = None

@@ -8,6 +8,17 @@ the write lock is taken, so that waiting for the lock never eats a claim's margi
 
 Every take of a claim gets a new epoch (the action's `attempts` counter); commit 2,
 commit 3, renewals and releases compare it, never the owner's identity.
+
+**One action at a time on a target.** A claim is taken together with its target's *turn*
+(a row per target naming the action and epoch that hold it). While the turn names another
+action that is unsettled and whose claim still keeps others off (`Claim.blocks`: live, or
+`sending` until its expiry plus the grace), the claim is not taken: the answer is `busy`,
+naming that action. The turn frees itself when its holder settles, releases its claim or
+lets it expire; nothing has to clear it. Commit 2 is fenced on the turn too, so two
+sibling actions (the same decision made twice in one turn of a model, run concurrently)
+never both sit between their world read and their settlement: the second reads the world
+after the first landed, as it would have run after it. On a backend that locks rows the
+turn is locked after the action's own row, and the holder's row is read without a lock.
 """
 
 from __future__ import annotations
@@ -24,7 +35,9 @@ from interlock._leases import Lease, approval_problem
 from interlock._money import currency_problem
 from interlock._receipts import GENESIS_HASH, Check, Receipt, canonical_json, load_json, seal
 
-SCHEMA_VERSION = 2
+# The layout of a store whose backend takes its version from here (PostgreSQL). Version 3
+# adds the per-target turns; version 2 stores are migrated in place and read as they are.
+SCHEMA_VERSION = 3
 
 OutcomeStatus = Literal["sent", "adopted", "refused", "failed"]
 OUTCOME_STATUSES: tuple[OutcomeStatus, ...] = ("sent", "adopted", "refused", "failed")
@@ -207,15 +220,28 @@ class ActionState:
 
 
 @dataclass(frozen=True)
+class Turn:
+    """Which action holds a target's turn: the one action on it allowed between its world
+    read and its settlement, and the epoch of the claim it took the turn with."""
+
+    target: str
+    action_id: str
+    epoch: int
+
+
+@dataclass(frozen=True)
 class ClaimAttempt:
-    """The answer to a claim request: taken, held by someone else, or already settled.
+    """The answer to a claim request: taken, held by someone else, busy (another action on
+    the same target holds its turn: `holder`, that action as the store holds it), or
+    already settled.
 
     `now` is the store's clock at the attempt, the clock the claim's times are in.
     """
 
-    status: Literal["taken", "held", "settled"]
+    status: Literal["taken", "held", "busy", "settled"]
     state: ActionState
     now: float = 0.0
+    holder: ActionState | None = None
 
     @property
     def epoch(self) -> int:
@@ -303,13 +329,15 @@ class Store(Protocol):
         ...
 
     def begin(self, intent: Intent, owner: Owner, ttl_s: float, grace_s: float) -> ClaimAttempt:
-        """Commit 1: journal the intent (if new) and take its claim (if it may be taken)."""
+        """Commit 1: journal the intent (if new) and take its claim (if it may be taken), with
+        its target's turn (`busy` while another action holds that: no claim is taken)."""
         ...
 
     def take_claim(
         self, action_id: str, owner: Owner, ttl_s: float, grace_s: float, *, found_own: bool = False
     ) -> ClaimAttempt:
-        """Take the claim on a journaled action, if it may be taken (see `Claim`)."""
+        """Take the claim on a journaled action, if it may be taken (see `Claim`) and its
+        target's turn is free (else `busy`)."""
         ...
 
     def mark_sending(self, action_id: str, epoch: int, ttl_s: float) -> SendingAttempt:
@@ -503,7 +531,17 @@ class Tx(Protocol):
     now: float
 
     def get_action(self, action_id: str) -> ActionRow | None: ...
+    def peek_action(self, action_id: str) -> ActionRow | None:
+        """Another action's row, read without taking its lock (a turn's holder)."""
+        ...
+
     def put_action(self, row: ActionRow, *, new: bool) -> None: ...
+    def get_turn(self, target: str) -> Turn | None:
+        """The target's turn, locked for the rest of the transaction where rows are locked
+        (`now` is then read after that lock)."""
+        ...
+
+    def put_turn(self, turn: Turn) -> None: ...
     def get_lease(self, lease_id: str) -> Lease | None: ...
     def put_lease(self, lease: Lease, *, new: bool) -> None: ...
     def journal(self, action_id: str, record: str, data: Mapping[str, Any]) -> None: ...
@@ -545,17 +583,31 @@ class RuleStore:
         *,
         new: bool = False,
     ) -> ClaimAttempt:
-        now = tx.now
         if row.settlement is not None:
-            return ClaimAttempt("settled", self._state(tx, row), now)
+            return ClaimAttempt("settled", self._state(tx, row), tx.now)
+        # The turn is locked before the clock is read: waiting for it eats no margin.
+        turn = tx.get_turn(row.intent.target)
+        now = tx.now
         previous = row.claim
         if previous is not None and not previous.replaceable_by(
             owner, now, grace_s=grace_s, found_own=found_own
         ):
             return ClaimAttempt("held", self._state(tx, row), now)
+        holder = self._turn_holder(tx, row, turn, now, grace_s)
+        if holder is not None:
+            if new:
+                # Journaled without a claim: recovery (or this gate's wait) takes it later.
+                tx.put_action(row, new=True)
+            return ClaimAttempt(
+                "busy",
+                self._state(tx, row),
+                now,
+                ActionState(holder.intent, holder.claim, None, holder.attempts),
+            )
         row.attempts += 1
         row.claim = Claim(owner, claimed_at=now, expires_at=now + ttl_s, epoch=row.attempts)
         tx.put_action(row, new=new)
+        tx.put_turn(Turn(row.intent.target, row.intent.action_id, row.attempts))
         tx.journal(
             row.intent.action_id,
             "claim",
@@ -571,13 +623,30 @@ class RuleStore:
         )
         return ClaimAttempt("taken", self._state(tx, row), now)
 
+    @staticmethod
+    def _turn_holder(
+        tx: Tx, row: ActionRow, turn: Turn | None, now: float, grace_s: float
+    ) -> ActionRow | None:
+        """The other action that holds `row`'s target's `turn`, or None when the turn is
+        free: it names this action, or an action that is settled, gone, or whose claim no
+        longer keeps others off (`Claim.blocks`). The turn is locked after the action's own
+        row; the holder's row is read without its lock, so no two writes wait on each
+        other."""
+        if turn is None or turn.action_id == row.intent.action_id:
+            return None
+        holder = tx.peek_action(turn.action_id)
+        if holder is None or holder.settlement is not None or holder.claim is None:
+            return None
+        return holder if holder.claim.blocks(now, grace_s=grace_s) else None
+
     def now(self) -> float:
         """The store's clock."""
         with self._read() as tx:
             return tx.now
 
     def begin(self, intent: Intent, owner: Owner, ttl_s: float, grace_s: float) -> ClaimAttempt:
-        """Commit 1: journal the intent (if new) and take its claim (if it may be taken)."""
+        """Commit 1: journal the intent (if new) and take its claim (if it may be taken), with
+        its target's turn (`busy` while another action holds that: no claim is taken)."""
         with self._write() as tx:
             row = tx.get_action(intent.action_id)
             if row is None:
@@ -597,7 +666,8 @@ class RuleStore:
     def take_claim(
         self, action_id: str, owner: Owner, ttl_s: float, grace_s: float, *, found_own: bool = False
     ) -> ClaimAttempt:
-        """Take the claim on a journaled action, if it may be taken (see `Claim`)."""
+        """Take the claim on a journaled action, if it may be taken (see `Claim`) and its
+        target's turn is free (else `busy`)."""
         with self._write() as tx:
             row = tx.get_action(action_id)
             if row is None:
@@ -618,9 +688,11 @@ class RuleStore:
         """Commit 2: `sending`, the lease reservation and the claim's renewal, all or none."""
         with self._write() as tx:
             row = tx.get_action(action_id)
-            now = tx.now
             if row is None:
                 raise ActionError(action_id, "not in the journal")
+            # Locked before the clock is read, so that waiting for it eats no margin.
+            turn = tx.get_turn(row.intent.target)
+            now = tx.now
             if not self._holds(row, epoch, now):
                 return SendingAttempt("claim_lost")
             if row.unknown is not None:
@@ -628,6 +700,13 @@ class RuleStore:
             claim = row.claim
             assert claim is not None
             intent = row.intent
+            # The turn fences commit 2 as the epoch does: a sibling that took the target's
+            # turn since (this claim looked free to it) sends, this one does not.
+            if turn is not None and (turn.action_id, turn.epoch) != (action_id, epoch):
+                return SendingAttempt("claim_lost")
+            if turn is None:
+                # A claim taken before the store kept turns.
+                tx.put_turn(Turn(intent.target, action_id, epoch))
             lease = tx.get_lease(intent.lease_id)
             problem = approval_problem(
                 lease,

@@ -4,18 +4,24 @@ No MCP import here: the desk is plain Python over a `Payments` and a `Store`, so
 approval command and the tests use it without the `mcp` SDK; `interlock.mcp` puts its two
 tools on an MCP server.
 
-An MCP client calls `get_payment`, then `issue_refund`. The desk remembers, for this
+An MCP client calls `get_payment`, then `issue_refund`. The desk remembers, per MCP
 session, the fingerprint of the refunds it showed for each payment (or takes the one the
 call passes back), journals the refund as an `interlock.Intent` under the payment's
-approval, and runs it through `interlock.Gate`. The answer says in words what happened
-and what the model should do next; `pending` is always "unknown, being recovered", never
-a failure.
+approval, and runs it through `interlock.Gate`. A call is checked against its own
+session's read, never another's: one server serves many conversations (streamable HTTP),
+and a read one of them made says nothing of what another decided on. What it remembers is
+bounded (`MAX_READS`), and a session's reads are forgotten when the session ends. The
+answer says in words what happened and what the model should do next; `pending` is always
+"unknown, being recovered", never a failure.
 
 The action id is derived from the payment and the `request_id` the model chose for this
 decision, so a call retried after its answer was lost (same payment, same request_id)
 names the same action: the gate finds it journaled, or finds its refund at Stripe, and
 refunds once. Nothing from the MCP session goes into it, so a retry through a restarted
-server is the same action too.
+server is the same action too. A request_id names one amount: the journal's `begin`
+compares a call's decision with the journaled one under its write lock, so of two calls
+at once with one request_id and two amounts, one is journaled and the other is told that
+nothing was done for it (the refund it hears of is the other call's, never its own).
 
 Approvals are interlock leases, one live at a time per payment, with ids
 `mcp-approval:<payment>:<n>`; a person grants one (`grant_approval`) and revokes it
@@ -29,6 +35,7 @@ import json
 import re
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -38,7 +45,7 @@ from interlock._config import Switches, Timing
 from interlock._effects import StripeRefund
 from interlock._errors import InterlockError, PaymentsRejectedError, PaymentsUnsettledError
 from interlock._gate import REASON_WORLD_CHANGED, EventSink, Gate, Outcome
-from interlock._journal import Intent, Store
+from interlock._journal import ActionState, Intent, Store
 from interlock._leases import Lease, lease_currency
 from interlock._money import format_amount
 from interlock._payments import Payment, Payments, refunds_fingerprint
@@ -66,6 +73,12 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 WORLD_CHANGED_WORDS = (
     "the payment's refunds changed since you read it: read it again and ask a person"
 )
+# The session of a desk that serves one conversation (a stdio server, a script); a caller
+# serving many passes each call's own session.
+ONE_SESSION = "one-session"
+# At most this many reads (session, payment) are remembered; past it the oldest is dropped,
+# and a refund on it asks for a fresh read: a refusal, never a refund on someone else's read.
+MAX_READS = 10_000
 
 Log = Callable[[str], None]
 
@@ -199,11 +212,14 @@ def approval_view(lease: Lease | None, now: float) -> dict[str, Any] | None:
 
 
 class RefundDesk:
-    """The two tools' logic over a payments client and a journal store, for one session.
+    """The two tools' logic over a payments client and a journal store, for every session.
 
-    `log` gets a line for each recovery and each gate step that raised; `on_event` gets the
-    gate's own events (`interlock.Event`). One desk per server process: its owner is
-    this process, so a restarted server takes over a dead one's claims.
+    Each tool call names its MCP session (`session`, a string the caller keeps per
+    session; `ONE_SESSION` when left out; None for a call from no session the server can
+    tell apart, so nothing it reads is remembered). `end_session` forgets a session's
+    reads. `log` gets a line for each recovery and each gate step that raised; `on_event`
+    gets the gate's own events (`interlock.Event`). One desk per server process: its owner
+    is this process, so a restarted server takes over a dead one's claims.
     """
 
     def __init__(
@@ -229,8 +245,9 @@ class RefundDesk:
             on_event=on_event,
             clock=clock,
         )
-        # payment -> fingerprint of the refunds get_payment showed in this session
-        self._shown: dict[str, str] = {}
+        # (session, payment) -> fingerprint of the refunds get_payment showed that session,
+        # oldest read first (bounded by MAX_READS)
+        self._shown: OrderedDict[tuple[str, str], str] = OrderedDict()
         self._lock = threading.Lock()
         # The SDK runs tool calls in threads, maybe at once. One gate step at a time: two
         # steps of one owner on one action would fence each other out and answer
@@ -268,8 +285,28 @@ class RefundDesk:
 
     # -- get_payment ---------------------------------------------------------------------
 
-    def get_payment(self, payment_intent: str) -> Answer:
-        """The payment with its refunds and its approval; remembers what it showed."""
+    def end_session(self, session: str) -> None:
+        """Forget what `session` was shown: it ended, and nothing can refund on its reads."""
+        with self._lock:
+            for key in [key for key in self._shown if key[0] == session]:
+                del self._shown[key]
+
+    def _remember(self, session: str, payment_intent: str, fingerprint: str) -> None:
+        with self._lock:
+            self._shown[(session, payment_intent)] = fingerprint
+            self._shown.move_to_end((session, payment_intent))
+            while len(self._shown) > MAX_READS:
+                self._shown.popitem(last=False)
+
+    def _read(self, session: str | None, payment_intent: str) -> str | None:
+        """The fingerprint `session` was last shown for the payment, if it still is kept."""
+        if session is None:
+            return None
+        with self._lock:
+            return self._shown.get((session, payment_intent))
+
+    def get_payment(self, payment_intent: str, *, session: str | None = ONE_SESSION) -> Answer:
+        """The payment with its refunds and its approval; remembers what `session` was shown."""
         try:
             check_payment_id(payment_intent)
         except DeskError as e:
@@ -291,8 +328,8 @@ class RefundDesk:
                 is_error=True,
             )
         fingerprint = refunds_fingerprint(payment.refunds)
-        with self._lock:
-            self._shown[payment_intent] = fingerprint
+        if session is not None:
+            self._remember(session, payment_intent, fingerprint)
         view = _payment_view(payment)
         view["refunds_fingerprint"] = fingerprint
         view["approval"] = approval_view(
@@ -309,11 +346,15 @@ class RefundDesk:
         request_id: str,
         seen_fingerprint: str | None = None,
         reason: str | None = None,
+        *,
+        session: str | None = ONE_SESSION,
     ) -> Answer:
         """Refund through the gate; a retried request_id returns its first outcome.
 
         `seen_fingerprint` is the `refunds_fingerprint` of the read the model decided on;
-        without it, the one this session's last `get_payment` of the payment showed.
+        without it, the one `session`'s last `get_payment` of the payment showed (never
+        another session's). A request_id already journaled with another amount is refused,
+        and nothing is done for this call.
         """
         try:
             check_payment_id(payment_intent)
@@ -342,7 +383,7 @@ class RefundDesk:
             ):
                 raise DeskError(
                     "refunds_fingerprint must be the value get_payment returned (sha256:...); "
-                    "leave it out to use this session's last read of the payment"
+                    "leave it out to use this conversation's last read of the payment"
                 )
         except DeskError as e:
             return _invalid(str(e))
@@ -351,26 +392,16 @@ class RefundDesk:
         asked = {"payment_intent": payment_intent, "amount": amount, "request_id": request_id}
         state = self.store.action(aid)
         if state is not None:
-            if state.intent.amount != amount:
-                return _invalid(
-                    f"request_id {request_id} already names a refund of "
-                    f"{format_amount(state.intent.amount, Outcome.from_state(state).currency)} on "
-                    f"{payment_intent}; a retry must repeat "
-                    "the same amount. For a new refund decision use a new request_id."
-                )
-            retry = state.settlement is not None
-            outcome = (
-                Outcome.from_state(state) if retry else self._run(aid, lambda: self._resume(aid))
-            )
-            return outcome_answer(outcome, asked, retry=retry)
+            return self._journaled(state, asked)
 
-        seen = seen_fingerprint
-        with self._lock:
-            seen = seen or self._shown.get(payment_intent)
+        seen = seen_fingerprint or self._read(session, payment_intent)
         if seen is None:
             return _invalid(
-                f"read the payment with get_payment({payment_intent}) before refunding, so the "
-                "refund is checked against the refunds you saw"
+                f"Not refunded: the server has no read of {payment_intent} from this "
+                "conversation to check the refund against (a server without sessions keeps "
+                f"none). Call get_payment({payment_intent}) first and decide on what it shows, "
+                "then call issue_refund again, passing its refunds_fingerprint. Nothing was "
+                "journaled or sent."
             )
         lease = current_approval(self.store, payment_intent)
         if lease is None:
@@ -394,7 +425,27 @@ class RefundDesk:
                 "fingerprint_from": "call" if seen_fingerprint else "get_payment",
             },
         )
-        return outcome_answer(self._run(aid, lambda: self.gate.submit(intent)), asked, retry=False)
+        try:
+            with self._gate_lock:
+                outcome = self.gate.submit(intent)
+        except InterlockError as e:
+            state = self.store.action(aid)
+            if state is not None and not state.intent.same_decision(intent):
+                # The journal's begin found the action journaled by another call, under
+                # its write lock: the request_id is that call's, whatever this one was told
+                # before it.
+                return self._journaled(state, asked)
+            outcome = self._after_error(aid, e)
+        return outcome_answer(outcome, asked, retry=False)
+
+    def _journaled(self, state: ActionState, asked: Mapping[str, Any]) -> Answer:
+        """A call whose request_id is journaled already: its retry, or another amount's."""
+        if state.intent.amount != asked["amount"]:
+            return other_amount_answer(state, asked)
+        aid = state.intent.action_id
+        retry = state.settlement is not None
+        outcome = Outcome.from_state(state) if retry else self._run(aid, lambda: self._resume(aid))
+        return outcome_answer(outcome, asked, retry=retry)
 
     def _resume(self, action_id: str) -> Outcome:
         return self.gate.recover_action(action_id, wait=False)
@@ -405,11 +456,15 @@ class RefundDesk:
             with self._gate_lock:
                 return step()
         except InterlockError as e:
-            self._log(f"{action_id}: {type(e).__name__}: {e}")
-            state = self.store.action(action_id)
-            if state is not None and state.settlement is not None:
-                return Outcome.from_state(state)
-            return Outcome(action_id, "pending", f"{type(e).__name__}: {e}")
+            return self._after_error(action_id, e)
+
+    def _after_error(self, action_id: str, error: InterlockError) -> Outcome:
+        """What the journal holds for an action whose gate step raised `error`."""
+        self._log(f"{action_id}: {type(error).__name__}: {error}")
+        state = self.store.action(action_id)
+        if state is not None and state.settlement is not None:
+            return Outcome.from_state(state)
+        return Outcome(action_id, "pending", f"{type(error).__name__}: {error}")
 
 
 def refund_gate(
@@ -450,6 +505,43 @@ def _payment_view(payment: Payment) -> dict[str, Any]:
 
 def _invalid(text: str) -> Answer:
     return Answer(text, {"status": "invalid", "refunded": False, "reason": text}, is_error=True)
+
+
+def other_amount_answer(state: ActionState, asked: Mapping[str, Any]) -> Answer:
+    """A call whose request_id another call journaled for another amount: nothing was done
+    for it. The other call's refund (if any) is named as the other call's, never this one's."""
+    pi, amount, rid = asked["payment_intent"], int(asked["amount"]), asked["request_id"]
+    other = Outcome.from_state(state) if state.settlement is not None else None
+    status = "pending" if other is None else other.status
+    refund_id = None if other is None else other.external_id
+    if status in ("sent", "adopted"):
+        theirs = f"that call's refund is {refund_id}"
+    elif status == "pending":
+        theirs = "that call's outcome is not settled yet"
+    else:
+        theirs = f"that call was not refunded ({status})"
+    currency = Outcome.from_state(state).currency
+    text = (
+        f"Nothing was done for this call: request_id {rid} was already used by another call "
+        f"for a refund of {format_amount(state.intent.amount, currency)} on {pi} ({theirs}), "
+        f"not for {format_amount(amount, currency)}. A request_id names one refund decision, "
+        "and a retry repeats its amount. For a new refund decision, read the payment again "
+        "with get_payment and use a new request_id."
+    )
+    data: dict[str, Any] = {
+        **asked,
+        "status": "invalid",
+        "refunded": False,
+        "refund_id": None,
+        "reason": "request_id already used for another amount",
+        "other_call": {
+            "action_id": state.intent.action_id,
+            "amount": state.intent.amount,
+            "status": status,
+            "refund_id": refund_id,
+        },
+    }
+    return Answer(text, data, is_error=True)
 
 
 def outcome_answer(outcome: Outcome, asked: Mapping[str, Any], *, retry: bool) -> Answer:

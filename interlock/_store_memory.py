@@ -17,6 +17,7 @@ from interlock._journal import (
     JournalRecord,
     RuleStore,
     SettledAction,
+    Turn,
     Tx,
 )
 from interlock._leases import Lease
@@ -34,6 +35,15 @@ class _MemoryTx:
 
     def put_action(self, row: ActionRow, *, new: bool) -> None:
         self.s._actions[row.intent.action_id] = replace(row)
+
+    def peek_action(self, action_id: str) -> ActionRow | None:
+        return self.get_action(action_id)
+
+    def get_turn(self, target: str) -> Turn | None:
+        return self.s._turns.get(target)
+
+    def put_turn(self, turn: Turn) -> None:
+        self.s._turns[turn.target] = turn
 
     def get_lease(self, lease_id: str) -> Lease | None:
         return self.s._leases.get(lease_id)
@@ -76,6 +86,7 @@ class MemoryStore(RuleStore):
         self._leases: dict[str, Lease] = {}
         self._journal: list[JournalRecord] = []
         self._receipts: list[Receipt] = []
+        self._turns: dict[str, Turn] = {}
 
     @contextmanager
     def _write(self) -> Iterator[Tx]:
@@ -85,11 +96,12 @@ class MemoryStore(RuleStore):
                 dict(self._leases),
                 list(self._journal),
                 list(self._receipts),
+                dict(self._turns),
             )
             try:
                 yield _MemoryTx(self, self._clock())
             except BaseException:
-                self._actions, self._leases, self._journal, self._receipts = snapshot
+                (self._actions, self._leases, self._journal, self._receipts, self._turns) = snapshot
                 raise
             self.commits += 1
 

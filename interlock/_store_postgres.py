@@ -6,8 +6,10 @@ PostgreSQL adds:
 - **Row-level locks, one fixed order.** There is no store-wide lock: a write takes its
   action's lock (a transaction-scoped advisory lock keyed by the action id, which a new
   action has no row for yet), then the action's row and its lease's row `FOR UPDATE`,
-  and commit 3 alone, last, the receipt chain's head (the chain is one chain). Every
-  write takes them in that order (action, lease, chain), so two writes never deadlock.
+  then, taking a claim or marking `sending`, the target's turn `FOR UPDATE` (the turn's
+  holder is read without a lock), and commit 3 alone, last, the receipt chain's head (the
+  chain is one chain). Every write takes them in that order (action, lease, turn,
+  chain), so two writes never deadlock.
 - **The database's clock.** It is read with `clock_timestamp()` after those locks, so
   hosts whose clocks disagree still agree on who holds a claim, and waiting for a lock
   never eats a claim's margin.
@@ -37,7 +39,6 @@ psycopg is imported when a store is made, so `interlock` itself needs no driver.
 from __future__ import annotations
 
 import hashlib
-import json
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
@@ -61,13 +62,14 @@ from interlock._journal import (
     SendingAttempt,
     SettledAction,
     Settlement,
+    Turn,
     Tx,
     by_seq,
     histories_of,
     pages,
 )
 from interlock._leases import Lease
-from interlock._receipts import Check, Receipt, canonical_json
+from interlock._receipts import Check, Receipt, canonical_json, load_json
 
 # Seconds since the epoch by the database's clock, read when the statement runs (not at
 # the transaction's start, as now() would be): after the write lock is taken.
@@ -109,6 +111,15 @@ def redact_dsn(dsn: str) -> str:
     return " ".join(words)
 
 
+# Every transaction states the isolation the rules are written for: read committed, where a
+# row lock taken by SELECT ... FOR UPDATE is followed by reads of the latest committed rows.
+# A server whose default is hardened to serializable would otherwise abort concurrent
+# settles with serialization failures (6 of 8 concurrent submits did, one after its refund
+# was made).
+_BEGIN_WRITE = "BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE"
+_BEGIN_READ = "BEGIN ISOLATION LEVEL READ COMMITTED, READ ONLY"
+
+
 def _lock_key(schema: str) -> int:
     # One advisory lock per store: a signed 64-bit key derived from its schema.
     digest = hashlib.sha256(f"interlock-store:{schema}".encode()).digest()
@@ -123,6 +134,14 @@ def _problem(e: BaseException) -> str:
     import psycopg
 
     text = " ".join(str(e).split()) or type(e).__name__
+    # SQLSTATE class 40 (a serialization failure, a deadlock) subclasses OperationalError:
+    # checked first, since the connection is fine.
+    if str(getattr(e, "sqlstate", None) or "").startswith("40"):
+        return (
+            f"the database rolled the transaction back to keep concurrent transactions apart "
+            f"({text}); nothing of it was kept: retry (recovery finishes any action left "
+            "pending)"
+        )
     if isinstance(e, psycopg.OperationalError):
         return (
             f"the database connection failed or was lost ({text}); nothing in an "
@@ -189,7 +208,7 @@ class _PostgresTx:
         """Send `statements` in one round trip; each one's rows (empty for none)."""
         first = not self._started
         if first:
-            begin = "BEGIN READ WRITE" if self._write else "BEGIN READ ONLY"
+            begin = _BEGIN_WRITE if self._write else _BEGIN_READ
             statements = [(begin, ()), *statements]
         for retry in (False, True):
             conn = self.s._connection()
@@ -243,10 +262,49 @@ class _PostgresTx:
         if not action:
             return None
         r = action[0]
-        row = ActionRow.from_columns(Intent.from_dict(json.loads(r[0])), *r[1:6])
+        row = ActionRow.from_columns(Intent.from_dict(load_json(r[0])), *r[1:6])
         if self._write:
             self._leases.setdefault(row.intent.lease_id, None)
         return row
+
+    def peek_action(self, action_id: str) -> ActionRow | None:
+        # Without FOR UPDATE: a turn's holder is read, never locked, so that the lock order
+        # stays one (own action, lease, turn, chain) and no two writes wait on each other.
+        (action,) = self._trip([(_ACTION_SQL, (action_id,))])
+        if not action:
+            return None
+        r = action[0]
+        return ActionRow.from_columns(Intent.from_dict(load_json(r[0])), *r[1:6])
+
+    def get_turn(self, target: str) -> Turn | None:
+        # The row is made first if missing, so that FOR UPDATE has a row to lock: two
+        # writers that both found none would otherwise both take the turn.
+        # The clock is read again after the lock: waiting for it must eat no claim's margin.
+        _, rows, clock = self._trip(
+            [
+                (
+                    "INSERT INTO {turns} (target, action_id, epoch) VALUES (%s, '', 0)"
+                    " ON CONFLICT (target) DO NOTHING",
+                    (target,),
+                ),
+                ("SELECT action_id, epoch FROM {turns} WHERE target=%s FOR UPDATE", (target,)),
+                (_CLOCK_SQL, ()),
+            ]
+        )
+        self._clocked(clock)
+        if not rows or not rows[0][0]:
+            return None
+        return Turn(target, str(rows[0][0]), int(rows[0][1]))
+
+    def put_turn(self, turn: Turn) -> None:
+        self._writes.append(
+            (
+                "INSERT INTO {turns} (target, action_id, epoch) VALUES (%s, %s, %s)"
+                " ON CONFLICT (target) DO UPDATE SET action_id=excluded.action_id,"
+                " epoch=excluded.epoch",
+                (turn.target, turn.action_id, turn.epoch),
+            )
+        )
 
     def put_action(self, row: ActionRow, *, new: bool) -> None:
         values = row.columns()
@@ -470,7 +528,7 @@ class PostgresStore(RuleStore):
         conn = self._connection()
         try:
             cur = conn.cursor()
-            cur.execute("BEGIN READ WRITE" if write else "BEGIN READ ONLY")
+            cur.execute(_BEGIN_WRITE if write else _BEGIN_READ)
         except self._psycopg.Error as e:
             raise self._error(e, "cannot start a transaction") from e
         committing = False
@@ -518,7 +576,7 @@ class PostgresStore(RuleStore):
         prefix = _quote_ident(self._schema_name) + "."
         self._names = {
             t: f"{prefix}interlock_{t}"
-            for t in ("meta", "actions", "journal", "leases", "receipts")
+            for t in ("meta", "actions", "journal", "leases", "receipts", "turns")
         }
         self._lock_key = _lock_key(self._schema_name)
         self._action_lock_class = self._lock_key >> 32
@@ -543,14 +601,16 @@ class PostgresStore(RuleStore):
                 raise StoreError(
                     self.location, "is not an interlock store (no schema version); check the DSN"
                 )
-            if version != SCHEMA_VERSION:
+            # Nothing is migrated read-only: a version 2 store is read as it is (reading
+            # never needs the turns).
+            if version not in (2, SCHEMA_VERSION):
                 raise SchemaVersionError(self.location, version, SCHEMA_VERSION)
             return
         with self._transaction(write=True) as cur:
             # Two processes creating the tables at once would collide in the catalog.
             cur.execute("SELECT pg_advisory_xact_lock(%s)", (self._lock_key,))
             version = self._version(cur)
-            if version is not None and version != SCHEMA_VERSION:
+            if version is not None and version not in (2, SCHEMA_VERSION):
                 raise SchemaVersionError(self.location, version, SCHEMA_VERSION)
             if version is None:
                 if self.schema is not None:
@@ -559,6 +619,14 @@ class PostgresStore(RuleStore):
                     cur.execute(self._sql(statement))
                 cur.execute(
                     self._sql("INSERT INTO {meta} (key, value) VALUES ('schema_version', %s)"),
+                    (str(SCHEMA_VERSION),),
+                )
+            elif version == 2:
+                # Version 2 had no turns: the schema's statements create what it lacks.
+                for statement in _SCHEMA:
+                    cur.execute(self._sql(statement))
+                cur.execute(
+                    self._sql("UPDATE {meta} SET value=%s WHERE key='schema_version'"),
                     (str(SCHEMA_VERSION),),
                 )
 
@@ -807,7 +875,7 @@ class PostgresStore(RuleStore):
             " ORDER BY seq",
             (action_id,),
         )
-        return [JournalRecord(int(r[0]), r[1], float(r[2]), r[3], json.loads(r[4])) for r in rows]
+        return [JournalRecord(int(r[0]), r[1], float(r[2]), r[3], load_json(r[4])) for r in rows]
 
     def histories(self) -> Iterator[ActionHistory]:
         """Every action's row with its journal records, ordered by action id, read a batch
@@ -863,6 +931,11 @@ _SCHEMA = (
     )""",
     "CREATE INDEX IF NOT EXISTS interlock_journal_action ON {journal} (action_id, seq)",
     "CREATE TABLE IF NOT EXISTS {leases} (lease_id text PRIMARY KEY, lease text NOT NULL)",
+    """CREATE TABLE IF NOT EXISTS {turns} (
+        target text PRIMARY KEY,
+        action_id text NOT NULL,
+        epoch integer NOT NULL
+    )""",
     """CREATE TABLE IF NOT EXISTS {receipts} (
         seq bigint PRIMARY KEY,
         action_id text NOT NULL,

@@ -9,7 +9,6 @@ open is refused before anything can be sent against it.
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import threading
@@ -35,17 +34,19 @@ from interlock._journal import (
     JournalRecord,
     RuleStore,
     SettledAction,
+    Turn,
     Tx,
     by_seq,
     histories_of,
     pages,
 )
 from interlock._leases import Lease
-from interlock._receipts import Receipt, canonical_json
+from interlock._receipts import Receipt, canonical_json, load_json
 
 # This file's layout. Version 3 indexes intent metadata (`action_metadata`, written with
-# the intent) and settled actions by receipt; versions 1 and 2 are migrated in place.
-SCHEMA_VERSION = 3
+# the intent) and settled actions by receipt; version 4 adds each target's turn (`turns`,
+# see `RuleStore`). Versions 1 to 3 are migrated in place, and read as they are.
+SCHEMA_VERSION = 4
 _TABLES = ("meta", "actions", "journal", "leases", "receipts")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -77,6 +78,11 @@ CREATE TABLE IF NOT EXISTS journal (
 );
 CREATE INDEX IF NOT EXISTS journal_action ON journal (action_id, seq);
 CREATE TABLE IF NOT EXISTS leases (lease_id TEXT PRIMARY KEY, lease TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS turns (
+    target TEXT PRIMARY KEY,
+    action_id TEXT NOT NULL,
+    epoch INTEGER NOT NULL
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS receipts (
     seq INTEGER PRIMARY KEY,
     action_id TEXT NOT NULL,
@@ -97,15 +103,30 @@ _MIGRATE_2_TO_3 = """
 INSERT OR IGNORE INTO action_metadata (key, value, action_id)
 SELECT j.key, j.value, a.action_id FROM actions a, json_each(a.intent, '$.metadata') j
 """
-# Every commit on the send path reads the action with its lease, and settling also reads
-# the chain's head: one statement brings all three.
-_GET_ACTION = """
+# Every commit on the send path reads the action with its lease, taking a claim and
+# marking `sending` also read its target's turn, and settling also reads the chain's
+# head: one statement brings all four. An intent that is not JSON (edited, or nested past
+# SQLite's depth limit) joins no lease and no turn rather than failing the statement, so
+# the row is read and its intent reported unreadable by the parse, for that action alone:
+# a store error would stop `recover()` at that row on every run.
+_GET_ACTION_SQL = """
 SELECT a.intent, a.claim, a.settlement, a.attempts, a.receipt_seq, a.unknown, l.lease,
     (SELECT seq FROM receipts ORDER BY seq DESC LIMIT 1),
-    (SELECT hash FROM receipts ORDER BY seq DESC LIMIT 1)
-FROM actions a LEFT JOIN leases l ON l.lease_id = json_extract(a.intent, '$.lease_id')
-WHERE a.action_id = ?
+    (SELECT hash FROM receipts ORDER BY seq DESC LIMIT 1),
+    {turn}
+FROM actions a LEFT JOIN leases l
+    ON l.lease_id = CASE WHEN json_valid(a.intent) THEN json_extract(a.intent, '$.lease_id') END
+{turns}WHERE a.action_id = ?
 """
+_GET_ACTION = _GET_ACTION_SQL.format(
+    turn="t.action_id, t.epoch",
+    turns=(
+        "LEFT JOIN turns t ON t.target =\n"
+        "    CASE WHEN json_valid(a.intent) THEN json_extract(a.intent, '$.target') END\n"
+    ),
+)
+# A store before version 4, opened read-only (never migrated), has no turns to join.
+_GET_ACTION_BEFORE_TURNS = _GET_ACTION_SQL.format(turn="NULL, NULL", turns="")
 
 
 def _problem(e: sqlite3.Error) -> str:
@@ -131,20 +152,23 @@ class _SQLiteTx:
     the lease and the chain's head read with an action are kept for the rest of it.
     """
 
-    def __init__(self, conn: sqlite3.Connection, now: float) -> None:
+    def __init__(self, conn: sqlite3.Connection, now: float, get_action: str = _GET_ACTION) -> None:
         self.c = conn
         self.now = now
+        self._get_action = get_action
         self._leases: dict[str, str | None] = {}
+        self._turns: dict[str, Turn | None] = {}
         self._head: tuple[int, str] | None = None
         self._records: list[tuple[str, float, str, str]] = []
 
     def get_action(self, action_id: str) -> ActionRow | None:
-        r = self.c.execute(_GET_ACTION, (action_id,)).fetchone()
+        r = self.c.execute(self._get_action, (action_id,)).fetchone()
         if r is None:
             return None
-        intent = Intent.from_dict(json.loads(r[0]))
+        intent = Intent.from_dict(load_json(r[0]))
         self._leases[intent.lease_id] = r[6]
         self._head = GENESIS if r[7] is None else (int(r[7]), str(r[8]))
+        self._turns[intent.target] = None if r[9] is None else Turn(intent.target, r[9], r[10])
         return ActionRow.from_columns(intent, *r[1:6])
 
     def put_action(self, row: ActionRow, *, new: bool) -> None:
@@ -175,6 +199,25 @@ class _SQLiteTx:
                 " WHERE action_id=?",
                 (*values, row.intent.action_id),
             )
+
+    def peek_action(self, action_id: str) -> ActionRow | None:
+        # The write transaction holds the file's one write lock: a read takes no other.
+        return self.get_action(action_id)
+
+    def get_turn(self, target: str) -> Turn | None:
+        if target not in self._turns:
+            r = self.c.execute("SELECT action_id, epoch FROM turns WHERE target=?", (target,))
+            row = r.fetchone()
+            self._turns[target] = None if row is None else Turn(target, str(row[0]), int(row[1]))
+        return self._turns[target]
+
+    def put_turn(self, turn: Turn) -> None:
+        self._turns[turn.target] = turn
+        self.c.execute(
+            "INSERT INTO turns (target, action_id, epoch) VALUES (?,?,?)"
+            " ON CONFLICT(target) DO UPDATE SET action_id=excluded.action_id, epoch=excluded.epoch",
+            (turn.target, turn.action_id, turn.epoch),
+        )
 
     def get_lease(self, lease_id: str) -> Lease | None:
         if lease_id in self._leases:
@@ -260,6 +303,7 @@ class SQLiteStore(RuleStore):
         self._clock = clock
         self._lock = threading.RLock()
         self._metadata_indexed = True
+        self._get_action = _GET_ACTION
         try:
             if read_only:
                 if not self.path.is_file():
@@ -367,10 +411,13 @@ class SQLiteStore(RuleStore):
                         str(self.path),
                         "is not an interlock store (no schema version); give the path of a store",
                     )
-                # Nothing is migrated read-only: a version 2 store is read as it is.
-                if version not in (2, SCHEMA_VERSION):
+                # Nothing is migrated read-only: a version 2 or 3 store is read as it is
+                # (reading never needs the turns).
+                if version not in (2, 3, SCHEMA_VERSION):
                     raise SchemaVersionError(str(self.path), version, SCHEMA_VERSION)
                 self._metadata_indexed = version >= 3
+                if version < 4:
+                    self._get_action = _GET_ACTION_BEFORE_TURNS
                 missing = set(_TABLES) - self._tables()
                 if missing:
                     raise StoreError(
@@ -380,8 +427,9 @@ class SQLiteStore(RuleStore):
                     )
                 return
             # Read the version before creating anything: a store of another version is
-            # refused as it is, not altered first (versions 1 and 2 are migrated in place).
-            if version is not None and version not in (1, 2, SCHEMA_VERSION):
+            # refused as it is, not altered first (versions 1 to 3 are migrated in place;
+            # the schema's statements create what a version lacks).
+            if version is not None and version not in (1, 2, 3, SCHEMA_VERSION):
                 raise SchemaVersionError(str(self.path), version, SCHEMA_VERSION)
             self._conn.execute("BEGIN IMMEDIATE")
             try:
@@ -449,7 +497,7 @@ class SQLiteStore(RuleStore):
             except sqlite3.Error as e:
                 raise self._error(e, "cannot read") from e
             try:
-                yield _SQLiteTx(self._conn, self._clock())
+                yield _SQLiteTx(self._conn, self._clock(), self._get_action)
             except sqlite3.Error as e:
                 raise self._error(e, "cannot read") from e
             finally:
@@ -510,7 +558,10 @@ class SQLiteStore(RuleStore):
             args = [v for pair in pairs for v in pair]
         else:
             # A version 2 store opened read-only has no index: its intents are scanned.
-            where = " AND ".join(["json_extract(intent, ?) = ?"] * len(pairs))
+            # An intent that is not JSON matches nothing instead of failing the listing.
+            where = " AND ".join(
+                ["CASE WHEN json_valid(intent) THEN json_extract(intent, ?) END = ?"] * len(pairs)
+            )
             sql = f"SELECT action_id FROM actions WHERE {where} ORDER BY created_at, rowid"
             args = [v for key, value in pairs for v in (f'$.metadata."{key}"', value)]
         return [str(r[0]) for r in self._rows(sql, args)]
@@ -552,7 +603,7 @@ class SQLiteStore(RuleStore):
             "SELECT seq, action_id, at, record, data FROM journal WHERE action_id=? ORDER BY seq",
             (action_id,),
         )
-        return [JournalRecord(r[0], r[1], r[2], r[3], json.loads(r[4])) for r in rows]
+        return [JournalRecord(r[0], r[1], r[2], r[3], load_json(r[4])) for r in rows]
 
     def histories(self) -> Iterator[ActionHistory]:
         """Every action's row with its journal records, ordered by action id, read a batch

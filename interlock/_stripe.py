@@ -560,6 +560,18 @@ class StripePayments:
 
         return _parsed("list transfers", lambda: _call("list transfers", walk))
 
+    def list_transfers_since(self, created_gte: int) -> list[Transfer]:
+        """Every transfer on the account created at or after `created_gte`, newest first, in
+        pages of 100, as `verify()` reads them account-wide."""
+
+        def walk() -> list[Transfer]:
+            page = self._client.v1.transfers.list(
+                params={"created": {"gte": created_gte}, "limit": 100}
+            )
+            return [transfer_from_stripe(t.to_dict()) for t in page.auto_paging_iter()]
+
+        return _parsed("list transfers", lambda: _call("list transfers", walk))
+
     def create_transfer(
         self,
         destination: str,

@@ -89,8 +89,14 @@ class InProcessPayments:
 
     def list_transfers(self, destination: str) -> list[Transfer]:
         """Every transfer to the account, newest first, walking pages of 100 as the SDK does."""
+        return self._walk_transfers({"destination": destination, "limit": "100"})
+
+    def list_transfers_since(self, created_gte: int) -> list[Transfer]:
+        """Every transfer on the account created at or after `created_gte`, newest first."""
+        return self._walk_transfers({"created": {"gte": str(created_gte)}, "limit": "100"})
+
+    def _walk_transfers(self, query: dict[str, Any]) -> list[Transfer]:
         transfers: list[Transfer] = []
-        query = {"destination": destination, "limit": "100"}
         while True:
             page = _settle("list transfers", self.model.list_transfers(query))
             transfers.extend(_transfer("list transfers", t) for t in page["data"])

@@ -129,6 +129,7 @@ ACCEPTED_PARAMS: dict[str, dict[str, frozenset[str]]] = {
     },
     "GET /v1/transfers": {
         "destination": frozenset(),
+        "created": frozenset({"gt", "gte", "lt", "lte"}),
         "limit": frozenset(),
         "starting_after": frozenset(),
         "ending_before": frozenset(),
@@ -633,7 +634,7 @@ class PaymentsModel:
                 return Reply(err.status, err.envelope())
             ids = self._order if pi is None else self._by_payment.get(pi, [])
             if created:
-                ids = self._created_within(ids, created)
+                ids = self._created_within(ids, created, self._refunds)
             after, before = query.get("starting_after"), query.get("ending_before")
             # `ids` runs oldest first; a page runs newest first.
             if after is not None:
@@ -661,7 +662,8 @@ class PaymentsModel:
             )
 
     def list_transfers(self, query: Mapping[str, Any]) -> Reply:
-        """GET /v1/transfers with destination, limit, starting_after and ending_before."""
+        """GET /v1/transfers with destination, created (`gt`, `gte`, `lt`, `lte`), limit,
+        starting_after and ending_before."""
         with self._lock:
             self.requests.append(("GET", "transfers"))
         try:
@@ -669,12 +671,15 @@ class PaymentsModel:
             for name in ("destination", "starting_after", "ending_before"):
                 if name in query:
                     _string(query, name)
+            created = _created_bounds(query)
             limit = _limit(query)
         except StripeModelError as e:
             return Reply(e.status, e.envelope())
         with self._lock:
             dest = query.get("destination")
             ids = self._transfer_order if dest is None else self._by_destination.get(dest, [])
+            if created:
+                ids = self._created_within(ids, created, self._transfers)
             after, before = query.get("starting_after"), query.get("ending_before")
             # `ids` runs oldest first; a page runs newest first.
             if after is not None or before is not None:
@@ -702,11 +707,13 @@ class PaymentsModel:
                 },
             )
 
-    def _created_within(self, ids: list[str], bounds: Mapping[str, int]) -> list[str]:
-        """The refunds of `ids` (creation-ordered, so `created` never falls) within `bounds`."""
+    def _created_within(
+        self, ids: list[str], bounds: Mapping[str, int], objects: Mapping[str, JSONObj]
+    ) -> list[str]:
+        """The `objects` of `ids` (creation-ordered, so `created` never falls) within `bounds`."""
 
         def created(rid: str) -> int:
-            return int(self._refunds[rid]["created"])
+            return int(objects[rid]["created"])
 
         lo, hi = 0, len(ids)
         if "gte" in bounds:

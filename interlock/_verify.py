@@ -1,25 +1,26 @@
-"""`verify()`: check the receipt chain, the store against it, and Stripe against both.
+"""`verify()`: check the receipt chain, the store against it, and the provider against both.
 
-It reports problems; it never repairs and never writes. Stripe's refund list is the evidence: every
-`sent`/`adopted` receipt must name a refund that exists with that amount and metadata,
-and every refund that names one of the store's actions must be recorded by that action's
-receipt (a send the receipts do not show is a problem). A refund on a listed payment that
+It reports problems; it never repairs and never writes. The provider's list of what each
+effect sent is the evidence (Stripe's refunds and transfers, or a `CustomEffect`'s own
+listing, each through the effect's `sent_on`/`sent_since`, `ListsSends`): every
+`sent`/`adopted` receipt must name a send that exists with that amount and metadata, and
+every send that names one of the store's actions must be recorded by that action's
+receipt (a send the receipts do not show is a problem). A send on a listed target that
 names an action the store does not have is a problem too: rows deleted whole, or a `-wal`
 lost after a crash, leave nothing else behind. Asked to (`account_wide`), it reads the
-account's refunds since the store's first action, so a lost action whose payment no
+account's sends since the store's first action, so a lost action whose target no
 remaining action names is seen as well (docs/design.md §4).
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from interlock._effects import ACTION_METADATA_KEY
-from interlock._errors import UNREADABLE, PaymentsError, StoreError
+from interlock._effects import ListsSends, Sent, StripeRefund, StripeTransfer
+from interlock._errors import UNREADABLE, ConfigError, PaymentsError, StoreError
 from interlock._journal import (
     ActionRow,
     ActionState,
@@ -27,8 +28,8 @@ from interlock._journal import (
     SettledAction,
     Store,
 )
-from interlock._payments import Payments, Refund
-from interlock._receipts import ChainCheck, receipt_key
+from interlock._payments import Payments, Transfers
+from interlock._receipts import ChainCheck, load_json, receipt_key
 
 # How far before the store's first action the account-wide listing starts. The intent is
 # stamped by the gate host's wall clock, a refund's `created` by Stripe's (whole seconds):
@@ -63,6 +64,48 @@ class VerifyResult:
 
 
 @dataclass(frozen=True)
+class _Words:
+    """How the problems name one kind of send, where it lives, and what it is on."""
+
+    noun: str
+    plural: str
+    provider: str
+    targets: str
+
+    @property
+    def at(self) -> str:
+        """Where a send is, in a problem's words: "at Stripe"."""
+        return f"at {self.provider}"
+
+
+def _words(effect: ListsSends) -> _Words:
+    if isinstance(effect, StripeRefund):
+        return _Words("refund", "refunds", "Stripe", "payments")
+    if isinstance(effect, StripeTransfer):
+        return _Words("transfer", "transfers", "Stripe", "accounts")
+    return _Words(effect.kind, f"{effect.kind} sends", "its provider", "targets")
+
+
+def _listers(payments: Payments | None, effects: Iterable[ListsSends]) -> dict[str, ListsSends]:
+    """The effect that lists each kind of send: Stripe's refunds (and transfers, when the
+    client lists them) from `payments`, then each effect given, by its `kind`."""
+    by_kind: dict[str, ListsSends] = {}
+    if payments is not None:
+        by_kind["refund"] = StripeRefund(payments)
+        if isinstance(payments, Transfers):
+            by_kind["transfer"] = StripeTransfer(payments)
+    for effect in effects:
+        if not isinstance(effect, ListsSends):
+            raise TypeError(
+                f"verify reads what each effect sent through sent_on(target) and "
+                f"sent_since(created_gte); the {getattr(effect, 'kind', effect)!r} effect has "
+                "neither (CustomEffect takes sent_on= and sent_since=)"
+            )
+        by_kind[effect.kind] = effect
+    return by_kind
+
+
+@dataclass(frozen=True)
 class _Facts:
     """What the checks need of one receipt (its body is not kept)."""
 
@@ -86,8 +129,9 @@ def verify(
     actions: Iterable[str] | None = None,
     signing_key: bytes | None = None,
     account_wide: bool = False,
+    effects: Iterable[ListsSends] = (),
 ) -> VerifyResult:
-    """Check the receipt chain, the store against it, and Stripe against both.
+    """Check the receipt chain, the store against it, and the provider against both.
 
     The chain: hashes, order, signatures (with a key, an unsigned receipt is a
     downgrade). The store as a whole: every settled action has its receipt and the
@@ -106,6 +150,13 @@ def verify(
     their histories, and the leases, a batch at a time too: a bounded number of reads per
     batch, not per action, and memory bounded however large the store. Nothing is ever
     written. A store file that fails its integrity check is reported as that alone.
+
+    Each action is checked against the effect of its kind: `payments` gives Stripe's
+    refunds, and its transfers when it lists them (`StripePayments` does); `effects` adds
+    or replaces any kind (a `CustomEffect` given `sent_on` and `sent_since`, see
+    `ListsSends`). An action of a kind no effect lists is reported as not checked.
+    Account-wide, it lists the refunds (when `payments` is given), every kind the store's
+    actions have, and every kind in `effects`.
     """
     key = signing_key if signing_key is not None else receipt_key()
     damaged = store.integrity_problems()
@@ -117,12 +168,15 @@ def verify(
     problems.extend(_record_problems(store))
     signed = chain.length > 0 and chain.all_signed
     checked = 0
-    if payments is not None:
+    effects = list(effects)
+    listers = _listers(payments, effects)
+    if listers:
         scope = list(actions) if actions is not None else store.actions()
-        cross, checked = _cross_check(store, payments, scope)
+        cross, checked = _cross_check(store, listers, scope)
         problems.extend(cross)
         if account_wide:
-            wide, seen = _account_check(store, payments, set(scope))
+            given = {"refund"} | {e.kind for e in effects}
+            wide, seen = _account_check(store, listers, set(scope), given)
             problems.extend(wide)
             checked += seen
     return VerifyResult(chain.length, signed, chain.problems + problems, checked)
@@ -301,9 +355,11 @@ def _unclaimed(store: Store, seq: int, action_id: str) -> str:
     return f"{where}: its action is settled, but does not name this receipt"
 
 
-def _cross_check(store: Store, payments: Payments, scope: Iterable[str]) -> tuple[list[str], int]:
+def _cross_check(
+    store: Store, listers: Mapping[str, ListsSends], scope: Iterable[str]
+) -> tuple[list[str], int]:
     problems: list[str] = []
-    targets: dict[str, list[str]] = {}
+    targets: dict[tuple[str, str], list[str]] = {}
     for aid in sorted(set(scope)):
         state, unreadable = _state(store, aid)
         if unreadable is not None:
@@ -312,50 +368,62 @@ def _cross_check(store: Store, payments: Payments, scope: Iterable[str]) -> tupl
         if state is None:
             problems.append(f"action {aid}: not in the store")
             continue
-        targets.setdefault(state.intent.target, []).append(aid)
+        targets.setdefault((state.intent.target, state.intent.kind), []).append(aid)
     checked = 0
-    for target, aids in sorted(targets.items()):
-        try:
-            refunds = payments.list_refunds(target)
-        except PaymentsError as e:
-            problems.append(f"could not read the refunds of {target}: {e}")
+    for (target, kind), aids in sorted(targets.items()):
+        lister = listers.get(kind)
+        if lister is None:
+            problems.append(
+                f"could not read the {kind} sends of {target}: verify was given no {kind} "
+                "effect to list them (pass it to verify() in effects=; the command checks "
+                "refunds and transfers)"
+            )
             continue
-        checked += len(refunds)
-        by_id = {r.id: r for r in refunds}
+        w = _words(lister)
+        try:
+            sends = lister.sent_on(target)
+        except (PaymentsError, ConfigError) as e:
+            problems.append(f"could not read the {w.plural} of {target}: {e}")
+            continue
+        checked += len(sends)
+        by_id = {sent.external_id: sent for sent in sends}
         facts = {aid: _receipt_facts(store, aid) for aid in aids}
         for aid in aids:
             f = facts[aid]
             if f is not None:
-                problems.extend(_receipt_matches(aid, f, by_id))
-        for refund in refunds:
-            named = refund.metadata.get(ACTION_METADATA_KEY)
-            if named is None or not refund.counts:
+                problems.extend(_receipt_matches(aid, f, by_id, w))
+        for sent in sends:
+            named = sent.action
+            if named is None or not sent.counts:
                 continue
             if named in facts:
-                problems.extend(_refund_recorded(refund, named, facts[named]))
+                problems.extend(_sent_recorded(sent, named, facts[named], w))
                 continue
             other, unreadable = _state(store, named)
             if unreadable is not None:
                 problems.append(
-                    f"refund {refund.id} ({refund.amount}) at Stripe names action {named}, "
+                    f"{w.noun} {sent.external_id} ({sent.amount}) {w.at} names action {named}, "
                     f"whose row cannot be read ({unreadable})"
                 )
             elif other is None:
                 # Rows deleted whole, or a lost -wal, leave no gap in what is left: only
-                # Stripe still remembers the action (docs/design.md §4).
+                # the provider still remembers the action (docs/design.md §4).
                 problems.append(
-                    f"refund {refund.id} ({refund.amount}) at Stripe names action {named}, "
+                    f"{w.noun} {sent.external_id} ({sent.amount}) {w.at} names action {named}, "
                     "which the store does not have: its rows were deleted or lost "
                     "(a -wal lost after a crash); restore the store from a backup"
                 )
             elif other.intent.target != target:
-                problems.append(_elsewhere(refund, named, other.intent.target))
+                problems.append(_elsewhere(sent, named, other.intent.target, w))
     return problems, checked
 
 
-def _account_check(store: Store, payments: Payments, scope: set[str]) -> tuple[list[str], int]:
-    """The account's refunds since the store's first action, beyond the listed payments."""
-    targets: dict[str, str] = {}
+def _account_check(
+    store: Store, listers: Mapping[str, ListsSends], scope: set[str], given: set[str]
+) -> tuple[list[str], int]:
+    """The account's sends since the store's first action, beyond the listed targets: of
+    every kind in `given` and every kind the store's actions have."""
+    targets: dict[str, tuple[str, str]] = {}
     unreadable: set[str] = set()
     first: float | None = None
     for aid in store.actions():
@@ -365,47 +433,52 @@ def _account_check(store: Store, payments: Payments, scope: set[str]) -> tuple[l
             continue
         if state is None:
             continue
-        targets[aid] = state.intent.target
+        targets[aid] = (state.intent.target, state.intent.kind)
         first = state.intent.created_at if first is None else min(first, state.intent.created_at)
     if first is None:
         # No action to date the store by (a new store, or one emptied whole, which no
         # check can tell apart): the account's whole history is not this store's to judge.
         return [], 0
     since = max(0, int(first) - ACCOUNT_SKEW_MARGIN_S)
-    try:
-        refunds = payments.list_refunds_since(since)
-    except PaymentsError as e:
-        return [f"could not read the account's refunds since {since}: {e}"], 0
-    # The payments the per-payment pass listed were checked there, refund by refund.
-    listed = {targets[aid] for aid in scope if aid in targets}
+    kinds = given | {kind for _, kind in targets.values()}
     problems: list[str] = []
-    for refund in refunds:
-        named = refund.metadata.get(ACTION_METADATA_KEY)
-        if named is None or not refund.counts or refund.payment_intent in listed:
+    checked = 0
+    # Refunds first, as verify listed them before it knew other effects.
+    for kind in sorted((k for k in kinds if k in listers), key=lambda k: (k != "refund", k)):
+        lister = listers[kind]
+        w = _words(lister)
+        try:
+            sends = lister.sent_since(since)
+        except (PaymentsError, ConfigError) as e:
+            problems.append(f"could not read the account's {w.plural} since {since}: {e}")
             continue
-        if named in unreadable:
-            problems.append(
-                f"refund {refund.id} ({refund.amount}) on {refund.payment_intent} at Stripe "
-                f"names action {named}, whose row cannot be read"
-            )
-            continue
-        target = targets.get(named)
-        if target is None:
-            problems.append(
-                f"refund {refund.id} ({refund.amount}) on {refund.payment_intent} at Stripe "
-                f"names action {named}, which the store does not have: its rows were deleted "
-                "or lost (a -wal lost after a crash), or it is another interlock store's on "
-                "this account; restore the store from a backup, or check only the payments "
-                "this store names (without account-wide)"
-            )
-        elif target != refund.payment_intent:
-            problems.append(_elsewhere(refund, named, target))
-    return problems, len(refunds)
+        checked += len(sends)
+        # The targets the per-target pass listed were checked there, send by send.
+        listed = {targets[aid][0] for aid in scope if aid in targets and targets[aid][1] == kind}
+        for sent in sends:
+            named = sent.action
+            if named is None or not sent.counts or sent.target in listed:
+                continue
+            where = f"{w.noun} {sent.external_id} ({sent.amount}) on {sent.target} {w.at}"
+            if named in unreadable:
+                problems.append(f"{where} names action {named}, whose row cannot be read")
+                continue
+            target = targets.get(named)
+            if target is None:
+                problems.append(
+                    f"{where} names action {named}, which the store does not have: its rows "
+                    "were deleted or lost (a -wal lost after a crash), or it is another "
+                    "interlock store's on this account; restore the store from a backup, or "
+                    f"check only the {w.targets} this store names (without account-wide)"
+                )
+            elif target[0] != sent.target:
+                problems.append(_elsewhere(sent, named, target[0], w))
+    return problems, checked
 
 
-def _elsewhere(refund: Refund, action_id: str, target: str) -> str:
+def _elsewhere(sent: Sent, action_id: str, target: str, w: _Words) -> str:
     return (
-        f"refund {refund.id} ({refund.amount}) on {refund.payment_intent} at Stripe names "
+        f"{w.noun} {sent.external_id} ({sent.amount}) on {sent.target} {w.at} names "
         f"action {action_id}, whose target is {target}: a send the receipts do not show"
     )
 
@@ -417,44 +490,38 @@ def _receipt_facts(store: Store, action_id: str) -> _Facts | None:
     if receipt is None:
         return None
     try:
-        body = json.loads(receipt.body_text)
+        body = load_json(receipt.body_text)
     except (ValueError, TypeError):
         body = None
     return _Facts.of(receipt.seq, body if isinstance(body, Mapping) else None)
 
 
-def _receipt_matches(action_id: str, f: _Facts, refunds: dict[str, Refund]) -> list[str]:
+def _receipt_matches(action_id: str, f: _Facts, sends: dict[str, Sent], w: _Words) -> list[str]:
     if f.outcome not in ("sent", "adopted"):
         return []
     where = f"receipt {f.seq} ({action_id}, {f.outcome})"
-    refund = refunds.get(str(f.external_id))
-    if refund is None:
-        return [f"{where}: names refund {f.external_id}, which Stripe does not have"]
+    sent = sends.get(str(f.external_id))
+    if sent is None:
+        return [f"{where}: names {w.noun} {f.external_id}, which {w.provider} does not have"]
     problems = []
-    if refund.amount != f.amount:
-        problems.append(
-            f"{where}: Stripe's refund {refund.id} is {refund.amount}, the receipt says {f.amount}"
-        )
-    if refund.metadata.get(ACTION_METADATA_KEY) != action_id:
-        problems.append(
-            f"{where}: Stripe's refund {refund.id} does not name this action in its metadata"
-        )
-    if not refund.counts:
-        problems.append(f"{where}: Stripe's refund {refund.id} is {refund.status}")
+    theirs = f"{w.provider}'s {w.noun} {sent.external_id}"
+    if sent.amount != f.amount:
+        problems.append(f"{where}: {theirs} is {sent.amount}, the receipt says {f.amount}")
+    if sent.action != action_id:
+        problems.append(f"{where}: {theirs} does not name this action in its metadata")
+    if not sent.counts:
+        problems.append(f"{where}: {theirs} is {sent.status}")
     return problems
 
 
-def _refund_recorded(refund: Refund, action_id: str, f: _Facts | None) -> list[str]:
+def _sent_recorded(sent: Sent, action_id: str, f: _Facts | None, w: _Words) -> list[str]:
+    named = f"{w.noun} {sent.external_id} ({sent.amount}) {w.at} names action {action_id}"
     if f is None:
-        return [
-            f"refund {refund.id} ({refund.amount}) at Stripe names action {action_id}, which has "
-            "no receipt: a send the receipts do not show"
-        ]
-    if f.outcome in ("sent", "adopted") and f.external_id == refund.id:
+        return [f"{named}, which has no receipt: a send the receipts do not show"]
+    if f.outcome in ("sent", "adopted") and f.external_id == sent.external_id:
         return []
     return [
-        f"refund {refund.id} ({refund.amount}) at Stripe names action {action_id}, whose receipt "
-        f"records {f.outcome}"
+        f"{named}, whose receipt records {f.outcome}"
         + (f" ({f.reason})" if f.reason else "")
         + ": a send the receipts do not show"
     ]

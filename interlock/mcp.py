@@ -6,9 +6,16 @@ refund goes through `interlock.Gate` under an approval a person granted, so any 
 (Claude Desktop, an IDE, an agent) gets the re-check of the approval and of the refunds the
 model read, the lookup of its own earlier refund instead of a second one, and a receipt.
 
-- **The desk** (`RefundDesk`) holds the gate, the store and what this session showed the
-  model; its answers say in words what happened and what to do next, and carry the same
-  facts as structured data. `pending` always reads "unknown, being recovered", never failed.
+- **The desk** (`RefundDesk`) holds the gate, the store and what each MCP session showed
+  its model; its answers say in words what happened and what to do next, and carry the
+  same facts as structured data. `pending` always reads "unknown, being recovered", never
+  failed.
+- **Sessions**: a refund is checked against the read of its own session (the SDK's
+  connection: the one of a stdio server, one per streamable HTTP `Mcp-Session-Id`), or
+  against the `refunds_fingerprint` the call passes back; never against another
+  conversation's read. A stateless HTTP server, or a client of the sessionless 2026-07-28
+  protocol, gets a connection per request, so its calls must pass the fingerprint. A
+  session's reads are forgotten when it ends.
 - **`request_id`**: the action id (also Stripe's Idempotency-Key) comes from the payment
   and an id the model makes up per decision (`action_id_for`), so a call retried after a
   lost answer, through a restarted server or a new session, names the same action and
@@ -26,10 +33,11 @@ complete stdio server; `interlock-demo mcp` is the demo's, over the same desk.
 
 from __future__ import annotations
 
+import uuid
 from typing import Annotated, Any
 
 try:
-    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver import Context, MCPServer
     from mcp.types import CallToolResult, TextContent, ToolAnnotations
     from pydantic import Field, WithJsonSchema
 except ImportError as e:  # pragma: no cover - exercised in a subprocess without mcp
@@ -114,11 +122,39 @@ def _tool_result(answer: Answer) -> CallToolResult:
     )
 
 
+# Where a connection keeps the session name the desk files its reads under.
+_SESSION_STATE_KEY = "interlock.mcp.session"
+
+
+def _session(ctx: Context, desk: RefundDesk) -> str | None:
+    """The MCP session of a tool call, named for the desk; None if the SDK shows none.
+
+    The SDK keeps one connection per client session: a stdio server's one, one per
+    streamable HTTP `Mcp-Session-Id`, one per in-memory client; a stateless HTTP server
+    and a 2026-07-28 (sessionless) request get one per request, so nothing read carries
+    over to the next call. The name is kept in the connection's own state, and the desk
+    forgets the session's reads when the connection closes. The SDK shows the connection
+    only through its per-request session object (the installed mcp 2.x's); without it,
+    every call must pass the fingerprint, a refusal never a refund on another's read.
+    """
+    connection = getattr(ctx.request_context.session, "_connection", None)
+    if connection is None:
+        return None
+    fresh = f"mcp-session-{uuid.uuid4().hex}"
+    # setdefault is atomic: two first calls of one session at once get one name.
+    name = connection.state.setdefault(_SESSION_STATE_KEY, fresh)
+    if name is fresh:
+        connection.exit_stack.callback(desk.end_session, name)
+    return str(name)
+
+
 def add_refund_tools(server: MCPServer, desk: RefundDesk) -> None:
     """Put `get_payment` and `issue_refund` on `server`, both answered by `desk`.
 
     The tools are plain functions: the SDK runs them in a worker thread, so the gate's
-    blocking Stripe calls and store commits never stall the session's message loop.
+    blocking Stripe calls and store commits never stall the session's message loop. Each
+    call tells the desk its MCP session (`_session`), so a refund is checked against what
+    its own conversation read.
     """
 
     @server.tool(
@@ -130,8 +166,11 @@ def add_refund_tools(server: MCPServer, desk: RefundDesk) -> None:
         payment_intent: Annotated[
             Any, _STRING, Field(description="The PaymentIntent id, pi_...")
         ] = None,
+        *,
+        ctx: Context,
     ) -> CallToolResult:
-        return _tool_result(desk.get_payment(payment_intent))
+        session = _session(ctx, desk)
+        return _tool_result(desk.get_payment(payment_intent, session=session))
 
     @server.tool(
         name="issue_refund",
@@ -168,8 +207,9 @@ def add_refund_tools(server: MCPServer, desk: RefundDesk) -> None:
             Field(
                 description=(
                     "The refunds_fingerprint of the get_payment read you decided on. "
-                    "Optional: without it, the server uses its last get_payment of this "
-                    "payment in this session."
+                    "Optional where the server keeps sessions: without it, the server uses "
+                    "this session's last get_payment of this payment (never another "
+                    "session's); a call in a session that did not read it is refused."
                 )
             ),
         ] = None,
@@ -178,9 +218,14 @@ def add_refund_tools(server: MCPServer, desk: RefundDesk) -> None:
             WithJsonSchema({"type": ["string", "null"], "maxLength": MAX_REASON}),
             Field(description=f"Why, in a few words: {REASON_RULE}"),
         ] = None,
+        *,
+        ctx: Context,
     ) -> CallToolResult:
+        session = _session(ctx, desk)
         return _tool_result(
-            desk.issue_refund(payment_intent, amount, request_id, refunds_fingerprint, reason)
+            desk.issue_refund(
+                payment_intent, amount, request_id, refunds_fingerprint, reason, session=session
+            )
         )
 
     # Every argument has a default so that a missing one reaches the desk, which says what

@@ -272,10 +272,11 @@ class ActivityTimeouts:
     more refunds than that raise it by a Stripe timeout per page.
 
     `start_to_close_s`: what a retry may need after a worker died in a send: wait out the
-    dead copy's claim (a whole renewal plus the grace), then read the payment once and
-    send once. An answer that settles nothing can take longer (the gate looks its refund
-    up until the send's in-flight window closes); then the attempt times out and the next
-    one carries on, never sending twice.
+    dead copy's claim (a whole renewal plus the grace), or a sibling action's on the same
+    payment (its turn), then read the payment once and send once. An answer that settles
+    nothing can take longer (the gate looks its refund up until the send's in-flight
+    window closes); then the attempt times out and the next one carries on, never sending
+    twice.
     """
 
     heartbeat_s: float

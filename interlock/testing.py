@@ -1,22 +1,34 @@
 """Certify your own effect: every crash point x provider answer x outage, judged per cell.
 
-Give it an `Effect` and a way to build a fresh world for it; it runs each cell in-process
-(the crash is simulated by stopping the worker at a crash point's gate event, as a SIGKILL
-would: `CRASH_POINTS`, each `interlock.CrashPoint` on a first send's path; the restart is
-a new `Gate` with a new owner; a fake clock makes every wait instant) and reports, per
-cell, whether the world ended as wanted (**right**), whether the outcome the gate reported
-agrees with it (**truthful**), and how many sends reached the provider.
+Give it a way to build a fresh world, and the world a way to build your `Effect` anew
+(`new_effect()`); it runs each cell in-process (the crash is simulated by stopping the
+worker at a crash point's gate event, as a SIGKILL would: `CRASH_POINTS`, each
+`interlock.CrashPoint` on a first send's path; the restart is a new `Gate` with a new
+owner and a new effect, as a new process builds them; a fake clock makes every wait
+instant) and reports, per cell, whether the world ended as wanted (**right**), whether the
+outcome the gate reported agrees with it (**truthful**), and how many sends reached the
+provider.
+
+Every worker the harness starts (the first, its restart, the second action's, and the
+neighbour's) builds its own effect from `new_effect()`: whatever an effect keeps in
+memory dies with its worker, so a lookup that reads the process's memory of what it sent
+finds nothing after a restart, as it would after a real one.
 
 The provider's answers are made by wrapping your effect's `send`, so your effect needs no
-fault hooks of its own:
+fault hooks of its own. A send whose answer never reaches the worker (lost, garbled,
+late, in progress) reaches the provider through an effect of its own, so the worker's
+effect learns nothing of it; a resend reaches the provider through the worker's effect,
+and its answer is the provider's own (its handling of the idempotency key), never one
+the harness makes up:
 
 - `ok`: the send happens and its answer arrives;
 - `lost`: the send happens, the answer is lost (a dropped connection);
 - `late`: the client's deadline passes while the provider still runs the request; it
   lands after any outage action (a request that reached the provider first counts first);
-- `in-progress`: as late, but the request is still running when the gate's wait ends: a
-  resend under the same key is told "in progress" (a real 409), and the request finishes
-  right after that answer; with an outage (no resend) it finishes by the end of the
+- `in-progress`: as late, but the request is still running when the gate's wait ends:
+  it finishes as the gate's resend under the same key reaches the provider, which answers
+  that resend itself (a provider that replays its first answer per key makes one effect;
+  one that does not makes two); with an outage (no resend) it finishes by the end of the
   in-flight window;
 - `refused`: a definite no (a 4xx): nothing happens;
 - `garbled`: the send happens, the answer cannot be read (a 2xx that is not the object).
@@ -38,7 +50,9 @@ outage action, or if there was no outage action; otherwise (and for `refused`) i
 not exist. A report is truthful when it says the effect exists exactly when it does
 (`pending` claims nothing).
 
-In pytest, one test gets the whole table in CI::
+The world builds the effect over the provider it keeps (the same payments, the same
+server): ``def new_effect(self): return StripeRefund(self.payments)``. In pytest, one test
+gets the whole table in CI::
 
     from interlock.testing import certify
 
@@ -143,7 +157,10 @@ class EffectWorld(Protocol):
     a target.
     """
 
-    effect: Effect
+    def new_effect(self) -> Effect:
+        """Your effect as a newly started process builds it: a new object over this world's
+        provider, holding nothing an earlier one kept in memory."""
+        ...
 
     def decide(self, lease_id: str) -> Intent:
         """A decision on a fresh target under `lease_id`, fingerprinting the world as seen."""
@@ -188,6 +205,7 @@ class CellResult:
     lease_ok: bool
     names_its_own: bool = True
     second_ok: bool = True
+    # Resends that reached the provider while the first request under their key still ran.
     conflicts: int = 0
 
     @property
@@ -261,7 +279,9 @@ def certify(
 ) -> Certification:
     """Run every cell (or `only` these) on fresh worlds; the table of results.
 
-    `store` builds the journal on the harness's clock (default: a `MemoryStore`).
+    `world` builds a fresh world; each world builds the effect anew (`new_effect()`) for
+    every worker the harness starts. `store` builds the journal on the harness's clock
+    (default: a `MemoryStore`).
     """
     return Certification([run_cell(world, c, store=store) for c in (only or cells())])
 
@@ -282,14 +302,20 @@ class _Crash(BaseException):
 
 
 class _Provider:
-    """Wraps the effect's send to answer the first send as the cell says."""
+    """The provider as the cell has it answer the first send, shared by every worker.
 
-    def __init__(self, effect: Effect, answer: str, clock: Callable[[], float]) -> None:
-        self.kind = effect.kind
+    A send whose answer the worker never gets goes to the provider through an effect of
+    its own (`new_effect()`), so no worker's effect learns of it; every other send goes
+    through the sending worker's effect and gets the provider's own answer.
+    """
+
+    def __init__(
+        self, new_effect: Callable[[], Effect], answer: str, clock: Callable[[], float]
+    ) -> None:
+        self.new_effect = new_effect
         self.clock = clock
-        # When a held request finishes at the latest (None: only a resend's 409 ends it).
+        # When a held request finishes at the latest (None: only a resend ends it).
         self.land_by: float | None = None
-        self.inner = effect
         self.answer = answer
         self.armed = answer != "ok"
         # Whether the answer was still unused when the first worker ended (it never sent).
@@ -299,48 +325,78 @@ class _Provider:
         self.held: list[tuple[Intent, str]] = []
         # The ids of the effects each idempotency key made: what an outcome may name.
         self.made: dict[str, set[str]] = {}
-        # The effect's currency, as the gate reads it to stamp an intent that has none.
-        self.currency = getattr(effect, "currency", None)
 
-    def accepts(self, intent: Intent) -> str | None:
-        """The effect's own answer: the harness never sends what the effect would not."""
-        return accepts(self.inner, intent)
-
-    def observe(self, intent: Intent) -> Observation:
-        if self.held and self.land_by is not None and self.clock() >= self.land_by:
-            self.land()
-        return self.inner.observe(intent)
-
-    def _make(self, intent: Intent, key: str) -> Found:
-        found = self.inner.send(intent, key)
+    def _make(self, effect: Effect, intent: Intent, key: str) -> Found:
+        found = effect.send(intent, key)
         self.made.setdefault(key, set()).add(found.external_id)
         return found
 
-    def send(self, intent: Intent, idempotency_key: str) -> Found:
+    def send(self, effect: Effect, intent: Intent, idempotency_key: str) -> Found:
+        """A worker's send through its `effect`, answered as the cell says."""
         self.sends += 1
         if any(key == idempotency_key for _, key in self.held):
-            # The first request is still running: a real 409, after which it finishes.
+            # The first request is still running: it finishes as the resend arrives, and
+            # the provider's own key handling answers the resend.
             self.conflicts += 1
             self.land()
-            raise PaymentsUnsettledError("send", "a request with this key is in progress", 409)
+            return self._make(effect, intent, idempotency_key)
         if not self.armed:
-            return self._make(intent, idempotency_key)
+            return self._make(effect, intent, idempotency_key)
         self.armed = False
         if self.answer == "refused":
             raise PaymentsRejectedError("send", "refused", "the provider refused it", 400)
         if self.answer in ("late", "in-progress"):
             self.held.append((intent, idempotency_key))
             raise PaymentsUnsettledError("send", "the client's deadline passed")
-        found = self._make(intent, idempotency_key)
+        found = self._make(self.new_effect(), intent, idempotency_key)
         if self.answer == "garbled":
             raise PaymentsUnsettledError("send", f"an unreadable answer ({found.external_id})", 200)
         raise PaymentsUnsettledError("send", "the answer was lost")
 
     def land(self) -> None:
-        """Held requests finish at the provider."""
+        """Held requests finish at the provider; their answers reach no worker."""
         held, self.held = self.held, []
         for intent, key in held:
-            self._make(intent, key)
+            self._make(self.new_effect(), intent, key)
+
+
+class _Worker:
+    """One worker's effect, built anew as its process would build it, over the provider."""
+
+    def __init__(self, provider: _Provider) -> None:
+        self.provider = provider
+        self.inner = provider.new_effect()
+        self.kind = self.inner.kind
+        # The effect's currency, as the gate reads it to stamp an intent that has none.
+        self.currency = getattr(self.inner, "currency", None)
+
+    def accepts(self, intent: Intent) -> str | None:
+        """The effect's own answer: the harness never sends what the effect would not."""
+        return accepts(self.inner, intent)
+
+    def observe(self, intent: Intent) -> Observation:
+        p = self.provider
+        if p.held and p.land_by is not None and p.clock() >= p.land_by:
+            p.land()
+        return self.inner.observe(intent)
+
+    def send(self, intent: Intent, idempotency_key: str) -> Found:
+        return self.provider.send(self.inner, intent, idempotency_key)
+
+
+def _new_effect(w: EffectWorld) -> Callable[[], Effect]:
+    """The world's effect factory, or a TypeError saying what to give."""
+    new_effect = getattr(w, "new_effect", None)
+    if not callable(new_effect):
+        raise TypeError(
+            f"certify builds the effect anew for every worker it starts, as a new process "
+            f"would: give {type(w).__name__} a method new_effect(self) -> Effect that returns "
+            "a new effect over the world's provider (e.g. StripeRefund(self.payments)); one "
+            "`effect` object shared by a crashed worker and its restart keeps in memory what "
+            "a real restart loses"
+        )
+    factory: Callable[[], Effect] = new_effect
+    return factory
 
 
 def _dead_owner(name: str) -> Owner:
@@ -359,22 +415,24 @@ def run_cell(
         raise ValueError(f"unknown cell {cell}: answers {ANSWERS}, outages {OUTAGES}")
     clock = _Clock()
     w = world()
+    new_effect = _new_effect(w)
     journal = (store or (lambda c: MemoryStore(clock=c)))(clock)
     lease_id = f"lease-{uuid.uuid4().hex[:12]}"
     intent = w.decide(lease_id)
     # The approval is in the action's currency: the intent's, else the effect's own.
-    currency = intent.currency or getattr(w.effect, "currency", None)
+    currency = intent.currency or getattr(new_effect(), "currency", None)
     journal.grant_lease(
         Lease(lease_id, intent.kind, intent.target, intent.amount, _T0 + 86_400, "harness", _T0,
               currency=currency)
     )  # fmt: skip
-    provider = _Provider(w.effect, cell.answer, clock)
-    # Another action on the same target went first, through the same effect, under an id
-    # one character away: a lookup that adopts any agent's send (not this action's) adopts
-    # it. The decision saw it, as a model reading the target would.
+    provider = _Provider(new_effect, cell.answer, clock)
+    # Another action on the same target went first, through the same kind of effect (in
+    # another process), under an id one character away: a lookup that adopts any agent's
+    # send (not this action's) adopts it. The decision saw it, as a model reading the
+    # target would.
     neighbour = replace(intent, action_id=_near(intent.action_id))
-    w.effect.send(neighbour, neighbour.action_id)
-    intent = replace(intent, fingerprint=w.effect.observe(intent).fingerprint)
+    new_effect().send(neighbour, neighbour.action_id)
+    intent = replace(intent, fingerprint=new_effect().observe(intent).fingerprint)
     reached_before: list[bool] = []
 
     def outage() -> None:
@@ -401,7 +459,7 @@ def run_cell(
 
         return Gate(
             journal,
-            provider,
+            _Worker(provider),
             timing=TIMING,
             switches=Switches(),
             owner=owner,
@@ -409,6 +467,7 @@ def run_cell(
             on_event=on_event,
             clock=clock,
             sleep=clock.sleep,
+            monotonic=clock,
         )
 
     def while_held(seconds: float) -> None:
@@ -419,7 +478,7 @@ def run_cell(
             # Still running while the gate waits; it finishes by the end of the in-flight
             # window (Stripe within 5 s of the client's deadline, docs/design.md §4).
             provider.land_by = clock.now + seconds
-        # With no outage it runs on past the window: the gate's resend meets a real 409.
+        # With no outage it runs on past the window, until the gate's resend arrives.
 
     # With no crash, the outage comes while an unsettled send may still land, or (when
     # the answer settles at once) between the decision and the gate's first read.
@@ -445,7 +504,7 @@ def run_cell(
     # now: it must send its own (or be refused), never adopt the first's.
     sends = provider.sends
     second = replace(w.decide(lease_id), target=intent.target, action_id=_near(intent.action_id, 1))
-    second = replace(second, fingerprint=w.effect.observe(second).fingerprint)
+    second = replace(second, fingerprint=new_effect().observe(second).fingerprint)
     second_lease = f"{lease_id}-2"
     journal.grant_lease(
         Lease(second_lease, second.kind, second.target, second.amount, _T0 + 86_400 * 2,

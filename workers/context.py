@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -161,6 +162,9 @@ class WorkerContext:
     owner: Owner
     clock: Callable[[], float]
     sleep: Callable[[float], None]
+    # Times the gate's in-flight window and waits: the system's monotonic clock, which a
+    # wall-clock step does not move, whatever `sleep` is; mock mode passes its own clock.
+    monotonic: Callable[[], float] = time.monotonic
     extra: dict[str, Any] = field(default_factory=dict)
     answerer: str = STRIPE
     # Mints a new decision's action id; mock runs pass the engine's, so tests can predict it.

@@ -51,7 +51,7 @@ def refund_gate(store: Store, payments: Payments, options: GateOptions, *, answe
 
 
 def gate_options(ctx: WorkerContext) -> GateOptions:
-    """A worker's gate options: its context's timing, switches, owner, clock and sleep,
+    """A worker's gate options: its context's timing, switches, owner, clocks and sleep,
     and its event lines and crash points (`gate_listener`)."""
     return GateOptions(
         timing=ctx.timing,
@@ -60,6 +60,7 @@ def gate_options(ctx: WorkerContext) -> GateOptions:
         on_event=gate_listener(ctx),
         clock=ctx.clock,
         sleep=ctx.sleep,
+        monotonic=ctx.monotonic,
     )
 
 

@@ -64,11 +64,18 @@ def gate_event_text(event: Event, *, answerer: str = STRIPE) -> str | None:
             return f"intent {short} was already journaled; another worker holds its claim"
         if claim == "settled":
             return f"intent {short} was already journaled, with its outcome"
+        if claim == "busy":
+            return f"journaled intent {short}; another action on the payment runs first"
         return f"journaled intent {short} and took the claim"
     if kind is GateEvent.CLAIM:
         return f"took the claim on {short} (attempt {d.get('attempt')})"
     if kind is GateEvent.CLAIM_WAIT:
         return f"waiting for the claim of {d.get('owner')}: {float(d.get('seconds', 0)):.1f} s left"
+    if kind is GateEvent.TURN_WAIT:
+        return (
+            f"waiting for action {_short_id(str(d.get('holder', '')))} on the same payment to "
+            f"finish ({float(d.get('seconds', 0)):.1f} s at most), then reading it again"
+        )
     if kind is GateEvent.CHECK:
         name = d.get("name")
         if name == "lookup":

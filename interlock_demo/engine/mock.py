@@ -113,6 +113,7 @@ class MockLauncher:
             owner=Owner(f"mock-{col.name}-{self.launched}", 0, 0.0, "mock"),
             clock=self.clock.now,
             sleep=self.clock.sleep,
+            monotonic=self.clock.now,
             answerer=MOCK,
             new_action_id=self.new_action_id,
             crash_point=crash_point,

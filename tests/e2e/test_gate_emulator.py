@@ -433,8 +433,19 @@ def _store(kind: str, clock: SteppedClock, tmp_path: Path, request: pytest.Fixtu
 
 
 @pytest.mark.parametrize(
-    ("kind", "step_s"),
-    [("sqlite", 3.0), ("sqlite", 10.0), ("sqlite", -10.0), ("postgres", 3.0), ("postgres", 10.0)],
+    ("kind", "step_s", "own_sleep"),
+    [
+        ("sqlite", 3.0, False),
+        ("sqlite", 10.0, False),
+        ("sqlite", -10.0, False),
+        ("postgres", 3.0, False),
+        ("postgres", 10.0, False),
+        # A gate given a sleep of the user's own (one that logs, or heartbeats) keeps the
+        # monotonic window: it was once timed on the wall clock whenever sleep was not
+        # time.sleep, and refused and released its reservation while its refund landed.
+        ("sqlite", 8.0, True),
+        ("postgres", 8.0, True),
+    ],
 )
 def test_a_wall_clock_step_while_its_create_is_held_never_refuses_its_own_refund(
     emulator: StripeEmulator,
@@ -442,6 +453,7 @@ def test_a_wall_clock_step_while_its_create_is_held_never_refuses_its_own_refund
     request: pytest.FixtureRequest,
     kind: str,
     step_s: float,
+    own_sleep: bool,
 ) -> None:
     """The wall clock steps while the gate's create is still running at Stripe, and support
     refunds by hand meanwhile; the request lands 4.5 s after it started, inside its
@@ -459,12 +471,19 @@ def test_a_wall_clock_step_while_its_create_is_held_never_refuses_its_own_refund
     lease = store.grant_lease(
         Lease(f"lease-{payment.id}", "refund", payment.id, AMOUNT, now + 3600, "test", now)
     )
+    slept: list[float] = []
+
+    def logged_sleep(seconds: float) -> None:
+        slept.append(seconds)
+        time.sleep(seconds)
+
     gate = Gate(
         store,
         StripeRefund(payments),
         timing=Timing(claim_ttl_s=6, stripe_timeout_s=DEADLINE_S),
         switches=Switches(),
         clock=clock,
+        **({"sleep": logged_sleep} if own_sleep else {}),
     )
 
     def outage() -> None:
@@ -498,6 +517,8 @@ def test_a_wall_clock_step_while_its_create_is_held_never_refuses_its_own_refund
         assert stored is not None and stored.spent == AMOUNT
         result = verify(store, payments)
         assert result.ok, result.problems
+        # The user's sleep is the one the gate waited with.
+        assert slept or not own_sleep
     finally:
         store.close()
 

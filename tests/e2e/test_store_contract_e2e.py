@@ -3,7 +3,9 @@
 Every test of `tests/unit/test_store_contract.py` runs here again on PostgreSQL (a pgserver
 for the session, or INTERLOCK_TEST_PG_DSN): the same rules over its rows, locks and
 transactions. Then two recoverers race for one abandoned action on each backend, as real
-processes (threads for memory, which lives in one process), against the loopback emulator.
+processes (threads for memory, which lives in one process), against the loopback emulator;
+and sibling decisions (one decision made twice in one model turn) run at once, on threads
+and as processes one of which is SIGKILLed mid-send, through the real `stripe` SDK.
 """
 
 from __future__ import annotations
@@ -19,10 +21,14 @@ import pytest
 
 from interlock import (
     ACTION_METADATA_KEY,
+    REASON_WORLD_CHANGED,
+    Gate,
     Intent,
     Owner,
     Store,
     StripePayments,
+    StripeRefund,
+    Timing,
     make_stripe_client,
     new_action_id,
     refunds_fingerprint,
@@ -31,6 +37,8 @@ from interlock import (
 from interlock.testing import StripeEmulator
 from tests.conftest import TEST_KEY
 from tests.e2e.test_store_processes import HELPERS, Child
+from tests.helpers.gate_rig import TIMING
+from tests.helpers.siblings import submit_siblings
 from tests.unit import test_store_contract as contract
 from tests.unit.test_store_contract import AMOUNT, GRACE, Backend, _lease, open_backend
 
@@ -148,6 +156,102 @@ def _race_in_threads(store: Store, emulator: StripeEmulator) -> list[dict[str, o
         assert not t.is_alive()
     assert failures == []
     return reports
+
+
+def _siblings(
+    backend: Backend, payments: StripePayments, n: int
+) -> tuple[Store, str, list[Intent]]:
+    """A payment with room for `n` refunds, a lease whose cap is above their sum, and `n`
+    identical decisions on it (one fingerprint): the store, the payment and the intents."""
+    payment = payments.create_payment(AMOUNT * (n + 2))
+    store = backend.make()
+    lease = _lease(store, time.time(), cap=(n + 1) * AMOUNT, target=payment.id)
+    seen = refunds_fingerprint(payments.list_refunds(payment.id))
+    at = time.time()
+    intents = [
+        Intent(new_action_id(), "refund", payment.id, AMOUNT, lease.id, seen, created_at=at + i)
+        for i in range(n)
+    ]
+    return store, payment.id, intents
+
+
+@pytest.mark.parametrize("n", [2, 8])
+def test_sibling_submits_on_threads_refund_once_through_the_stripe_sdk(
+    any_backend: Backend, emulator: StripeEmulator, n: int
+) -> None:
+    """`n` identical decisions submitted at once on threads through one gate, over the real
+    `stripe` SDK and the loopback emulator, the cap above their sum: one refund, the others
+    refused because the refunds changed."""
+    payments = _payments(emulator)
+    store, payment, intents = _siblings(any_backend, payments, n)
+
+    outcomes = submit_siblings(store, StripeRefund(payments), intents, TIMING)
+
+    assert sorted(o.status for o in outcomes) == ["refused"] * (n - 1) + ["sent"]
+    assert {o.reason for o in outcomes if o.status == "refused"} == {REASON_WORLD_CHANGED}
+    assert len(payments.list_refunds(payment)) == 1
+    assert emulator.model.requests.count(("POST", "refunds")) == 1
+    assert verify(store, payments).ok
+
+
+@pytest.mark.parametrize("any_backend", ["sqlite", "postgres"], indirect=True)
+def test_sibling_processes_refund_once_when_the_sender_is_killed_mid_send(
+    any_backend: Backend, emulator: StripeEmulator, tmp_path: Path, spawn: list[Child]
+) -> None:
+    """Two sibling decisions submitted at once by two processes: one reads the payment, the
+    other is told to wait its turn (without the turn both read, and both would send). The
+    reader is SIGKILLed while its create is held at Stripe, already made; a recovery adopts
+    that refund, and the sibling then reads again and is refused: one refund, verify clean."""
+    assert any_backend.location is not None
+    payments = _payments(emulator)
+    store, payment, intents = _siblings(any_backend, payments, 2)
+    children = []
+    for i, intent in enumerate(intents):
+        child = Child(
+            [
+                str(HELPERS / "sibling_worker.py"),
+                any_backend.location,
+                emulator.url,
+                f"sibling-{i}",
+                json.dumps(intent.to_dict()),
+            ],
+            tmp_path / f"sibling-{i}.stderr",
+        )
+        spawn.append(child)
+        children.append(child)
+    for child in children:
+        assert child.line() == "ready"
+    held = emulator.model.add_fault("hold", hold_ms=20_000, stage="after_commit")
+    for child in children:
+        child.send("go")
+
+    said = [child.line() for child in children]
+
+    assert sorted(said) == ["busy", "read"], said
+    reader, waiter = (children[0], children[1]) if said[0] == "read" else children[::-1]
+    first, second = (intents[0], intents[1]) if said[0] == "read" else intents[::-1]
+    reader.send("continue")
+    assert held.committed.wait(30), "the reader's create never reached the emulator"
+    reader.proc.kill()
+    assert reader.finish() == -9
+    recovery = Gate(
+        store,
+        StripeRefund(payments),
+        timing=Timing(claim_ttl_s=8, stripe_timeout_s=3),
+        owner=Owner.current("recovery"),
+    )
+    adopted = recovery.recover_action(first.action_id)
+    assert adopted.status == "adopted"
+    assert waiter.line() == "read"
+    waiter.send("continue")
+    report = json.loads(waiter.line())
+    assert waiter.finish() == 0
+
+    assert (report["action_id"], report["status"]) == (second.action_id, "refused")
+    assert report["reason"] == REASON_WORLD_CHANGED
+    refunds = payments.list_refunds(payment)
+    assert [r.metadata[ACTION_METADATA_KEY] for r in refunds] == [first.action_id]
+    assert verify(store, payments).ok
 
 
 @pytest.fixture

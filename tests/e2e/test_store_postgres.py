@@ -255,6 +255,81 @@ def test_skewed_hosts_racing_for_one_action_send_once(
     setup.close()
 
 
+# -- the isolation the store relies on ----------------------------------------------------
+
+
+def _serializable(dsn: str) -> str:
+    """The DSN with the server's default isolation hardened to serializable, as an
+    operator may set it for a role or a database."""
+    return psycopg.conninfo.make_conninfo(
+        dsn, options="-c default_transaction_isolation=serializable"
+    )
+
+
+def test_a_serializable_default_isolation_changes_nothing_for_concurrent_submits(
+    pg_dsn: str, pg_schema: str, emulator: StripeEmulator
+) -> None:
+    """Eight workers submit at once on a server whose default isolation is serializable (a
+    common hardening): each transaction states the read-committed isolation the store's
+    row locks are written for, so every action is sent once and nothing fails. With the
+    server's default, 6 of 8 raised a serialization failure worded as a lost connection,
+    one of them after its refund was made."""
+    dsn = _serializable(pg_dsn)
+    payments = _payments(emulator)
+    setup = PostgresStore(dsn, schema=pg_schema)
+    with setup._transaction(write=False) as cur:
+        cur.execute("SHOW default_transaction_isolation")
+        assert cur.fetchone()[0] == "serializable"
+    cases = []
+    for _ in range(8):
+        payment = payments.create_payment(10_000)
+        lease = _lease(setup, payment.id)
+        cases.append(_intent(lease, refunds_fingerprint(payments.list_refunds(payment.id))))
+    barrier = threading.Barrier(len(cases))
+    outcomes: dict[str, str] = {}
+    errors: list[BaseException] = []
+
+    def worker(intent: Intent) -> None:
+        store = PostgresStore(dsn, schema=pg_schema)
+        try:
+            gate = Gate(store, StripeRefund(payments), timing=TIMING, switches=Switches())
+            barrier.wait(DEADLINE_S)
+            outcomes[intent.action_id] = gate.submit(intent).status
+        except BaseException as e:
+            errors.append(e)
+        finally:
+            store.close()
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in cases]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(DEADLINE_S * 2)
+        assert not t.is_alive()
+    try:
+        assert errors == []
+        assert sorted(outcomes.values()) == ["sent"] * len(cases)
+        for intent in cases:
+            agent = [r for r in payments.list_refunds(intent.target) if r.metadata]
+            assert [r.metadata.get(ACTION_METADATA_KEY) for r in agent] == [intent.action_id]
+        result = verify(setup, payments)
+        assert result.ok, result.problems
+    finally:
+        setup.close()
+
+
+def test_a_serialization_failure_is_worded_as_what_it_is(pg_dsn: str, pg_schema: str) -> None:
+    """Should the server still roll a transaction back to keep concurrent ones apart (a
+    deadlock, or serializable isolation forced by a pooler), the error says so and that
+    nothing was kept, never that the connection was lost."""
+    from interlock._store_postgres import _problem
+
+    for error in (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected):
+        text = _problem(error("could not serialize access"))
+        assert "connection" not in text, text
+        assert "rolled the transaction back" in text and "nothing" in text, text
+
+
 # -- the database's clock, read after the write lock ----------------------------------------
 
 
@@ -287,6 +362,57 @@ def test_the_clock_is_read_after_the_write_lock(
     state = store.action(intent.action_id)
     assert state is not None and state.claim is not None
     assert state.claim.expires_at == pytest.approx(taken[0] + 6.0)
+
+
+@pytest.mark.parametrize("write", ["begin", "mark_sending"])
+def test_the_clock_is_read_after_the_turns_lock(
+    store: PostgresStore, pg_dsn: str, pg_schema: str, write: str
+) -> None:
+    """A claim taken, or renewed by `sending`, after waiting for its payment's turn (another
+    action's commit holds it) is timed from when that lock came: the wait eats no margin."""
+    lease = _lease(store, "pi_turn_lock")
+    intent = _intent(lease)
+    owner = Owner.current()
+    epoch = store.begin(intent, owner, 6.0, 2.0).epoch if write == "mark_sending" else 0
+    answered: list[float] = []
+
+    def run() -> None:
+        if write == "begin":
+            answered.append(store.begin(intent, owner, 6.0, 2.0).now)
+        else:
+            sending = store.mark_sending(intent.action_id, epoch, 9.0)
+            assert sending.claim is not None
+            answered.append(sending.claim.expires_at - 9.0)
+
+    blocker = psycopg.connect(pg_dsn, autocommit=True)
+    try:
+        blocker.execute(
+            f'INSERT INTO "{pg_schema}".interlock_turns VALUES (%s, %s, 0)'
+            " ON CONFLICT (target) DO NOTHING",
+            ("pi_turn_lock", ""),
+        )
+        blocker.execute("BEGIN")
+        blocker.execute(
+            f'SELECT * FROM "{pg_schema}".interlock_turns WHERE target=%s FOR UPDATE',
+            ("pi_turn_lock",),
+        )
+        t = threading.Thread(target=run)
+        t.start()
+        _wait_for(
+            "the writer to wait on the turn",
+            lambda: _waiting_backends(pg_dsn, "SELECT action_id, epoch FROM") != [],
+        )
+        released_at = _db_now(pg_dsn)
+        blocker.execute("COMMIT")
+        t.join(DEADLINE_S)
+    finally:
+        blocker.close()
+
+    assert answered and answered[0] >= released_at
+    state = store.action(intent.action_id)
+    assert state is not None and state.claim is not None
+    ttl = 6.0 if write == "begin" else 9.0
+    assert state.claim.expires_at == pytest.approx(answered[0] + ttl)
 
 
 def test_a_writer_on_one_action_never_waits_for_another_action(
@@ -538,8 +664,40 @@ def test_schema_is_created_in_its_own_schema_and_versioned(
             f'SELECT value FROM "{pg_schema}".interlock_meta WHERE key=%s', ("schema_version",)
         ).fetchone()
     assert tables == {
-        f"interlock_{t}" for t in ("meta", "actions", "journal", "leases", "receipts")
+        f"interlock_{t}" for t in ("meta", "actions", "journal", "leases", "receipts", "turns")
     }
+    assert version == (str(SCHEMA_VERSION),)
+
+
+def test_a_version_2_store_gets_its_turns_in_place_and_is_read_as_it_is_read_only(
+    store: PostgresStore, pg_dsn: str, pg_schema: str
+) -> None:
+    """A version 2 store (no turns table) is read as it is read-only, and opened for
+    writing gets the turns table and version 3; its actions go on as before."""
+    lease = _lease(store, "pi_v2")
+    intent = _intent(lease)
+    owner = Owner("v2-worker", 1, 0.0, "another-host.invalid")
+    assert store.begin(intent, owner, 40.0, 2.0).status == "taken"
+    store.close()
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f'DROP TABLE "{pg_schema}".interlock_turns')
+        conn.execute(f"UPDATE \"{pg_schema}\".interlock_meta SET value='2'")
+
+    reader = PostgresStore.open_read_only(pg_dsn, schema=pg_schema)
+    try:
+        assert reader.pending() == [intent.action_id]
+    finally:
+        reader.close()
+    migrated = PostgresStore(pg_dsn, schema=pg_schema)
+    try:
+        epoch = migrated.take_claim(intent.action_id, owner, 40.0, 2.0).epoch
+        assert migrated.mark_sending(intent.action_id, epoch, 40.0).status == "ok"
+    finally:
+        migrated.close()
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        version = conn.execute(f'SELECT value FROM "{pg_schema}".interlock_meta').fetchone()
+        turn = conn.execute(f'SELECT action_id, epoch FROM "{pg_schema}".interlock_turns')
+        assert turn.fetchall() == [(intent.action_id, epoch)]
     assert version == (str(SCHEMA_VERSION),)
 
 

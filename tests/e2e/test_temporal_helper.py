@@ -87,6 +87,7 @@ class World(GateWorld):
                 clock=self.clock,
                 sleep=sleep or self.clock.sleep,
                 max_sends=max_sends,
+                monotonic=self.clock.monotonic,
             )
         )
 

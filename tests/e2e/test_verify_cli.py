@@ -19,7 +19,16 @@ from pathlib import Path
 import pytest
 
 from interlock.__main__ import ENV_STORE
-from tests.unit.test_receipts_verify import KEY, ROOT, _store_with_receipts
+from tests.unit.test_receipts_verify import (
+    DEEP,
+    EDITED_COLUMNS,
+    HUGE,
+    KEY,
+    ROOT,
+    _edit_id,
+    _sends_on_one_payment,
+    _store_with_receipts,
+)
 
 
 def _cli(
@@ -276,3 +285,30 @@ def test_cli_escapes_control_characters_from_the_store(tmp_path: Path) -> None:
     assert "is BROKEN" in done.stdout.splitlines()[0]
     assert not any(c != "\n" and not c.isprintable() for c in done.stdout), done.stdout
     assert "\\x1b[1A" in done.stdout
+
+
+@pytest.mark.parametrize("value", [DEEP, HUGE], ids=_edit_id)
+def test_cli_reports_a_value_it_cannot_parse_in_any_column_as_damaged(
+    tmp_path: Path, value: str
+) -> None:
+    """JSON nested a hundred thousand deep, or 50 MB, in every column verify reads of one
+    action (its intent, claim and settlement, its journal data, its approval, its receipt):
+    the command reports the store broken, naming it, with no traceback."""
+    path = tmp_path / "journal.sqlite3"
+    _, (_, intent, _) = _sends_on_one_payment(path, 3)
+    conn = sqlite3.connect(path)
+    with conn:
+        for table, column, where in EDITED_COLUMNS:
+            if column in ("intent", "claim", "settlement", "data", "lease", "body"):
+                conn.execute(
+                    f"UPDATE {table} SET {column}=:value WHERE {where}",
+                    {"value": value, "action": intent.action_id, "lease": intent.lease_id},
+                )
+    conn.close()
+
+    done = _cli("verify", str(path), key=KEY.decode())
+
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and not done.stderr, done.stderr[-2000:]
+    assert "is BROKEN" in done.stdout.splitlines()[0]
+    assert intent.action_id in done.stdout

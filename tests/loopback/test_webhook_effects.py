@@ -8,7 +8,7 @@ whose lookup never finds its own send must not, so the harness can fail.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -25,11 +25,14 @@ class WebhookWorld:
 
     def __init__(self, server: WebhookServer, *, lookup: bool = True) -> None:
         self.server = server
-        self.effect = WebhookDelivery(server.url, lookup=lookup)
+        self.lookup = lookup
+
+    def new_effect(self) -> WebhookDelivery:
+        return WebhookDelivery(self.server.url, lookup=self.lookup)
 
     def decide(self, lease_id: str) -> Intent:
         order = f"ord_{uuid.uuid4().hex[:12]}"
-        seen = self.effect.deliveries(order)
+        seen = self.new_effect().deliveries(order)
         return Intent(f"act_{uuid.uuid4().hex}", "webhook", order, 1, lease_id, fingerprint(seen))
 
     def change(self, intent: Intent) -> None:
@@ -74,10 +77,17 @@ def test_an_effect_that_cannot_find_its_own_send_is_not_certified(
 class CustomWebhookWorld:
     """An order at the loopback webhook fake, its delivery guarded by a `CustomEffect`."""
 
-    def __init__(self, server: WebhookServer, effect: CustomEffect | None = None) -> None:
+    def __init__(
+        self,
+        server: WebhookServer,
+        effect: Callable[[WebhookDelivery], CustomEffect] = webhook_effect,
+    ) -> None:
         self.server = server
         self.delivery = WebhookDelivery(server.url)
-        self.effect = effect or webhook_effect(self.delivery)
+        self.effect = effect
+
+    def new_effect(self) -> CustomEffect:
+        return self.effect(WebhookDelivery(self.server.url))
 
     def decide(self, lease_id: str) -> Intent:
         order = f"ord_{uuid.uuid4().hex[:12]}"
@@ -110,18 +120,15 @@ def test_a_custom_lookup_that_misses_its_own_send_is_not_certified(
 ) -> None:
     """A lookup that finds nothing: a lost answer then a change by hand is untruthful."""
 
-    def world() -> CustomWebhookWorld:
-        delivery = WebhookDelivery(webhook_server.url)
-        blind = webhook_effect(delivery)
-        effect = CustomEffect(
+    def blind(delivery: WebhookDelivery) -> CustomEffect:
+        return CustomEffect(
             kind="webhook",
-            send=blind.send,
+            send=delivery.send,
             lookup=lambda intent: [],
             state=lambda intent: fingerprint(delivery.deliveries(intent.target)),
             deadline_s=2,
         )
-        return CustomWebhookWorld(webhook_server, effect)
 
-    report = certify(world)
+    report = certify(lambda: CustomWebhookWorld(webhook_server, blind))
 
     assert "no-crash/lost/change" in {str(r.cell) for r in report.failures}

@@ -314,6 +314,47 @@ def test_recover_without_waiting_reports_a_held_action_as_pending(world: World) 
     assert world.store.pending() == [intent.action_id]
 
 
+def test_a_sibling_waits_for_the_payments_turn_and_recovery_runs_it_after(world: World) -> None:
+    """A second decision on the payment while the first may still be sending (its worker on
+    another host, silent) is journaled without a claim and waits for the first's turn; a
+    recovery that cannot wait leaves it pending naming the first; one that waits runs the
+    first, then the second, which reads again and is refused: one refund, the cap unused."""
+    lease = world.grant(3 * AMOUNT)
+    first, second = world.decide(lease_id=lease.id), world.decide(lease_id=lease.id)
+    claim = world.crash(first, "sending", owner=remote_owner("first"))
+    with pytest.raises(Crash):
+        world.gate(Owner.current("sibling"), crash_at="turn-wait").submit(second)
+    [journaled] = world.of("sibling", "journaled")
+    [wait] = world.of("sibling", "turn-wait")
+    assert journaled.data["claim"] == "busy"
+    assert (wait.data["holder"], wait.data["target"], wait.data["sending"]) == (
+        first.action_id,
+        world.pi,
+        True,
+    )
+    assert wait.data["seconds"] == pytest.approx(claim.expires_at + TIMING.grace_s - wait.t)
+
+    held, busy = world.gate(Owner.current("early")).recover(wait=False)
+
+    assert (held.action_id, held.status, busy.action_id, busy.status) == (
+        first.action_id,
+        "pending",
+        second.action_id,
+        "pending",
+    )
+    assert busy.reason is not None and first.action_id in busy.reason
+    assert busy.reason.endswith("recovery runs this one after it")
+    assert world.refunds() == []
+
+    sent, refused = world.gate(Owner.current("restart")).recover()
+
+    assert (sent.action_id, sent.status) == (first.action_id, "sent")
+    assert (refused.action_id, refused.status) == (second.action_id, "refused")
+    assert refused.reason == REASON_WORLD_CHANGED
+    assert [r.metadata[ACTION_METADATA_KEY] for r in world.refunds()] == [first.action_id]
+    assert verify(world.store, world.payments).ok
+
+
 def test_claim_running_short_before_the_send_sends_nothing(world: World) -> None:
     """A worker that lost time after commit 2 and has under timeout + 5 s of claim sends nothing."""
     intent = world.decide()

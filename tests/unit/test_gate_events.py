@@ -12,6 +12,7 @@ import pytest
 from interlock import Event, Gate, GateEvent, StripeRefund
 from interlock.testing import event_problem
 from tests.helpers.gate_rig import AMOUNT, TIMING, GateWorld, gone_owner
+from workers.texts import gate_event_text
 
 GATE = Path(__file__).resolve().parents[2] / "interlock" / "_gate.py"
 
@@ -74,3 +75,28 @@ def test_the_listener_receives_one_read_only_event_per_step() -> None:
     assert all(event_problem(e.kind, e.data) is None for e in seen)
     with pytest.raises(TypeError):
         seen[0].data["claim"] = "edited"  # type: ignore[index]
+
+
+def test_a_sibling_waiting_for_its_turn_reads_in_words_naming_the_holder() -> None:
+    """A column's event list says that the action waits for another one on the payment,
+    which one, and for how long at most; its journaling says another action runs first."""
+    waiting = Event(
+        GateEvent.TURN_WAIT,
+        {
+            "action_id": "act_second",
+            "holder": "act_0123456789abcdef",
+            "target": "pi_1",
+            "seconds": 9.5,
+            "sending": True,
+        },
+    )
+    busy = Event(GateEvent.JOURNALED, {"action_id": "act_second", "claim": "busy"})
+
+    assert event_problem(waiting.kind, waiting.data) is None
+    assert gate_event_text(waiting) == (
+        "waiting for action act_01234567… on the same payment to finish (9.5 s at most), "
+        "then reading it again"
+    )
+    assert gate_event_text(busy) == (
+        "journaled intent act_second…; another action on the payment runs first"
+    )

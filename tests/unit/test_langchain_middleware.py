@@ -350,6 +350,7 @@ def test_a_re_approval_killed_after_stripe_answered_is_adopted_on_the_re_run(
             on_event=on_event,
             clock=clock,
             sleep=clock.sleep,
+            monotonic=clock.monotonic,
         )
         return refund_agent(gate, payments, SqliteSaver(conn), approval=True, reapproval=True)
 
@@ -445,6 +446,7 @@ def test_a_crash_in_the_send_after_the_approval_resumes_without_asking_again(
             on_event=on_event,
             clock=clock,
             sleep=clock.sleep,
+            monotonic=clock.monotonic,
         )
         return refund_agent(gate, payments, SqliteSaver(conn), approval=True)
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import interlock._mcp_desk as desk_module
 from interlock import Event, GateEvent, MemoryStore, Timing
 from interlock.mcp import (
     WORLD_CHANGED_WORDS,
@@ -65,13 +66,25 @@ def test_the_action_id_is_stable_per_payment_and_request() -> None:
 def test_a_request_id_names_one_decision(
     payments: InProcessPayments, store: MemoryStore, payment: str
 ) -> None:
-    """Reusing a request_id with another amount is refused in words, and sends nothing."""
+    """Reusing a request_id with another amount is refused in words, and sends nothing; the
+    first call's refund is named as that call's, not as this one's."""
     d = desk(payments, store)
     d.get_payment(payment)
-    assert d.issue_refund(payment, 1000, RID).data["status"] == "sent"
+    first = d.issue_refund(payment, 1000, RID)
+    assert first.data["status"] == "sent"
     other = d.issue_refund(payment, 500, RID)
     assert other.is_error and other.data["status"] == "invalid"
-    assert "already names a refund of $10.00" in other.text and "new request_id" in other.text
+    assert other.text.startswith("Nothing was done for this call")
+    assert "already used by another call for a refund of $10.00" in other.text
+    assert f"that call's refund is {first.data['refund_id']}" in other.text
+    assert "new request_id" in other.text and "Refunded" not in other.text
+    assert other.data["refunded"] is False and other.data["refund_id"] is None
+    assert other.data["other_call"] == {
+        "action_id": action_id_for(payment, RID),
+        "amount": 1000,
+        "status": "sent",
+        "refund_id": first.data["refund_id"],
+    }
     assert [r.amount for r in payments.list_refunds(payment)] == [1000]
 
 
@@ -114,6 +127,60 @@ def test_a_refund_needs_a_read_first(
     assert answer.is_error and "get_payment" in answer.text
     assert store.action(action_id_for(payment, RID)) is None
     assert payments.list_refunds(payment) == []
+
+
+def test_a_refund_is_checked_against_its_own_sessions_read_never_anothers(
+    payments: InProcessPayments, store: MemoryStore, payment: str
+) -> None:
+    """Chat A reads; chat B reads, refunds and reads again; A's refund on its stale read is
+    refused as a change, and a chat that never read the payment is told to read it first."""
+    d = desk(payments, store)
+    d.get_payment(payment, session="chat-a")
+    d.get_payment(payment, session="chat-b")
+    assert d.issue_refund(payment, 500, RID, session="chat-b").data["status"] == "sent"
+    d.get_payment(payment, session="chat-b")
+    stale = d.issue_refund(payment, 500, RID + "-a", session="chat-a")
+    unread = d.issue_refund(payment, 500, RID + "-c", session="chat-c")
+    assert stale.data["status"] == "refused" and WORLD_CHANGED_WORDS in stale.text
+    assert unread.is_error and unread.data["status"] == "invalid"
+    assert f"Call get_payment({payment}) first" in unread.text
+    assert "refunds_fingerprint" in unread.text
+    assert store.action(action_id_for(payment, RID + "-c")) is None
+    assert [r.amount for r in payments.list_refunds(payment)] == [500]
+
+
+def test_a_call_from_no_known_session_needs_the_fingerprint(
+    payments: InProcessPayments, store: MemoryStore, payment: str
+) -> None:
+    """session=None (a stateless server): its reads are not kept, so a refund without the
+    fingerprint is refused, and one with it is sent."""
+    d = desk(payments, store)
+    seen = d.get_payment(payment, session=None).data["refunds_fingerprint"]
+    refused = d.issue_refund(payment, 500, RID, session=None)
+    assert refused.is_error and "refunds_fingerprint" in refused.text
+    sent = d.issue_refund(payment, 500, RID, seen_fingerprint=seen, session=None)
+    assert sent.data["status"] == "sent", sent.text
+
+
+def test_reads_are_forgotten_when_a_session_ends_and_kept_within_a_bound(
+    payments: InProcessPayments,
+    store: MemoryStore,
+    payment: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An ended session's reads are gone; past MAX_READS the oldest read is dropped (its
+    refund asks for a fresh read), and the memory never holds more."""
+    monkeypatch.setattr(desk_module, "MAX_READS", 3)
+    d = desk(payments, store)
+    d.get_payment(payment, session="ended")
+    d.end_session("ended")
+    assert "first" in d.issue_refund(payment, 500, RID, session="ended").text
+    for n in range(5):
+        d.get_payment(payment, session=f"chat-{n}")
+    assert len(d._shown) == 3
+    assert "first" in d.issue_refund(payment, 500, RID, session="chat-1").text
+    assert d.issue_refund(payment, 500, RID, session="chat-4").data["status"] == "sent"
+    assert store.action(action_id_for(payment, RID)) is not None
 
 
 def test_the_fingerprint_in_the_call_serves_a_new_session(

@@ -34,7 +34,9 @@ class TransferWorld:
 
     def __init__(self) -> None:
         self.payments = InProcessPayments()
-        self.effect = StripeTransfer(self.payments)
+
+    def new_effect(self) -> StripeTransfer:
+        return StripeTransfer(self.payments)
 
     def decide(self, lease_id: str) -> Intent:
         account = f"acct_{uuid.uuid4().hex[:16]}"
@@ -54,9 +56,8 @@ class TransferWorld:
 class EuroTransferWorld(TransferWorld):
     """The same world, its transfers in euros."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.effect = StripeTransfer(self.payments, currency="eur")
+    def new_effect(self) -> StripeTransfer:
+        return StripeTransfer(self.payments, currency="eur")
 
 
 def test_a_transfer_in_euros_is_certified_under_an_approval_in_euros() -> None:
@@ -163,7 +164,7 @@ def test_a_transfer_naming_the_action_in_another_currency_is_a_conflict() -> Non
         metadata={ACTION_METADATA_KEY: intent.action_id},
     )
 
-    looked = world.effect.observe(intent)
+    looked = world.new_effect().observe(intent)
 
     assert looked.own is None
     assert looked.conflict is not None and looked.conflict.external_id == euros.id

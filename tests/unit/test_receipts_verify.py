@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import sqlite3
 import tempfile
 import time
@@ -555,6 +556,21 @@ def test_load_json_reads_exactly_what_json_loads_reads(text: str) -> None:
 # What a hand edit can leave in a column verify reads: text that is not JSON, JSON of the
 # wrong shape, a number where text belongs, a JSON number no int can hold.
 EDITS = ["{oops", "[]", "x", '{"a":1}', 3.5, "1e999"]
+# JSON nested past any parser's recursion limit, and a 50 MB value: each an ordinary
+# unreadable value, never a RecursionError or a stall.
+DEEP = "[" * 100_000 + "]" * 100_000
+HUGE = '"' + "a" * 50_000_000 + '"'
+EDITS += [DEEP, HUGE]
+
+
+def _edit_id(value: object) -> str:
+    """A short test id for an edited value (the long ones by their shape)."""
+    return (
+        {DEEP: "deep", HUGE: "50MB"}.get(value, repr(value))
+        if isinstance(value, str)
+        else repr(value)
+    )
+
 
 # Each column verify depends on, on the rows of the second of three signed sends:
 # (table, column, which rows). A `sending` journal record is not required by the store's
@@ -584,7 +600,7 @@ def signed_sends(tmp_path_factory: pytest.TempPathFactory) -> Sends:
     return path, payments, intents[1]
 
 
-@pytest.mark.parametrize("value", EDITS, ids=repr)
+@pytest.mark.parametrize("value", EDITS, ids=_edit_id)
 @pytest.mark.parametrize(("table", "column", "where"), EDITED_COLUMNS)
 def test_any_edited_value_is_a_problem_never_a_crash(
     signed_sends: Sends,
@@ -617,6 +633,40 @@ def test_any_edited_value_is_a_problem_never_a_crash(
     assert not result.ok
     named = (intent.action_id, intent.lease_id, "receipt 2 ")
     assert any(n in p for p in result.problems for n in named), result.problems
+
+
+@pytest.mark.parametrize("value", [DEEP, "{oops"], ids=_edit_id)
+@pytest.mark.parametrize("column", ["intent", "claim"])
+def test_recovery_reports_an_unreadable_pending_row_and_goes_on(
+    tmp_path: Path, column: str, value: str
+) -> None:
+    """A pending action whose stored intent or claim cannot be read (nested too deeply,
+    or not JSON) is reported pending by every `recover()`, and the others are recovered:
+    it never stops recovery with a store error or a RecursionError."""
+    path = tmp_path / "journal.sqlite3"
+    world = _world(SQLiteStore(path), signing_key=KEY)
+    damaged, other = world.decide(), world.decide()
+    # Journaled and claimed by a worker that died before sending (a pid past pid_max).
+    dead = Owner("dead", 2**22 + 1, time.time(), socket.gethostname())
+    for intent in (damaged, other):
+        world.store.begin(intent, dead, 6, 2)
+    world.store.close()
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute(f"UPDATE actions SET {column}=? WHERE action_id=?", (value, damaged.action_id))
+    conn.close()
+
+    runs = []
+    for _ in range(2):
+        store = SQLiteStore(path)
+        gate = Gate(store, StripeRefund(world.payments), timing=world.gate.timing,
+                    switches=Switches(), signing_key=KEY)  # fmt: skip
+        runs.append({o.action_id: o for o in gate.recover()})
+        store.close()
+    for outcomes in runs:
+        assert outcomes[damaged.action_id].status == "pending"
+        assert str(outcomes[damaged.action_id].reason).startswith("recovery failed: ")
+    assert runs[0][other.action_id].status == "sent"
 
 
 # -- what the store no longer has ------------------------------------------------------

@@ -28,6 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from interlock import (
+    REASON_WORLD_CHANGED,
     ActionError,
     Check,
     Intent,
@@ -39,12 +40,16 @@ from interlock import (
     Settlement,
     SQLiteStore,
     Store,
+    StripeRefund,
     new_action_id,
     open_store,
+    refunds_fingerprint,
     verify,
 )
+from interlock.testing import InProcessPayments
 from tests.helpers.gate_rig import (
     AMOUNT,
+    PAYMENT,
     TIMING,
     Clock,
     Crash,
@@ -52,6 +57,7 @@ from tests.helpers.gate_rig import (
     gone_owner,
     remote_owner,
 )
+from tests.helpers.siblings import submit_siblings
 
 # PostgreSQL needs a server: tests/e2e/test_store_contract_e2e.py runs these tests on it.
 BACKENDS = ("memory", "sqlite")
@@ -124,7 +130,10 @@ def open_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Bac
         store.close()
 
 
-def _lease(store: Store, now: float, cap: int = 2_000, target: str = "pi_contract") -> Lease:
+def _lease(store: Store, now: float, cap: int = 2_000, target: str | None = None) -> Lease:
+    # A payment of its own unless named: actions on one target take turns (see the turn
+    # tests below).
+    target = target or f"pi_contract_{uuid.uuid4().hex[:8]}"
     return store.grant_lease(
         Lease(
             id=f"lease_{uuid.uuid4().hex[:10]}",
@@ -333,20 +342,145 @@ def test_a_gone_owners_claim_before_sending_is_taken_at_once(backend: Backend) -
 
 
 def test_two_actions_on_one_lease_cannot_reserve_past_its_cap(backend: Backend) -> None:
-    """The second reservation that would pass the cap is refused at commit 2."""
+    """The second reservation that would pass the cap is refused at commit 2: here the first
+    action's send is still unsettled (its reservation kept) when the second takes the
+    payment's turn after the first claim ran out."""
     clock = Clock()
     store = backend.make(clock)
     lease = _lease(store, clock(), cap=3_000)
     a, b = _intent(lease), _intent(lease)
     ea = store.begin(a, remote_owner(), TTL, GRACE).epoch
+    sending = store.mark_sending(a.action_id, ea, TTL)
+    assert sending.status == "ok" and sending.claim is not None
+    clock.now = sending.claim.expires_at + GRACE
     eb = store.begin(b, remote_owner(), TTL, GRACE).epoch
 
-    assert store.mark_sending(a.action_id, ea, TTL).status == "ok"
     refused = store.mark_sending(b.action_id, eb, TTL)
 
     assert refused.status == "lease_refused" and refused.reason
     stored = store.lease(lease.id)
     assert stored is not None and dict(stored.reservations) == {a.action_id: AMOUNT}
+
+
+def _siblings(store: Store, clock: Clock, owner: Owner) -> tuple[Intent, Intent, int]:
+    """Two actions on one payment under one lease (the same decision twice); the first has
+    taken its claim, and with it the payment's turn. Its epoch is returned."""
+    lease = _lease(store, clock(), cap=3 * AMOUNT)
+    a, b = _intent(lease), _intent(lease)
+    attempt = store.begin(a, owner, TTL, GRACE)
+    assert attempt.status == "taken"
+    return a, b, attempt.epoch
+
+
+def test_a_second_action_on_a_target_whose_turn_is_live_is_busy(backend: Backend) -> None:
+    """While one action on a payment holds its turn, a sibling (another owner, or the same
+    owner as two threads of one gate are) gets `busy` naming the holder: its intent is
+    journaled without a claim, and trying again changes nothing."""
+    clock = Clock()
+    store = backend.make(clock)
+    this_process = Owner.current("one-gate")
+    for owner, sibling_owner in ((remote_owner(), remote_owner()), (this_process,) * 2):
+        a, b, _ = _siblings(store, clock, owner)
+
+        busy = store.begin(b, sibling_owner, TTL, GRACE)
+
+        assert busy.status == "busy" and busy.epoch == 0
+        assert busy.holder is not None and busy.holder.intent.action_id == a.action_id
+        assert busy.holder.claim is not None and busy.holder.claim.expires_at == clock() + TTL
+        state = store.action(b.action_id)
+        assert state is not None and state.claim is None and state.attempts == 0
+        assert [h.record for h in store.history(b.action_id)] == ["intent"]
+        assert store.take_claim(b.action_id, sibling_owner, TTL, GRACE).status == "busy"
+        assert b.action_id in store.pending()
+
+
+def test_the_turn_frees_when_its_holder_settles_releases_or_expires(backend: Backend) -> None:
+    """The turn needs no clearing: a sibling takes it once the holder settled, released its
+    claim, let it expire, or (same host) died before `sending`; a `sending` holder keeps it
+    until its expiry plus the grace."""
+    clock = Clock()
+    store = backend.make(clock)
+    owner = remote_owner()
+
+    a, b, epoch = _siblings(store, clock, owner)
+    assert store.settle(a.action_id, epoch, owner, _sent(), CHECKS, {}, None) is not None
+    assert store.begin(b, owner, TTL, GRACE).status == "taken"
+
+    a, b, epoch = _siblings(store, clock, owner)
+    store.release(a.action_id, epoch)
+    assert store.begin(b, owner, TTL, GRACE).status == "taken"
+
+    a, b, epoch = _siblings(store, clock, owner)
+    clock.sleep(TTL - 0.01)
+    assert store.begin(b, owner, TTL, GRACE).status == "busy"
+    clock.sleep(0.01)
+    assert store.take_claim(b.action_id, owner, TTL, GRACE).status == "taken"
+
+    a, b, epoch = _siblings(store, clock, gone_owner())
+    assert store.begin(b, owner, TTL, GRACE).status == "taken"
+
+    a, b, epoch = _siblings(store, clock, gone_owner())
+    sending = store.mark_sending(a.action_id, epoch, TTL)
+    assert sending.status == "ok" and sending.claim is not None
+    clock.now = sending.claim.expires_at + GRACE - 0.01
+    assert store.begin(b, owner, TTL, GRACE).status == "busy"
+    clock.now = sending.claim.expires_at + GRACE
+    taken = store.take_claim(b.action_id, owner, TTL, GRACE)
+    assert taken.status == "taken" and taken.epoch == 1
+
+
+def test_the_holder_takes_its_own_claim_again_and_keeps_the_turn(backend: Backend) -> None:
+    """An action's own recovery is not kept off by its own turn; a sibling that took the
+    turn meanwhile keeps the first one off until it is done."""
+    clock = Clock()
+    store = backend.make(clock)
+    owner = remote_owner()
+    a, b, _ = _siblings(store, clock, owner)
+    clock.sleep(TTL)
+    assert store.take_claim(a.action_id, owner, TTL, GRACE).status == "taken"
+    assert store.begin(b, owner, TTL, GRACE).status == "busy"
+    clock.sleep(TTL)
+    eb = store.take_claim(b.action_id, owner, TTL, GRACE).epoch
+    assert eb == 1
+
+    busy = store.take_claim(a.action_id, owner, TTL, GRACE)
+
+    assert busy.status == "busy" and busy.holder is not None
+    assert busy.holder.intent.action_id == b.action_id
+
+
+def test_commit_2_is_fenced_on_the_turn(backend: Backend) -> None:
+    """A holder whose turn a sibling took (its owner looked dead) sends nothing: `sending`
+    is refused as a lost claim even though its own claim is live; the sibling sends."""
+    clock = Clock()
+    store = backend.make(clock)
+    a, b, ea = _siblings(store, clock, gone_owner())
+    eb = store.begin(b, remote_owner(), TTL, GRACE).epoch
+
+    assert store.mark_sending(a.action_id, ea, TTL).status == "claim_lost"
+    assert store.mark_sending(b.action_id, eb, TTL).status == "ok"
+    state = store.action(a.action_id)
+    assert state is not None and state.claim is not None and not state.claim.sending
+
+
+@pytest.mark.parametrize("n", [2, 8])
+def test_sibling_submits_on_threads_refund_once(backend: Backend, n: int) -> None:
+    """`n` identical decisions (one fingerprint, a lease whose cap covers them all) submitted
+    at once on threads through one gate, as a framework runs one model turn's tool calls:
+    one refund; every other sibling reads again after it landed and is refused."""
+    store = backend.make()
+    payments = InProcessPayments()
+    pi = payments.create_payment(PAYMENT).id
+    lease = _lease(store, time.time(), cap=(n + 1) * AMOUNT, target=pi)
+    seen = refunds_fingerprint(payments.list_refunds(pi))
+    intents = [Intent(new_action_id(), "refund", pi, AMOUNT, lease.id, seen) for _ in range(n)]
+
+    outcomes = submit_siblings(store, StripeRefund(payments), intents, TIMING)
+
+    assert sorted(o.status for o in outcomes) == ["refused"] * (n - 1) + ["sent"]
+    assert {o.reason for o in outcomes if o.status == "refused"} == {REASON_WORLD_CHANGED}
+    assert len(payments.list_refunds(pi)) == 1
+    assert verify(store, payments).ok
 
 
 def test_settle_writes_outcome_receipt_and_spend_together(backend: Backend) -> None:
@@ -719,7 +853,9 @@ def test_random_histories_answer_as_the_reference_does(backend: Backend, story: 
     store = backend.on_clock()
     ref_clock.now = clock.now
     reference = MemoryStore(clock=ref_clock)
-    lease = Lease(f"lease_{uuid.uuid4().hex[:10]}", "refund", "pi_p", 5_000, clock() + 3600,
+    # A payment of its own per example: an earlier example's action may still hold its turn.
+    target = f"pi_p_{uuid.uuid4().hex[:8]}"
+    lease = Lease(f"lease_{uuid.uuid4().hex[:10]}", "refund", target, 5_000, clock() + 3600,
                   "support", clock())  # fmt: skip
     store.grant_lease(lease)
     reference.grant_lease(lease)

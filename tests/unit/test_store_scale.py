@@ -1,5 +1,5 @@
 """The SQLite store does not slow down as it grows (docs/design.md §7): the paths the demo
-and the library take use indexes, version 2 stores are migrated in place, and `verify()`
+and the library take use indexes, version 2 and 3 stores are migrated in place, and `verify()`
 reads the store a batch at a time with memory bounded."""
 
 from __future__ import annotations
@@ -68,9 +68,11 @@ def _plans(store: SQLiteStore, call: object) -> list[str]:
 
 
 def _downgrade_to_version_2(path: Path) -> None:
-    """Make a store look as version 2 wrote it: no metadata index, no receipt index."""
+    """Make a store look as version 2 wrote it: no metadata index, no receipt index, no
+    turns."""
     conn = sqlite3.connect(path)
     with conn:
+        conn.execute("DROP TABLE turns")
         conn.execute("DROP TABLE action_metadata")
         conn.execute("DROP INDEX actions_receipt")
         conn.execute("UPDATE meta SET value='2' WHERE key='schema_version'")
@@ -128,6 +130,41 @@ def test_a_version_2_store_is_migrated_in_place_and_read_as_it_is_read_only(
     assert migrated.actions({"case": "later-1"}) == [more[1]]
     assert [s.action_id for s in migrated.settled()] == ids + more
     assert verify(migrated, signing_key=None).ok
+    migrated.close()
+    version = sqlite3.connect(path).execute("SELECT value FROM meta").fetchone()
+    assert version == (str(SCHEMA_VERSION),)
+
+
+def test_a_version_3_store_gets_its_turns_in_place_and_is_read_as_it_is_read_only(
+    tmp_path: Path,
+) -> None:
+    """A version 3 store (no turns) is read as it is read-only, and gets the turns table
+    when opened for writing; a claim taken before holds no turn, so a sibling may take the
+    payment's turn, and then the older claim's commit 2 is refused: nothing is sent twice."""
+    path = tmp_path / "journal.sqlite3"
+    store = SQLiteStore(path)
+    ids = _settle(store, 2)
+    now = time.time()
+    older = Intent(new_action_id(), "refund", "pi_scale", 100, "lease-case", "fp", created_at=now)
+    epoch = store.begin(older, OWNER, TTL_S, GRACE_S).epoch
+    store.close()
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("DROP TABLE turns")
+        conn.execute("UPDATE meta SET value='3' WHERE key='schema_version'")
+    conn.close()
+
+    read_only = SQLiteStore.open_read_only(path)
+    assert [s.action_id for s in read_only.settled()] == ids
+    state = read_only.action(older.action_id)
+    assert state is not None and state.claim is not None and state.claim.epoch == epoch
+    assert verify(read_only, signing_key=None).ok
+    read_only.close()
+
+    migrated = SQLiteStore(path)
+    sibling = Intent(new_action_id(), "refund", "pi_scale", 100, "lease-case", "fp")
+    assert migrated.begin(sibling, OWNER, TTL_S, GRACE_S).status == "taken"
+    assert migrated.mark_sending(older.action_id, epoch, TTL_S).status == "claim_lost"
     migrated.close()
     version = sqlite3.connect(path).execute("SELECT value FROM meta").fetchone()
     assert version == (str(SCHEMA_VERSION),)
