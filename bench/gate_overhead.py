@@ -38,6 +38,7 @@ from typing import Any, TypeVar
 
 from interlock import (
     ACTION_METADATA_KEY,
+    UNSIGNED_APPROVALS,
     Gate,
     Intent,
     Lease,
@@ -215,7 +216,14 @@ def repeat(actions: int, workdir: Path) -> Repeat:
     store = SQLiteStore(workdir / "journal.sqlite3")
     baseline = DurableCommit(workdir / "baseline.sqlite3")
     timing = Timing()
-    gate = Gate(store, StripeRefund(payments), timing=timing, switches=Switches(), signing_key=None)
+    gate = Gate(
+        store,
+        StripeRefund(payments),
+        timing=timing,
+        switches=Switches(),
+        signing_key=None,
+        approvers=UNSIGNED_APPROVALS,
+    )
     try:
         statements = _statements(store, gate, payments)
         commits: list[int] = []

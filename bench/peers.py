@@ -42,6 +42,7 @@ for _path in (ROOT, BENCH):  # run as a script from anywhere in a checkout
 from gate_overhead import DurableCommit, TimedPayments, decision  # noqa: E402
 
 from interlock import (  # noqa: E402
+    UNSIGNED_APPROVALS,
     Gate,
     PostgresStore,
     SQLiteStore,
@@ -68,6 +69,7 @@ class GateArm:
             timing=Timing(),
             switches=Switches(),
             signing_key=None,
+            approvers=UNSIGNED_APPROVALS,
         )
 
     def run(self) -> float:
@@ -217,6 +219,7 @@ class PostgresGateArm(GateArm):
             timing=Timing(),
             switches=Switches(),
             signing_key=None,
+            approvers=UNSIGNED_APPROVALS,
         )
 
 

@@ -47,6 +47,7 @@ if str(BENCH) not in sys.path:
 from gate_overhead import DurableCommit, TimedPayments  # noqa: E402
 
 from interlock import (  # noqa: E402
+    UNSIGNED_APPROVALS,
     Check,
     Gate,
     Intent,
@@ -153,7 +154,12 @@ def gate_repeat(path: Path, workdir: Path, actions: int) -> tuple[float, float]:
     store = SQLiteStore(path)
     baseline = DurableCommit(workdir / f"baseline-{time.monotonic_ns()}.sqlite3")
     gate = Gate(
-        store, StripeRefund(payments), timing=Timing(), switches=Switches(), signing_key=None
+        store,
+        StripeRefund(payments),
+        timing=Timing(),
+        switches=Switches(),
+        signing_key=None,
+        approvers=UNSIGNED_APPROVALS,
     )
     book: list[float] = []
     commit: list[float] = []

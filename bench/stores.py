@@ -60,6 +60,7 @@ from typing import Any
 from gate_overhead import TimedPayments
 
 from interlock import (
+    UNSIGNED_APPROVALS,
     Gate,
     Intent,
     Lease,
@@ -271,7 +272,13 @@ def bookkeeping(place: Place, actions: int, workdir: Path) -> Bookkeeping:
     payments = TimedPayments(InProcessPayments())
     store = place.open()
     baseline = DurableCommit(place, workdir)
-    gate = Gate(store, StripeRefund(payments), timing=Timing(), switches=Switches())
+    gate = Gate(
+        store,
+        StripeRefund(payments),
+        timing=Timing(),
+        switches=Switches(),
+        approvers=UNSIGNED_APPROVALS,
+    )
     try:
         statements, trips = _statements(store, gate, payments)
         commits, spent, base = [], [], []
@@ -318,6 +325,7 @@ def _worker(place: Place, count: int, barrier: Any, results: Any) -> None:
             timing=Timing(),
             switches=Switches(),
             owner=Owner.current(f"bench-{os.getpid()}"),
+            approvers=UNSIGNED_APPROVALS,
         )
         intents = [_decision(payments, store) for _ in range(count)]
     except Exception as e:

@@ -29,6 +29,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere in a checkout
     sys.path.insert(0, str(ROOT))
 
 from interlock import (  # noqa: E402
+    UNSIGNED_APPROVALS,
     Gate,
     Intent,
     Lease,
@@ -65,7 +66,12 @@ def main(argv: list[str] | None = None) -> int:
         payments = StripePayments(make_stripe_client(KEY, timeout_s=1, base_url=url))
         store = MemoryStore()
         gate = Gate(
-            store, StripeRefund(payments), timing=TIMING, switches=Switches(), signing_key=b"k" * 32
+            store,
+            StripeRefund(payments),
+            timing=TIMING,
+            switches=Switches(),
+            signing_key=b"k" * 32,
+            approvers=UNSIGNED_APPROVALS,
         )
         intents = []
         for _ in range(args.actions):

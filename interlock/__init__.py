@@ -10,6 +10,7 @@ the receipts against each other and against Stripe.
 import importlib as _importlib
 import typing as _typing
 
+from interlock._approvals import UNSIGNED_APPROVALS, Approver, Approvers
 from interlock._claims import Owner
 from interlock._config import Switches, Timing
 from interlock._crash_points import CrashPoint
@@ -97,6 +98,8 @@ __all__ = [  # noqa: RUF022 - sorted case-insensitively, as httpx does
     "ACTION_METADATA_KEY",
     "ActionError",
     "ActionState",
+    "Approver",
+    "Approvers",
     "Check",
     "ConfigError",
     "CrashPoint",
@@ -148,6 +151,7 @@ __all__ = [  # noqa: RUF022 - sorted case-insensitively, as httpx does
     "Transfer",
     "Transfers",
     "transfers_fingerprint",
+    "UNSIGNED_APPROVALS",
     "verify",
     "VerifyResult",
 ]

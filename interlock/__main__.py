@@ -28,8 +28,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from interlock._approvals import Approvers
 from interlock._config import Timing
-from interlock._errors import StoreError
+from interlock._errors import ConfigError, StoreError
 from interlock._signals import Interrupted, stop_signals_interrupt
 from interlock._store_postgres import PostgresStore, is_postgres_url
 from interlock._stores import open_store
@@ -101,6 +102,13 @@ def main(argv: list[str] | None = None) -> int:
         help="with --stripe: also read every refund (and transfer) on the account since the "
         "store's first action (for a store that is the account's only interlock store)",
     )
+    v.add_argument(
+        "--approvers",
+        metavar="PEM",
+        action="append",
+        help="an approver's public key file (repeat for several; default: INTERLOCK_APPROVERS): "
+        "every approval must carry a signature that verifies under one of them",
+    )
     emu = sub.add_parser("stripe-emulator", help="serve the loopback Stripe emulator alone")
     emu.add_argument("--port", type=int, help="port on 127.0.0.1 (default: a free one)")
     try:
@@ -145,9 +153,15 @@ def _verify(location: str, key: str, args: argparse.Namespace) -> int:
     except StoreError as e:
         print(str(e), file=sys.stderr)
         return 2
+    try:
+        approvers = Approvers.load(*args.approvers) if args.approvers else Approvers.from_env()
+    except ConfigError as e:
+        store.close()
+        print(str(e), file=sys.stderr)
+        return 2
     payments = _stripe(key) if args.stripe else None
     try:
-        result = verify(store, payments, account_wide=args.account_wide)
+        result = verify(store, payments, account_wide=args.account_wide, approvers=approvers)
     finally:
         store.close()
         if payments is not None:

@@ -55,7 +55,8 @@ class GateEvent(str, Enum):
     CHECK = (
         "check",
         ("name",),
-        "a check ran (`name`: lookup, currency, world_unchanged or approval; see CHECK_FIELDS)",
+        "a check ran (`name`: lookup, currency, world_unchanged, approval_signature or "
+        "approval; see CHECK_FIELDS)",
     )
     READ_UNSETTLED = ("read-unsettled", ("error",), "a read settled nothing; it is retried")
     SENDING = (
@@ -124,6 +125,7 @@ class GateEvent(str, Enum):
 CHECK_FIELDS: Mapping[str, tuple[str, ...]] = {
     "lookup": ("found",),
     "world_unchanged": ("passed",),
+    "approval_signature": ("passed", "problem", "signed"),
     "approval": ("passed", "problem"),
     "currency": ("passed",),
 }

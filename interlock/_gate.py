@@ -5,11 +5,12 @@ Three durable commits per action:
 1. `begin`: the intent and the claim together (every take of a claim gets a new epoch).
    Then one read of the target serves the lookup (our own earlier send: adopt it, send
    nothing) and the world check (the fingerprint the decision was based on), and the
-   approval is checked.
+   approval is checked: signed by one of the gate's approvers over everything it
+   authorizes, live, and covering the amount.
 2. `mark_sending`: `sending`, the lease reservation and the claim's renewal, all or none,
-   fenced on the epoch. Right before the call, the claim must still have the Stripe
-   timeout + 5 s + the slack left. The call: idempotency key = the action id, metadata
-   naming the action, a total deadline.
+   fenced on the epoch, and only under the very lease that was checked. Right before the
+   call, the claim must still have the Stripe timeout + 5 s + the slack left. The call:
+   idempotency key = the action id, metadata naming the action, a total deadline.
 3. `settle`: the outcome, the receipt and the lease's spend, fenced on the epoch.
 
 **Maybe sent.** An answer that settles nothing (timeout, reset, 5xx, 409, 429, a 2xx that
@@ -56,6 +57,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from interlock._approvals import Approvers
 from interlock._claims import Owner
 from interlock._config import Switches, Timing
 from interlock._effects import AT_STRIPE, Effect, Found, Observation, accepts
@@ -200,6 +202,7 @@ class GateOptions:
     max_sends: int = 3
     new_action_id: Callable[[], str] = new_action_id
     monotonic: Callable[[], float] | None = None
+    approvers: Approvers | None = None
 
 
 @dataclass
@@ -228,6 +231,8 @@ class _Drive:
     # While the monotonic clock is before this, our last create may still land: only
     # look up.
     in_flight_until: float | None = None
+    # The digest of the approval the last check verified: commit 2 sends under it only.
+    approval: str | None = None
 
     @property
     def intent(self) -> Intent:
@@ -258,6 +263,7 @@ class Gate:
             max_sends=options.max_sends,
             new_action_id=options.new_action_id,
             monotonic=options.monotonic,
+            approvers=options.approvers,
         )
 
     def __init__(
@@ -275,8 +281,15 @@ class Gate:
         max_sends: int = 3,
         new_action_id: Callable[[], str] = new_action_id,
         monotonic: Callable[[], float] | None = None,
+        approvers: Approvers | None = None,
     ) -> None:
-        """`new_action_id` mints the id of the action `reapprove` journals: a test passes
+        """`approvers` is the trust list of the approvers' public keys (`Approvers`): at every
+        send and resend the gate refuses an approval whose signature does not verify under
+        one of them. Without it, `INTERLOCK_APPROVERS` names the key files; with neither,
+        `ConfigError`. `UNSIGNED_APPROVALS` is the explicit opt-in to accept unsigned
+        approvals (tests, migration), which lets any store writer mint one.
+
+        `new_action_id` mints the id of the action `reapprove` journals: a test passes
         one it can predict, as `clock`, `monotonic` and `sleep` let it own the gate's time.
 
         `clock` is the wall clock (an intent's time, a lease's expiry); `monotonic` times
@@ -302,6 +315,16 @@ class Gate:
             )
         self.switches = switches if switches is not None else Switches.from_env()
         self.owner = owner if owner is not None else Owner.current()
+        if approvers is None:
+            approvers = Approvers.from_env()
+        if approvers is None:
+            raise ConfigError(
+                "the gate has no approvers to check approvals with: pass "
+                "approvers=interlock.Approvers.load('approvers.pem') (the approvers' public "
+                "keys) or set INTERLOCK_APPROVERS to their key files; to accept unsigned "
+                "approvals (tests, migration) pass approvers=interlock.UNSIGNED_APPROVALS"
+            )
+        self.approvers = approvers
         self._key = signing_key if signing_key is not None else receipt_key()
         self._emit_to = on_event
         self._clock = clock
@@ -322,6 +345,7 @@ class Gate:
             max_sends=max_sends,
             new_action_id=new_action_id,
             monotonic=monotonic,
+            approvers=approvers,
         )
         """The options this gate was built with, resolved (see `GateOptions`)."""
 
@@ -566,7 +590,7 @@ class Gate:
             if drive.unknown is not None:
                 return self._leave_unknown(intent.action_id, drive.epoch, drive.unknown)
 
-            refusal = self._world_and_approval(intent, obs, checks)
+            refusal, drive.approval = self._world_and_approval(intent, obs, checks)
             if refusal is not None:
                 return self._settle(drive.state, drive.epoch, refusal, checks, drive.unsettled)
             if drive.sends >= self._max_sends:
@@ -628,7 +652,9 @@ class Gate:
         create got an answer that may hide a send; look again, never send.
         """
         aid, epoch = drive.intent.action_id, drive.epoch
-        sending = self.store.mark_sending(aid, epoch, self.timing.renewal_s)
+        sending = self.store.mark_sending(
+            aid, epoch, self.timing.renewal_s, approval=drive.approval
+        )
         marked_at = self._monotonic()
         if sending.status == "claim_lost":
             return self._leave(
@@ -779,20 +805,23 @@ class Gate:
 
     def _world_and_approval(
         self, intent: Intent, obs: Observation, checks: list[Check]
-    ) -> Settlement | None:
-        """The currency check (when the read learned the target's), the world check and the
-        approval check, in that order; appends to `checks`."""
+    ) -> tuple[Settlement | None, str | None]:
+        """The currency check (when the read learned the target's), the world check, the
+        approval's signature and the approval check, in that order; appends to `checks`.
+        Returns the refusal, if any, and the digest of the approval verified (commit 2
+        sends under that very approval only)."""
         currency = intent.currency or obs.currency
         if intent.currency is not None and obs.currency is not None:
             same = intent.currency == obs.currency
             checks.append(Check("currency", intent.currency, obs.currency, same))
             self._emit(GateEvent.CHECK, action_id=intent.action_id, name="currency", passed=same)
             if not same:
-                return Settlement(
+                refusal = Settlement(
                     "refused",
                     f"the intent is in {intent.currency.upper()}, the payment is in "
                     f"{obs.currency.upper()}: a refund is always in its payment's currency",
                 )
+                return refusal, None
         unchanged = obs.fingerprint == intent.fingerprint
         checks.append(
             Check(
@@ -806,9 +835,30 @@ class Gate:
             GateEvent.CHECK, action_id=intent.action_id, name="world_unchanged", passed=unchanged
         )
         if not unchanged:
-            return Settlement("refused", REASON_WORLD_CHANGED)
+            return Settlement("refused", REASON_WORLD_CHANGED), None
+        lease = self.store.lease(intent.lease_id)
+        if lease is not None and lease.damaged is None:
+            unsigned = self.approvers.problem(lease)
+            checks.append(
+                Check(
+                    "approval_signature",
+                    "signed by one of the gate's approvers over what it authorizes",
+                    unsigned or self.approvers.describe(lease),
+                    unsigned is None,
+                )
+            )
+            self._emit(
+                GateEvent.CHECK,
+                action_id=intent.action_id,
+                name="approval_signature",
+                passed=unsigned is None,
+                problem=unsigned,
+                signed=None if unsigned else self.approvers.describe(lease),
+            )
+            if unsigned is not None:
+                return Settlement("refused", unsigned), None
         problem = approval_problem(
-            self.store.lease(intent.lease_id),
+            lease,
             kind=intent.kind,
             target=intent.target,
             amount=intent.amount,
@@ -825,7 +875,9 @@ class Gate:
             passed=problem is None,
             problem=problem,
         )
-        return None if problem is None else Settlement("refused", problem)
+        if problem is not None or lease is None:
+            return Settlement("refused", problem), None
+        return None, lease.digest()
 
     def _settle_found(
         self,

@@ -340,8 +340,13 @@ class Store(Protocol):
         target's turn is free (else `busy`)."""
         ...
 
-    def mark_sending(self, action_id: str, epoch: int, ttl_s: float) -> SendingAttempt:
-        """Commit 2: `sending`, the lease reservation and the claim's renewal, all or none."""
+    def mark_sending(
+        self, action_id: str, epoch: int, ttl_s: float, *, approval: str | None = None
+    ) -> SendingAttempt:
+        """Commit 2: `sending`, the lease reservation and the claim's renewal, all or none.
+
+        `approval`: the `Lease.digest()` of the lease the gate checked; the lease stored
+        now must be that one, or commit 2 is refused (a row swapped since the check)."""
         ...
 
     def mark_unknown(self, action_id: str, reason: str) -> None:
@@ -684,8 +689,11 @@ class RuleStore:
             and claim.live(now)
         )
 
-    def mark_sending(self, action_id: str, epoch: int, ttl_s: float) -> SendingAttempt:
-        """Commit 2: `sending`, the lease reservation and the claim's renewal, all or none."""
+    def mark_sending(
+        self, action_id: str, epoch: int, ttl_s: float, *, approval: str | None = None
+    ) -> SendingAttempt:
+        """Commit 2: `sending`, the lease reservation and the claim's renewal, all or none;
+        with `approval`, only under the very lease the gate checked (see `Store`)."""
         with self._write() as tx:
             row = tx.get_action(action_id)
             if row is None:
@@ -719,6 +727,12 @@ class RuleStore:
             )
             if problem is not None or lease is None:
                 return SendingAttempt("lease_refused", problem)
+            if approval is not None and lease.digest() != approval:
+                return SendingAttempt(
+                    "lease_refused",
+                    f"approval {lease.id} changed in the store after it was checked: "
+                    "nothing is sent under an approval that was not checked",
+                )
             if lease.reservations.get(action_id) != intent.amount:
                 tx.put_lease(lease.with_reservation(action_id, intent.amount), new=False)
             row.claim = replace(claim, expires_at=max(claim.expires_at, now + ttl_s), sending=True)

@@ -15,10 +15,17 @@ ids as an `Intent` checks them, whole cents in range, finite times, expiry after
 grant. A lease that was stored bad anyway (by an older version, or by hand) is read back
 as *damaged*: every action under it is refused, saying so, instead of raising on each
 attempt and staying pending for good (docs/design.md §4).
+
+A lease may be *exact*: it authorizes one action of exactly `cap` cents, once (the amount
+must equal the cap, and the store lets one action reserve and spend it). A signed lease
+carries its approver's `key_id` and an Ed25519 `signature` over `signed_bytes()`: the
+canonical JSON of what it authorizes (never its spend, reservations or revocation), which
+`interlock/_approvals.py` makes and checks.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import string
 from collections.abc import Mapping
@@ -27,7 +34,17 @@ from typing import Any
 
 from interlock._errors import UNREADABLE, LeaseError
 from interlock._money import currency_problem
-from interlock._receipts import load_json
+from interlock._receipts import canonical_json, load_json
+
+APPROVAL_DOMAIN = b"interlock-approval-v1\n"
+"""Prefixed to the canonical JSON an approval's signature covers, so that no other signed
+text of ours (a receipt, a tree head) can be passed off as an approval."""
+# What an approval authorizes, and so what its signature covers: never its spend, its
+# reservations or its revocation, which the store changes as it is used.
+AUTHORIZED_FIELDS = (
+    "id", "kind", "target", "currency", "cap", "exact",
+    "expires_at", "granted_by", "granted_at", "key_id",
+)  # fmt: skip
 
 # The same rules an Intent holds its ids and amount to (interlock/_journal.py): ids go
 # into HTTP headers, metadata and SQL; amounts are whole cents below 10^10.
@@ -54,11 +71,18 @@ class Lease:
     revoked_at: float | None = None
     revoked_by: str | None = None
     reservations: Mapping[str, int] = field(default_factory=dict)
+    # Lowercase ISO code of the money it covers; None for a lease stored before currencies,
+    # read as `LEGACY_CURRENCY`.
+    currency: str | None = None
+    # One action of exactly `cap` cents, once.
+    exact: bool = False
+    # The approver's key id and Ed25519 signature over `signed_bytes()`; None when unsigned.
+    key_id: str | None = None
+    signature: str | None = None
     # Set only by `from_dict` for a stored lease that fails these checks: what is wrong.
     damaged: str | None = field(default=None, compare=False)
     # The stored data of a damaged lease, written back as it was (nothing is lost).
     raw: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
-    currency: str | None = None
 
     def __post_init__(self) -> None:
         if self.damaged is None:
@@ -104,7 +128,33 @@ class Lease:
             problem = currency_problem(self.currency)
             if problem is not None:
                 return f"currency {problem}"
+        if not isinstance(self.exact, bool):
+            return f"exact must be true or false, got {self.exact!r}"
+        for name in ("key_id", "signature"):
+            value = getattr(self, name)
+            if value is not None and _id_problem(value) is not None:
+                return f"{name} {_id_problem(value)}"
+        if (self.key_id is None) != (self.signature is None):
+            return "key_id and signature go together: both set (signed) or neither (unsigned)"
         return None
+
+    def authorized(self) -> dict[str, Any]:
+        """What this approval authorizes: the fields its signature covers (its times as
+        floats, as the store reads them back, so a lease granted with whole seconds
+        verifies the same before and after it was stored)."""
+        fields = {name: getattr(self, name) for name in AUTHORIZED_FIELDS}
+        for name in ("expires_at", "granted_at"):
+            if isinstance(fields[name], int) and not isinstance(fields[name], bool):
+                fields[name] = float(fields[name])
+        return fields
+
+    def signed_bytes(self) -> bytes:
+        """The bytes an approver signs: a domain line, then `authorized()` as canonical JSON."""
+        return approval_bytes(self.authorized())
+
+    def digest(self) -> str:
+        """SHA-256 of `signed_bytes()`: names exactly what was checked, for commit 2."""
+        return hashlib.sha256(self.signed_bytes()).hexdigest()
 
     @property
     def revoked(self) -> bool:
@@ -146,6 +196,12 @@ class Lease:
                 f"approval is in {mine.upper()}, the action is in {currency.upper()}: "
                 f"grant an approval in {currency.upper()}"
             )
+        if self.exact:
+            if amount != self.cap:
+                return f"approval is for exactly {self.cap}, not {amount}"
+            used = self.spent > 0 or any(aid != action_id for aid in self.reservations)
+            if used:
+                return "exact approval already used by another action: it covers one, once"
         available = self.available_for(action_id)
         if amount > available:
             return f"amount {amount} exceeds what the approval has left ({available} of {self.cap})"
@@ -168,6 +224,9 @@ class Lease:
             "revoked_by": self.revoked_by,
             "reservations": dict(self.reservations),
             "currency": self.currency,
+            "exact": self.exact,
+            "key_id": self.key_id,
+            "signature": self.signature,
         }
 
     @classmethod
@@ -217,6 +276,9 @@ class Lease:
                 for k, v in dict(data.get("reservations") or {}).items()
             },
             currency=data.get("currency"),
+            exact=data.get("exact", False),
+            key_id=data.get("key_id"),
+            signature=data.get("signature"),
         )
 
     def with_reservation(self, action_id: str, amount: int | None) -> Lease:
@@ -227,6 +289,12 @@ class Lease:
         else:
             reservations[action_id] = amount
         return replace(self, reservations=reservations)
+
+
+def approval_bytes(authorized: Mapping[str, Any]) -> bytes:
+    """What an approval's signature covers: the domain line, then `authorized` (the lease's
+    `AUTHORIZED_FIELDS`) as canonical JSON."""
+    return APPROVAL_DOMAIN + canonical_json(dict(authorized)).encode()
 
 
 def _whole(name: str, value: object) -> int:

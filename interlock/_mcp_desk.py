@@ -40,6 +40,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from interlock._approvals import Approver, Approvers
 from interlock._claims import Owner
 from interlock._config import Switches, Timing
 from interlock._effects import StripeRefund
@@ -145,12 +146,14 @@ def grant_approval(
     hours: float,
     by: str,
     now: float | None = None,
+    approver: Approver | None = None,
 ) -> Lease:
     """Approve refunds on the payment up to `cap` cents for `hours`; `DeskError` if one is live.
 
     A live approval is never replaced silently: the person revokes it first, so that its
     spend and its reservations are not forgotten by a fresh cap. `now` defaults to the
-    wall clock.
+    wall clock. With `approver` the approval is signed by its key (and granted in its name),
+    as a desk whose gate trusts that approver needs; without it, it is unsigned.
     """
     now = time.time() if now is None else now
     check_payment_id(payment_intent)
@@ -167,17 +170,16 @@ def grant_approval(
             "then approve again"
         )
     n = 1 if latest is None else int(latest.id.rsplit(":", 1)[1]) + 1
-    return store.grant_lease(
-        Lease(
-            id=_approval_id(payment_intent, n),
-            kind=StripeRefund.kind,
-            target=payment_intent,
-            cap=cap,
-            expires_at=now + hours * 3600,
-            granted_by=by,
-            granted_at=now,
-        )
+    lease = Lease(
+        id=_approval_id(payment_intent, n),
+        kind=StripeRefund.kind,
+        target=payment_intent,
+        cap=cap,
+        expires_at=now + hours * 3600,
+        granted_by=by,
+        granted_at=now,
     )
+    return store.grant_lease(lease if approver is None else approver.sign(lease))
 
 
 def revoke_approval(
@@ -232,6 +234,7 @@ class RefundDesk:
         log: Log | None = None,
         on_event: EventSink | None = None,
         clock: Callable[[], float] = time.time,
+        approvers: Approvers | None = None,
     ) -> None:
         self.payments = payments
         self.store = store
@@ -244,6 +247,7 @@ class RefundDesk:
             owner=owner or Owner.current("mcp-server"),
             on_event=on_event,
             clock=clock,
+            approvers=approvers,
         )
         # (session, payment) -> fingerprint of the refunds get_payment showed that session,
         # oldest read first (bounded by MAX_READS)
@@ -475,8 +479,9 @@ def refund_gate(
     owner: Owner,
     on_event: EventSink | None,
     clock: Callable[[], float],
+    approvers: Approvers | None = None,
 ) -> Gate:
-    """The gate every refund of the desk goes through."""
+    """The gate every refund of the desk goes through (`approvers`: see `Gate`)."""
     return Gate(
         store,
         StripeRefund(payments),
@@ -489,6 +494,7 @@ def refund_gate(
         # in-flight window (looking its refund up) and then answers "unknown", within
         # an MCP client's patience; the next call or a restart carries on.
         max_sends=1,
+        approvers=approvers,
     )
 
 

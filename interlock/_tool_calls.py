@@ -17,6 +17,10 @@ back into the tool's answer. What is the same for every framework lives here onc
   refused one (`reapproval_id`), so a framework's re-run of the same call (LangGraph's
   node after a resume, a process resumed after a kill) finds the re-approval journaled
   and carries it on instead of deciding again.
+- **Exact approvals**: `exact_approval(approver, question)` is what a person's tool grants
+  for a guard's question: exactly that action (its kind, target and amount), once, signed
+  by the person's key. What runs must then be what was approved: the gate refuses another
+  amount, another target or a second action under it.
 - **The words for the model**: what happened, and what to do next. Only `sent` and
   `adopted` say done; `pending` (and unknown) says *not done yet, do not retry and do not
   ask for a new refund*, since the gate carries the same action on and a new one would be
@@ -27,12 +31,14 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import quote
 
+from interlock._approvals import Approver
 from interlock._gate import Gate, Outcome
-from interlock._journal import MAX_ID_LENGTH
+from interlock._journal import MAX_ID_LENGTH, Intent
+from interlock._leases import Lease
 from interlock._money import format_amount
 
 _HASHED_HEAD = 120
@@ -41,6 +47,23 @@ APPROVAL_TYPE = "interlock_approval"
 """The type of a guard's question to a person before a send, so a client tells it from others."""
 REAPPROVAL_TYPE = "interlock_reapproval"
 """The type of a guard's question to a person after a refusal: approve it again?"""
+
+
+def exact_approval(
+    approver: Approver, question: Mapping[str, Any], *, expires_in_s: float = 3600.0
+) -> Lease:
+    """The signed approval of exactly what a guard asked a person (`question`: its
+    `kind`, `target`, `amount` and `action_id`), once. Store it (`store.grant_lease`) and
+    resume with its id as the answer's `lease_id`; run this where the person's key is,
+    never in the agent's worker."""
+    action_id = str(question["action_id"])
+    return approver.grant(
+        kind=str(question["kind"]),
+        target=str(question["target"]),
+        amount=int(question["amount"]),
+        expires_in_s=expires_in_s,
+        lease_id=_hashed(f"exact:{action_id}", "exact"),
+    )
 
 
 def action_id_for(framework: str, scope: str, tool_call_id: str) -> str:
@@ -105,6 +128,21 @@ class Reapproval:
                 )
             values[name] = value
         return cls(**values)
+
+
+def under_approval(
+    gate: Gate, intent: Intent, answer: Reapproval | None
+) -> tuple[Intent, Reapproval | None]:
+    """A person's answer that names this very call before it was journaled approves it
+    under their own approval, such as an `exact_approval` of what they were shown: the call
+    is sent under that lease instead of the one it named. Any other answer (a re-approval
+    of a refused action, this one included once journaled) is left as it is."""
+    if answer is None or answer.action_id != intent.action_id:
+        return intent, answer
+    if gate.store.action(intent.action_id) is not None:
+        return intent, answer
+    metadata = {**intent.metadata, "approved_by": answer.by}
+    return replace(intent, lease_id=answer.lease_id, metadata=metadata), None
 
 
 def approve_again(gate: Gate, refused: Outcome, lease_id: str, by: str) -> Outcome:

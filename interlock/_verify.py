@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from interlock._approvals import Approvers
 from interlock._effects import ListsSends, Sent, StripeRefund, StripeTransfer
 from interlock._errors import UNREADABLE, ConfigError, PaymentsError, StoreError
 from interlock._journal import (
@@ -130,6 +131,7 @@ def verify(
     signing_key: bytes | None = None,
     account_wide: bool = False,
     effects: Iterable[ListsSends] = (),
+    approvers: Approvers | None = None,
 ) -> VerifyResult:
     """Check the receipt chain, the store against it, and the provider against both.
 
@@ -157,6 +159,10 @@ def verify(
     `ListsSends`). An action of a kind no effect lists is reported as not checked.
     Account-wide, it lists the refunds (when `payments` is given), every kind the store's
     actions have, and every kind in `effects`.
+    Given `approvers` (default: the public keys `INTERLOCK_APPROVERS` names, if set), every
+    approval must carry a signature that verifies under one of them: one that does not (a
+    store writer's, or one altered after signing) is a problem, and so is every refund
+    sent or adopted under it. Without approvers, signatures are not checked.
     """
     key = signing_key if signing_key is not None else receipt_key()
     damaged = store.integrity_problems()
@@ -166,6 +172,9 @@ def verify(
     chain = ChainCheck(key)
     problems = _store_problems(store, chain)
     problems.extend(_record_problems(store))
+    trust = approvers if approvers is not None else Approvers.from_env()
+    if trust is not None:
+        problems.extend(_approval_problems(store, trust))
     signed = chain.length > 0 and chain.all_signed
     checked = 0
     effects = list(effects)
@@ -283,6 +292,29 @@ def _record_problems(store: Store) -> list[str]:
         elif lease_id in short:
             problems.append(short[lease_id])
     problems.extend(unnamed)
+    return problems
+
+
+def _approval_problems(store: Store, approvers: Approvers) -> list[str]:
+    """Approvals whose signature does not verify under `approvers`, and the refunds sent or
+    adopted under them (the store's writer, not an approver, authorized those)."""
+    bad: dict[str, str] = {}
+    for lease in store.leases():
+        problem = approvers.problem(lease)
+        if problem is not None:
+            bad[lease.id] = problem
+    problems = [bad[lease_id] for lease_id in sorted(bad)]
+    if not bad:
+        return problems
+    for entry in store.histories():
+        row, s = entry.row, entry.row.settlement if entry.row is not None else None
+        if row is None or s is None or s.status not in ("sent", "adopted"):
+            continue
+        if row.intent.lease_id in bad:
+            problems.append(
+                f"action {entry.action_id}: {s.status} refund {s.external_id} under approval "
+                f"{row.intent.lease_id}, which no trusted approver signed"
+            )
     return problems
 
 

@@ -26,7 +26,9 @@ runs: the gate's effect is what sends. Every other tool passes through untouched
   `interrupt(value)` with `value["type"] == "interlock_approval"` (the action id, the
   target, the amount, the approval it will be sent under). Resume with
   `Command(resume={"approved": True, "by": "alice"})` (optionally `"lease_id"`: an
-  approval the person granted for it) or `{"approved": False, "reason": "..."}`. The
+  approval the person granted for it: `exact_approval(approver, value)` signs exactly the
+  action asked about, once, so what runs is what the person saw; the gate refuses any
+  other amount or target under it) or `{"approved": False, "reason": "..."}`. The
   node re-runs from the top and only then calls the gate, so the gate's re-check of the
   approval and of the refunds happens after the wait: a revocation or a hand refund
   during it is refused. (LangGraph's `interrupt()` in `ainvoke` needs Python 3.11 or
@@ -85,11 +87,12 @@ from interlock._errors import IntentError
 from interlock._gate import Gate, Outcome
 from interlock._journal import Intent
 from interlock._money import format_amount
-from interlock._tool_calls import APPROVAL_TYPE, REAPPROVAL_TYPE, Reapproval
+from interlock._tool_calls import APPROVAL_TYPE, REAPPROVAL_TYPE, Reapproval, exact_approval
 
 __all__ = [  # noqa: RUF022 - sorted case-insensitively, as interlock's own __all__
     "action_id_for",
     "APPROVAL_TYPE",
+    "exact_approval",
     "fingerprint_seen",
     "InterlockMiddleware",
     "outcome_data",

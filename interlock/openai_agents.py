@@ -37,6 +37,12 @@ is the latest outcome of a call's action (its re-approvals followed): the refuse
 to name, or the refund made. `state.reject(item)` sends nothing. The README's example
 ("OpenAI Agents SDK: a guarded function tool") runs in-process against the fake payments
 with the SDK's own `agents.testing.ScriptedModel`.
+
+**Exactly what the person saw.** A person may approve a call under an approval of their
+own: `exact_approval(approver, {"action_id": ..., "kind": ..., "target": ..., "amount":
+...})` signs exactly that action, once; pass `Reapproval(that call's own action id, its
+lease id, by)` as `again` and the call is sent under it. What runs must be what was
+approved: the gate refuses another amount or target, or a second action, under it.
 """
 
 from __future__ import annotations
@@ -56,10 +62,11 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess without
 from interlock import _tool_calls
 from interlock._gate import Gate, Outcome
 from interlock._journal import Intent
-from interlock._tool_calls import Reapproval, outcome_words
+from interlock._tool_calls import Reapproval, exact_approval, outcome_words
 
 __all__ = [  # noqa: RUF022 - sorted case-insensitively, as interlock's own __all__
     "action_id_for",
+    "exact_approval",
     "FRAMEWORK",
     "outcome_words",
     "Reapproval",
@@ -129,4 +136,5 @@ class ToolGate:
         return None
 
     def _run(self, intent: Intent, again: Reapproval | None) -> Outcome:
+        intent, again = _tool_calls.under_approval(self.gate, intent, again)
         return _tool_calls.carry_on(self.gate, self.gate.submit(intent), again)

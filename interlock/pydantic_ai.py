@@ -28,7 +28,10 @@ runs: the gate's effect is what sends. Every other tool of the toolset passes th
   refused one. `ToolDenied` sends nothing (Pydantic AI answers the model itself). Every
   resume re-runs the call from the top: the journal answers the first send (refused, as
   recorded) and the re-approval (under an id derived from the refused one), so neither
-  is decided twice, even after a kill.
+  is decided twice, even after a kill. To approve exactly what the person saw, sign
+  `exact_approval(approver, metadata[call id])` (that action, once) and approve with
+  `metadata={call id: Reapproval(this call's action id, its lease id, by).to_dict()}`: the
+  call is sent under it, and the gate refuses another amount or target under it.
 - **Words for the model** (`outcome_words`): *done* for `sent` and `adopted`; *not done,
   refused* with the reason (do not retry, a person decides); *not done yet* for pending and
   unknown (do not retry, do not ask for a new refund: the same action is carried on).
@@ -65,12 +68,14 @@ from interlock._tool_calls import (
     REAPPROVAL_TYPE,
     Reapproval,
     amount_words,
+    exact_approval,
     outcome_words,
 )
 
 __all__ = [  # noqa: RUF022 - sorted case-insensitively, as interlock's own __all__
     "action_id_for",
     "APPROVAL_TYPE",
+    "exact_approval",
     "FRAMEWORK",
     "InterlockToolset",
     "outcome_words",
@@ -162,8 +167,7 @@ class InterlockToolset(WrapperToolset[Any]):
             ) from e
         if self.approval and not ctx.tool_call_approved:
             raise ApprovalRequired(_question(APPROVAL_TYPE, intent, action_id))
-        answer = _reapproval(ctx)
-        outcome = await asyncio.to_thread(self._run, intent, answer)
+        outcome = await asyncio.to_thread(self._run, intent, _reapproval(ctx))
         if self.reapproval and outcome.status == "refused":
             raise ApprovalRequired(
                 _question(REAPPROVAL_TYPE, intent, outcome.action_id, outcome.reason)
@@ -171,6 +175,7 @@ class InterlockToolset(WrapperToolset[Any]):
         return outcome_words(outcome)
 
     def _run(self, intent: Intent, answer: Reapproval | None) -> Outcome:
+        intent, answer = _tool_calls.under_approval(self.gate, intent, answer)
         return _tool_calls.carry_on(self.gate, self.gate.submit(intent), answer)
 
 

@@ -57,7 +57,6 @@ server (`python -m interlock stripe-emulator --port 12111` and `temporal server 
 
     import asyncio
     import os
-    import time
     from concurrent.futures import ThreadPoolExecutor
     from dataclasses import dataclass
 
@@ -129,19 +128,15 @@ server (`python -m interlock stripe-emulator --port 12111` and `temporal server 
         payments = interlock.StripePayments(stripe)
         store = interlock.SQLiteStore("interlock.sqlite3")
         payment = payments.create_payment(10_000)  # $100, and an approval for $20 back
+        support = interlock.Approver.generate("support")  # the approver's key stays with them
         lease = store.grant_lease(
-            interlock.Lease(
-                f"lease_{payment.id}",
-                "refund",
-                payment.id,
-                cap=2_000,
-                expires_at=time.time() + 3600,
-                granted_by="support",
-                granted_at=time.time(),
-            )
+            support.grant(kind="refund", target=payment.id, cap=2_000, expires_in_s=3600)
         )
         ask = Refund(payment.id, 2_000, lease.id, interlock.refunds_fingerprint(payment.refunds))
-        gate = interlock.Gate(store, interlock.StripeRefund(payments), timing=TIMING)
+        approvers = interlock.Approvers.of(support)  # what a worker is given: public keys
+        gate = interlock.Gate(
+            store, interlock.StripeRefund(payments), timing=TIMING, approvers=approvers
+        )
         refunds = Refunds(ActivityGate(gate))
         client = await Client.connect("127.0.0.1:7233")
         with ThreadPoolExecutor() as pool:

@@ -74,6 +74,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from interlock._approvals import Approver, Approvers
 from interlock._claims import Owner
 from interlock._config import Switches, Timing
 from interlock._crash_points import CrashPoint
@@ -419,11 +420,15 @@ def run_cell(
     journal = (store or (lambda c: MemoryStore(clock=c)))(clock)
     lease_id = f"lease-{uuid.uuid4().hex[:12]}"
     intent = w.decide(lease_id)
-    # The approval is in the action's currency: the intent's, else the effect's own.
+    # The harness grants as an approver would, and its gates trust that approver only;
+    # the approval is in the action's currency: the intent's, else the effect's own.
+    approver = Approver.generate("harness")
     currency = intent.currency or getattr(new_effect(), "currency", None)
     journal.grant_lease(
-        Lease(lease_id, intent.kind, intent.target, intent.amount, _T0 + 86_400, "harness", _T0,
-              currency=currency)
+        approver.sign(
+            Lease(lease_id, intent.kind, intent.target, intent.amount, _T0 + 86_400, "harness",
+                  _T0, currency=currency)
+        )
     )  # fmt: skip
     provider = _Provider(new_effect, cell.answer, clock)
     # Another action on the same target went first, through the same kind of effect (in
@@ -468,6 +473,7 @@ def run_cell(
             clock=clock,
             sleep=clock.sleep,
             monotonic=clock,
+            approvers=Approvers.of(approver),
         )
 
     def while_held(seconds: float) -> None:
@@ -506,10 +512,10 @@ def run_cell(
     second = replace(w.decide(lease_id), target=intent.target, action_id=_near(intent.action_id, 1))
     second = replace(second, fingerprint=new_effect().observe(second).fingerprint)
     second_lease = f"{lease_id}-2"
-    journal.grant_lease(
+    journal.grant_lease(approver.sign(
         Lease(second_lease, second.kind, second.target, second.amount, _T0 + 86_400 * 2,
               "harness", clock.now, currency=currency)
-    )  # fmt: skip
+    ))  # fmt: skip
     second = replace(second, lease_id=second_lease)
     second_out = gate(Owner.current("second"), {}, None).submit(second)
     got = w.count(intent)

@@ -17,14 +17,17 @@ Two rules for what a run leaves behind and hands on, each written once here:
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 from interlock import (
+    Approver,
+    Approvers,
     ConfigError,
     CrashPoint,
     PostgresStore,
@@ -182,6 +185,16 @@ class Paths:
     def cases(self) -> Path:
         """Case files the workers read."""
         return self.demo / "cases"
+
+    @property
+    def approver_key(self) -> Path:
+        """Support's private approval key: the engine grants with it; no worker reads it."""
+        return self.demo / "support-approver.key"
+
+    @property
+    def approvers(self) -> Path:
+        """The approvers' public keys (support's): what workers check approvals with."""
+        return self.demo / "approvers.pem"
 
     @property
     def logs(self) -> Path:
@@ -409,6 +422,57 @@ def resolve(
     )
 
 
+SUPPORT = "support"
+"""The demo's approver: the name its signed approvals are granted in."""
+
+
+def support_approver(config: DemoConfig) -> Approver:
+    """Support's approver, whose key signs every approval the demo grants.
+
+    Made once under `INTERLOCK_HOME` (the private key 0600, its public key beside it for
+    the workers, `worker_env`) and read back after; never shown, never given to a worker.
+    A mock run, which writes no files, signs with a key of this process instead.
+    """
+    if config.run_mode.in_process:
+        return _mock_support()
+    return paths_support_approver(config.paths)
+
+
+def paths_support_approver(paths: Paths) -> Approver:
+    """Support's approver under `paths` (see `support_approver`), made there once."""
+    if not paths.approver_key.exists():
+        fresh = Approver.generate(SUPPORT)
+        _place(paths.approver_key, fresh.save)
+    approver = Approver.load(SUPPORT, paths.approver_key)
+    if not paths.approvers.exists():
+        _place(paths.approvers, lambda path: _write_private(path, approver.public_pem()))
+    return approver
+
+
+@functools.cache
+def _mock_support() -> Approver:
+    return Approver.generate(SUPPORT)
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    with open_private(path, "wb") as f:
+        f.write(data)
+
+
+def _place(path: Path, write: Callable[[Path], object]) -> None:
+    """Write a new private file whole under another name, then link it into place unless
+    another engine placed one first (so no reader ever sees half a key)."""
+    private_dir(path.parent)
+    fresh = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.new")
+    write(fresh)
+    try:
+        os.link(fresh, path)
+    except FileExistsError:
+        pass
+    finally:
+        fresh.unlink()
+
+
 def create_private_journal(path: Path) -> None:
     """Create an empty 0600 journal at `path` unless one appeared meanwhile.
 
@@ -476,6 +540,8 @@ def worker_env(
         {
             "INTERLOCK_HOME": str(config.paths.demo),
             ENV_STORE: config.store_location,
+            # Public keys only: a worker checks approvals, it can never make one.
+            Approvers.ENV_NAME: str(config.paths.approvers),
             "PYTHONUNBUFFERED": "1",
             # Every field, exactly: the worker reads nothing of its timing anywhere else.
             **config.timing.to_env(),

@@ -34,6 +34,7 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         "INTERLOCK_CRASH",
         "INTERLOCK_RECEIPT_KEY",
         "INTERLOCK_STORE",
+        "INTERLOCK_APPROVERS",
     ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("INTERLOCK_HOME", str(tmp_path / "interlock-home"))

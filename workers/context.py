@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from interlock import (
+    Approvers,
     CrashPoint,
     Owner,
     Payments,
@@ -171,6 +172,9 @@ class WorkerContext:
     new_action_id: Callable[[], str] = new_action_id
     # Where `crash` kills this run (None: nowhere), so a story can refuse one it never reaches.
     crash_point: CrashPoint | None = None
+    # The approvers whose signed approvals the gate acts under; None: the public keys
+    # INTERLOCK_APPROVERS names (a worker process is given those, never a private key).
+    approvers: Approvers | None = None
 
 
 # Builds a column's worker context for one run from the case, its decision box, how it

@@ -61,6 +61,7 @@ def gate_options(ctx: WorkerContext) -> GateOptions:
         clock=ctx.clock,
         sleep=ctx.sleep,
         monotonic=ctx.monotonic,
+        approvers=ctx.approvers,
     )
 
 

@@ -91,6 +91,10 @@ def gate_event_text(event: Event, *, answerer: str = STRIPE) -> str | None:
                 if d.get("passed")
                 else "world check: the payment's refunds CHANGED since the decision"
             )
+        if name == "approval_signature":
+            # The key id stays in the receipt: one line names who signed.
+            signed = "approval " + str(d.get("signed")).split(" (key ", 1)[0]
+            return signed if d.get("passed") else f"approval: {d.get('problem')}"
         if name == "approval":
             return "approval: ok" if d.get("passed") else f"approval: {d.get('problem')}"
     if kind is GateEvent.SENDING:

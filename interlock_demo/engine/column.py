@@ -36,7 +36,7 @@ from interlock_demo.core.run import (
 from interlock_demo.core.verdict import judge, stripe_card
 from interlock_demo.errors import ColumnFailed, UsageError
 from interlock_demo.network import live_failure_line
-from interlock_demo.settings import DemoConfig
+from interlock_demo.settings import SUPPORT, DemoConfig, support_approver
 from scenarios import (
     CURRENCY,
     FAULTS,
@@ -211,16 +211,19 @@ class ColumnScript:
             PAYMENT_AMOUNT, currency=CURRENCY, metadata={"case": case_id, "demo_run": run.run_id}
         )
         now = run.clock.wall()
+        # Support signs the approval with its own key; workers hold only the public key.
         lease = self.store.grant_lease(
-            Lease(
-                id=f"lease_{case_id}",
-                kind="refund",
-                target=payment.id,
-                cap=LEASE_CAP,
-                expires_at=now + LEASE_TTL_S,
-                granted_by="support",
-                granted_at=now,
-                currency=CURRENCY,
+            support_approver(self.config).sign(
+                Lease(
+                    id=f"lease_{case_id}",
+                    kind="refund",
+                    target=payment.id,
+                    cap=LEASE_CAP,
+                    expires_at=now + LEASE_TTL_S,
+                    granted_by=SUPPORT,
+                    granted_at=now,
+                    currency=CURRENCY,
+                )
             )
         )
         self.case = Case(case_id, col.name, payment.id, lease.id, REFUND_AMOUNT, SUPPORT_REQUEST)
@@ -233,7 +236,7 @@ class ColumnScript:
         self.event(
             RunEventKind.SETUP,
             f"new {format_amount(PAYMENT_AMOUNT, CURRENCY)} payment {payment.id}; approval for "
-            f"refunds up to {format_amount(LEASE_CAP, CURRENCY)}",
+            f"refunds up to {format_amount(LEASE_CAP, CURRENCY)}, signed by support",
             payment_intent=payment.id,
             amount=PAYMENT_AMOUNT,
             lease_id=lease.id,

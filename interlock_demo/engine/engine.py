@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from interlock import (
+    Approvers,
     Event,
     GateOptions,
     Lease,
@@ -57,7 +58,7 @@ from interlock_demo.engine.mock import MockClock, MockLauncher
 from interlock_demo.engine.process import ProcessLauncher
 from interlock_demo.engine.supervisor import Supervisor
 from interlock_demo.errors import BusyError
-from interlock_demo.settings import EMULATOR_KEY, TEMPORAL, DemoConfig
+from interlock_demo.settings import EMULATOR_KEY, SUPPORT, TEMPORAL, DemoConfig, support_approver
 from scenarios import CURRENCY, LEASE_CAP, REFUND_AMOUNT, Scenario, scenario
 from workers.context import Case
 from workers.interlock import refund_gate
@@ -254,16 +255,19 @@ class Engine:
             owned = store = config.open_store()
         try:
             now = self.clock.wall()
+            support = support_approver(config)
             lease = store.grant_lease(
-                Lease(
-                    id=f"lease_{col.case_id}-reapproved-{len(col.action_ids)}",
-                    kind="refund",
-                    target=str(col.payment_intent),
-                    cap=LEASE_CAP,
-                    expires_at=now + LEASE_TTL_S,
-                    granted_by="support (re-approved)",
-                    granted_at=now,
-                    currency=CURRENCY,
+                support.sign(
+                    Lease(
+                        id=f"lease_{col.case_id}-reapproved-{len(col.action_ids)}",
+                        kind="refund",
+                        target=str(col.payment_intent),
+                        cap=LEASE_CAP,
+                        expires_at=now + LEASE_TTL_S,
+                        granted_by=SUPPORT,
+                        granted_at=now,
+                        currency=CURRENCY,
+                    )
                 )
             )
             run.add_event(
@@ -283,6 +287,7 @@ class Engine:
                     on_event=lambda event: _reapprove_event(run, config, event),
                     clock=self.clock.wall,
                     new_action_id=self.ids.action_id,
+                    approvers=Approvers.of(support),
                 ),
                 answerer=config.run_mode.answerer,
             )

@@ -13,11 +13,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from interlock import CrashPoint, Owner
+from interlock import Approvers, CrashPoint, Owner
 from interlock.testing import PaymentsModel
 from interlock_demo.core.run import WorkerInfo
 from interlock_demo.engine.column import FAULTS_NEED_THE_EMULATOR, ColumnScript
 from interlock_demo.errors import ColumnFailed
+from interlock_demo.settings import support_approver
 from scenarios import REFUND_AMOUNT
 from workers.agent import ScriptedModel
 from workers.context import MemoryBox, SimulatedCrash, WorkerContext
@@ -117,6 +118,8 @@ class MockLauncher:
             answerer=MOCK,
             new_action_id=self.new_action_id,
             crash_point=crash_point,
+            # The engine's own approver: a mock worker runs in its process, with no files.
+            approvers=Approvers.of(support_approver(script.config)),
         )
         self._on_event(
             script, {"kind": EventKind.START, "text": f"{col.name} worker started (simulated)"}

@@ -25,7 +25,7 @@ from interlock_demo.exit_codes import ExitCode
 from interlock_demo.stopping import Stopped
 
 if TYPE_CHECKING:
-    from interlock import Event, Payments, SQLiteStore
+    from interlock import Approver, Approvers, Event, Payments, SQLiteStore
 
 OFFLINE_PAYMENT = 10_000
 OFFLINE_CAP = 2_000
@@ -100,8 +100,9 @@ def run(args: argparse.Namespace) -> int:
                     print(f"interlock-demo mcp: {missing}", file=sys.stderr)
                     return ExitCode.USAGE
                 lease = grant_approval(
-                    store, args.payment, args.cap, hours=args.hours, by=by, now=time.time()
-                )
+                    store, args.payment, args.cap, hours=args.hours, by=by, now=time.time(),
+                    approver=_approver(),
+                )  # fmt: skip
                 print(
                     f"approved refunds on {args.payment} up to "
                     f"{format_amount(lease.cap, lease_currency(lease))} until "
@@ -197,7 +198,7 @@ def _serve(args: argparse.Namespace) -> int:
             if existing is None:
                 lease = grant_approval(
                     store, args.mcp_approve, args.mcp_cap, hours=args.mcp_hours,
-                    by="the --approve flag", now=now,
+                    by="the --approve flag", now=now, approver=_approver(),
                 )  # fmt: skip
                 cap = format_amount(lease.cap, lease_currency(lease))
                 log(f"approved refunds on {lease.target} up to {cap}")
@@ -212,8 +213,9 @@ def _serve(args: argparse.Namespace) -> int:
         elif args.mcp_offline:
             payment = payments.create_payment(OFFLINE_PAYMENT, metadata={"case": "mcp-offline"})
             lease = grant_approval(
-                store, payment.id, OFFLINE_CAP, hours=args.mcp_hours, by="--offline", now=now
-            )
+                store, payment.id, OFFLINE_CAP, hours=args.mcp_hours, by="--offline", now=now,
+                approver=_approver(),
+            )  # fmt: skip
             notes.append(
                 f"Offline demo: payment {payment.id} "
                 f"({format_amount(payment.amount, payment.currency)}) is approved for refunds "
@@ -234,6 +236,7 @@ def _serve(args: argparse.Namespace) -> int:
             owner=Owner.current("mcp-server"),
             log=log,
             on_event=on_event,
+            approvers=_trusted(),
         )
         desk.recover()
         where = "the loopback Stripe emulator" if args.mcp_offline else "Stripe test mode"
@@ -306,6 +309,26 @@ def _payment_missing(
     except PaymentsUnsettledError as e:
         return f"not approved: could not read {payment} at Stripe ({e.detail}); try again"
     return None
+
+
+def _approver() -> Approver:
+    """Support's approver, the demo's (made once under INTERLOCK_HOME, 0600): `approve`
+    signs with it. The server only checks with its public key, except that its --approve
+    and --offline grants at start sign with it too (a rehearsal's shortcut)."""
+    from interlock_demo.settings import Paths, paths_support_approver
+
+    return paths_support_approver(Paths.from_env())
+
+
+def _trusted() -> Approvers:
+    """The approvers the server's gate trusts: support's public key, from its file."""
+    from interlock import Approvers
+    from interlock_demo.settings import Paths, paths_support_approver
+
+    paths = Paths.from_env()
+    if not paths.approvers.exists():
+        paths_support_approver(paths)  # made once, by whichever demo command runs first
+    return Approvers.load(paths.approvers)
 
 
 def _open_store() -> SQLiteStore | None:

@@ -609,6 +609,10 @@ async def test_a_reapproves_after_interlock_refused(home: Path, sid: str) -> Non
         agent_rows = [r for r in col.stripe.refunds if r.by == "agent"]
         assert [r.id for r in agent_rows] == [col.outcome.refund_id]
         assert f"$20.00  agent  {col.outcome.refund_id}" in card
+        # The re-approval is support's signed grant, and the card says who signed it.
+        assert "✓ approval: ok, signed by support" in card
+        (signature,) = [c for c in col.receipt["checks"] if c["name"] == "approval_signature"]
+        assert signature["passed"] and signature["observed"].startswith("signed by support")
         assert "a person approves the $20 refund again" in pane_part(
             app, "interlock", "event-lines"
         )

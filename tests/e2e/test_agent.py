@@ -32,6 +32,7 @@ from interlock import (
 )
 from interlock.testing import InProcessPayments, PaymentsModel, StripeEmulator
 from tests.conftest import TEST_KEY
+from tests.helpers.approvals import APPROVER
 from tests.helpers.headless import ROOT, SCRUBBED
 from workers.agent import (
     MAX_TURNS,
@@ -414,17 +415,22 @@ def _live_case(
     store_path = home / "interlock.sqlite3"
     store = SQLiteStore(store_path)
     store.grant_lease(
-        Lease(
-            id=f"lease_{column}",
-            kind="refund",
-            target=pi,
-            cap=2000,
-            expires_at=4e9,
-            granted_by="support",
-            granted_at=1e9,
+        APPROVER.sign(
+            Lease(
+                id=f"lease_{column}",
+                kind="refund",
+                target=pi,
+                cap=2000,
+                expires_at=4e9,
+                granted_by="support",
+                granted_at=1e9,
+            )
         )
     )
     store.close()
+    # The worker checks approvals with the approver's public key only, as the engine's do.
+    approvers = tmp_path / "approvers.pem"
+    approvers.write_bytes(APPROVER.public_pem())
     case = Case(f"case-{column}", column, pi, f"lease_{column}", 2000, REQUEST)
     case_file = tmp_path / "case.json"
     case_file.write_text(json.dumps(case.to_dict()))
@@ -433,6 +439,7 @@ def _live_case(
         {
             "INTERLOCK_HOME": str(home),
             "INTERLOCK_STORE": str(store_path),
+            "INTERLOCK_APPROVERS": str(approvers),
             "INTERLOCK_STRIPE_BASE": emulator.url,
             "STRIPE_SECRET_KEY": TEST_KEY,
             "INTERLOCK_AGENT": "anthropic",

@@ -17,6 +17,7 @@ import pytest
 
 from interlock import (
     ACTION_METADATA_KEY,
+    UNSIGNED_APPROVALS,
     ActionError,
     Gate,
     Intent,
@@ -42,8 +43,8 @@ TIMING = Timing(claim_ttl_s=6, stripe_timeout_s=1)
 # and SIGKILLs its own process right after commit 1.
 WORKER = """
 import os, signal, sys
-from interlock import (Gate, Intent, SQLiteStore, StripePayments, StripeTransfer, Timing,
-    make_stripe_client)
+from interlock import (UNSIGNED_APPROVALS, Gate, Intent, SQLiteStore, StripePayments,
+    StripeTransfer, Timing, make_stripe_client)
 
 url, store, key, action, target, amount, lease, fingerprint = sys.argv[1:]
 payments = StripePayments(make_stripe_client(key, timeout_s=1, base_url=url))
@@ -54,7 +55,8 @@ def on_event(event):
         os.kill(os.getpid(), signal.SIGKILL)
 
 gate = Gate(SQLiteStore(store), StripeTransfer(payments, currency="usd"),
-            timing=Timing(claim_ttl_s=6, stripe_timeout_s=1), on_event=on_event)
+            timing=Timing(claim_ttl_s=6, stripe_timeout_s=1), on_event=on_event,
+            approvers=UNSIGNED_APPROVALS)  # this test is about currencies, not who approved
 gate.submit(Intent(action, "transfer", target, int(amount), lease, fingerprint))
 """
 
@@ -83,7 +85,9 @@ def test_an_eur_gate_leaves_a_killed_usd_workers_transfer_and_the_usd_gate_sends
     journaled = store.action(action)
     assert journaled is not None and journaled.intent.currency == "usd"
 
-    eur = Gate(store, StripeTransfer(payments, currency="eur"), timing=TIMING)
+    eur = Gate(
+        store, StripeTransfer(payments, currency="eur"), timing=TIMING, approvers=UNSIGNED_APPROVALS
+    )
     assert eur.recover() == []
     with pytest.raises(ActionError, match="is in USD, this gate sends EUR"):
         eur.recover_action(action)
@@ -92,7 +96,9 @@ def test_an_eur_gate_leaves_a_killed_usd_workers_transfer_and_the_usd_gate_sends
     assert untouched.attempts == journaled.attempts and untouched.claim == journaled.claim
     assert emulator.model.requests.count(("POST", "transfers")) == 0
 
-    [outcome] = Gate(store, StripeTransfer(payments, currency="usd"), timing=TIMING).recover()
+    [outcome] = Gate(
+        store, StripeTransfer(payments, currency="usd"), timing=TIMING, approvers=UNSIGNED_APPROVALS
+    ).recover()
 
     transfers = payments.list_transfers(account)
     assert outcome.status == "sent", outcome
@@ -117,7 +123,9 @@ def test_an_eur_intent_is_refused_by_a_usd_gate_before_anything_is_journaled(
     intent = Intent(new_action_id(), "transfer", account, AMOUNT, "lease-x", seen, currency="eur")
 
     with pytest.raises(ActionError, match="is in EUR, this gate sends USD"):
-        Gate(store, StripeTransfer(payments), timing=TIMING).submit(intent)
+        Gate(store, StripeTransfer(payments), timing=TIMING, approvers=UNSIGNED_APPROVALS).submit(
+            intent
+        )
 
     assert store.action(intent.action_id) is None
     assert emulator.model.requests.count(("POST", "transfers")) == 0
@@ -137,7 +145,7 @@ def test_a_yen_refund_through_the_sdk_is_checked_and_worded_in_yen(
         Lease(lease, "refund", payment.id, 2_000, now + 3600, "t", now, currency="jpy")
     )
     seen = refunds_fingerprint(payment.refunds)
-    gate = Gate(store, StripeRefund(payments), timing=TIMING)
+    gate = Gate(store, StripeRefund(payments), timing=TIMING, approvers=UNSIGNED_APPROVALS)
 
     in_dollars = Intent(new_action_id(), "refund", payment.id, 2_000, lease, seen, currency="usd")
     refused = gate.submit(in_dollars)

@@ -20,6 +20,7 @@ import pytest
 
 from interlock import (
     ACTION_METADATA_KEY,
+    UNSIGNED_APPROVALS,
     Gate,
     Intent,
     Lease,
@@ -116,6 +117,7 @@ def rig(emulator: StripeEmulator, tmp_path: Path) -> Iterator[Rig]:
         timing=Timing(claim_ttl_s=6, stripe_timeout_s=DEADLINE_S),
         switches=Switches(),
         on_event=lambda event: events.append((event.kind, dict(event.data))),
+        approvers=UNSIGNED_APPROVALS,
     )
     yield Rig(emulator, payments, store, gate, payment.id, events)
     store.close()
@@ -484,6 +486,7 @@ def test_a_wall_clock_step_while_its_create_is_held_never_refuses_its_own_refund
         switches=Switches(),
         clock=clock,
         **({"sleep": logged_sleep} if own_sleep else {}),
+        approvers=UNSIGNED_APPROVALS,
     )
 
     def outage() -> None:
@@ -538,6 +541,7 @@ def test_a_gate_whose_create_outlasts_its_claim_reports_its_refund_not_the_refus
         timing=Timing(claim_ttl_s=6, stripe_timeout_s=DEADLINE_S),
         switches=Switches(),
         clock=clock,
+        approvers=UNSIGNED_APPROVALS,
     )
     other_store = SQLiteStore(rig.store.path, clock=clock)
     other = Gate(
@@ -547,6 +551,7 @@ def test_a_gate_whose_create_outlasts_its_claim_reports_its_refund_not_the_refus
         switches=Switches(),
         owner=Owner.current("other"),
         clock=clock,
+        approvers=UNSIGNED_APPROVALS,
     )
     refusals: list[Outcome] = []
 

@@ -27,6 +27,7 @@ import pytest
 
 from interlock import (
     ACTION_METADATA_KEY,
+    UNSIGNED_APPROVALS,
     Gate,
     Intent,
     Lease,
@@ -177,6 +178,7 @@ def test_processes_racing_with_kills_faults_and_hand_refunds_keep_every_rule(
         timing=TIMING,
         switches=Switches(),
         owner=Owner.current("last"),
+        approvers=UNSIGNED_APPROVALS,
     )
     last.recover()
 

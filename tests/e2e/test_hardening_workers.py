@@ -63,6 +63,8 @@ ALLOWED = {
     "ANTHROPIC_API_KEY",
     "INTERLOCK_HOME",
     "INTERLOCK_STORE",
+    # The approvers' public key file: what a worker checks approvals with.
+    "INTERLOCK_APPROVERS",
     "INTERLOCK_CLAIM_TTL",
     "INTERLOCK_STRIPE_TIMEOUT",
     "INTERLOCK_CLAIM_GRACE",

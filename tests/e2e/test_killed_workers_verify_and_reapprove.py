@@ -23,6 +23,7 @@ import pytest
 
 from interlock import (
     ACTION_METADATA_KEY,
+    UNSIGNED_APPROVALS,
     Gate,
     Intent,
     Lease,
@@ -135,6 +136,7 @@ def test_reapprove_of_an_unknown_action_killed_after_its_500_adopts_the_refund_t
             switches=Switches(),
             signing_key=KEY,
             on_event=lambda e: events.append((e.kind, dict(e.data))),
+            approvers=UNSIGNED_APPROVALS,
         )
         outcome = gate.reapprove(intent.action_id, again.id, "support")
 

@@ -24,19 +24,19 @@ DEMO_ONLY = {"textual", "textual-serve", "rich", "anthropic", "aiohttp"}
 
 GUARDED_REFUND = textwrap.dedent(
     """
-    import json, sys, time
+    import json, sys
     import interlock
     from interlock.testing import InProcessPayments
 
     payments = InProcessPayments()
     store = interlock.SQLiteStore(sys.argv[1])
-    gate = interlock.Gate(store, interlock.StripeRefund(payments), signing_key=b"k" * 32)
-    payment = payments.create_payment(10_000)
-    now = time.time()
-    lease = interlock.Lease(
-        "lease_1", "refund", payment.id, cap=2_000, expires_at=now + 3600,
-        granted_by="support", granted_at=now,
+    support = interlock.Approver.generate("support")
+    gate = interlock.Gate(
+        store, interlock.StripeRefund(payments), signing_key=b"k" * 32,
+        approvers=interlock.Approvers.of(support),
     )
+    payment = payments.create_payment(10_000)
+    lease = support.grant(kind="refund", target=payment.id, cap=2_000, expires_in_s=3600)
     store.grant_lease(lease)
     intent = interlock.Intent(
         interlock.new_action_id(), "refund", payment.id, 2_000, lease.id,
@@ -103,7 +103,7 @@ def test_the_library_wheel_installs_alone_and_guards_a_refund(
 
     listed = _run(python, "-m", "pip", "list", "--format", "json", cwd=tmp_path)
     names = {p["name"].lower() for p in json.loads(listed.stdout)}
-    assert {"interlock", "stripe", "psutil"} <= names
+    assert {"interlock", "stripe", "psutil", "cryptography"} <= names
     assert not names & DEMO_ONLY, names & DEMO_ONLY
     assert "mcp" not in names  # the `mcp` extra's, not the base install's
 

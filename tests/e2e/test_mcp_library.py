@@ -31,6 +31,7 @@ from interlock.mcp import grant_approval, revoke_approval
 from interlock.testing import InProcessPayments, StripeEmulator
 from tests.conftest import TEST_KEY
 from tests.e2e.test_mcp_server import data, refunds, text, until_settled, wait_event
+from tests.helpers.approvals import APPROVER
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -56,9 +57,10 @@ def payment(emulator: StripeEmulator, tmp_path: Path) -> str:
     pi = InProcessPayments(emulator.model).create_payment(10_000).id
     store = SQLiteStore(tmp_path / STORE)
     try:
-        grant_approval(store, pi, AMOUNT, hours=1, by="ana")
+        grant_approval(store, pi, AMOUNT, hours=1, by="ana", approver=APPROVER)
     finally:
         store.close()
+    (tmp_path / "approvers.pem").write_bytes(APPROVER.public_pem())
     return pi
 
 
@@ -78,6 +80,8 @@ def connect(emulator: StripeEmulator, payment: str, tmp_path: Path) -> Callable[
                 "INTERLOCK_STRIPE_BASE": emulator.url,
                 "INTERLOCK_CLAIM_TTL": "6",
                 "INTERLOCK_STRIPE_TIMEOUT": "1",
+                # The server trusts the tests' approver: its public key only.
+                "INTERLOCK_APPROVERS": str(tmp_path / "approvers.pem"),
                 "PYTHONUNBUFFERED": "1",
             },
             cwd=str(tmp_path),
@@ -167,7 +171,7 @@ async def test_a_revocation_and_a_hand_refund_after_the_read_are_refused(
         try:
             revoke_approval(store, payment, by="ana")
             revoked = await refund(client, payment)
-            grant_approval(store, payment, AMOUNT, hours=1, by="ana")
+            grant_approval(store, payment, AMOUNT, hours=1, by="ana", approver=APPROVER)
         finally:
             store.close()
         await client.call_tool("get_payment", {"payment_intent": payment})

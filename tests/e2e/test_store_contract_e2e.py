@@ -22,6 +22,7 @@ import pytest
 from interlock import (
     ACTION_METADATA_KEY,
     REASON_WORLD_CHANGED,
+    UNSIGNED_APPROVALS,
     Gate,
     Intent,
     Owner,
@@ -140,6 +141,7 @@ def _race_in_threads(store: Store, emulator: StripeEmulator) -> list[dict[str, o
             switches=Switches(),
             owner=Owner.current(worker_id),
             on_event=lambda event: events.append(event.kind),
+            approvers=UNSIGNED_APPROVALS,
         )
         try:
             barrier.wait(timeout=10)

@@ -26,6 +26,7 @@ import pytest
 
 from interlock import (
     ACTION_METADATA_KEY,
+    UNSIGNED_APPROVALS,
     Check,
     Event,
     Gate,
@@ -140,6 +141,7 @@ def _host_gate(
         owner=owner,
         on_event=on_event,
         clock=lambda: time.time() + skew_s,
+        approvers=UNSIGNED_APPROVALS,
     )
 
 
@@ -989,6 +991,7 @@ def test_workers_share_one_server_connection_through_pgbouncer(
         gate = Gate(
             store, StripeRefund(payments), timing=TIMING, switches=Switches(),
             owner=Owner(name, 4242, 0.0, "host-" + name),
+            approvers=UNSIGNED_APPROVALS,
         )  # fmt: skip
         try:
             decisions = []

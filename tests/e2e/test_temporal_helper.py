@@ -57,6 +57,7 @@ from interlock_demo.engine.temporal.probe import temporal_unavailable
 from interlock_demo.engine.temporal.runtime import TemporalRuntime
 from interlock_demo.settings import Paths
 from tests.conftest import TEST_KEY
+from tests.helpers.approvals import APPROVERS
 from tests.helpers.gate_rig import AMOUNT, TIMING, Crash, GateWorld, gone_owner
 from tests.helpers.headless import Lines, reap
 
@@ -88,6 +89,7 @@ class World(GateWorld):
                 sleep=sleep or self.clock.sleep,
                 max_sends=max_sends,
                 monotonic=self.clock.monotonic,
+                approvers=APPROVERS,
             )
         )
 

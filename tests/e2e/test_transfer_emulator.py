@@ -16,6 +16,7 @@ import pytest
 
 from interlock import (
     ACTION_METADATA_KEY,
+    UNSIGNED_APPROVALS,
     Gate,
     Intent,
     Lease,
@@ -36,8 +37,8 @@ TIMING = Timing(claim_ttl_s=6, stripe_timeout_s=1)
 # The worker: one gate over the emulator that SIGKILLs its own process at `crash`.
 WORKER = """
 import os, signal, sys
-from interlock import (Gate, Intent, SQLiteStore, StripePayments, StripeTransfer, Timing,
-    make_stripe_client)
+from interlock import (UNSIGNED_APPROVALS, Gate, Intent, SQLiteStore, StripePayments,
+    StripeTransfer, Timing, make_stripe_client)
 
 url, store, key, crash, action, target, amount, lease, fingerprint = sys.argv[1:]
 payments = StripePayments(make_stripe_client(key, timeout_s=1, base_url=url))
@@ -48,7 +49,8 @@ def on_event(event):
         os.kill(os.getpid(), signal.SIGKILL)
 
 gate = Gate(SQLiteStore(store), StripeTransfer(payments),
-            timing=Timing(claim_ttl_s=6, stripe_timeout_s=1), on_event=on_event)
+            timing=Timing(claim_ttl_s=6, stripe_timeout_s=1), on_event=on_event,
+            approvers=UNSIGNED_APPROVALS)  # this test is about a kill, not who approved
 gate.submit(Intent(action, "transfer", target, int(amount), lease, fingerprint))
 """
 
@@ -85,7 +87,9 @@ def test_a_transfer_killed_after_stripes_answer_is_adopted_once(
     payments, store, intent = _decide(tmp_path, emulator)
 
     _worker(emulator, store, intent, "after-answer")
-    [outcome] = Gate(SQLiteStore(store), StripeTransfer(payments), timing=TIMING).recover()
+    [outcome] = Gate(
+        SQLiteStore(store), StripeTransfer(payments), timing=TIMING, approvers=UNSIGNED_APPROVALS
+    ).recover()
 
     transfers = payments.list_transfers(intent.target)
     assert outcome.status == "adopted", outcome
@@ -103,7 +107,9 @@ def test_a_transfer_made_by_hand_during_the_outage_refuses_the_action(
 
     _worker(emulator, store, intent, crash)
     by_hand = payments.create_transfer(intent.target, 1_000)
-    [outcome] = Gate(SQLiteStore(store), StripeTransfer(payments), timing=TIMING).recover()
+    [outcome] = Gate(
+        SQLiteStore(store), StripeTransfer(payments), timing=TIMING, approvers=UNSIGNED_APPROVALS
+    ).recover()
 
     assert outcome.status == "refused", outcome
     assert [t.id for t in payments.list_transfers(intent.target)] == [by_hand.id]

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from interlock import (
     ACTION_METADATA_KEY,
+    UNSIGNED_APPROVALS,
     Gate,
     Intent,
     Lease,
@@ -74,7 +75,14 @@ def _send(store: SQLiteStore, payments: Payments, payment_intent: str) -> Intent
         lease_id,
         refunds_fingerprint(payments.list_refunds(payment_intent)),
     )
-    gate = Gate(store, StripeRefund(payments), timing=TIMING, switches=Switches(), signing_key=KEY)
+    gate = Gate(
+        store,
+        StripeRefund(payments),
+        timing=TIMING,
+        switches=Switches(),
+        signing_key=KEY,
+        approvers=UNSIGNED_APPROVALS,
+    )
     outcome = gate.submit(intent)
     assert outcome.status == "sent", outcome
     return intent
@@ -208,6 +216,7 @@ def test_a_whole_store_is_clean_account_wide_beside_hand_refunds_and_older_ones(
     gate_clock_ahead = Gate(
         store, StripeRefund(stripe), timing=TIMING, switches=Switches(), signing_key=KEY,
         clock=ahead,
+        approvers=UNSIGNED_APPROVALS,
     )  # fmt: skip
     for _ in range(2):
         pi = stripe.create_payment(10_000).id

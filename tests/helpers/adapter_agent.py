@@ -44,6 +44,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.toolsets import FunctionToolset
 
 from interlock import (
+    UNSIGNED_APPROVALS,
     Event,
     Gate,
     GateEvent,
@@ -80,6 +81,7 @@ class Rig:
             timing=TIMING,
             switches=Switches(),
             on_event=self.on_event,
+            approvers=UNSIGNED_APPROVALS,
         )
 
     def on_event(self, event: Event) -> None:

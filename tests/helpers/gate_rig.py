@@ -35,6 +35,7 @@ from interlock import (
 )
 from interlock import Event as GateEventSeen
 from interlock.testing import InProcessPayments, event_problem
+from tests.helpers.approvals import APPROVER, APPROVERS
 
 T0 = 1_700_000_000.0
 PAYMENT = 10_000
@@ -126,16 +127,19 @@ class GateWorld:
         self.events: list[Event] = []
 
     def grant(self, cap: int) -> Lease:
-        """A new refund lease on the payment, valid for an hour."""
+        """A new refund lease on the payment, valid for an hour, signed by the tests'
+        approver (every gate of the world trusts it)."""
         return self.store.grant_lease(
-            Lease(
-                id=f"lease_{uuid.uuid4().hex[:10]}",
-                kind="refund",
-                target=self.pi,
-                cap=cap,
-                expires_at=self.clock() + 3600,
-                granted_by="support",
-                granted_at=self.clock(),
+            APPROVER.sign(
+                Lease(
+                    id=f"lease_{uuid.uuid4().hex[:10]}",
+                    kind="refund",
+                    target=self.pi,
+                    cap=cap,
+                    expires_at=self.clock() + 3600,
+                    granted_by="support",
+                    granted_at=self.clock(),
+                )
             )
         )
 
@@ -188,6 +192,7 @@ class GateWorld:
             sleep=self.clock.sleep,
             max_sends=max_sends,
             monotonic=self.clock.monotonic,
+            approvers=APPROVERS,
         )
 
     def refunds(self) -> list[Refund]:

@@ -35,6 +35,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 
 from interlock import (
+    UNSIGNED_APPROVALS,
     Event,
     Gate,
     Owner,
@@ -188,6 +189,7 @@ def main(
         switches=Switches(),
         owner=Owner.current(f"lc-agent-{os.getpid()}"),
         on_event=_listener(crash_at),
+        approvers=UNSIGNED_APPROVALS,
     )
     config = {"configurable": {"thread_id": thread}}
     with sqlite3.connect(checkpoints, check_same_thread=False) as conn:

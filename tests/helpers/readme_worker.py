@@ -16,6 +16,7 @@ import os
 import sys
 
 from interlock import (
+    UNSIGNED_APPROVALS,
     ConfigError,
     Gate,
     Intent,
@@ -32,7 +33,7 @@ def main(store_path: str, base_url: str, mode: str, intent_json: str = "") -> in
     store = SQLiteStore(store_path)
     try:
         payments = StripePayments(make_stripe_client(key, timeout_s=30, base_url=base_url))
-        gate = Gate(store, StripeRefund(payments))
+        gate = Gate(store, StripeRefund(payments), approvers=UNSIGNED_APPROVALS)
     except ConfigError as e:
         print(json.dumps({"refused_at_start": str(e)}), flush=True)
         return 2

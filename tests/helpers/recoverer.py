@@ -7,7 +7,8 @@ It opens the store (a SQLite path or a PostgreSQL URL), builds a gate over the r
 `ready`, and waits for one line on stdin: the barrier, so that two recoverers start
 together. Then it recovers and
 prints one JSON line: its outcomes, how many creates it sent, and whether it waited on
-another worker's claim.
+another worker's claim. It trusts the approvers whose public keys `INTERLOCK_APPROVERS`
+names; without it (the tests of claims and races) it takes unsigned approvals.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import sys
 from typing import Any
 
 from interlock import (
+    UNSIGNED_APPROVALS,
+    Approvers,
     Gate,
     Owner,
     StripePayments,
@@ -41,6 +44,7 @@ def main(store_path: str, base_url: str, worker_id: str) -> int:
         switches=Switches(),
         owner=Owner.current(worker_id),
         on_event=lambda event: events.append(event.kind),
+        approvers=Approvers.from_env() or UNSIGNED_APPROVALS,
     )
     print("ready", flush=True)
     if sys.stdin.readline().strip() != "go":

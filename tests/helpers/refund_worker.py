@@ -19,6 +19,7 @@ import os
 import sys
 
 from interlock import (
+    UNSIGNED_APPROVALS,
     Event,
     Gate,
     Intent,
@@ -50,6 +51,7 @@ def main(store_path: str, base_url: str, intent_json: str, stop_at: str | None =
         timing=Timing(claim_ttl_s=6, stripe_timeout_s=1),
         switches=Switches(),
         on_event=on_event,
+        approvers=UNSIGNED_APPROVALS,
     )
     outcome = gate.submit(Intent.from_dict(json.loads(intent_json)))
     report = {

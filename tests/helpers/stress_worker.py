@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from interlock import (
+    UNSIGNED_APPROVALS,
     Gate,
     Intent,
     InterlockError,
@@ -55,6 +56,7 @@ def main(store_path: str, base_url: str, plan_path: str, worker_id: str, seed: s
         timing=Timing(claim_ttl_s=6, stripe_timeout_s=1),
         switches=Switches(),
         owner=Owner.current(worker_id),
+        approvers=UNSIGNED_APPROVALS,
     )
     print("ready", flush=True)  # the parent aims its kills only at workers that got here
     for intent in intents:

@@ -29,6 +29,7 @@ from temporalio.worker import Worker
 
 with workflow.unsafe.imports_passed_through():
     from interlock import (
+        UNSIGNED_APPROVALS,
         Event,
         Gate,
         Intent,
@@ -151,6 +152,7 @@ def main() -> None:
             timing=TIMING,
             owner=Owner.current(f"worker-{os.getpid()}"),
             on_event=_on_event,
+            approvers=UNSIGNED_APPROVALS,
         )
     )
     asyncio.run(_serve(address, task_queue, gate))

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from interlock import (
+    UNSIGNED_APPROVALS,
     ConfigError,
     Gate,
     MemoryStore,
@@ -37,6 +38,7 @@ def _gate(client: stripe.StripeClient, timing: Timing = PLAN) -> Gate:
         timing=timing,
         switches=Switches(),
         signing_key=b"k" * 32,
+        approvers=UNSIGNED_APPROVALS,
     )
 
 

@@ -9,6 +9,7 @@ proof with real processes is in `tests/e2e/test_adapter_*.py`.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -33,9 +34,17 @@ from pydantic_ai.models.test import TestModel
 from pydantic_ai.toolsets import FunctionToolset
 from pydantic_ai.usage import RunUsage
 
-from interlock import ACTION_METADATA_KEY, REASON_WORLD_CHANGED, Intent, Owner, refunds_fingerprint
+from interlock import (
+    ACTION_METADATA_KEY,
+    REASON_WORLD_CHANGED,
+    Intent,
+    Owner,
+    new_action_id,
+    refunds_fingerprint,
+)
 from interlock import openai_agents as oa
 from interlock import pydantic_ai as pa
+from tests.helpers.approvals import APPROVER
 from tests.helpers.gate_rig import AMOUNT, GateWorld, gone_owner
 
 
@@ -123,6 +132,28 @@ async def test_pydantic_ai_resume_of_one_call_refunds_once() -> None:
     assert len(world.agent_refunds()) == 1
     assert all(str(a).startswith("done: refunded $20.00") for a in answers), answers
     assert answers[0] == answers[1]
+
+
+async def test_pydantic_ai_an_exact_approval_of_what_the_person_saw_is_what_runs() -> None:
+    """The person signs exactly the deferred call they were shown and approves it under
+    that: it is sent under it, once; under the same approval another amount is refused."""
+    world = World()
+    asked = await pydantic_agent(world).run("refund $20")
+    [call] = asked.output.approvals
+    question = asked.output.metadata[call.tool_call_id]
+    exact = world.store.grant_lease(pa.exact_approval(APPROVER, question))
+    answer = pa.Reapproval(question["action_id"], exact.id, "alice").to_dict()
+
+    done = (await _pydantic_resume(world, asked, _approve(asked, answer))).output
+
+    assert str(done).startswith("done: refunded $20.00"), done
+    state = world.store.action(question["action_id"])
+    assert state is not None and state.intent.lease_id == exact.id
+    assert state.intent.metadata["approved_by"] == "alice"
+    changed = world.intent(new_action_id(), AMOUNT - 1, refunds_fingerprint(world.refunds()))
+    outcome = world.gate(gone_owner()).submit(replace(changed, lease_id=exact.id))
+    assert outcome.reason == f"approval is for exactly {AMOUNT}, not {AMOUNT - 1}"
+    assert len(world.agent_refunds()) == 1
 
 
 async def test_pydantic_ai_hand_refund_after_the_read_is_refused_in_words() -> None:
@@ -327,6 +358,27 @@ async def test_openai_agents_a_declined_reapproval_sends_nothing() -> None:
     assert "fraud hold" in answer, answer
     assert world.refunds() == []
     assert world.store.actions() == [oa.action_id_for("case-1", "c_refund")]
+
+
+async def test_openai_agents_a_call_approved_exactly_runs_only_as_approved() -> None:
+    """A person's exact approval of the call, passed as the call's own `Reapproval`, is the
+    lease it is sent under; the same approval refuses the call with another amount."""
+    world = World()
+    fingerprint = refunds_fingerprint(world.refunds())
+    call = world.intent(oa.action_id_for("case-9", "c_exact"), AMOUNT, fingerprint)
+    question = {"action_id": call.action_id, "kind": "refund", "target": world.pi}
+    exact = world.store.grant_lease(oa.exact_approval(APPROVER, {**question, "amount": AMOUNT}))
+    guard = oa.ToolGate(world.gate(gone_owner()))
+    changed = replace(call, action_id=oa.action_id_for("case-9", "c_changed"), amount=AMOUNT - 1)
+
+    refused = await guard.submit(changed, oa.Reapproval(changed.action_id, exact.id, "alice"))
+    sent = await guard.submit(call, oa.Reapproval(call.action_id, exact.id, "alice"))
+
+    assert refused.reason == f"approval is for exactly {AMOUNT}, not {AMOUNT - 1}"
+    assert sent.status == "sent"
+    state = world.store.action(call.action_id)
+    assert state is not None and state.intent.lease_id == exact.id
+    assert len(world.agent_refunds()) == 1
 
 
 def test_openai_agents_a_malformed_reapproval_says_what_to_send() -> None:

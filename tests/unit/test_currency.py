@@ -12,6 +12,8 @@ import time
 import pytest
 
 from interlock import (
+    Approver,
+    Approvers,
     Found,
     Gate,
     Intent,
@@ -36,6 +38,9 @@ from interlock._mcp_desk import outcome_answer
 from interlock.testing import InProcessPayments
 
 TIMING = Timing(claim_ttl_s=6, stripe_timeout_s=1)
+# The approvals are signed (the signature covers the currency); the gates trust this key.
+APPROVER = Approver.generate("ana")
+TRUST = Approvers([APPROVER.public_key])
 
 # (amount, currency, words): Stripe's smallest units, zero- and three-decimal included.
 WORDS = [
@@ -141,9 +146,9 @@ def test_a_lease_caps_one_currency() -> None:
 def test_a_usd_lease_refuses_an_eur_transfer_and_nothing_is_sent() -> None:
     """The EUR gate stamps its currency; the approval in USD does not cover it."""
     payments, store = InProcessPayments(), MemoryStore()
-    store.grant_lease(_lease(currency="usd"))
+    store.grant_lease(APPROVER.sign(_lease(currency="usd")))
     seen = transfers_fingerprint(payments.list_transfers("acct_1"))
-    gate = Gate(store, StripeTransfer(payments, currency="eur"), timing=TIMING)
+    gate = Gate(store, StripeTransfer(payments, currency="eur"), timing=TIMING, approvers=TRUST)
 
     outcome = gate.submit(_intent(fingerprint=seen))
 
@@ -156,11 +161,10 @@ def _refund_world(currency: str) -> tuple[InProcessPayments, MemoryStore, str, s
     payments, store = InProcessPayments(), MemoryStore()
     payment = payments.create_payment(10_000, currency=currency).id
     now = time.time()
-    store.grant_lease(
-        Lease(
-            f"lease-{payment}", "refund", payment, 2_000, now + 3600, "ana", now, currency=currency
-        )
+    lease = Lease(
+        f"lease-{payment}", "refund", payment, 2_000, now + 3600, "ana", now, currency=currency
     )
+    store.grant_lease(APPROVER.sign(lease))
     return payments, store, payment, refunds_fingerprint(payments.list_refunds(payment))
 
 
@@ -171,7 +175,7 @@ def test_a_refund_intent_in_another_currency_than_its_payments_is_refused() -> N
         new_action_id(), "refund", payment, 2_000, f"lease-{payment}", seen, currency="usd"
     )
 
-    outcome = Gate(store, StripeRefund(payments), timing=TIMING).submit(intent)
+    outcome = Gate(store, StripeRefund(payments), timing=TIMING, approvers=TRUST).submit(intent)
 
     assert outcome.status == "refused", outcome
     assert "the payment is in JPY" in str(outcome.reason)
@@ -191,7 +195,7 @@ def test_a_refund_in_its_payments_currency_is_sent_and_its_receipt_records_it(
         new_action_id(), "refund", payment, 2_000, f"lease-{payment}", seen, currency=currency
     )
 
-    outcome = Gate(store, StripeRefund(payments), timing=TIMING).submit(intent)
+    outcome = Gate(store, StripeRefund(payments), timing=TIMING, approvers=TRUST).submit(intent)
 
     assert outcome.status == "sent", outcome
     assert outcome.receipt is not None

@@ -40,6 +40,7 @@ from interlock import (
 )
 from interlock._claims import Claim
 from interlock.testing import InProcessPayments, PaymentsModel
+from tests.helpers.approvals import APPROVERS
 from tests.helpers.gate_rig import (
     AMOUNT,
     PAYMENT,
@@ -178,6 +179,7 @@ def test_the_lookup_check_says_where_the_effect_looked(where: str | None, looked
         clock=world.clock,
         sleep=world.clock.sleep,
         monotonic=world.clock.monotonic,
+        approvers=APPROVERS,
     )
 
     outcome = gate.submit(world.decide())

@@ -11,6 +11,7 @@ import pytest
 
 from interlock import Event, Gate, GateEvent, StripeRefund
 from interlock.testing import event_problem
+from tests.helpers.approvals import APPROVERS
 from tests.helpers.gate_rig import AMOUNT, TIMING, GateWorld, gone_owner
 from workers.texts import gate_event_text
 
@@ -65,6 +66,7 @@ def test_the_listener_receives_one_read_only_event_per_step() -> None:
         clock=world.clock,
         sleep=world.clock.sleep,
         monotonic=world.clock.monotonic,
+        approvers=APPROVERS,
     )
 
     assert gate.submit(intent).status == "sent"

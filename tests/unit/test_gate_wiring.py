@@ -5,13 +5,26 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import stat
 from dataclasses import fields
+from pathlib import Path
 
 import pytest
 
-from interlock import ConfigError, Gate, GateOptions, MemoryStore, Owner, StripeRefund, Timing
+from interlock import (
+    UNSIGNED_APPROVALS,
+    Approvers,
+    ConfigError,
+    Gate,
+    GateOptions,
+    MemoryStore,
+    Owner,
+    StripeRefund,
+    Timing,
+)
 from interlock.testing import InProcessPayments, PaymentsModel
-from interlock_demo.settings import MODES, resolve, worker_env
+from interlock_demo.settings import MODES, resolve, support_approver, worker_env
+from tests.helpers.approvals import APPROVERS
 from tests.helpers.gate_rig import AMOUNT, TIMING, GateWorld
 from workers.interlock import refund_gate
 from workers.process import worker_timing
@@ -42,6 +55,7 @@ def test_a_gate_rebuilt_from_its_options_has_the_same_options() -> None:
         signing_key=b"MadeUp-receipt-key",
         max_sends=1,
         new_action_id=lambda: "act_fixed",
+        approvers=UNSIGNED_APPROVALS,
     )
 
     again = Gate.from_options(store, effect, gate.options)
@@ -73,6 +87,25 @@ def test_a_worker_gets_the_engines_timing_exactly() -> None:
     assert worker_timing(env) == ODD
 
 
+def test_a_worker_gets_the_approvers_public_keys_and_never_the_private_key(
+    tmp_path: Path,
+) -> None:
+    """The engine's support key signs, 0600 under INTERLOCK_HOME; a worker's environment
+    names only the public key file, and a gate built from it verifies support's grants."""
+    config = resolve(mode="offline", env={"INTERLOCK_HOME": str(tmp_path)})
+    support = support_approver(config)
+
+    env = worker_env(config, None, column="interlock", asks_model=True, parent={})
+
+    assert env[Approvers.ENV_NAME] == str(config.paths.approvers)
+    key_text = config.paths.approver_key.read_text()
+    assert not any(key_text.strip() in value for value in env.values())
+    assert stat.S_IMODE(config.paths.approver_key.stat().st_mode) == 0o600
+    lease = support.grant(kind="refund", target="pi_1", cap=1, expires_in_s=60)
+    assert Approvers.from_env(env).problem(lease) is None  # type: ignore[union-attr]
+    assert support_approver(config).key_id == support.key_id  # made once, then read back
+
+
 def test_a_worker_without_the_whole_timing_refuses_to_start() -> None:
     """A worker missing a timing setting says which, instead of falling back to the library's
     40 s claim that its engine does not plan for."""
@@ -94,7 +127,11 @@ def test_the_demos_receipts_name_where_the_lookup_read(mode: str) -> None:
     world = GateWorld()
     lease = world.grant(AMOUNT)
     options = GateOptions(
-        timing=TIMING, clock=world.clock, sleep=world.clock.sleep, monotonic=world.clock.monotonic
+        timing=TIMING,
+        clock=world.clock,
+        sleep=world.clock.sleep,
+        monotonic=world.clock.monotonic,
+        approvers=APPROVERS,
     )
     gate = refund_gate(world.store, world.payments, options, answerer=MODES[mode].answerer)
 

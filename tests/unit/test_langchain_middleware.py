@@ -22,14 +22,19 @@ from langgraph.types import Command
 
 from interlock import (
     ACTION_METADATA_KEY,
+    UNSIGNED_APPROVALS,
+    Approvers,
     Event,
     Gate,
+    Intent,
     Lease,
     MemoryStore,
     Owner,
     StripeRefund,
     Switches,
     Timing,
+    new_action_id,
+    refunds_fingerprint,
 )
 from interlock._journal import MAX_ID_LENGTH
 from interlock.langchain import (
@@ -37,10 +42,12 @@ from interlock.langchain import (
     REAPPROVAL_TYPE,
     SEEN_KEY,
     action_id_for,
+    exact_approval,
     fingerprint_seen,
     seen,
 )
 from interlock.testing import InProcessPayments
+from tests.helpers.approvals import APPROVER
 from tests.helpers.gate_rig import Clock, Crash, gone_owner
 from tests.helpers.lc_agent import AMOUNT, ScriptedModel, refund_agent
 
@@ -56,7 +63,13 @@ class World:
         now = time.time()
         self.store.grant_lease(Lease(self.lease, "refund", self.pi, AMOUNT, now + 3600, "s", now))
         self.gate = Gate(
-            self.store, StripeRefund(self.payments), timing=Timing(6, 1), switches=Switches()
+            self.store,
+            StripeRefund(self.payments),
+            timing=Timing(6, 1),
+            switches=Switches(),
+            # The guard's tests grant unsigned leases; the exact-approval test signs its own
+            # with the tests' approver, whose key this list holds.
+            approvers=Approvers([APPROVER.public_key], allow_unsigned=True),
         )
         self.saver = InMemorySaver()
         self.config: Any = {"configurable": {"thread_id": f"thread-{uuid.uuid4().hex[:8]}"}}
@@ -202,6 +215,31 @@ def test_a_refund_call_without_a_read_first_is_not_sent() -> None:
     assert "get_payment" in told.content
     assert w.refunds() == []
     assert w.store.action(action_id_for(w.config["configurable"]["thread_id"], "call_x")) is None
+
+
+def test_an_exact_approval_of_what_the_person_saw_sends_that_once_and_nothing_else() -> None:
+    """The person grants exactly the action the interrupt showed (signed, once) and resumes
+    with it: the gate sends it; the same approval refuses another amount or target, and a
+    second action."""
+    w = World()
+    agent = w.agent(approval=True)
+    (asked,) = agent.invoke(w.ask(), w.config)["__interrupt__"]
+    lease = w.store.grant_lease(exact_approval(APPROVER, asked.value))
+    assert lease.exact and (lease.target, lease.cap) == (w.pi, AMOUNT)
+
+    resume = {"approved": True, "by": "alice", "lease_id": lease.id}
+    told = answer(agent.invoke(Command(resume=resume), w.config))
+
+    assert told.artifact["status"] == "sent"
+    state = w.store.action(asked.value["action_id"])
+    assert state is not None and state.intent.lease_id == lease.id
+    # Decided on the payment as it is now, so only the approval can refuse them.
+    fingerprint = refunds_fingerprint(w.payments.list_refunds(w.pi))
+    changed = Intent(new_action_id(), "refund", w.pi, AMOUNT - 1, lease.id, fingerprint)
+    again = Intent(new_action_id(), "refund", w.pi, AMOUNT, lease.id, fingerprint)
+    assert w.gate.submit(changed).reason == f"approval is for exactly {AMOUNT}, not {AMOUNT - 1}"
+    assert "already used" in str(w.gate.submit(again).reason)
+    assert w.refunds() == [("agent", AMOUNT)]
 
 
 def test_the_approval_interrupts_before_the_gate_and_sends_after_the_resume() -> None:
@@ -351,6 +389,7 @@ def test_a_re_approval_killed_after_stripe_answered_is_adopted_on_the_re_run(
             clock=clock,
             sleep=clock.sleep,
             monotonic=clock.monotonic,
+            approvers=UNSIGNED_APPROVALS,
         )
         return refund_agent(gate, payments, SqliteSaver(conn), approval=True, reapproval=True)
 
@@ -447,6 +486,7 @@ def test_a_crash_in_the_send_after_the_approval_resumes_without_asking_again(
             clock=clock,
             sleep=clock.sleep,
             monotonic=clock.monotonic,
+            approvers=UNSIGNED_APPROVALS,
         )
         return refund_agent(gate, payments, SqliteSaver(conn), approval=True)
 

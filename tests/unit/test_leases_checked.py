@@ -23,6 +23,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from interlock import (
+    UNSIGNED_APPROVALS,
     Gate,
     Intent,
     Lease,
@@ -103,6 +104,7 @@ def _gate(store: SQLiteStore, payments: InProcessPayments) -> Gate:
         switches=Switches(),
         owner=Owner("test-worker", os.getpid(), 0.0, "test-host"),
         signing_key=None,
+        approvers=UNSIGNED_APPROVALS,
     )
 
 

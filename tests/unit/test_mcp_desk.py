@@ -26,6 +26,7 @@ from interlock.mcp import (
 )
 from interlock.testing import InProcessPayments
 from interlock_demo.cli import main
+from tests.helpers.approvals import APPROVER, APPROVERS
 
 AMOUNT = 2000
 RID = "req-0001-abcdef"
@@ -47,13 +48,15 @@ def store() -> MemoryStore:
 def payment(payments: InProcessPayments, store: MemoryStore) -> str:
     """A $100 payment approved for refunds up to $20."""
     pi = payments.create_payment(10_000).id
-    grant_approval(store, pi, AMOUNT, hours=1, by="ana", now=time.time())
+    grant_approval(store, pi, AMOUNT, hours=1, by="ana", now=time.time(), approver=APPROVER)
     return pi
 
 
 def desk(payments: InProcessPayments, store: MemoryStore) -> RefundDesk:
     """A desk for one session."""
-    return RefundDesk(payments, store, timing=Timing(claim_ttl_s=6, stripe_timeout_s=1))
+    return RefundDesk(
+        payments, store, timing=Timing(claim_ttl_s=6, stripe_timeout_s=1), approvers=APPROVERS
+    )
 
 
 def test_the_action_id_is_stable_per_payment_and_request() -> None:
@@ -107,7 +110,11 @@ def test_two_calls_of_one_request_at_once_refund_once(
             second.join(1.0)  # it may have to wait for this call: give it a second, no more
 
     d = RefundDesk(
-        payments, store, timing=Timing(claim_ttl_s=6, stripe_timeout_s=1), on_event=on_event
+        payments,
+        store,
+        timing=Timing(claim_ttl_s=6, stripe_timeout_s=1),
+        on_event=on_event,
+        approvers=APPROVERS,
     )
     d.get_payment(payment)
     answers["first"] = d.issue_refund(payment, AMOUNT, RID)

@@ -14,6 +14,7 @@ import pytest
 
 from interlock import (
     ACTION_METADATA_KEY,
+    UNSIGNED_APPROVALS,
     ConfigError,
     CustomEffect,
     Found,
@@ -112,8 +113,20 @@ def test_a_custom_send_that_may_outlast_the_plan_is_refused_before_anything_runs
     timing = Timing(claim_ttl_s=40, stripe_timeout_s=30)
 
     with pytest.raises(ConfigError, match=r"\(31 s per call\) is longer than .* \(30 s\)"):
-        Gate(MemoryStore(), _webhook(31), timing=timing, signing_key=b"k" * 32)
-    assert Gate(MemoryStore(), _webhook(30), timing=timing, signing_key=b"k" * 32)
+        Gate(
+            MemoryStore(),
+            _webhook(31),
+            timing=timing,
+            signing_key=b"k" * 32,
+            approvers=UNSIGNED_APPROVALS,
+        )
+    assert Gate(
+        MemoryStore(),
+        _webhook(30),
+        timing=timing,
+        signing_key=b"k" * 32,
+        approvers=UNSIGNED_APPROVALS,
+    )
 
 
 @pytest.mark.parametrize("bad", [0, -1, float("inf"), float("nan"), True, "5"])

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from interlock import (
     ACTION_METADATA_KEY,
+    UNSIGNED_APPROVALS,
     Gate,
     Intent,
     Lease,
@@ -129,6 +130,7 @@ def _world(store: Store, signing_key: bytes | None = None) -> World:
         timing=Timing(claim_ttl_s=6, stripe_timeout_s=1),
         switches=Switches(),
         signing_key=signing_key,
+        approvers=UNSIGNED_APPROVALS,
     )
     return World(payments, store, gate)
 
@@ -194,7 +196,13 @@ def test_canonical_body_covers_every_field(world: World) -> None:
     first, second = receipts[0], receipts[1]
     assert set(first.body) == RECEIPT_FIELDS
     assert set(first.checks[0]) == {"name", "expected", "observed", "passed"}
-    assert [c["name"] for c in first.checks] == ["lookup", "world_unchanged", "approval", "claim"]
+    assert [c["name"] for c in first.checks] == [
+        "lookup",
+        "world_unchanged",
+        "approval_signature",
+        "approval",
+        "claim",
+    ]
 
     for field in sorted(RECEIPT_FIELDS):
         edited = _edit_body(first, field, {"edited": field})
@@ -720,7 +728,8 @@ def test_an_action_lost_with_the_wal_is_seen_through_its_refund_at_stripe(tmp_pa
     on_disk = path.read_bytes()
     world = World(payments, SQLiteStore(path), _world(MemoryStore()).gate)
     world.gate = Gate(world.store, StripeRefund(payments), timing=world.gate.timing,
-                      switches=Switches(), signing_key=KEY)  # fmt: skip
+                      switches=Switches(), signing_key=KEY,
+                      approvers=UNSIGNED_APPROVALS)  # fmt: skip
     second = world.decide(payment_intent=first.target)
     assert world.gate.submit(second).status == "sent"
     world.store.close()

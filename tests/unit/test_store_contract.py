@@ -20,7 +20,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -47,6 +47,7 @@ from interlock import (
     verify,
 )
 from interlock.testing import InProcessPayments
+from tests.helpers.approvals import APPROVER, APPROVERS
 from tests.helpers.gate_rig import (
     AMOUNT,
     PAYMENT,
@@ -339,6 +340,82 @@ def test_a_gone_owners_claim_before_sending_is_taken_at_once(backend: Backend) -
     store.begin(intent, gone_owner(), TTL, GRACE)
 
     assert store.take_claim(intent.action_id, remote_owner(), TTL, GRACE).status == "taken"
+
+
+def test_commit_2_sends_only_under_the_lease_the_gate_checked(backend: Backend) -> None:
+    """Given the digest of the lease the gate verified, commit 2 refuses when the stored
+    lease is another (a row swapped since the check), and reserves under the same one."""
+    clock = Clock()
+    store = backend.make(clock)
+    lease = store.grant_lease(
+        APPROVER.grant(
+            kind="refund", target="pi_contract", cap=AMOUNT, expires_in_s=3600, now=clock()
+        )
+    )
+    checked = lease.digest()
+    intent = _intent(lease)
+    epoch = store.begin(intent, remote_owner(), TTL, GRACE).epoch
+    # The writer swaps the row: a bigger cap under the old signature.
+    with store._write() as tx:  # type: ignore[attr-defined]
+        tx.put_lease(replace(lease, cap=AMOUNT * 10), new=False)
+
+    refused = store.mark_sending(intent.action_id, epoch, TTL, approval=checked)
+
+    assert refused.status == "lease_refused"
+    assert refused.reason is not None and "changed in the store after it was checked" in (
+        refused.reason
+    )
+    stored = store.lease(lease.id)
+    assert stored is not None and dict(stored.reservations) == {}
+    with store._write() as tx:  # type: ignore[attr-defined]
+        tx.put_lease(lease, new=False)
+    assert store.mark_sending(intent.action_id, epoch, TTL, approval=checked).status == "ok"
+
+
+def test_an_exact_lease_is_reserved_and_spent_by_one_action_of_its_amount(
+    backend: Backend,
+) -> None:
+    """An exact lease: another amount is refused, a second action is refused at commit 2
+    while the first holds it and after the first spent it."""
+    clock = Clock()
+    store = backend.make(clock)
+    lease = store.grant_lease(
+        APPROVER.grant(
+            kind="refund", target="pi_contract", amount=AMOUNT, expires_in_s=3600, now=clock()
+        )
+    )
+    a, b, c = _intent(lease), _intent(lease), _intent(lease, amount=AMOUNT - 1)
+    ea, eb, ec = (store.begin(i, remote_owner(), TTL, GRACE).epoch for i in (a, b, c))
+
+    assert store.mark_sending(a.action_id, ea, TTL).status == "ok"
+    while_held = store.mark_sending(b.action_id, eb, TTL)
+    other = store.mark_sending(c.action_id, ec, TTL)
+    store.settle(a.action_id, ea, remote_owner(), _sent(), CHECKS, {}, None)
+    after_spent = store.mark_sending(b.action_id, eb, TTL)
+
+    assert while_held.status == other.status == after_spent.status == "lease_refused"
+    assert while_held.reason is not None and "already used" in while_held.reason
+    assert other.reason == f"approval is for exactly {AMOUNT}, not {AMOUNT - 1}"
+    assert after_spent.reason is not None and "already used" in after_spent.reason
+    stored = store.lease(lease.id)
+    assert stored is not None and (stored.spent, dict(stored.reservations)) == (AMOUNT, {})
+
+
+def test_a_signed_lease_reads_back_as_signed(backend: Backend) -> None:
+    """Every backend keeps a signed lease's authorized fields and signature exactly."""
+    clock = Clock()
+    store = backend.make(clock)
+    lease = store.grant_lease(
+        APPROVER.grant(
+            kind="refund", target="pi_contract", amount=AMOUNT, currency="usd",
+            expires_in_s=3600, now=clock(),
+        )
+    )  # fmt: skip
+
+    stored = store.lease(lease.id)
+
+    assert stored == lease
+    assert stored is not None and APPROVERS.problem(stored) is None
 
 
 def test_two_actions_on_one_lease_cannot_reserve_past_its_cap(backend: Backend) -> None:

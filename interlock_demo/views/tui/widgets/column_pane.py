@@ -538,6 +538,17 @@ def _verify(
         text.append(f"{prefix}  - {problem}\n", style="red")
 
 
+def _signer(checks: list[dict[str, Any]]) -> str | None:
+    """`signed by <grantor>` from the receipt's passed signature check (its key id left
+    off: the card has no room for it; the receipt keeps it), else None."""
+    for check in checks:
+        observed = check.get("observed")
+        signed = isinstance(observed, str) and observed.startswith("signed by ")
+        if check["name"] == "approval_signature" and check["passed"] and signed:
+            return str(observed).split(" (key ", 1)[0]
+    return None
+
+
 def _receipt(
     text: Text, receipt: dict[str, Any], prefix: str, *, compact: bool, narrow: bool = False
 ) -> None:
@@ -552,10 +563,18 @@ def _receipt(
     checks = [
         c for c in receipt.get("checks", []) if not (c["name"] in QUIET_WHEN_PASSED and c["passed"])
     ]
+    signer = _signer(checks)
     steps = []
     for check in checks:
         name = CHECK_NAMES.get(check["name"], check["name"])
-        if check["name"] == "lookup":
+        if check["name"] == "approval_signature":
+            # Shown on the approval's line: who signed it, or why it counts for nothing.
+            if not check["passed"]:
+                steps.append(("→", "approval: not signed by an approver"))
+            continue
+        if check["name"] == "approval" and check["passed"] and signer:
+            steps.append(("✓", f"{name}: ok, {signer}"))
+        elif check["name"] == "lookup":
             found = receipt["outcome"] == "adopted"
             steps.append(
                 ("✓", "lookup: found its own refund" if found else "lookup: none of its own")
