@@ -47,6 +47,7 @@ from interlock._journal import (
     Store,
 )
 from interlock._leases import Lease
+from interlock._money import format_amount
 from interlock._payments import (
     Payment,
     Payments,
@@ -105,6 +106,7 @@ __all__ = [  # noqa: RUF022 - sorted case-insensitively, as httpx does
     "CustomEffect",
     "Effect",
     "Event",
+    "format_amount",
     "Found",
     "Gate",
     "GateEvent",

@@ -9,6 +9,11 @@ and for a transfer the effect's currency (a refund is always in its payment's cu
 so the target settles it). The gate sends nothing else under the action's key and
 metadata, so a send that names the action and differs is someone else's, a conflict
 that is never adopted.
+
+An effect never sends an intent it cannot send as decided: `accepts(intent)` says why not
+(a transfer effect in EUR cannot send a USD decision), and a gate leaves such an action
+to a gate whose effect can. A refund is in its payment's currency, so a refund effect
+reads that currency in `observe` and the gate refuses an intent in another one.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from interlock._errors import ConfigError
 from interlock._journal import Intent
+from interlock._money import currency_problem
 from interlock._payments import (
     Payments,
     Refund,
@@ -53,13 +59,14 @@ class Found:
 
     def mismatch(self, intent: Intent, currency: str | None = None) -> str | None:
         """How this send differs from what `intent` decided (in `currency`, when the effect
-        sends in one), or None when it matches."""
+        sends in one, else the intent's own), or None when it matches."""
         if self.target is not None and self.target != intent.target:
             return f"is on {self.target}, the intent is on {intent.target}"
         if self.amount != intent.amount:
             return f"is for {self.amount}, the intent is for {intent.amount}"
-        if currency is not None and self.currency is not None and self.currency != currency:
-            return f"is in {self.currency}, the intent is in {currency}"
+        wanted = currency or intent.currency
+        if wanted is not None and self.currency is not None and self.currency != wanted:
+            return f"is in {self.currency}, the intent is in {wanted}"
         return None
 
 
@@ -75,13 +82,19 @@ class Observation:
     own: Found | None
     seen: list[dict[str, Any]]
     conflict: Found | None = None
+    # The target's currency when the read learned it (a refund's payment): an intent in
+    # another currency is refused.
+    currency: str | None = None
 
 
 class Effect(Protocol):
     """An irreversible action the gate can look up, observe and send.
 
     An effect may also say `where` its sends are looked up, in the words of the lookup
-    check its receipts record ("at Stripe" when it does not say).
+    check its receipts record ("at Stripe" when it does not say); its `currency`, when it
+    sends in one (a gate stamps it on an intent that has none); and `accepts(intent)`,
+    why it cannot send an intent as decided, or None when it can (read with `accepts`
+    below: an effect without one accepts every intent of its kind).
     """
 
     kind: str
@@ -93,6 +106,13 @@ class Effect(Protocol):
     def send(self, intent: Intent, idempotency_key: str) -> Found:
         """Do it, with this idempotency key and metadata naming the action."""
         ...
+
+
+def accepts(effect: Effect, intent: Intent) -> str | None:
+    """Why `effect` cannot send `intent` as decided, or None when it can (an effect that
+    does not define `accepts` can send every intent of its kind)."""
+    check = getattr(effect, "accepts", None)
+    return None if check is None else check(intent)
 
 
 class StripeRefund:
@@ -108,6 +128,8 @@ class StripeRefund:
     def __init__(self, payments: Payments, *, where: str = AT_STRIPE) -> None:
         self.payments = payments
         self.where = where
+        # Each payment's currency, once read: it never changes.
+        self._currencies: dict[str, str] = {}
 
     @property
     def deadline_s(self) -> float | None:
@@ -123,8 +145,18 @@ class StripeRefund:
 
         Our own refund is found whatever its status, if it matches the intent; one that
         counts is preferred. One naming the action that does not match is a conflict.
+        For an intent in a currency, the payment's currency is read too (from its refunds,
+        else the payment itself, once per payment) for the gate to compare.
         """
-        refunds = self.payments.list_refunds(intent.target)
+        currency = self._currencies.get(intent.target)
+        if intent.currency is not None and currency is None:
+            payment = self.payments.get_payment(intent.target)
+            refunds, currency = list(payment.refunds), payment.currency.lower()
+        else:
+            refunds = self.payments.list_refunds(intent.target)
+        currency = currency or next((r.currency for r in refunds if r.currency), None)
+        if currency is not None:
+            self._currencies[intent.target] = currency
         named = [
             _found(r) for r in refunds if r.metadata.get(ACTION_METADATA_KEY) == intent.action_id
         ]
@@ -135,6 +167,7 @@ class StripeRefund:
             own=_best(mine),
             seen=[_seen(r) for r in refunds],
             conflict=None if mine else _best(others),
+            currency=currency,
         )
 
     def send(self, intent: Intent, idempotency_key: str) -> Found:
@@ -158,7 +191,7 @@ class StripeRefund:
 
 def _found(r: Refund) -> Found:
     # A refund whose body names no payment is not taken as naming another one.
-    return Found(r.id, r.amount, r.counts, r.status, r.payment_intent or None)
+    return Found(r.id, r.amount, r.counts, r.status, r.payment_intent or None, r.currency or None)
 
 
 def _best(found: list[Found]) -> Found | None:
@@ -255,7 +288,9 @@ class StripeTransfer:
     """A Stripe transfer to a connected account as an `Effect`, over any `Transfers`.
 
     `Intent.target` is the destination account (`acct_...`) and `Intent.amount` its cents;
-    the fingerprint is `transfers_fingerprint` of the account's transfers as seen.
+    the fingerprint is `transfers_fingerprint` of the account's transfers as seen. It
+    sends in one `currency` and accepts only intents in it: a USD gate and an EUR gate on
+    one store each send only their own.
     """
 
     kind = "transfer"
@@ -263,6 +298,24 @@ class StripeTransfer:
     def __init__(self, transfers: Transfers, *, currency: str = "usd") -> None:
         self.transfers = transfers
         self.currency = currency.lower()
+        problem = currency_problem(self.currency)
+        if problem is not None:
+            raise ValueError(f"currency {problem}")
+
+    def accepts(self, intent: Intent) -> str | None:
+        """Why this effect cannot send `intent`: it is in another currency, or records none
+        (journaled by an older version: which currency it was decided in is not known)."""
+        if intent.currency == self.currency:
+            return None
+        if intent.currency is None:
+            return (
+                f"records no currency (journaled by an older version), and this gate sends "
+                f"{self.currency.upper()}: a person checks which currency it was decided in"
+            )
+        return (
+            f"is in {intent.currency.upper()}, this gate sends {self.currency.upper()}: "
+            f"a gate whose transfers are in {intent.currency.upper()} sends it"
+        )
 
     @property
     def deadline_s(self) -> float | None:

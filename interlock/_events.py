@@ -55,8 +55,8 @@ class GateEvent(str, Enum):
     CHECK = (
         "check",
         ("name",),
-        "a check ran (`name`: lookup, world_unchanged, approval_signature or approval; see "
-        "CHECK_FIELDS)",
+        "a check ran (`name`: lookup, currency, world_unchanged, approval_signature or "
+        "approval; see CHECK_FIELDS)",
     )
     READ_UNSETTLED = ("read-unsettled", ("error",), "a read settled nothing; it is retried")
     SENDING = (
@@ -66,8 +66,8 @@ class GateEvent(str, Enum):
     )
     BEFORE_SEND = (
         "before-send",
-        ("idempotency_key", "amount"),
-        "the create call is about to go out",
+        ("idempotency_key", "amount", "currency"),
+        "the create call is about to go out (`amount` in `currency`'s smallest unit)",
     )
     ANSWER = (
         "answer",
@@ -127,6 +127,7 @@ CHECK_FIELDS: Mapping[str, tuple[str, ...]] = {
     "world_unchanged": ("passed",),
     "approval_signature": ("passed", "problem", "signed"),
     "approval": ("passed", "problem"),
+    "currency": ("passed",),
 }
 """The fields a `check` event adds, by the check's `name`."""
 

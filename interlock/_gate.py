@@ -38,6 +38,11 @@ naming the holder. Once it has the turn, its own read comes after the holder's s
 landed, so two identical calls of one decision run concurrently end as they would one
 after the other: the second is refused because the refunds changed.
 
+**Currencies.** An intent records its currency (a gate stamps its effect's on one that
+has none); a gate never sends an intent its effect does not accept (`accepts`: a transfer
+in another currency), leaving it untouched to a gate that can; a refund intent in another
+currency than its payment's is refused; the approval must be in the action's currency.
+
 **Clocks.** Durations inside this process (the in-flight window, the claim left since
 commit 2, the waits) run on the monotonic clock, which a wall-clock step does not move;
 claims, leases and receipts are in the store's clock, the one every process shares.
@@ -55,7 +60,7 @@ from typing import Any, Literal
 from interlock._approvals import Approvers
 from interlock._claims import Owner
 from interlock._config import Switches, Timing
-from interlock._effects import AT_STRIPE, Effect, Found, Observation
+from interlock._effects import AT_STRIPE, Effect, Found, Observation, accepts
 from interlock._errors import (
     ActionError,
     ConfigError,
@@ -99,7 +104,8 @@ class Outcome:
     """How an action ended, or `pending` when it was left to recovery.
 
     `unknown` is set on a pending action whose create got a 5xx: nobody can tell yet
-    whether the refund was made; only a lookup settles it.
+    whether the refund was made; only a lookup settles it. `currency` is the amount's
+    (the send's own when one was found, else the intent's; None when neither says).
     """
 
     action_id: str
@@ -110,6 +116,7 @@ class Outcome:
     code: str | None = None
     receipt: Receipt | None = None
     unknown: bool = False
+    currency: str | None = None
 
     @property
     def settled(self) -> bool:
@@ -129,8 +136,14 @@ class Outcome:
                     _unknown_text(state.unknown),
                     code=code,
                     unknown=True,
+                    currency=state.intent.currency,
                 )
-            return cls(state.intent.action_id, "pending", "no outcome recorded yet")
+            return cls(
+                state.intent.action_id,
+                "pending",
+                "no outcome recorded yet",
+                currency=state.intent.currency,
+            )
         return cls(
             state.intent.action_id,
             s.status,
@@ -139,6 +152,7 @@ class Outcome:
             s.amount,
             s.code,
             state.receipt,
+            currency=s.currency or state.intent.currency,
         )
 
 
@@ -342,10 +356,20 @@ class Gate:
 
         While another action on the same target is between its read and its outcome, the
         decision is journaled and waits its turn (then reads the target again), or is left
-        pending, naming that action, when the wait would outlast that action's claim."""
+        pending, naming that action, when the wait would outlast that action's claim.
+
+        An intent without a currency gets the effect's, when the effect sends in one. One
+        the effect does not accept (`accepts`: another currency) raises `ActionError`, and
+        nothing is journaled or touched.
+        """
         self._check_kind(intent)
         if intent.created_at == 0.0:
             intent = replace(intent, created_at=self._clock())
+        currency = getattr(self.effect, "currency", None)
+        if intent.currency is None and isinstance(currency, str):
+            intent = replace(intent, currency=currency)
+        journaled = self.store.action(intent.action_id)
+        self._check_accepted(intent if journaled is None else journaled.intent)
         t = self.timing
         attempt = self.store.begin(intent, self.owner, t.claim_ttl_s, t.grace_s)
         self._emit(GateEvent.JOURNALED, action_id=intent.action_id, claim=attempt.status)
@@ -359,13 +383,18 @@ class Gate:
         Where another owner's claim may still cover a send in flight, or another action on
         the same target holds its turn, wait for it (or, with `wait=False`, report that
         action as pending): actions on one target run one after the other, oldest first.
-        An action that raises is reported (an event, and a `pending` outcome naming the
-        error) and recovery goes on; a broken store or a refused key stops it, since every
-        action would fail alike.
+        An action its effect does not accept (`accepts`: a transfer in another currency) is
+        left as it is, pending, its claim not taken, for a gate that can send it; it is not
+        in the list. An action that raises is reported (an event, and a `pending` outcome
+        naming the error) and recovery goes on; a broken store or a refused key stops it,
+        since every action would fail alike.
         """
         outcomes = []
         for aid in self.store.pending(self.effect.kind):
             try:
+                state = self.store.action(aid)
+                if state is not None and accepts(self.effect, state.intent) is not None:
+                    continue
                 outcomes.append(self.recover_action(aid, wait=wait))
             except (StoreError, PaymentsAuthError):
                 raise
@@ -376,7 +405,9 @@ class Gate:
         return outcomes
 
     def recover_action(self, action_id: str, *, wait: bool = True) -> Outcome:
-        """Finish one action: take its claim (waiting if needed) and run the send path."""
+        """Finish one action: take its claim (waiting if needed) and run the send path.
+
+        `ActionError`, touching nothing, when the effect does not accept it (`accepts`)."""
         return self._recover(action_id, wait=wait)
 
     def _recover(
@@ -387,6 +418,7 @@ class Gate:
         if state is None:
             raise ActionError(action_id, "not in the journal; nothing to recover")
         self._check_kind(state.intent)
+        self._check_accepted(state.intent)
         t = self.timing
         announced = False
         looked_once = looked is not None
@@ -662,7 +694,13 @@ class Gate:
         key = self._idempotency_key(intent, drive.state.attempts, drive.sends)
         drive.sends += 1
         drive.in_flight_until = self._monotonic() + self.timing.in_flight_s
-        self._emit(GateEvent.BEFORE_SEND, action_id=aid, idempotency_key=key, amount=intent.amount)
+        self._emit(
+            GateEvent.BEFORE_SEND,
+            action_id=aid,
+            idempotency_key=key,
+            amount=intent.amount,
+            currency=intent.currency,
+        )
         try:
             found = self.effect.send(intent, key)
         except PaymentsRejectedError as e:
@@ -768,9 +806,22 @@ class Gate:
     def _world_and_approval(
         self, intent: Intent, obs: Observation, checks: list[Check]
     ) -> tuple[Settlement | None, str | None]:
-        """The world check, the approval's signature and the approval check, in that order;
-        appends to `checks`. Returns the refusal, if any, and the digest of the approval
-        verified (commit 2 sends under that very approval only)."""
+        """The currency check (when the read learned the target's), the world check, the
+        approval's signature and the approval check, in that order; appends to `checks`.
+        Returns the refusal, if any, and the digest of the approval verified (commit 2
+        sends under that very approval only)."""
+        currency = intent.currency or obs.currency
+        if intent.currency is not None and obs.currency is not None:
+            same = intent.currency == obs.currency
+            checks.append(Check("currency", intent.currency, obs.currency, same))
+            self._emit(GateEvent.CHECK, action_id=intent.action_id, name="currency", passed=same)
+            if not same:
+                refusal = Settlement(
+                    "refused",
+                    f"the intent is in {intent.currency.upper()}, the payment is in "
+                    f"{obs.currency.upper()}: a refund is always in its payment's currency",
+                )
+                return refusal, None
         unchanged = obs.fingerprint == intent.fingerprint
         checks.append(
             Check(
@@ -813,6 +864,7 @@ class Gate:
             amount=intent.amount,
             action_id=intent.action_id,
             now=self._clock(),
+            currency=currency,
         )
         expected = f"approval {intent.lease_id} live and covering {intent.amount}"
         checks.append(Check("approval", expected, problem or "ok", problem is None))
@@ -856,6 +908,7 @@ class Gate:
             if unsettled:
                 reason += " after an answer that settled nothing"
             verdict = Settlement("adopted", reason, found.external_id, found.amount)
+        verdict = replace(verdict, currency=found.currency)
         return self._settle(
             state, epoch, verdict, checks, unsettled, idempotency_key=idempotency_key
         )
@@ -864,6 +917,13 @@ class Gate:
         if intent.kind != self.effect.kind:
             raise ActionError(
                 intent.action_id, f"is a {intent.kind}, this gate sends {self.effect.kind}"
+            )
+
+    def _check_accepted(self, intent: Intent) -> None:
+        problem = accepts(self.effect, intent)
+        if problem is not None:
+            raise ActionError(
+                intent.action_id, f"{problem}; nothing was sent and the action is left as it is"
             )
 
     def _idempotency_key(self, intent: Intent, attempt: int, sends: int) -> str:
@@ -923,6 +983,7 @@ class Gate:
             verdict.amount,
             verdict.code,
             receipt,
+            currency=verdict.currency or state.intent.currency,
         )
 
     def _fenced_out(self, action_id: str, epoch: int, verdict: Settlement) -> Outcome:

@@ -32,6 +32,7 @@ from typing import Any, Literal, Protocol
 from interlock._claims import Claim, Owner
 from interlock._errors import UNREADABLE, ActionError, IntentError, LeaseError
 from interlock._leases import Lease, approval_problem
+from interlock._money import currency_problem
 from interlock._receipts import GENESIS_HASH, Check, Receipt, canonical_json, load_json, seal
 
 # The layout of a store whose backend takes its version from here (PostgreSQL). Version 3
@@ -76,6 +77,10 @@ class Intent:
 
     `fingerprint` is the fingerprint of the target's state as the model saw it (for a
     refund: the payment's refunds shown by `get_payment`), not a fresh read at send time.
+    `currency` is the lowercase ISO 4217 code of the amount (its smallest unit: cents,
+    whole yen); a gate stamps its effect's when the intent has none and the effect has one
+    (a transfer's). None only on an intent journaled by an older version, or a refund whose
+    caller did not say (it is in its payment's currency, the only one it can be in).
     Checked when made: a bad field raises `IntentError` naming it, before anything is
     journaled.
     """
@@ -89,6 +94,7 @@ class Intent:
     metadata: Mapping[str, str] = field(default_factory=dict)
     context: Mapping[str, Any] = field(default_factory=dict)
     created_at: float = 0.0
+    currency: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("action_id", "lease_id", "target"):
@@ -102,10 +108,15 @@ class Intent:
             raise IntentError("amount", f"must be positive and below {MAX_AMOUNT}, got {amount}")
         if not isinstance(self.fingerprint, str):
             raise IntentError("fingerprint", "must be a string")
+        if self.currency is not None:
+            problem = currency_problem(self.currency)
+            if problem is not None:
+                raise IntentError("currency", problem)
 
     def to_dict(self) -> dict[str, Any]:
-        """The intent as JSON-ready data."""
-        return {
+        """The intent as JSON-ready data (`currency` only when it has one, so an older
+        version's intent reads back and is written as it was)."""
+        data: dict[str, Any] = {
             "action_id": self.action_id,
             "kind": self.kind,
             "target": self.target,
@@ -116,10 +127,13 @@ class Intent:
             "context": dict(self.context),
             "created_at": self.created_at,
         }
+        if self.currency is not None:
+            data["currency"] = self.currency
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Intent:
-        """An intent from `to_dict` data."""
+        """An intent from `to_dict` data (no `currency`: an older version's, None)."""
         return cls(
             action_id=str(data["action_id"]),
             kind=str(data["kind"]),
@@ -130,16 +144,25 @@ class Intent:
             metadata={str(k): str(v) for k, v in dict(data.get("metadata") or {}).items()},
             context=dict(data.get("context") or {}),
             created_at=float(data.get("created_at", 0.0)),
+            currency=None if data.get("currency") is None else str(data["currency"]),
         )
 
     def same_decision(self, other: Intent) -> bool:
-        """Whether two intents record the same decision (creation time aside)."""
-        return replace(self, created_at=0.0).to_dict() == replace(other, created_at=0.0).to_dict()
+        """Whether two intents record the same decision (creation time aside).
+
+        An intent without a currency (journaled by an older version) is the same decision
+        as its replay by this one, which a gate stamps with its effect's currency; two
+        different currencies are two decisions."""
+        mine, theirs = replace(self, created_at=0.0), replace(other, created_at=0.0)
+        if mine.currency is None or theirs.currency is None:
+            mine, theirs = replace(mine, currency=None), replace(theirs, currency=None)
+        return mine.to_dict() == theirs.to_dict()
 
 
 @dataclass(frozen=True)
 class Settlement:
-    """A recorded outcome: the status, why, Stripe's ids or error code."""
+    """A recorded outcome: the status, why, Stripe's ids or error code, and the found
+    send's amount and `currency` (as the provider gave them)."""
 
     status: OutcomeStatus
     reason: str | None = None
@@ -147,10 +170,11 @@ class Settlement:
     amount: int | None = None
     code: str | None = None
     at: float = 0.0
+    currency: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """The settlement as JSON-ready data."""
-        return {
+        """The settlement as JSON-ready data (`currency` only when it has one)."""
+        data: dict[str, Any] = {
             "status": self.status,
             "reason": self.reason,
             "external_id": self.external_id,
@@ -158,6 +182,9 @@ class Settlement:
             "code": self.code,
             "at": self.at,
         }
+        if self.currency is not None:
+            data["currency"] = self.currency
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Settlement:
@@ -172,6 +199,7 @@ class Settlement:
             amount=None if data.get("amount") is None else int(data["amount"]),
             code=data.get("code"),
             at=float(data.get("at", 0.0)),
+            currency=None if data.get("currency") is None else str(data["currency"]),
         )
 
 
@@ -695,6 +723,7 @@ class RuleStore:
                 amount=intent.amount,
                 action_id=action_id,
                 now=now,
+                currency=intent.currency,
             )
             if problem is not None or lease is None:
                 return SendingAttempt("lease_refused", problem)
@@ -788,6 +817,8 @@ class RuleStore:
                 "kind": intent.kind,
                 "target": intent.target,
                 "amount": intent.amount,
+                # The decision's; for an intent that records none, the found send's.
+                "currency": intent.currency or settlement.currency,
                 "lease_id": intent.lease_id,
                 "decision_fingerprint": intent.fingerprint,
                 "outcome": settlement.status,

@@ -1,8 +1,14 @@
 """Approvals as leases: scoped, capped, expiring, revocable, and spent as actions settle.
 
 A lease lets actions of one kind on one target spend up to `cap` cents before
-`expires_at`. Every check fails closed. Reservations are keyed by action: a recovery
-reuses its own, a refusal releases it, a send turns it into spent money.
+`expires_at`, in one currency: `cap` is in that currency's smallest unit, and an action in
+another currency is refused under it. Every check fails closed. Reservations are keyed by
+action: a recovery reuses its own, a refusal releases it, a send turns it into spent money.
+
+A lease without a currency (stored by an older version, or granted without one) is a
+lease in US dollars: older versions' words and defaults said dollars, so that is what its
+cents meant. An action in any other currency is refused under it; grant such an approval
+again with its `currency` (docs/design.md §4, the migration).
 
 A lease is checked when it is made (`LeaseError` naming the field, so nothing is granted):
 ids as an `Intent` checks them, whole cents in range, finite times, expiry after the
@@ -27,6 +33,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from interlock._errors import UNREADABLE, LeaseError
+from interlock._money import currency_problem
 from interlock._receipts import canonical_json, load_json
 
 APPROVAL_DOMAIN = b"interlock-approval-v1\n"
@@ -44,11 +51,14 @@ AUTHORIZED_FIELDS = (
 _ID_CHARS = frozenset(string.ascii_letters + string.digits + string.punctuation)
 _MAX_ID_LENGTH = 200
 _MAX_CENTS = 10**10
+# What a lease without a currency is read as (see the module docstring).
+LEGACY_CURRENCY = "usd"
 
 
 @dataclass(frozen=True)
 class Lease:
-    """An approval for actions of `kind` on `target`, capped at `cap` cents."""
+    """An approval for actions of `kind` on `target`, capped at `cap` cents of `currency`
+    (None: `LEGACY_CURRENCY`, see the module docstring)."""
 
     id: str
     kind: str
@@ -61,7 +71,8 @@ class Lease:
     revoked_at: float | None = None
     revoked_by: str | None = None
     reservations: Mapping[str, int] = field(default_factory=dict)
-    # Lowercase ISO code of the money it covers; None for a lease stored before currencies.
+    # Lowercase ISO code of the money it covers; None for a lease stored before currencies,
+    # read as `LEGACY_CURRENCY`.
     currency: str | None = None
     # One action of exactly `cap` cents, once.
     exact: bool = False
@@ -113,14 +124,10 @@ class Lease:
             return f"expires_at ({self.expires_at}) must come after granted_at ({self.granted_at})"
         if self.revoked_by is not None and not isinstance(self.revoked_by, str):
             return f"revoked_by must be a string, got {self.revoked_by!r}"
-        if self.currency is not None and not (
-            isinstance(self.currency, str)
-            and len(self.currency) == 3
-            and self.currency.isascii()
-            and self.currency.isalpha()
-            and self.currency.islower()
-        ):
-            return f"currency must be a lowercase ISO code such as 'usd', got {self.currency!r}"
+        if self.currency is not None:
+            problem = currency_problem(self.currency)
+            if problem is not None:
+                return f"currency {problem}"
         if not isinstance(self.exact, bool):
             return f"exact must be true or false, got {self.exact!r}"
         for name in ("key_id", "signature"):
@@ -160,9 +167,18 @@ class Lease:
         return self.cap - self.spent - others
 
     def problem(
-        self, *, kind: str, target: str, amount: int, action_id: str, now: float
+        self,
+        *,
+        kind: str,
+        target: str,
+        amount: int,
+        action_id: str,
+        now: float,
+        currency: str | None = None,
     ) -> str | None:
-        """Why this lease does not cover the action, or None when it does."""
+        """Why this lease does not cover the action, or None when it does.
+
+        `currency` is the action's (None: it records none, an older version's intent)."""
         if self.damaged is not None:
             return (
                 f"approval {self.id} is damaged in the store ({self.damaged}): "
@@ -174,6 +190,12 @@ class Lease:
             return "approval expired"
         if kind != self.kind or target != self.target:
             return f"approval covers {self.kind} on {self.target}, not {kind} on {target}"
+        mine = lease_currency(self)
+        if currency is not None and currency != mine:
+            return (
+                f"approval is in {mine.upper()}, the action is in {currency.upper()}: "
+                f"grant an approval in {currency.upper()}"
+            )
         if self.exact:
             if amount != self.cap:
                 return f"approval is for exactly {self.cap}, not {amount}"
@@ -311,10 +333,24 @@ def _cents_problem(name: str, value: object, *, zero: bool = False) -> str | Non
     return None
 
 
+def lease_currency(lease: Lease) -> str:
+    """The currency a lease's cents are in (`LEGACY_CURRENCY` for one stored without one)."""
+    return lease.currency or LEGACY_CURRENCY
+
+
 def approval_problem(
-    lease: Lease | None, *, kind: str, target: str, amount: int, action_id: str, now: float
+    lease: Lease | None,
+    *,
+    kind: str,
+    target: str,
+    amount: int,
+    action_id: str,
+    now: float,
+    currency: str | None = None,
 ) -> str | None:
     """Why no approval covers this action (a missing lease included), or None when one does."""
     if lease is None:
         return "no such approval"
-    return lease.problem(kind=kind, target=target, amount=amount, action_id=action_id, now=now)
+    return lease.problem(
+        kind=kind, target=target, amount=amount, action_id=action_id, now=now, currency=currency
+    )

@@ -47,7 +47,8 @@ from interlock._effects import StripeRefund
 from interlock._errors import InterlockError, PaymentsRejectedError, PaymentsUnsettledError
 from interlock._gate import REASON_WORLD_CHANGED, EventSink, Gate, Outcome
 from interlock._journal import ActionState, Intent, Store
-from interlock._leases import Lease
+from interlock._leases import Lease, lease_currency
+from interlock._money import format_amount
 from interlock._payments import Payment, Payments, refunds_fingerprint
 
 
@@ -115,11 +116,6 @@ def _shown(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def dollars(cents: int) -> str:
-    """Cents as dollars, `$20.00`."""
-    return f"${cents // 100:,}.{cents % 100:02d}"
-
-
 # -- approvals ----------------------------------------------------------------------------
 
 
@@ -167,9 +163,11 @@ def grant_approval(
         raise DeskError(f"the approval must last more than 0 and at most a year, got {hours} h")
     latest = current_approval(store, payment_intent)
     if latest is not None and approval_state(latest, now) == "live":
+        currency = lease_currency(latest)
         raise DeskError(
-            f"{payment_intent} already has a live approval ({dollars(latest.cap)} cap, "
-            f"{dollars(latest.available_for(''))} left): revoke it first, then approve again"
+            f"{payment_intent} already has a live approval ({format_amount(latest.cap, currency)}"
+            f" cap, {format_amount(latest.available_for(''), currency)} left): revoke it first, "
+            "then approve again"
         )
     n = 1 if latest is None else int(latest.id.rsplit(":", 1)[1]) + 1
     lease = Lease(
@@ -528,12 +526,13 @@ def other_amount_answer(state: ActionState, asked: Mapping[str, Any]) -> Answer:
         theirs = "that call's outcome is not settled yet"
     else:
         theirs = f"that call was not refunded ({status})"
+    currency = Outcome.from_state(state).currency
     text = (
         f"Nothing was done for this call: request_id {rid} was already used by another call "
-        f"for a refund of {dollars(state.intent.amount)} on {pi} ({theirs}), not for "
-        f"{dollars(amount)}. A request_id names one refund decision, and a retry repeats its "
-        "amount. For a new refund decision, read the payment again with get_payment and use "
-        "a new request_id."
+        f"for a refund of {format_amount(state.intent.amount, currency)} on {pi} ({theirs}), "
+        f"not for {format_amount(amount, currency)}. A request_id names one refund decision, "
+        "and a retry repeats its amount. For a new refund decision, read the payment again "
+        "with get_payment and use a new request_id."
     )
     data: dict[str, Any] = {
         **asked,
@@ -557,12 +556,14 @@ def outcome_answer(outcome: Outcome, asked: Mapping[str, Any], *, retry: bool) -
     `retry` says the request_id had settled before this call, so nothing was attempted now.
     """
     pi, amount, rid = asked["payment_intent"], int(asked["amount"]), asked["request_id"]
+    money = format_amount(amount, outcome.currency)
     receipt = outcome.receipt
     data: dict[str, Any] = {
         **asked,
         "status": outcome.status,
         "refunded": {"sent": True, "adopted": True, "pending": None}.get(outcome.status, False),
         "refund_id": outcome.external_id,
+        "currency": outcome.currency,
         "reason": outcome.reason,
         "action_id": outcome.action_id,
         "retry": retry,
@@ -574,17 +575,17 @@ def outcome_answer(outcome: Outcome, asked: Mapping[str, Any], *, retry: bool) -
     note = f" Receipt #{receipt.seq} ({receipt.hash[:16]}…)." if receipt is not None else ""
     status = outcome.status
     if status == "sent":
-        text = f"Refunded {dollars(amount)} on {pi}: refund {outcome.external_id}."
+        text = f"Refunded {money} on {pi}: refund {outcome.external_id}."
     elif status == "adopted":
         text = (
-            f"Refunded {dollars(amount)} on {pi}: refund {outcome.external_id}. An earlier try "
+            f"Refunded {money} on {pi}: refund {outcome.external_id}. An earlier try "
             "of this request had already made it at Stripe (its answer was lost); it was "
             "found there and nothing was sent twice."
         )
     elif status == "pending":
         text = (
             f"Unknown, being recovered: Stripe's answer did not settle whether the refund of "
-            f"{dollars(amount)} on {pi} was made ({outcome.reason}). It is not failed: the "
+            f"{money} on {pi} was made ({outcome.reason}). It is not failed: the "
             "server looks it up at Stripe before every call and on restart, and never sends "
             "it twice. Do not refund again with a new request_id; call issue_refund later "
             f"with the same request_id ({rid}) to learn the outcome, and tell the customer "

@@ -39,6 +39,8 @@ class Refund:
     payment_intent: str
     metadata: Mapping[str, str] = field(default_factory=dict)
     created: int = 0
+    # Its payment's currency, lowercase ("" when the provider's answer did not say).
+    currency: str = ""
 
     @property
     def counts(self) -> bool:

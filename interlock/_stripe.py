@@ -369,6 +369,7 @@ def refund_from_stripe(obj: Mapping[str, Any]) -> Refund:
         payment_intent=str(obj.get("payment_intent") or ""),
         metadata={str(k): str(v) for k, v in dict(obj.get("metadata") or {}).items()},
         created=int(obj.get("created") or 0),
+        currency=str(obj.get("currency") or "").lower(),
     )
 
 

@@ -39,6 +39,7 @@ from interlock._approvals import Approver
 from interlock._gate import Gate, Outcome
 from interlock._journal import MAX_ID_LENGTH, Intent
 from interlock._leases import Lease
+from interlock._money import format_amount
 
 _HASHED_HEAD = 120
 
@@ -171,8 +172,9 @@ def carry_on(gate: Gate, outcome: Outcome, answer: Reapproval | None) -> Outcome
     return outcome
 
 
-def _dollars(cents: int | None) -> str:
-    return "the amount" if cents is None else f"${cents / 100:,.2f}"
+def amount_words(amount: int | None, currency: str | None) -> str:
+    """An amount in the action's currency for a guard's words (`format_amount`)."""
+    return "the amount" if amount is None else format_amount(amount, currency)
 
 
 def outcome_words(outcome: Outcome) -> str:
@@ -180,14 +182,16 @@ def outcome_words(outcome: Outcome) -> str:
     aid = outcome.action_id
     if outcome.status == "sent":
         return (
-            f"done: refunded {_dollars(outcome.amount)}, refund {outcome.external_id} "
-            f"(action {aid}). Tell the customer it is refunded; do not refund it again."
+            f"done: refunded {amount_words(outcome.amount, outcome.currency)}, refund "
+            f"{outcome.external_id} (action {aid}). Tell the customer it is refunded; do not "
+            "refund it again."
         )
     if outcome.status == "adopted":
         return (
-            f"done: refunded {_dollars(outcome.amount)}, refund {outcome.external_id}, made by an "
-            f"earlier try of this same call and found at Stripe, so nothing was sent twice "
-            f"(action {aid}). Tell the customer it is refunded; do not refund it again."
+            f"done: refunded {amount_words(outcome.amount, outcome.currency)}, refund "
+            f"{outcome.external_id}, made by an earlier try of this same call and found at "
+            f"Stripe, so nothing was sent twice (action {aid}). Tell the customer it is "
+            "refunded; do not refund it again."
         )
     if outcome.status == "refused":
         return (

@@ -66,6 +66,7 @@ The README's section "LangChain: a guarded tool in an agent" has an example that
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -85,6 +86,7 @@ from interlock import _tool_calls
 from interlock._errors import IntentError
 from interlock._gate import Gate, Outcome
 from interlock._journal import Intent
+from interlock._money import format_amount
 from interlock._tool_calls import APPROVAL_TYPE, REAPPROVAL_TYPE, Reapproval, exact_approval
 
 __all__ = [  # noqa: RUF022 - sorted case-insensitively, as interlock's own __all__
@@ -116,15 +118,24 @@ class ToolIntent:
     target: str
     amount: int
     lease_id: str
+    # The amount's currency (lowercase ISO 4217), when the read showed it: the intent
+    # records it, the words and the approval are in it, and a refund in another one than
+    # its payment's is refused.
+    currency: str | None = None
 
 
 IntentOf = Callable[[Mapping[str, Any]], ToolIntent]
 
 
-def seen(target: str, fingerprint: str) -> dict[str, Any]:
+def seen(target: str, fingerprint: str, currency: str | None = None) -> dict[str, Any]:
     """The artifact a read tool returns beside its text: the target and the fingerprint
-    of its state as the tool showed it to the model (`interlock.refunds_fingerprint`)."""
-    return {SEEN_KEY: {"target": target, "fingerprint": fingerprint}}
+    of its state as the tool showed it to the model (`interlock.refunds_fingerprint`),
+    and its currency (`Payment.currency`): a guarded call whose `ToolIntent` gives none is
+    in the currency its read showed."""
+    record: dict[str, Any] = {"target": target, "fingerprint": fingerprint}
+    if currency is not None:
+        record["currency"] = currency.lower()
+    return {SEEN_KEY: record}
 
 
 def action_id_for(thread_id: str, tool_call_id: str) -> str:
@@ -163,6 +174,14 @@ def tool_action_id(request: ToolCallRequest) -> str:
 def fingerprint_seen(messages: Sequence[BaseMessage], tool_call_id: str, target: str) -> str | None:
     """The fingerprint of `target` as a read tool last showed it before the model's turn
     that made `tool_call_id`; None when no read came before it."""
+    fingerprint = _seen_record(messages, tool_call_id, target).get("fingerprint")
+    return fingerprint if isinstance(fingerprint, str) else None
+
+
+def _seen_record(
+    messages: Sequence[BaseMessage], tool_call_id: str, target: str
+) -> Mapping[str, Any]:
+    """The `seen` record of the last read of `target` before the call's turn (empty: none)."""
     turn = next(
         (
             i
@@ -172,19 +191,18 @@ def fingerprint_seen(messages: Sequence[BaseMessage], tool_call_id: str, target:
         None,
     )
     if turn is None:
-        return None
+        return {}
     for m in reversed(messages[:turn]):
         if not isinstance(m, ToolMessage) or not isinstance(m.artifact, Mapping):
             continue
         record = m.artifact.get(SEEN_KEY)
         if isinstance(record, Mapping) and record.get("target") == target:
-            fingerprint = record.get("fingerprint")
-            return fingerprint if isinstance(fingerprint, str) else None
-    return None
+            return record
+    return {}
 
 
-def _money(cents: int | None) -> str:
-    return "an unknown amount" if cents is None else f"${cents / 100:,.2f}"
+def _money(amount: int | None, currency: str | None) -> str:
+    return "an unknown amount" if amount is None else format_amount(amount, currency)
 
 
 def outcome_words(outcome: Outcome) -> str:
@@ -192,12 +210,13 @@ def outcome_words(outcome: Outcome) -> str:
     aid = outcome.action_id
     if outcome.status == "sent":
         return (
-            f"done: refunded {_money(outcome.amount)} (refund {outcome.external_id}, action "
-            f"{aid}). Tell the customer it is done."
+            f"done: refunded {_money(outcome.amount, outcome.currency)} (refund "
+            f"{outcome.external_id}, action {aid}). Tell the customer it is done."
         )
     if outcome.status == "adopted":
         return (
-            f"done: an earlier run of this same call already refunded {_money(outcome.amount)} "
+            f"done: an earlier run of this same call already refunded "
+            f"{_money(outcome.amount, outcome.currency)} "
             f"(refund {outcome.external_id}, action {aid}); nothing was sent twice. Tell the "
             "customer it is done."
         )
@@ -222,7 +241,8 @@ def outcome_words(outcome: Outcome) -> str:
 def outcome_data(outcome: Outcome) -> dict[str, Any]:
     """An outcome as JSON-ready data: the answer's `ToolMessage.artifact`.
 
-    Keys: `action_id`, `status`, `reason`, `external_id` (the refund), `amount`, `code`,
+    Keys: `action_id`, `status`, `reason`, `external_id` (the refund), `amount` (in the
+    smallest unit of `currency`, None when the action records none), `currency`, `code`,
     `unknown` and `receipt` (the receipt's hash, or None).
     """
     return {
@@ -231,6 +251,7 @@ def outcome_data(outcome: Outcome) -> dict[str, Any]:
         "reason": outcome.reason,
         "external_id": outcome.external_id,
         "amount": outcome.amount,
+        "currency": outcome.currency,
         "code": outcome.code,
         "unknown": outcome.unknown,
         "receipt": None if outcome.receipt is None else outcome.receipt.hash,
@@ -326,8 +347,11 @@ class InterlockMiddleware(AgentMiddleware):
                 f"not done: the call's arguments were not understood ({type(e).__name__}: {e}); "
                 "nothing was sent. Call it again with the arguments its schema names.",
             )
-        fingerprint = fingerprint_seen(_messages(request.state), call_id, asked.target)
-        if fingerprint is None:
+        record = _seen_record(_messages(request.state), call_id, asked.target)
+        fingerprint = record.get("fingerprint")
+        if asked.currency is None and isinstance(record.get("currency"), str):
+            asked = dataclasses.replace(asked, currency=record["currency"])
+        if not isinstance(fingerprint, str):
             return _error(
                 request,
                 f"not done: {asked.target} was not read before this call, so there is nothing "
@@ -345,8 +369,11 @@ class InterlockMiddleware(AgentMiddleware):
                     "kind": asked.kind,
                     "target": asked.target,
                     "amount": asked.amount,
+                    "currency": asked.currency,
                     "lease_id": lease_id,
-                    "question": f"{asked.kind} {_money(asked.amount)} on {asked.target}?",
+                    "question": (
+                        f"{asked.kind} {_money(asked.amount, asked.currency)} on {asked.target}?"
+                    ),
                 }
             )
             approved, by, lease_id, reason = _read_answer(answer, lease_id)
@@ -359,7 +386,14 @@ class InterlockMiddleware(AgentMiddleware):
             metadata["approved_by"] = by
         try:
             return Intent(
-                action_id, asked.kind, asked.target, asked.amount, lease_id, fingerprint, metadata
+                action_id,
+                asked.kind,
+                asked.target,
+                asked.amount,
+                lease_id,
+                fingerprint,
+                metadata,
+                currency=asked.currency,
             )
         except IntentError as e:
             return _error(request, f"not done: {e}; nothing was sent.")
@@ -391,9 +425,11 @@ def _ask_again(
             "kind": intent.kind,
             "target": intent.target,
             "amount": intent.amount,
+            "currency": intent.currency,
             "lease_id": lease_id,
             "question": (
-                f"refused because {refused.reason}: {intent.kind} {_money(intent.amount)} on "
+                f"refused because {refused.reason}: {intent.kind} "
+                f"{_money(intent.amount, intent.currency)} on "
                 f"{intent.target} under a new approval?"
             ),
         }

@@ -46,6 +46,7 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess without
         "(the core of interlock works without it)"
     ) from e
 
+from interlock._leases import lease_currency
 from interlock._mcp_desk import (
     AMOUNT_RULE,
     MAX_AMOUNT,
@@ -60,7 +61,6 @@ from interlock._mcp_desk import (
     approval_state,
     check_payment_id,
     current_approval,
-    dollars,
     grant_approval,
     revoke_approval,
 )
@@ -76,8 +76,8 @@ __all__ = [
     "approval_state",
     "check_payment_id",
     "current_approval",
-    "dollars",
     "grant_approval",
+    "lease_currency",
     "revoke_approval",
 ]
 
@@ -86,12 +86,15 @@ SERVER_NAME = "interlock-refunds"
 
 GET_PAYMENT = (
     "Read a Stripe payment (PaymentIntent) with all its refunds and its refund approval. "
-    "Amounts are in cents. Read the payment before every refund decision: issue_refund is "
+    "Amounts are integers in the smallest unit of the payment's currency (cents for usd "
+    "and eur; whole yen for jpy: 2000 is ¥2,000). Read the payment before every refund "
+    "decision: issue_refund is "
     "checked against the refunds this read showed (its refunds_fingerprint)."
 )
 
 ISSUE_REFUND = (
-    "Refund part of a payment, in cents, under the approval a person gave for it. Right "
+    "Refund part of a payment, in the smallest unit of its currency (as get_payment shows "
+    "it), under the approval a person gave for it. Right "
     "before sending, the server checks again that the approval still covers the amount "
     "and that the payment's refunds are still the ones you read with get_payment; if "
     "either changed it refuses and says why. "

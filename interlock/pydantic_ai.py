@@ -67,6 +67,7 @@ from interlock._tool_calls import (
     APPROVAL_TYPE,
     REAPPROVAL_TYPE,
     Reapproval,
+    amount_words,
     exact_approval,
     outcome_words,
 )
@@ -98,6 +99,10 @@ class ToolIntent:
     amount: int
     lease_id: str
     fingerprint: str
+    # The amount's currency (lowercase ISO 4217), when the read showed it: the intent
+    # records it, the words and the approval are in it, and a refund in another one than
+    # its payment's is refused.
+    currency: str | None = None
 
 
 def action_id_for(conversation_id: str, tool_call_id: str) -> str:
@@ -147,7 +152,13 @@ class InterlockToolset(WrapperToolset[Any]):
         try:
             asked = self.intent(tool_args)
             intent = Intent(
-                action_id, asked.kind, asked.target, asked.amount, asked.lease_id, asked.fingerprint
+                action_id,
+                asked.kind,
+                asked.target,
+                asked.amount,
+                asked.lease_id,
+                asked.fingerprint,
+                currency=asked.currency,
             )
         except (KeyError, TypeError, ValueError, IntentError) as e:
             raise ModelRetry(
@@ -182,7 +193,7 @@ def _question(
     kind: str, intent: Intent, action_id: str, reason: str | None = None
 ) -> dict[str, Any]:
     """What `DeferredToolRequests.metadata` shows the person for this call."""
-    ask = f"{intent.kind} ${intent.amount / 100:,.2f} on {intent.target}"
+    ask = f"{intent.kind} {amount_words(intent.amount, intent.currency)} on {intent.target}"
     if reason is not None:
         ask = f"refused because {reason}: {ask} under a new approval"
     return {
@@ -192,6 +203,7 @@ def _question(
         "kind": intent.kind,
         "target": intent.target,
         "amount": intent.amount,
+        "currency": intent.currency,
         "lease_id": intent.lease_id,
         "question": ask + "?",
     }

@@ -78,7 +78,7 @@ from interlock._approvals import Approver, Approvers
 from interlock._claims import Owner
 from interlock._config import Switches, Timing
 from interlock._crash_points import CrashPoint
-from interlock._effects import Effect, Found, Observation
+from interlock._effects import Effect, Found, Observation, accepts
 from interlock._errors import PaymentsRejectedError, PaymentsUnsettledError
 from interlock._events import Event, GateEvent, event_problem
 from interlock._gate import Gate, Outcome
@@ -368,6 +368,12 @@ class _Worker:
         self.provider = provider
         self.inner = provider.new_effect()
         self.kind = self.inner.kind
+        # The effect's currency, as the gate reads it to stamp an intent that has none.
+        self.currency = getattr(self.inner, "currency", None)
+
+    def accepts(self, intent: Intent) -> str | None:
+        """The effect's own answer: the harness never sends what the effect would not."""
+        return accepts(self.inner, intent)
 
     def observe(self, intent: Intent) -> Observation:
         p = self.provider
@@ -414,13 +420,16 @@ def run_cell(
     journal = (store or (lambda c: MemoryStore(clock=c)))(clock)
     lease_id = f"lease-{uuid.uuid4().hex[:12]}"
     intent = w.decide(lease_id)
-    # The harness grants as an approver would, and its gates trust that approver only.
+    # The harness grants as an approver would, and its gates trust that approver only;
+    # the approval is in the action's currency: the intent's, else the effect's own.
     approver = Approver.generate("harness")
+    currency = intent.currency or getattr(new_effect(), "currency", None)
     journal.grant_lease(
         approver.sign(
-            Lease(lease_id, intent.kind, intent.target, intent.amount, _T0 + 86_400, "harness", _T0)
+            Lease(lease_id, intent.kind, intent.target, intent.amount, _T0 + 86_400, "harness",
+                  _T0, currency=currency)
         )
-    )
+    )  # fmt: skip
     provider = _Provider(new_effect, cell.answer, clock)
     # Another action on the same target went first, through the same kind of effect (in
     # another process), under an id one character away: a lookup that adopts any agent's
@@ -505,7 +514,7 @@ def run_cell(
     second_lease = f"{lease_id}-2"
     journal.grant_lease(approver.sign(
         Lease(second_lease, second.kind, second.target, second.amount, _T0 + 86_400 * 2,
-              "harness", clock.now)
+              "harness", clock.now, currency=currency)
     ))  # fmt: skip
     second = replace(second, lease_id=second_lease)
     second_out = gate(Owner.current("second"), {}, None).submit(second)

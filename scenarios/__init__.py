@@ -15,6 +15,9 @@ from interlock import ConfigError, CrashPoint, Switches
 Outage = Literal["none", "hand-refund", "revoke"]
 ColumnName = Literal["standard", "interlock", "checked"]
 
+# The demo's payments, approvals and words are in this currency; amounts are in its
+# smallest unit (cents).
+CURRENCY = "usd"
 PAYMENT_AMOUNT = 10_000
 REFUND_AMOUNT = 2_000
 LEASE_CAP = 2_000

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from interlock import Payment, Payments, refunds_fingerprint
+from interlock import Payment, Payments, format_amount, refunds_fingerprint
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
 ENV_MODEL = "INTERLOCK_MODEL"
@@ -185,7 +185,8 @@ class ScriptedModel:
                 {
                     "type": "text",
                     "text": (
-                        f"The payment already shows ${payment['amount_refunded'] / 100:.2f} "
+                        "The payment already shows "
+                        f"{format_amount(payment['amount_refunded'], payment.get('currency'))} "
                         "refunded, which covers the request; no further refund."
                     ),
                 }

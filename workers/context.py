@@ -26,6 +26,7 @@ from interlock import (
     Store,
     Switches,
     Timing,
+    format_amount,
     new_action_id,
 )
 from workers.agent import Decision, Model, decide
@@ -192,15 +193,17 @@ def ask_model(ctx: WorkerContext) -> Decision:
     ctx.emit(EventKind.ASK_MODEL, "asking the model about the support request")
     decision = decide(ctx.model(), ctx.payments, ctx.case.payment_intent, ctx.case.request)
     seen = decision.payment_seen
+    currency = seen.get("currency")
     ctx.emit(
         EventKind.TOOL_CALL,
-        f"get_payment: ${seen['amount'] / 100:.2f}, ${seen['amount_refunded'] / 100:.2f} "
-        f"refunded ({len(seen['refunds'])} refunds)",
+        f"get_payment: {format_amount(seen['amount'], currency)}, "
+        f"{format_amount(seen['amount_refunded'], currency)} refunded "
+        f"({len(seen['refunds'])} refunds)",
     )
     if decision.refund:
         ctx.emit(
             EventKind.DECISION,
-            f"model calls issue_refund(${(decision.amount or 0) / 100:.2f})",
+            f"model calls issue_refund({format_amount(decision.amount or 0, currency)})",
             amount=decision.amount,
             model=decision.model,
         )

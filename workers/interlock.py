@@ -102,6 +102,9 @@ def refund_intent(case: Case, decision: Decision, action_id: str) -> Intent:
         fingerprint=decision.fingerprint,
         metadata=case.metadata,
         context={"model": decision.model, "tool_call": dict(decision.tool_call)},
+        # The payment's currency as the model was shown it: the gate refuses the refund if
+        # the payment is in another one, and every amount is worded in it.
+        currency=decision.payment_seen.get("currency"),
     )
 
 

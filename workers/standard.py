@@ -19,6 +19,7 @@ from interlock import (
     PaymentsAuthError,
     PaymentsRejectedError,
     PaymentsUnsettledError,
+    format_amount,
 )
 from workers.agent import Decision
 from workers.context import Case, WorkerContext, ask_model
@@ -68,7 +69,8 @@ def run(ctx: WorkerContext, before_retry: BeforeRetry | None = None) -> ColumnOu
     ctx.crash(CrashPoint.AFTER_SENDING)
     ctx.crash(CrashPoint.BEFORE_SEND)
     amount = int(decision.amount or 0)
-    ctx.emit(EventKind.SEND, send_text(ctx.answerer, amount, key), key=key)
+    currency = decision.payment_seen.get("currency")
+    ctx.emit(EventKind.SEND, send_text(ctx.answerer, amount, currency, key), key=key)
     try:
         refund = ctx.payments.create_refund(
             case.payment_intent, amount, idempotency_key=key, metadata=case.metadata
@@ -84,7 +86,8 @@ def run(ctx: WorkerContext, before_retry: BeforeRetry | None = None) -> ColumnOu
         return ColumnOutcome("failed", reason=f"{e.code}: {e.provider_message}")
     ctx.emit(
         EventKind.ANSWER,
-        f"{ctx.answerer} answered: refund {refund.id} ${refund.amount / 100:.2f}",
+        f"{ctx.answerer} answered: refund {refund.id} "
+        f"{format_amount(refund.amount, refund.currency or None)}",
         refund_id=refund.id,
     )
     ctx.crash(CrashPoint.AFTER_ANSWER)

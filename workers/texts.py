@@ -10,7 +10,7 @@ changes no phase line and no verdict. The snapshot tests show these words on scr
 
 from __future__ import annotations
 
-from interlock import Event, GateEvent, PaymentsAuthError
+from interlock import Event, GateEvent, PaymentsAuthError, format_amount
 from workers.protocol import ColumnOutcome
 
 # Who answers a worker's refund calls, as its events name it: Stripe test mode (live),
@@ -27,11 +27,12 @@ def said_at(reason: str | None, answerer: str) -> str | None:
     return reason.replace("at Stripe", MONEY_AT[answerer]) if reason else reason
 
 
-def send_text(answerer: str, amount: int, key: str) -> str:
+def send_text(answerer: str, amount: int, currency: str | None, key: str) -> str:
     """The event line for a refund call, naming who it goes to (a mock call is no POST)."""
+    money = format_amount(amount, currency)
     if answerer == MOCK:
-        return f"refund ${amount / 100:.2f} in memory (key {key})"
-    return f"POST /v1/refunds ${amount / 100:.2f} to {answerer} (Idempotency-Key {key})"
+        return f"refund {money} in memory (key {key})"
+    return f"POST /v1/refunds {money} to {answerer} (Idempotency-Key {key})"
 
 
 def key_refused_reason(e: PaymentsAuthError) -> str:
@@ -99,7 +100,7 @@ def gate_event_text(event: Event, *, answerer: str = STRIPE) -> str | None:
     if kind is GateEvent.SENDING:
         return "journaled `sending`; claim renewed"
     if kind is GateEvent.BEFORE_SEND:
-        return send_text(answerer, int(d.get("amount", 0)), short)
+        return send_text(answerer, int(d.get("amount", 0)), d.get("currency"), short)
     if kind is GateEvent.AFTER_ANSWER:
         return f"{answerer} answered: refund {d.get('external_id')}"
     if kind is GateEvent.ANSWER:

@@ -19,7 +19,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from interlock import CrashPoint, InterlockError, Lease, Payments, Store, verify
+from interlock import CrashPoint, InterlockError, Lease, Payments, Store, format_amount, verify
 from interlock.testing import UNSETTLED_REPORTS, PaymentsModel
 from interlock_demo.core.columns import column_kind
 from interlock_demo.core.run import (
@@ -38,6 +38,7 @@ from interlock_demo.errors import ColumnFailed, UsageError
 from interlock_demo.network import live_failure_line
 from interlock_demo.settings import SUPPORT, DemoConfig, support_approver
 from scenarios import (
+    CURRENCY,
     FAULTS,
     LEASE_CAP,
     PAYMENT_AMOUNT,
@@ -207,7 +208,7 @@ class ColumnScript:
 
         run.update(col.name, setup_card)
         payment = self.payments.create_payment(
-            PAYMENT_AMOUNT, metadata={"case": case_id, "demo_run": run.run_id}
+            PAYMENT_AMOUNT, currency=CURRENCY, metadata={"case": case_id, "demo_run": run.run_id}
         )
         now = run.clock.wall()
         # Support signs the approval with its own key; workers hold only the public key.
@@ -221,6 +222,7 @@ class ColumnScript:
                     expires_at=now + LEASE_TTL_S,
                     granted_by=SUPPORT,
                     granted_at=now,
+                    currency=CURRENCY,
                 )
             )
         )
@@ -233,8 +235,8 @@ class ColumnScript:
         run.update(col.name, set_case)
         self.event(
             RunEventKind.SETUP,
-            f"new $100.00 payment {payment.id}; approval for refunds up to $20.00, "
-            "signed by support",
+            f"new {format_amount(PAYMENT_AMOUNT, CURRENCY)} payment {payment.id}; approval for "
+            f"refunds up to {format_amount(LEASE_CAP, CURRENCY)}, signed by support",
             payment_intent=payment.id,
             amount=PAYMENT_AMOUNT,
             lease_id=lease.id,
@@ -289,7 +291,8 @@ class ColumnScript:
             refund = self.payments.create_refund(self.case.payment_intent, REFUND_AMOUNT)
             self.event(
                 RunEventKind.OUTAGE,
-                f"{when}support refunds $20.00 by hand ({refund.id}), no key, no metadata",
+                f"{when}support refunds {format_amount(REFUND_AMOUNT, CURRENCY)} by hand "
+                f"({refund.id}), no key, no metadata",
                 outage=outage,
                 held=held,
                 refund_id=refund.id,

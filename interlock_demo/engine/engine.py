@@ -30,6 +30,7 @@ from interlock import (
     Payments,
     Store,
     StripePayments,
+    format_amount,
     make_stripe_client,
 )
 from interlock.testing import InProcessPayments, PaymentsModel, StripeEmulator
@@ -58,7 +59,7 @@ from interlock_demo.engine.process import ProcessLauncher
 from interlock_demo.engine.supervisor import Supervisor
 from interlock_demo.errors import BusyError
 from interlock_demo.settings import EMULATOR_KEY, SUPPORT, TEMPORAL, DemoConfig, support_approver
-from scenarios import LEASE_CAP, REFUND_AMOUNT, Scenario, scenario
+from scenarios import CURRENCY, LEASE_CAP, REFUND_AMOUNT, Scenario, scenario
 from workers.context import Case
 from workers.interlock import refund_gate
 from workers.protocol import ColumnOutcome, event_fields, gate_kind
@@ -265,11 +266,16 @@ class Engine:
                         expires_at=now + LEASE_TTL_S,
                         granted_by=SUPPORT,
                         granted_at=now,
+                        currency=CURRENCY,
                     )
                 )
             )
             run.add_event(
-                gated, RunEventKind.REAPPROVE, "a person approves the $20 refund again", None
+                gated,
+                RunEventKind.REAPPROVE,
+                f"a person approves the {format_amount(REFUND_AMOUNT, CURRENCY, trim=True)} "
+                "refund again",
+                None,
             )
             gate = refund_gate(
                 store,
@@ -307,7 +313,8 @@ class Engine:
                 assert col.wanted is not None
                 col.wanted = dataclasses.replace(
                     col.wanted,
-                    text=f"{col.wanted.text}, then the re-approved $20",
+                    text=f"{col.wanted.text}, then the re-approved "
+                    f"{format_amount(REFUND_AMOUNT, CURRENCY, trim=True)}",
                     agent_refunds=col.wanted.agent_refunds + 1,
                 )
 

@@ -78,10 +78,10 @@ def add_mcp_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run `interlock-demo mcp ...` from the parsed arguments; returns the exit code."""
-    from interlock import InterlockError
+    from interlock import InterlockError, format_amount
 
     try:
-        from interlock.mcp import dollars, grant_approval, revoke_approval
+        from interlock.mcp import grant_approval, lease_currency, revoke_approval
     except ImportError:
         print(
             "interlock-demo mcp needs the official MCP SDK: pip install 'interlock-demo[mcp]'",
@@ -104,7 +104,8 @@ def run(args: argparse.Namespace) -> int:
                     approver=_approver(),
                 )  # fmt: skip
                 print(
-                    f"approved refunds on {args.payment} up to {dollars(lease.cap)} until "
+                    f"approved refunds on {args.payment} up to "
+                    f"{format_amount(lease.cap, lease_currency(lease))} until "
                     f"{_utc(lease.expires_at)} (approval {lease.id})"
                 )
             else:
@@ -127,6 +128,7 @@ def _serve(args: argparse.Namespace) -> int:
         InterlockError,
         Owner,
         StripePayments,
+        format_amount,
         make_stripe_client,
     )
     from interlock.mcp import (
@@ -135,8 +137,8 @@ def _serve(args: argparse.Namespace) -> int:
         add_refund_tools,
         approval_state,
         current_approval,
-        dollars,
         grant_approval,
+        lease_currency,
     )
     from interlock_demo.errors import KeyRefusedError
     from interlock_demo.keys import find_stripe_key
@@ -198,12 +200,14 @@ def _serve(args: argparse.Namespace) -> int:
                     store, args.mcp_approve, args.mcp_cap, hours=args.mcp_hours,
                     by="the --approve flag", now=now, approver=_approver(),
                 )  # fmt: skip
-                log(f"approved refunds on {lease.target} up to {dollars(lease.cap)}")
+                cap = format_amount(lease.cap, lease_currency(lease))
+                log(f"approved refunds on {lease.target} up to {cap}")
             else:
                 # A restarted server must not undo a revocation or refill a spent cap.
+                cap = format_amount(existing.cap, lease_currency(existing))
                 log(
                     f"{args.mcp_approve} already has an approval ({approval_state(existing, now)}, "
-                    f"{dollars(existing.cap)} cap); --approve grants only a first one: use "
+                    f"{cap} cap); --approve grants only a first one: use "
                     "`interlock-demo mcp revoke` and `approve` to change it"
                 )
         elif args.mcp_offline:
@@ -213,9 +217,10 @@ def _serve(args: argparse.Namespace) -> int:
                 approver=_approver(),
             )  # fmt: skip
             notes.append(
-                f"Offline demo: payment {payment.id} ({dollars(payment.amount)}) is approved "
-                f"for refunds up to {dollars(lease.cap)}. The customer asked for "
-                f"{dollars(OFFLINE_CAP)} back."
+                f"Offline demo: payment {payment.id} "
+                f"({format_amount(payment.amount, payment.currency)}) is approved for refunds "
+                f"up to {format_amount(lease.cap, lease_currency(lease))}. The customer asked "
+                f"for {format_amount(OFFLINE_CAP, payment.currency)} back."
             )
             log(notes[-1])
 

@@ -33,6 +33,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from interlock import format_amount
 from interlock_demo.core.columns import COLUMN_KINDS, gated_column
 from interlock_demo.core.run import Column, Finding, RunEventKind, RunSnapshot
 from interlock_demo.core.verdict import AGENT, counting, tally
@@ -41,7 +42,7 @@ from interlock_demo.environment import demo_env
 from interlock_demo.exit_codes import ExitCode
 from interlock_demo.settings import PRIVATE_UMASK, Paths, open_private, private_dir
 from interlock_demo.stopping import Stopped, on_stop
-from scenarios import SWITCHES
+from scenarios import CURRENCY, SWITCHES
 from workers.protocol import CHECK_LOOKUP, GATE_CHECK, GATE_CLAIM_WAIT, EventKind
 from workers.texts import EMULATOR, MONEY_AT
 
@@ -279,7 +280,7 @@ def main(out: str | Path | None = None, *, parallel: int) -> int:
 
 
 def _money(cents: int | None) -> str:
-    return "n/a" if cents is None else f"${cents / 100:.2f}"
+    return "n/a" if cents is None else format_amount(cents, CURRENCY)
 
 
 def _stripe_words(col: Column | None) -> str:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from interlock import is_postgres_url
+from interlock import format_amount, is_postgres_url
 from interlock_demo.core.run import SCHEMA, Column, Run
 from interlock_demo.core.verdict import untruth
 from interlock_demo.engine import Engine, RunChoice
@@ -25,7 +25,7 @@ from interlock_demo.reports.local_postgres import pgserver_missing
 from interlock_demo.reports.sweep import interlock_failures, run_sweep, table
 from interlock_demo.settings import ENV_STORE, DemoConfig, resolve
 from interlock_demo.stopping import Stopped
-from scenarios import FAULTS, SCENARIOS, SWEEP_FAULTS
+from scenarios import CURRENCY, FAULTS, SCENARIOS, SWEEP_FAULTS
 
 COMMAND = "interlock-demo results"
 
@@ -61,7 +61,9 @@ def write_runs(config: DemoConfig, out: Path) -> Path:
     for snapshot in snapshots:
         for col in snapshot.columns:
             rows = () if col.stripe is None else col.stripe.refunds
-            refunds = ", ".join(f"${r.amount / 100:.2f} {r.by}" for r in rows) or "none"
+            refunds = (
+                ", ".join(f"{format_amount(r.amount, CURRENCY)} {r.by}" for r in rows) or "none"
+            )
             status = None if col.outcome is None else col.outcome.status
             wanted = None if col.wanted is None else col.wanted.text
             verdict = "✓ right" if col.ok else "✗ wrong"

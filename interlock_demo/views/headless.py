@@ -21,13 +21,14 @@ from dataclasses import replace
 from types import FrameType
 from typing import Any, TextIO
 
+from interlock import format_amount
 from interlock_demo.core.run import Run
 from interlock_demo.core.verdict import replay_note, untruth
 from interlock_demo.engine import Engine, RunChoice
 from interlock_demo.exit_codes import ExitCode
 from interlock_demo.settings import DemoConfig, mode_named
 from interlock_demo.stopping import STOP_SIGNALS
-from scenarios import SCENARIOS, SWITCHES
+from scenarios import CURRENCY, SCENARIOS, SWITCHES
 
 # An emulated switch as the run names it (its environment name), as the command line takes it.
 _FLAG = {s.env: s.flag for s in SWITCHES}
@@ -126,7 +127,7 @@ def _summary(run: Run) -> str:
         lines.append(f"{mock}  error: {snapshot.error}")
     for c in snapshot.columns:
         total = None if c.stripe is None else c.stripe.refunded_total
-        money = f"${total / 100:.2f} refunded" if total is not None else "no result"
+        money = f"{format_amount(total, CURRENCY)} refunded" if total is not None else "no result"
         finding = c.finding or "not judged"
         reported = "nothing" if c.outcome is None else c.outcome.status
         if c.outcome is not None and c.outcome.reason:

@@ -113,7 +113,7 @@ def refund_tools(payments: Payments) -> list[Any]:
         """Read a payment and its refunds."""
         p = payments.get_payment(payment_intent)
         text = f"{p.id}: {p.amount} cents, refunded {p.amount_refunded}, {len(p.refunds)} refunds"
-        return text, seen(p.id, refunds_fingerprint(p.refunds))
+        return text, seen(p.id, refunds_fingerprint(p.refunds), p.currency)
 
     @tool
     def issue_refund(payment_intent: str, amount: int) -> str:

@@ -130,6 +130,24 @@ def test_a_guarded_call_is_sent_through_the_gate_and_answered_in_words() -> None
     )
 
 
+def test_a_refund_of_a_yen_payment_is_in_yen_as_its_read_showed() -> None:
+    """The read's `seen` artifact gives the currency: the intent, the receipt and the
+    model's words are in yen (JPY is zero-decimal: 2000 is ¥2,000, not $20.00)."""
+    w = World()
+    w.pi = w.payments.create_payment(10_000, currency="jpy").id
+    w.lease = f"lease_{w.pi}"
+    now = time.time()
+    w.store.grant_lease(
+        Lease(w.lease, "refund", w.pi, AMOUNT, now + 3600, "s", now, currency="jpy")
+    )
+    told = answer(w.agent().invoke(w.ask(), w.config))
+    assert told.content.startswith("done: refunded ¥2,000 (refund")
+    assert (told.artifact["status"], told.artifact["currency"]) == ("sent", "jpy")
+    state = w.store.action(told.artifact["action_id"])
+    assert state is not None and state.intent.currency == "jpy"
+    assert state.receipt is not None and state.receipt.body["currency"] == "jpy"
+
+
 async def test_the_async_path_sends_through_the_gate_in_a_worker_thread() -> None:
     """ainvoke: awrap_tool_call runs the blocking gate off the event loop, same outcome."""
     w = World()

@@ -8,6 +8,7 @@ tests/helpers/webhook.py as a `CustomEffect` is `tests/loopback/test_webhook_eff
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 
 import pytest
 
@@ -51,6 +52,31 @@ class TransferWorld:
             t.metadata.get(ACTION_METADATA_KEY) == intent.action_id
             for t in self.payments.list_transfers(intent.target)
         )
+
+
+class EuroTransferWorld(TransferWorld):
+    """The same world, its transfers in euros."""
+
+    def new_effect(self) -> StripeTransfer:
+        return StripeTransfer(self.payments, currency="eur")
+
+
+def test_a_transfer_in_euros_is_certified_under_an_approval_in_euros() -> None:
+    """The harness's wrapper shows the gate its effect's currency, so the intents are
+    journaled in eur, and it grants its approvals in eur: an EUR transfer effect is
+    certified as the USD one is."""
+    stores: list[MemoryStore] = []
+
+    def keep(clock: Callable[[], float]) -> MemoryStore:
+        stores.append(MemoryStore(clock=clock))
+        return stores[-1]
+
+    report = certify(EuroTransferWorld, store=keep)
+
+    report.assert_certified()
+    assert len(report.results) == 144
+    journaled = {stores[0].action(a).intent.currency for a in stores[0].actions()}  # type: ignore[union-attr]
+    assert journaled == {"eur"}
 
 
 def test_a_send_naming_the_action_that_differs_is_a_conflict_never_adopted() -> None:

@@ -62,6 +62,7 @@ RECEIPT_FIELDS = {
     "kind",
     "target",
     "amount",
+    "currency",
     "lease_id",
     "decision_fingerprint",
     "outcome",

@@ -86,7 +86,10 @@ def test_a_re_approval_run_again_after_a_kill_adopts_its_refund_and_sends_no_sec
 @pytest.mark.parametrize(
     ("outcome", "says"),
     [
-        (Outcome("a", "sent", external_id="re_1", amount=2_000), "done: refunded $20.00"),
+        (
+            Outcome("a", "sent", external_id="re_1", amount=2_000, currency="usd"),
+            "done: refunded $20.00",
+        ),
         (Outcome("a", "adopted", external_id="re_1", amount=2_000), "found at Stripe"),
         (Outcome("a", "refused", "the approval was revoked"), "not done, refused"),
         (Outcome("a", "failed", "too much", code="amount_too_large"), "not done, Stripe said no"),

@@ -17,7 +17,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from interlock import format_amount
 from interlock_demo.core.run import RunEventKind
+from scenarios import CURRENCY
 
 if TYPE_CHECKING:
     from temporalio.api.common.v1 import Payload
@@ -223,7 +225,7 @@ def _decision_text(result: dict[str, Any]) -> str:
     """ask_model's result: the refund it asked for, or the model's words when it asked none."""
     amount = result.get("amount")
     decided = (
-        f"issue_refund(${int(amount) / 100:.2f})"
+        f"issue_refund({format_amount(int(amount), CURRENCY)})"
         if amount is not None
         else f"no refund ({result.get('text')})"
     )

@@ -25,6 +25,7 @@ from textual.message import Message
 from textual.timer import Timer
 from textual.widgets import Label, Static
 
+from interlock import format_amount
 from interlock_demo.core.run import Column, ColumnState, RunEventKind, RunSnapshot, WorkerInfo
 from interlock_demo.core.verdict import AGENT, counting, replay_note
 from interlock_demo.exit_codes import describe_exit
@@ -32,6 +33,7 @@ from interlock_demo.settings import line_mark, mode_named
 from interlock_demo.views.tui.widgets.countdown import ClaimCountdown
 from interlock_demo.views.tui.widgets.story import PhaseLines, elide
 from interlock_demo.views.tui.widgets.verdict_strip import mark
+from scenarios import CURRENCY, REFUND_AMOUNT
 from workers.protocol import EventKind
 
 # The pane's own state besides the run's: the worker ended by itself (exit 0) and the
@@ -46,6 +48,9 @@ READ_BACK = {
 }
 SHORT_READ_BACK = {"live": "Stripe", "offline": "emulator", "mock": "in memory"}
 CHECK_NAMES = {"lookup": "lookup", "world_unchanged": "world check", "approval": "approval"}
+# Checks the card draws only when they stopped the send: every demo payment is in
+# scenarios.CURRENCY, so a passed currency check has nothing to tell the room.
+QUIET_WHEN_PASSED = frozenset({"currency"})
 
 
 class _EventList(VerticalScroll, can_focus=False):
@@ -439,8 +444,8 @@ def _wrapped(text: Text, prefix: str, width: int, console: Console) -> Text:
     return out
 
 
-def _money(cents: int) -> str:
-    return f"${cents / 100:.2f}"
+def _money(cents: int, *, trim: bool = False) -> str:
+    return format_amount(cents, CURRENCY, trim=trim)
 
 
 def _card(
@@ -457,7 +462,7 @@ def _card(
     refunds = counting(col.stripe)
     total = _money(col.stripe.refunded_total)
     if compact:
-        parts = " + ".join(f"{r.by} ${r.amount / 100:g}" for r in refunds) or "no refunds"
+        parts = " + ".join(f"{r.by} {_money(r.amount, trim=True)}" for r in refunds) or "no refunds"
         text.append(f"{prefix}{total}", style="bold")
         text.append(f": {parts}\n")
     else:
@@ -492,8 +497,9 @@ def _card(
         text.append(f"{prefix}  {replayed}\n")
     if outcome is not None and outcome.reapproves:
         text.append(
-            f"{prefix}Re-approved: a person approved $20 again; Interlock sent a second "
-            f"refund under the new approval ({total} in all, as the person chose)\n",
+            f"{prefix}Re-approved: a person approved {_money(REFUND_AMOUNT, trim=True)} again; "
+            f"Interlock sent a second refund under the new approval ({total} in all, as the "
+            "person chose)\n",
             style="bold",
         )
     # Compact cards may be cut at the bottom: verify()'s line goes before the checks.
@@ -554,7 +560,9 @@ def _receipt(
     text.append(f"{prefix}Receipt {number}{of_run}: {receipt['outcome']}\n", style="bold")
     if reapproves and not compact:
         text.append(f"{prefix}  re-approves the refused {str(reapproves)[:12]}… (receipt 1)\n")
-    checks = receipt.get("checks", [])
+    checks = [
+        c for c in receipt.get("checks", []) if not (c["name"] in QUIET_WHEN_PASSED and c["passed"])
+    ]
     signer = _signer(checks)
     steps = []
     for check in checks:

@@ -15,9 +15,10 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import Static
 
-from interlock import CrashPoint, GateEvent
+from interlock import CrashPoint, GateEvent, format_amount
 from interlock_demo.core.run import Column, RunEventKind
 from interlock_demo.core.verdict import replay
+from scenarios import CURRENCY
 from workers.protocol import (
     CHECK_APPROVAL,
     CHECK_LOOKUP,
@@ -93,7 +94,7 @@ def _recheck(data: Mapping[str, Any]) -> str:
 def _outage(data: Mapping[str, Any]) -> str:
     outage = data.get("outage")
     if outage == "hand-refund":
-        return f"hand refund ${int(data.get('amount', 0)) / 100:g}"
+        return f"hand refund {format_amount(int(data.get('amount', 0)), CURRENCY, trim=True)}"
     if outage == "revoke":
         return "approval revoked"
     return "nothing happens"
@@ -118,7 +119,7 @@ def phase_lines(col: Column) -> list[tuple[str, str]]:
         kind, data = event.kind, event.data
         if kind == EventKind.DECISION:
             amount = data.get("amount")
-            put("decided", f"refund ${amount / 100:.2f}" if amount else "no refund")
+            put("decided", f"refund {format_amount(amount, CURRENCY)}" if amount else "no refund")
         elif kind == EventKind.CRASH:
             killed = True
             put(

@@ -14,9 +14,11 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widgets import Static
 
+from interlock import format_amount
 from interlock_demo.core.columns import column_kind
 from interlock_demo.core.run import Column, RunSnapshot
 from interlock_demo.core.verdict import AGENT, HAND, counting, failed_check, replay
+from scenarios import CURRENCY
 from workers.protocol import CHECK_APPROVAL
 from workers.texts import EMULATOR, MOCK, MONEY_AT, STRIPE
 
@@ -24,7 +26,7 @@ WHERE = {"live": MONEY_AT[STRIPE], "offline": MONEY_AT[EMULATOR], "mock": MONEY_
 
 
 def _money(cents: int) -> str:
-    return f"${cents / 100:.2f}"
+    return format_amount(cents, CURRENCY)
 
 
 def mark(col: Column) -> tuple[str, str]:
