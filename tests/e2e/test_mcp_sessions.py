@@ -35,6 +35,7 @@ from interlock.mcp import (
 )
 from interlock.testing import InProcessPayments, StripeEmulator
 from tests.e2e.test_mcp_server import data, text
+from tests.helpers.approvals import APPROVER, APPROVERS
 
 pytestmark = pytest.mark.e2e
 
@@ -109,8 +110,10 @@ def serve(emulator: StripeEmulator, *, stateless: bool = False) -> Iterator[Serv
     payments = InProcessPayments(emulator.model)
     store = BarrierStore()
     payment = payments.create_payment(10_000).id
-    grant_approval(store, payment, CAP, hours=1, by="ana")
-    desk = RecordingDesk(payments, store, timing=Timing(claim_ttl_s=6, stripe_timeout_s=1))
+    grant_approval(store, payment, CAP, hours=1, by="ana", approver=APPROVER)
+    desk = RecordingDesk(
+        payments, store, timing=Timing(claim_ttl_s=6, stripe_timeout_s=1), approvers=APPROVERS
+    )
     server = MCPServer("refunds", log_level="WARNING")
     add_refund_tools(server, desk)
     listening = socket.socket()
@@ -245,11 +248,12 @@ async def test_a_sessionless_client_passes_the_fingerprint(emulator: StripeEmula
     payments = InProcessPayments(emulator.model)
     store = MemoryStore()
     pi = payments.create_payment(10_000).id
-    grant_approval(store, pi, CAP, hours=1, by="ana")
+    grant_approval(store, pi, CAP, hours=1, by="ana", approver=APPROVER)
     server = MCPServer("refunds", log_level="WARNING")
-    add_refund_tools(
-        server, RefundDesk(payments, store, timing=Timing(claim_ttl_s=6, stripe_timeout_s=1))
+    desk = RefundDesk(
+        payments, store, timing=Timing(claim_ttl_s=6, stripe_timeout_s=1), approvers=APPROVERS
     )
+    add_refund_tools(server, desk)
     async with Client(server) as client:
         seen = data(await client.call_tool("get_payment", {"payment_intent": pi}))
         without = await client.call_tool("issue_refund", ask(pi, 500, "req-sessionless-1"))

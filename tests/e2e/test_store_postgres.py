@@ -294,7 +294,13 @@ def test_a_serializable_default_isolation_changes_nothing_for_concurrent_submits
     def worker(intent: Intent) -> None:
         store = PostgresStore(dsn, schema=pg_schema)
         try:
-            gate = Gate(store, StripeRefund(payments), timing=TIMING, switches=Switches())
+            gate = Gate(
+                store,
+                StripeRefund(payments),
+                timing=TIMING,
+                switches=Switches(),
+                approvers=UNSIGNED_APPROVALS,
+            )
             barrier.wait(DEADLINE_S)
             outcomes[intent.action_id] = gate.submit(intent).status
         except BaseException as e:

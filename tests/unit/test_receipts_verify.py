@@ -668,7 +668,8 @@ def test_recovery_reports_an_unreadable_pending_row_and_goes_on(
     for _ in range(2):
         store = SQLiteStore(path)
         gate = Gate(store, StripeRefund(world.payments), timing=world.gate.timing,
-                    switches=Switches(), signing_key=KEY)  # fmt: skip
+                    switches=Switches(), signing_key=KEY,
+                    approvers=UNSIGNED_APPROVALS)  # fmt: skip
         runs.append({o.action_id: o for o in gate.recover()})
         store.close()
     for outcomes in runs:
