@@ -93,6 +93,14 @@ class Answer:
     is_error: bool = False
 
 
+@dataclass(frozen=True)
+class _Read:
+    """What a session was shown of a payment: its refunds' fingerprint and its currency."""
+
+    fingerprint: str
+    currency: str
+
+
 def action_id_for(payment_intent: str, request_id: str) -> str:
     """The action id of a refund request: the same payment and request_id give the same id."""
     digest = hashlib.sha256(f"{payment_intent}\n{request_id}".encode()).hexdigest()
@@ -147,8 +155,10 @@ def grant_approval(
     by: str,
     now: float | None = None,
     approver: Approver | None = None,
+    currency: str | None = None,
 ) -> Lease:
-    """Approve refunds on the payment up to `cap` cents for `hours`; `DeskError` if one is live.
+    """Approve refunds on the payment up to `cap` (in the smallest unit of `currency`, the
+    payment's; US cents when not given) for `hours`; `DeskError` if one is live.
 
     A live approval is never replaced silently: the person revokes it first, so that its
     spend and its reservations are not forgotten by a fresh cap. `now` defaults to the
@@ -178,6 +188,7 @@ def grant_approval(
         expires_at=now + hours * 3600,
         granted_by=by,
         granted_at=now,
+        currency=currency,
     )
     return store.grant_lease(lease if approver is None else approver.sign(lease))
 
@@ -251,7 +262,7 @@ class RefundDesk:
         )
         # (session, payment) -> fingerprint of the refunds get_payment showed that session,
         # oldest read first (bounded by MAX_READS)
-        self._shown: OrderedDict[tuple[str, str], str] = OrderedDict()
+        self._shown: OrderedDict[tuple[str, str], _Read] = OrderedDict()
         self._lock = threading.Lock()
         # The SDK runs tool calls in threads, maybe at once. One gate step at a time: two
         # steps of one owner on one action would fence each other out and answer
@@ -295,15 +306,15 @@ class RefundDesk:
             for key in [key for key in self._shown if key[0] == session]:
                 del self._shown[key]
 
-    def _remember(self, session: str, payment_intent: str, fingerprint: str) -> None:
+    def _remember(self, session: str, payment_intent: str, read: _Read) -> None:
         with self._lock:
-            self._shown[(session, payment_intent)] = fingerprint
+            self._shown[(session, payment_intent)] = read
             self._shown.move_to_end((session, payment_intent))
             while len(self._shown) > MAX_READS:
                 self._shown.popitem(last=False)
 
-    def _read(self, session: str | None, payment_intent: str) -> str | None:
-        """The fingerprint `session` was last shown for the payment, if it still is kept."""
+    def _read(self, session: str | None, payment_intent: str) -> _Read | None:
+        """What `session` was last shown of the payment, if it still is kept."""
         if session is None:
             return None
         with self._lock:
@@ -333,7 +344,7 @@ class RefundDesk:
             )
         fingerprint = refunds_fingerprint(payment.refunds)
         if session is not None:
-            self._remember(session, payment_intent, fingerprint)
+            self._remember(session, payment_intent, _Read(fingerprint, payment.currency))
         view = _payment_view(payment)
         view["refunds_fingerprint"] = fingerprint
         view["approval"] = approval_view(
@@ -398,7 +409,8 @@ class RefundDesk:
         if state is not None:
             return self._journaled(state, asked)
 
-        seen = seen_fingerprint or self._read(session, payment_intent)
+        read = self._read(session, payment_intent)
+        seen = seen_fingerprint or (read.fingerprint if read is not None else None)
         if seen is None:
             return _invalid(
                 f"Not refunded: the server has no read of {payment_intent} from this "
@@ -422,6 +434,9 @@ class RefundDesk:
             amount=amount,
             lease_id=lease.id,
             fingerprint=seen,
+            # The currency the model was shown, else the approval's: the gate refuses the
+            # refund when the payment's is another, and words every amount in it.
+            currency=read.currency if read is not None else lease_currency(lease),
             metadata={SOURCE_KEY: SOURCE, "request_id": request_id},
             context={
                 "request_id": request_id,

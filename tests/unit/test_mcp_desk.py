@@ -208,6 +208,42 @@ def test_the_fingerprint_in_the_call_serves_a_new_session(
     assert sorted(r.amount for r in payments.list_refunds(payment)) == [500, 1000]
 
 
+def test_a_refund_is_decided_and_worded_in_the_currency_its_session_was_shown(
+    payments: InProcessPayments, store: MemoryStore
+) -> None:
+    """A yen payment read in the session: the intent records jpy (the gate checks it against
+    the payment's) and the model is told "¥2,000", never "$20.00"."""
+    pi = payments.create_payment(10_000, currency="jpy").id
+    grant_approval(store, pi, 5000, hours=1, by="ana", approver=APPROVER, currency="jpy")
+    d = desk(payments, store)
+    d.get_payment(pi)
+
+    sent = d.issue_refund(pi, 2000, RID)
+
+    assert sent.data["status"] == "sent", sent.text
+    assert "¥2,000" in sent.text and "$" not in sent.text
+    state = store.action(action_id_for(pi, RID))
+    assert state is not None and state.intent.currency == "jpy"
+
+
+def test_a_refund_without_a_read_is_decided_in_the_approvals_currency(
+    payments: InProcessPayments, store: MemoryStore
+) -> None:
+    """A call that brings its fingerprint but no read in this session is decided in the
+    approval's currency: under a dollar approval on a yen payment, the gate refuses it (the
+    payment is in another currency) and sends nothing."""
+    pi = payments.create_payment(10_000, currency="jpy").id
+    grant_approval(store, pi, 5000, hours=1, by="ana", approver=APPROVER)
+    seen = desk(payments, store).get_payment(pi).data["refunds_fingerprint"]
+
+    refused = desk(payments, store).issue_refund(pi, 2000, RID, seen_fingerprint=seen)
+
+    assert refused.data["status"] == "refused", refused.text
+    assert payments.list_refunds(pi) == []
+    state = store.action(action_id_for(pi, RID))
+    assert state is not None and state.intent.currency == "usd"
+
+
 def test_no_approval_is_refused_and_nothing_journaled(
     payments: InProcessPayments, store: MemoryStore
 ) -> None:
