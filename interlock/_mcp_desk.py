@@ -156,9 +156,11 @@ def grant_approval(
     now: float | None = None,
     approver: Approver | None = None,
     currency: str | None = None,
+    exact: bool = False,
 ) -> Lease:
     """Approve refunds on the payment up to `cap` (in the smallest unit of `currency`, the
-    payment's; US cents when not given) for `hours`; `DeskError` if one is live.
+    payment's; US cents when not given) for `hours`, or with `exact` one refund of exactly
+    `cap`, once; `DeskError` if one is live.
 
     A live approval is never replaced silently: the person revokes it first, so that its
     spend and its reservations are not forgotten by a fresh cap. `now` defaults to the
@@ -189,6 +191,7 @@ def grant_approval(
         granted_by=by,
         granted_at=now,
         currency=currency,
+        exact=exact,
     )
     return store.grant_lease(lease if approver is None else approver.sign(lease))
 

@@ -25,7 +25,7 @@ from interlock_demo.exit_codes import ExitCode
 from interlock_demo.stopping import Stopped
 
 if TYPE_CHECKING:
-    from interlock import Approver, Approvers, Event, Payments, SQLiteStore
+    from interlock import Approver, Approvers, Event, Payment, Payments, SQLiteStore
 
 OFFLINE_PAYMENT = 10_000
 OFFLINE_CAP = 2_000
@@ -61,7 +61,19 @@ def add_mcp_parser(sub: Any) -> None:
     cmds = p.add_subparsers(dest="mcp_command")
     approve = cmds.add_parser("approve", help="approve refunds on a payment, capped")
     approve.add_argument("payment", metavar="PAYMENT")
-    approve.add_argument("--cap", type=int, required=True, metavar="CENTS", dest="cap")
+    approve.add_argument(
+        "--cap",
+        type=int,
+        required=True,
+        metavar="AMOUNT",
+        dest="cap",
+        help="the cap, in the smallest unit of the payment's currency (cents; whole yen)",
+    )
+    approve.add_argument(
+        "--exact",
+        action="store_true",
+        help="approve one refund of exactly the cap, once (what the person saw), not a cap",
+    )
     approve.add_argument("--hours", type=float, default=24.0, dest="hours")
     approve.add_argument("--by", default=None, help="who approves (default: $USER)")
     approve.add_argument(
@@ -95,17 +107,18 @@ def run(args: argparse.Namespace) -> int:
         by = args.by or os.environ.get("USER") or "a person"
         try:
             if args.mcp_command == "approve":
-                missing = _payment_missing(args.payment, args.approve_stripe_base)
-                if missing is not None:
-                    print(f"interlock-demo mcp: {missing}", file=sys.stderr)
+                payment = _payment_to_approve(args.payment, args.approve_stripe_base)
+                if isinstance(payment, str):
+                    print(f"interlock-demo mcp: {payment}", file=sys.stderr)
                     return ExitCode.USAGE
                 lease = grant_approval(
                     store, args.payment, args.cap, hours=args.hours, by=by, now=time.time(),
-                    approver=_approver(),
+                    approver=_approver(), currency=payment.currency or None, exact=args.exact,
                 )  # fmt: skip
+                money = format_amount(lease.cap, lease_currency(lease))
+                what = f"one refund of exactly {money}" if lease.exact else f"refunds up to {money}"
                 print(
-                    f"approved refunds on {args.payment} up to "
-                    f"{format_amount(lease.cap, lease_currency(lease))} until "
+                    f"approved {what} on {args.payment} until "
                     f"{_utc(lease.expires_at)} (approval {lease.id})"
                 )
             else:
@@ -191,14 +204,15 @@ def _serve(args: argparse.Namespace) -> int:
         now = time.time()
         notes = []
         if args.mcp_approve is not None:
-            missing = _payment_missing(args.mcp_approve, base, payments)
-            if missing is not None:
-                return usage(missing)
+            checked = _payment_to_approve(args.mcp_approve, base, payments)
+            if isinstance(checked, str):
+                return usage(checked)
             existing = current_approval(store, args.mcp_approve)
             if existing is None:
                 lease = grant_approval(
                     store, args.mcp_approve, args.mcp_cap, hours=args.mcp_hours,
                     by="the --approve flag", now=now, approver=_approver(),
+                    currency=checked.currency or None,
                 )  # fmt: skip
                 cap = format_amount(lease.cap, lease_currency(lease))
                 log(f"approved refunds on {lease.target} up to {cap}")
@@ -214,7 +228,7 @@ def _serve(args: argparse.Namespace) -> int:
             payment = payments.create_payment(OFFLINE_PAYMENT, metadata={"case": "mcp-offline"})
             lease = grant_approval(
                 store, payment.id, OFFLINE_CAP, hours=args.mcp_hours, by="--offline", now=now,
-                approver=_approver(),
+                approver=_approver(), currency=payment.currency or None,
             )  # fmt: skip
             notes.append(
                 f"Offline demo: payment {payment.id} "
@@ -268,11 +282,12 @@ def _serve(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def _payment_missing(
+def _payment_to_approve(
     payment: str, stripe_base: str | None, payments: Payments | None = None
-) -> str | None:
-    """Why `payment` cannot be approved (not a payment at Stripe, or Stripe unreachable), or
-    None: an approval for a payment that does not exist would wait for one to appear."""
+) -> Payment | str:
+    """The payment as Stripe has it (an approval is granted in its currency), or why it
+    cannot be approved (not a payment at Stripe, or Stripe unreachable): an approval for a
+    payment that does not exist would wait for one to appear."""
     from interlock import (
         PaymentsRejectedError,
         PaymentsUnsettledError,
@@ -300,7 +315,7 @@ def _payment_missing(
         client = make_stripe_client(secret.value, timeout_s=10.0, base_url=stripe_base)
         payments = StripePayments(client)
     try:
-        payments.get_payment(payment)
+        return payments.get_payment(payment)
     except PaymentsRejectedError as e:
         return (
             f"not approved: Stripe has no payment {payment} ({e.code}: {e.provider_message}); "
@@ -308,7 +323,6 @@ def _payment_missing(
         )
     except PaymentsUnsettledError as e:
         return f"not approved: could not read {payment} at Stripe ({e.detail}); try again"
-    return None
 
 
 def _approver() -> Approver:

@@ -76,3 +76,22 @@ def test_the_desk_keeps_its_journal_private(
     files = sorted(folder.glob("interlock.sqlite3*"))
     assert files, "no journal was written"
     assert {f.name: stat.S_IMODE(f.stat().st_mode) for f in files} == {f.name: 0o600 for f in files}
+
+
+def test_approve_exact_grants_one_refund_in_the_payments_currency(
+    capsys: pytest.CaptureFixture[str], emulator: StripeEmulator, at_stripe: list[str]
+) -> None:
+    """`mcp approve --exact` approves exactly what the person saw: one refund of that amount,
+    once, in the payment's currency as Stripe has it (a yen payment's approval is in yen,
+    signed by the desk's approver over all of it)."""
+    pi = InProcessPayments(emulator.model).create_payment(10_000, currency="jpy").id
+    assert main(["mcp", "approve", pi, "--cap", "2000", "--exact", *at_stripe]) == 0
+    assert "one refund of exactly ¥2,000" in capsys.readouterr().out
+    store = SQLiteStore(Path(os.environ["INTERLOCK_HOME"]) / "mcp" / "interlock.sqlite3")
+    try:
+        lease = current_approval(store, pi)
+        assert lease is not None
+        assert (lease.exact, lease.cap, lease.currency) == (True, 2000, "jpy")
+        assert lease.signature is not None
+    finally:
+        store.close()
