@@ -781,8 +781,18 @@ GRANTS = (
 )
 MALLORY = Approver.generate("mallory")
 # Where, in one action's send path, support revokes a lease: before commit 2 (the journal,
-# any check) or after it (the send is marked and goes out; a revocation cannot stop it).
-REVOKE_POINTS = ("journaled", "check", "sending", "before-send", "after-answer", "settled")
+# the first check, right after the approval check passed) or after it (the send is marked
+# and goes out; a revocation cannot stop it). `check:approval` is the `check` event of the
+# approval check: only commit 2's own check of the lease stands between it and the send.
+REVOKE_POINTS = (
+    "journaled",
+    "check",
+    "check:approval",
+    "sending",
+    "before-send",
+    "after-answer",
+    "settled",
+)
 BIG_PAYMENT = 1_000_000
 
 
@@ -913,6 +923,34 @@ def _play_approvals(world: World, grants: list[Grant], acts: list[Act]) -> None:
     sending_at_revocation: dict[int, set[str]] = {}
     expected: dict[str, bool] = {}
 
+    def revoker(act: Act, revocation: list[bool]) -> dict[str, Hook]:
+        """The hook that, at the first event of `act`'s send path at `act.revoke_at`,
+        revokes its lease (noting it in `revocation`) unless it already was, and kills the
+        worker there if `act.dies`."""
+        if act.revoke_at is None:
+            return {}
+        kind, _, name = act.revoke_at.partition(":")
+        reached: list[bool] = []
+        lease = leases[act.lease]
+
+        def hook(data: Mapping[str, Any]) -> None:
+            if reached or (name and data.get("name") != name):
+                return
+            reached.append(True)
+            if act.lease not in sending_at_revocation:
+                revocation.append(True)
+                sending_at_revocation[act.lease] = {
+                    a.action_id
+                    for a in intents
+                    if a.lease_id == lease.id
+                    and any(r.record == "sending" for r in world.store.history(a.action_id))
+                }
+                world.store.revoke_lease(lease.id, "support")
+            if act.dies:
+                raise Crash(act.revoke_at)
+
+        return {kind: hook}
+
     for i, act in enumerate(acts):
         lease, grant = leases[act.lease], grants[act.lease]
         pi = lease.target if act.target is None else pis[act.target]
@@ -928,24 +966,8 @@ def _play_approvals(world: World, grants: list[Grant], acts: list[Act]) -> None:
         )
         intents.append(intent)
         revocation: list[bool] = []
-
-        def revoke(
-            _data: Mapping[str, Any], n: int = act.lease, fired: list[bool] = revocation
-        ) -> None:
-            # Once per lease: support revokes it, at the first such step of this action.
-            if not fired and n not in sending_at_revocation:
-                fired.append(True)
-                sending_at_revocation[n] = {
-                    a.action_id
-                    for a in intents
-                    if any(r.record == "sending" for r in world.store.history(a.action_id))
-                }
-                world.store.revoke_lease(leases[n].id, "support")
-
-        hooks = {act.revoke_at: revoke} if act.revoke_at is not None else None
-        crash_at = act.revoke_at if act.dies else None
         owner = gone_owner(f"worker-{i}") if act.dies else Owner.current(f"worker-{i}")
-        gate = world.gate(owner, hooks=hooks, crash_at=crash_at)
+        gate = world.gate(owner, hooks=revoker(act, revocation))
         try:
             reported[intent.action_id] = [gate.submit(intent)]
         except Crash:
@@ -979,7 +1001,7 @@ def _play_approvals(world: World, grants: list[Grant], acts: list[Act]) -> None:
 
     assert world.store.pending() == []
     event(f"actions sending: {sum(expected.values())} of {len(acts)}")
-    for n, ids in sending_at_revocation.items():
+    for ids in sending_at_revocation.values():
         event("a lease revoked " + ("after" if ids else "before") + " a commit 2 under it")
     by_action: dict[str, list[Refund]] = {}
     for pi in pis:
