@@ -810,9 +810,9 @@ class Grant:
 
 @dataclass(frozen=True)
 class Act:
-    """One action: its lease (by index), its amount (or its lease's cap), its currency (or
-    its lease's), its payment (None: its lease's as stored), a revocation of its lease at
-    a step of its send path, and whether its worker dies right there."""
+    """One action: its lease (by index), its amount (or its lease's cap), its currency (None:
+    its lease's; `payment`: its payment's), its payment (None: its lease's as stored), a
+    revocation of its lease at a step of its send path, and whether its worker dies there."""
 
     lease: int
     amount: int | None
@@ -841,7 +841,7 @@ approval_stories = st.integers(1, 4).flatmap(
                 Act,
                 lease=st.integers(0, n - 1),
                 amount=st.none() | st.integers(100, 2_000),
-                currency=st.sampled_from((None,) * 12 + CURRENCIES),
+                currency=st.sampled_from((None,) * 8 + ("payment",) * 4 + CURRENCIES),
                 target=st.sampled_from((None,) * 12 + tuple(range(len(CURRENCIES)))),
                 revoke_at=st.sampled_from((None,) * 2 * len(REVOKE_POINTS) + REVOKE_POINTS),
                 dies=st.booleans(),
@@ -889,6 +889,16 @@ def _store_lease(world: World, grant: Grant, pis: list[str]) -> Lease:
 
 @PROPERTY_SETTINGS
 @given(story=approval_stories, sqlite=st.booleans())
+@example(
+    ([Grant(0, "eur", 2_000, False, "valid")], [Act(0, 1_000, "payment", None, None, False)]), False
+)
+@example(
+    ([Grant(1, None, 2_000, True, "valid")], [Act(0, None, None, None, "check:approval", False)]),
+    True,
+)
+@example(
+    ([Grant(2, None, 2_000, False, "altered-cap")], [Act(0, 2_500, None, None, None, False)]), False
+)
 def test_only_valid_grants_pay_in_their_currency_within_their_cap_and_revocation_holds(
     story: tuple[list[Grant], list[Act]], sqlite: bool
 ) -> None:
@@ -962,7 +972,9 @@ def _play_approvals(world: World, grants: list[Grant], acts: list[Act]) -> None:
             lease.id,
             refunds_fingerprint(world.payments.get_payment(pi).refunds),
             metadata={"case": World.case},
-            currency=lease_currency(lease) if act.currency is None else act.currency,
+            currency={None: lease_currency(lease), "payment": CURRENCIES[pis.index(pi)]}.get(
+                act.currency, act.currency
+            ),
         )
         intents.append(intent)
         revocation: list[bool] = []
