@@ -768,6 +768,9 @@ def test_actions_on_one_lease_never_spend_past_its_cap(
 # -- approvals: mixed currencies, forged and altered grants, revocations ------------------
 
 CURRENCIES = ("usd", "eur", "jpy")
+# The payments actions refund, by their currency: two in USD, so that an action on another
+# payment than its lease's is refused for its target, not only for its currency.
+PAYMENTS = ("usd", "eur", "jpy", "usd")
 # How a lease reaches the store: signed by the tests' approver (valid), or forged: written
 # with no signature, signed by a key the gate does not trust, or altered after signing.
 GRANTS = (
@@ -827,7 +830,7 @@ approval_stories = st.integers(1, 4).flatmap(
         st.lists(
             st.builds(
                 Grant,
-                target=st.integers(0, len(CURRENCIES) - 1),
+                target=st.integers(0, len(PAYMENTS) - 1),
                 currency=st.sampled_from((None,) * 9 + CURRENCIES),
                 cap=st.integers(500, 4_000),
                 exact=st.booleans(),
@@ -842,7 +845,7 @@ approval_stories = st.integers(1, 4).flatmap(
                 lease=st.integers(0, n - 1),
                 amount=st.none() | st.integers(100, 2_000),
                 currency=st.sampled_from((None,) * 8 + ("payment",) * 4 + CURRENCIES),
-                target=st.sampled_from((None,) * 12 + tuple(range(len(CURRENCIES)))),
+                target=st.sampled_from((None,) * 12 + tuple(range(len(PAYMENTS)))),
                 revoke_at=st.sampled_from((None,) * 2 * len(REVOKE_POINTS) + REVOKE_POINTS),
                 dies=st.booleans(),
             ),
@@ -855,7 +858,7 @@ approval_stories = st.integers(1, 4).flatmap(
 
 def grant_currency(grant: Grant) -> str:
     """The currency `grant` is signed in: its own, or its payment's."""
-    return grant.currency or CURRENCIES[grant.target]
+    return grant.currency or PAYMENTS[grant.target]
 
 
 def _store_lease(world: World, grant: Grant, pis: list[str]) -> Lease:
@@ -922,7 +925,7 @@ def test_only_valid_grants_pay_in_their_currency_within_their_cap_and_revocation
 
 
 def _play_approvals(world: World, grants: list[Grant], acts: list[Act]) -> None:
-    pis = [world.payments.create_payment(BIG_PAYMENT, currency=c).id for c in CURRENCIES]
+    pis = [world.payments.create_payment(BIG_PAYMENT, currency=c).id for c in PAYMENTS]
     leases = [_store_lease(world, g, pis) for g in grants]
     valid = [g.how == "valid" for g in grants]
     # The model: what each lease has left, and whether it is revoked.
@@ -972,7 +975,7 @@ def _play_approvals(world: World, grants: list[Grant], acts: list[Act]) -> None:
             lease.id,
             refunds_fingerprint(world.payments.get_payment(pi).refunds),
             metadata={"case": World.case},
-            currency={None: lease_currency(lease), "payment": CURRENCIES[pis.index(pi)]}.get(
+            currency={None: lease_currency(lease), "payment": PAYMENTS[pis.index(pi)]}.get(
                 act.currency, act.currency
             ),
         )
@@ -995,7 +998,7 @@ def _play_approvals(world: World, grants: list[Grant], acts: list[Act]) -> None:
         # create is resent only after the checks run again, and they refuse.
         marked = intent.action_id in sending_at_revocation.get(act.lease, set())
         unsent = act.dies and act.revoke_at in ("sending", "before-send")
-        pay_currency = CURRENCIES[pis.index(pi)]
+        pay_currency = PAYMENTS[pis.index(pi)]
         sends = (
             valid[act.lease]
             and not revoked[act.lease]
