@@ -878,7 +878,7 @@ def _store_lease(world: World, grant: Grant, pis: list[str]) -> Lease:
         now=now,
     )
     other = CURRENCIES[(CURRENCIES.index(currency) + 1) % len(CURRENCIES)]
-    changes: dict[str, Any] = {
+    changes: dict[str, dict[str, Any]] = {
         "valid": {},
         "mallory": {},
         "unsigned": {"key_id": None, "signature": None},
@@ -886,8 +886,8 @@ def _store_lease(world: World, grant: Grant, pis: list[str]) -> Lease:
         "altered-currency": {"currency": other},
         "altered-target": {"target": pis[(grant.target + 1) % len(pis)]},
         "altered-exact": {"exact": not grant.exact},
-    }[grant.how]
-    return world.store.grant_lease(replace(lease, **changes))
+    }
+    return world.store.grant_lease(replace(lease, **changes[grant.how]))
 
 
 @PROPERTY_SETTINGS
@@ -1051,16 +1051,16 @@ def _play_approvals(world: World, grants: list[Grant], acts: list[Act]) -> None:
         if not own:
             continue
         [refund] = own
-        lease = world.store.lease(intent.lease_id)
-        assert lease is not None
+        stored = world.store.lease(intent.lease_id)
+        assert stored is not None
         # Made under a lease its approver signed, exactly as stored ...
-        assert valid[n] and APPROVERS.problem(lease) is None
+        assert valid[n] and APPROVERS.problem(stored) is None
         # ... not revoked before this action was marked sending ...
-        if lease.revoked:
+        if stored.revoked:
             assert intent.action_id in sending_at_revocation[n]
         # ... in the action's currency, on the lease's payment, for the action's amount.
-        assert refund.currency == intent.currency == lease_currency(lease)
-        assert refund.payment_intent == intent.target == lease.target
+        assert refund.currency == intent.currency == lease_currency(stored)
+        assert refund.payment_intent == intent.target == stored.target == pis[grants[n].target]
         assert refund.amount == intent.amount
         spent[n] += refund.amount
         paid[n] += 1
