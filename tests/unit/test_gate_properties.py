@@ -925,6 +925,8 @@ def test_only_valid_grants_pay_in_their_currency_within_their_cap_and_revocation
 
 
 def _play_approvals(world: World, grants: list[Grant], acts: list[Act]) -> None:
+    """Store the grants, run the actions one after the other (each recovered at once when
+    its worker dies), and hold what Stripe then holds to the invariants."""
     pis = [world.payments.create_payment(BIG_PAYMENT, currency=c).id for c in PAYMENTS]
     leases = [_store_lease(world, g, pis) for g in grants]
     valid = [g.how == "valid" for g in grants]
