@@ -20,18 +20,19 @@ import shutil
 import sqlite3
 import tempfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from interlock import (
     ACTION_METADATA_KEY,
     REASON_WORLD_CHANGED,
     ActionError,
+    Approver,
     CrashPoint,
     Intent,
     Lease,
@@ -41,11 +42,15 @@ from interlock import (
     PaymentsUnsettledError,
     Refund,
     SQLiteStore,
+    new_action_id,
+    refunds_fingerprint,
     verify,
 )
 from interlock._claims import Claim
+from interlock._leases import lease_currency
 from interlock._receipts import canonical_json
 from interlock.testing import CRASH_POINTS, InProcessPayments
+from tests.helpers.approvals import APPROVER, APPROVERS
 from tests.helpers.gate_rig import (
     AMOUNT,
     PAYMENT,
@@ -758,6 +763,324 @@ def test_actions_on_one_lease_never_spend_past_its_cap(
         assert total > 0
     result = verify(world.store, world.payments)
     assert result.ok, result.problems
+
+
+# -- approvals: mixed currencies, forged and altered grants, revocations ------------------
+
+CURRENCIES = ("usd", "eur", "jpy")
+# The payments actions refund, by their currency: two in USD, so that an action on another
+# payment than its lease's is refused for its target, not only for its currency.
+PAYMENTS = ("usd", "eur", "jpy", "usd")
+# How a lease reaches the store: signed by the tests' approver (valid), or forged: written
+# with no signature, signed by a key the gate does not trust, or altered after signing.
+GRANTS = (
+    "valid",
+    "unsigned",
+    "mallory",
+    "altered-cap",
+    "altered-currency",
+    "altered-target",
+    "altered-exact",
+)
+MALLORY = Approver.generate("mallory")
+# Where, in one action's send path, support revokes a lease: before commit 2 (the journal,
+# the first check, right after the approval check passed) or after it (the send is marked
+# and goes out; a revocation cannot stop it). `check:approval` is the `check` event of the
+# approval check: only commit 2's own check of the lease stands between it and the send.
+REVOKE_POINTS = (
+    "journaled",
+    "check",
+    "check:approval",
+    "sending",
+    "before-send",
+    "after-answer",
+    "settled",
+)
+BIG_PAYMENT = 1_000_000
+
+
+@dataclass(frozen=True)
+class Grant:
+    """One lease: its payment (by index), currency (None: its payment's), cap, whether
+    exact, and how it was made."""
+
+    target: int
+    currency: str | None
+    cap: int
+    exact: bool
+    how: str
+
+
+@dataclass(frozen=True)
+class Act:
+    """One action: its lease (by index), its amount (or its lease's cap), its currency (None:
+    its lease's; `payment`: its payment's), its payment (None: its lease's as stored), a
+    revocation of its lease at a step of its send path, and whether its worker dies there."""
+
+    lease: int
+    amount: int | None
+    currency: str | None
+    target: int | None
+    revoke_at: str | None
+    dies: bool
+
+
+approval_stories = st.integers(1, 4).flatmap(
+    lambda n: st.tuples(
+        st.lists(
+            st.builds(
+                Grant,
+                target=st.integers(0, len(PAYMENTS) - 1),
+                currency=st.sampled_from((None,) * 9 + CURRENCIES),
+                cap=st.integers(500, 4_000),
+                exact=st.booleans(),
+                how=st.sampled_from(("valid",) * 2 * len(GRANTS) + GRANTS),
+            ),
+            min_size=n,
+            max_size=n,
+        ),
+        st.lists(
+            st.builds(
+                Act,
+                lease=st.integers(0, n - 1),
+                amount=st.none() | st.integers(100, 2_000),
+                currency=st.sampled_from((None,) * 8 + ("payment",) * 4 + CURRENCIES),
+                target=st.sampled_from((None,) * 12 + tuple(range(len(PAYMENTS)))),
+                revoke_at=st.sampled_from((None,) * 2 * len(REVOKE_POINTS) + REVOKE_POINTS),
+                dies=st.booleans(),
+            ),
+            min_size=1,
+            max_size=6,
+        ),
+    )
+)
+
+
+def grant_currency(grant: Grant) -> str:
+    """The currency `grant` is signed in: its own, or its payment's."""
+    return grant.currency or PAYMENTS[grant.target]
+
+
+def _store_lease(world: World, grant: Grant, pis: list[str]) -> Lease:
+    """Write `grant`'s lease to the store as `grant.how` says: signed, forged or altered."""
+    pi = pis[grant.target]
+    now = world.clock()
+    cap, amount = (None, grant.cap) if grant.exact else (grant.cap, None)
+    signer = MALLORY if grant.how == "mallory" else APPROVER
+    currency = grant_currency(grant)
+    lease = signer.grant(
+        kind="refund",
+        target=pi,
+        cap=cap,
+        amount=amount,
+        currency=currency,
+        expires_at=now + 3600,
+        now=now,
+    )
+    other = CURRENCIES[(CURRENCIES.index(currency) + 1) % len(CURRENCIES)]
+    changes: dict[str, dict[str, Any]] = {
+        "valid": {},
+        "mallory": {},
+        "unsigned": {"key_id": None, "signature": None},
+        "altered-cap": {"cap": grant.cap + 1_000, "exact": False},
+        "altered-currency": {"currency": other},
+        "altered-target": {"target": pis[(grant.target + 1) % len(pis)]},
+        "altered-exact": {"exact": not grant.exact},
+    }
+    return world.store.grant_lease(replace(lease, **changes[grant.how]))
+
+
+@PROPERTY_SETTINGS
+@given(story=approval_stories, sqlite=st.booleans())
+@example(
+    ([Grant(0, "eur", 2_000, False, "valid")], [Act(0, 1_000, "payment", None, None, False)]), False
+)
+@example(
+    ([Grant(1, None, 2_000, True, "valid")], [Act(0, None, None, None, "check:approval", False)]),
+    True,
+)
+@example(
+    ([Grant(2, None, 2_000, False, "altered-cap")], [Act(0, 2_500, None, None, None, False)]), False
+)
+def test_only_valid_grants_pay_in_their_currency_within_their_cap_and_revocation_holds(
+    story: tuple[list[Grant], list[Act]], sqlite: bool
+) -> None:
+    """Actions on payments in USD, EUR and JPY under leases signed by the gate's approver,
+    forged (unsigned, an untrusted key) or altered after signing, some exact, in their
+    lease's currency or another, some revoked at a step of an action's send path (its worker
+    dying there or not): every refund at Stripe was made under a lease its approver signed
+    as stored, not revoked before that action's commit 2, in its currency and on its target;
+    no lease pays past its cap, an exact one pays its amount once, no action pays twice,
+    every report says what Stripe holds, the outcomes are what one action after the other
+    under the rules gives, and verify is clean exactly when no forged lease was stored."""
+    grants, acts = story
+    with tempfile.TemporaryDirectory() as tmp:
+        world = World(
+            (lambda clock: SQLiteStore(Path(tmp) / "journal.db", clock=clock)) if sqlite else None
+        )
+        try:
+            _play_approvals(world, grants, acts)
+        finally:
+            world.store.close()
+
+
+def _play_approvals(world: World, grants: list[Grant], acts: list[Act]) -> None:
+    """Store the grants, run the actions one after the other (each recovered at once when
+    its worker dies), and hold what Stripe then holds to the invariants."""
+    pis = [world.payments.create_payment(BIG_PAYMENT, currency=c).id for c in PAYMENTS]
+    leases = [_store_lease(world, g, pis) for g in grants]
+    valid = [g.how == "valid" for g in grants]
+    # The model: what each lease has left, and whether it is revoked.
+    left = [g.cap for g in grants]
+    revoked = [False] * len(grants)
+    intents: list[Intent] = []
+    reported: dict[str, list[Outcome]] = {}
+    sending_at_revocation: dict[int, set[str]] = {}
+    expected: dict[str, bool] = {}
+
+    def revoker(act: Act, revocation: list[bool]) -> dict[str, Hook]:
+        """The hook that, at the first event of `act`'s send path at `act.revoke_at`,
+        revokes its lease (noting it in `revocation`) unless it already was, and kills the
+        worker there if `act.dies`."""
+        if act.revoke_at is None:
+            return {}
+        kind, _, name = act.revoke_at.partition(":")
+        reached: list[bool] = []
+        lease = leases[act.lease]
+
+        def hook(data: Mapping[str, Any]) -> None:
+            if reached or (name and data.get("name") != name):
+                return
+            reached.append(True)
+            if act.lease not in sending_at_revocation:
+                revocation.append(True)
+                sending_at_revocation[act.lease] = {
+                    a.action_id
+                    for a in intents
+                    if a.lease_id == lease.id
+                    and any(r.record == "sending" for r in world.store.history(a.action_id))
+                }
+                world.store.revoke_lease(lease.id, "support")
+            if act.dies:
+                raise Crash(act.revoke_at)
+
+        return {kind: hook}
+
+    for i, act in enumerate(acts):
+        lease, grant = leases[act.lease], grants[act.lease]
+        pi = lease.target if act.target is None else pis[act.target]
+        intent = Intent(
+            new_action_id(),
+            "refund",
+            pi,
+            grant.cap if act.amount is None else act.amount,
+            lease.id,
+            refunds_fingerprint(world.payments.get_payment(pi).refunds),
+            metadata={"case": World.case},
+            currency={None: lease_currency(lease), "payment": PAYMENTS[pis.index(pi)]}.get(
+                act.currency, act.currency
+            ),
+        )
+        intents.append(intent)
+        revocation: list[bool] = []
+        owner = gone_owner(f"worker-{i}") if act.dies else Owner.current(f"worker-{i}")
+        gate = world.gate(owner, hooks=revoker(act, revocation))
+        try:
+            reported[intent.action_id] = [gate.submit(intent)]
+        except Crash:
+            reported[intent.action_id] = []
+        for _, outs in run_recoverers(world, ()):
+            for o in outs:
+                reported.setdefault(o.action_id, []).append(o)
+
+        # What the rules give, one action after the other: a valid lease in the action's
+        # and its payment's currency, on its payment, not revoked before its commit 2,
+        # with the amount left (an exact one: its amount, unused). A revocation after
+        # commit 2 cannot stop the send that goes out; a worker that dies there before its
+        # create is resent only after the checks run again, and they refuse.
+        marked = intent.action_id in sending_at_revocation.get(act.lease, set())
+        unsent = act.dies and act.revoke_at in ("sending", "before-send")
+        pay_currency = PAYMENTS[pis.index(pi)]
+        sends = (
+            valid[act.lease]
+            and not revoked[act.lease]
+            and (not revocation or (marked and not unsent))
+            and intent.currency == grant_currency(grant) == pay_currency
+            and pi == pis[grant.target]
+            and intent.amount <= left[act.lease]
+            and (not grant.exact or (intent.amount == grant.cap and left[act.lease] == grant.cap))
+        )
+        expected[intent.action_id] = sends
+        if sends:
+            left[act.lease] -= intent.amount
+        if revocation:
+            revoked[act.lease] = True
+
+    assert world.store.pending() == []
+    event(f"actions sending: {sum(expected.values())} of {len(acts)}")
+    for ids in sending_at_revocation.values():
+        event("a lease revoked " + ("after" if ids else "before") + " a commit 2 under it")
+    by_action: dict[str, list[Refund]] = {}
+    for pi in pis:
+        for r in world.payments.list_refunds(pi):
+            assert ACTION_METADATA_KEY in r.metadata  # nothing else refunds these payments
+            by_action.setdefault(r.metadata[ACTION_METADATA_KEY], []).append(r)
+    assert set(by_action) <= {i.action_id for i in intents}
+
+    acts_by_id = {i.action_id: a for i, a in zip(intents, acts, strict=True)}
+    spent = [0] * len(grants)
+    paid = [0] * len(grants)
+    for intent in intents:
+        n = next(k for k, lease in enumerate(leases) if lease.id == intent.lease_id)
+        own = by_action.get(intent.action_id, [])
+        # No action pays twice, and one pays only as the rules allow.
+        assert len(own) <= 1
+        assert bool(own) == expected[intent.action_id], (intent, grants[n])
+        state = world.store.action(intent.action_id)
+        assert state is not None and state.settlement is not None
+        # The submit's report, any recovery's, and the store's record (a worker that died
+        # after commit 3 reported nothing).
+        outcomes = [o for o in reported[intent.action_id] if o.settled]
+        assert outcomes or (acts_by_id[intent.action_id].dies)
+        for o in [*outcomes, Outcome.from_state(state)]:
+            if own:
+                assert (o.status, o.external_id, o.amount) in (
+                    ("sent", own[0].id, intent.amount),
+                    ("adopted", own[0].id, intent.amount),
+                )
+            else:
+                assert o.status in ("refused", "failed") and o.external_id is None
+        if not own:
+            continue
+        [refund] = own
+        stored = world.store.lease(intent.lease_id)
+        assert stored is not None
+        # Made under a lease its approver signed, exactly as stored ...
+        assert valid[n] and APPROVERS.problem(stored) is None
+        # ... not revoked before this action was marked sending ...
+        if stored.revoked:
+            assert intent.action_id in sending_at_revocation[n]
+        # ... in the action's currency, on the lease's payment, for the action's amount.
+        assert refund.currency == intent.currency == lease_currency(stored)
+        assert refund.payment_intent == intent.target == stored.target == pis[grants[n].target]
+        assert refund.amount == intent.amount
+        spent[n] += refund.amount
+        paid[n] += 1
+
+    for n, (grant, lease) in enumerate(zip(grants, leases, strict=True)):
+        after = world.store.lease(lease.id)
+        assert after is not None and dict(after.reservations) == {}
+        assert after.spent == spent[n] <= grant.cap
+        if grant.exact:
+            assert (paid[n], spent[n]) in ((0, 0), (1, grant.cap))
+
+    result = verify(world.store, world.payments, approvers=APPROVERS)
+    forged = sorted(lease.id for lease, ok in zip(leases, valid, strict=True) if not ok)
+    assert result.ok == (not forged), result.problems
+    # Each forged lease is reported, and nothing else (none of them paid).
+    assert len(result.problems) == len(forged)
+    for lease_id, problem in zip(forged, sorted(result.problems), strict=True):
+        assert lease_id in problem
 
 
 # -- siblings: one decision made several times at once ------------------------------------
