@@ -360,7 +360,9 @@ class Gate:
 
         An intent without a currency gets the effect's, when the effect sends in one. One
         the effect does not accept (`accepts`: another currency) raises `ActionError`, and
-        nothing is journaled or touched.
+        nothing is journaled. The same decision journaled before without a currency (by an
+        older version) that the effect does not accept raises too, its claim released at
+        once: nothing is read or sent under it.
         """
         self._check_kind(intent)
         if intent.created_at == 0.0:
@@ -368,10 +370,16 @@ class Gate:
         currency = getattr(self.effect, "currency", None)
         if intent.currency is None and isinstance(currency, str):
             intent = replace(intent, currency=currency)
-        journaled = self.store.action(intent.action_id)
-        self._check_accepted(intent if journaled is None else journaled.intent)
+        self._check_accepted(intent)
         t = self.timing
         attempt = self.store.begin(intent, self.owner, t.claim_ttl_s, t.grace_s)
+        journaled = attempt.state.intent
+        # Checked after commit 1, not by a read before it: a first attempt pays no extra
+        # statement for the rare decision journaled by an older version.
+        if journaled.currency != intent.currency and accepts(self.effect, journaled) is not None:
+            if attempt.status == "taken":
+                self.store.release(intent.action_id, attempt.epoch)
+            self._check_accepted(journaled)
         self._emit(GateEvent.JOURNALED, action_id=intent.action_id, claim=attempt.status)
         if attempt.status == "taken":
             return self._drive(attempt)

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from interlock import (
+    ActionError,
     Approver,
     Approvers,
     Found,
@@ -22,6 +23,7 @@ from interlock import (
     LeaseError,
     MemoryStore,
     Outcome,
+    Owner,
     StripeRefund,
     StripeTransfer,
     Timing,
@@ -155,6 +157,27 @@ def test_a_usd_lease_refuses_an_eur_transfer_and_nothing_is_sent() -> None:
     assert outcome.status == "refused" and "approval is in USD" in str(outcome.reason)
     assert payments.list_transfers("acct_1") == []
     assert outcome.receipt is not None and outcome.receipt.body["currency"] == "eur"
+
+
+def test_a_transfer_journaled_without_a_currency_is_left_as_it_is() -> None:
+    """A transfer journaled by an older version (no currency) and submitted again: no
+    transfer gate can tell which currency was decided, so it raises, releases the claim its
+    commit 1 took, and sends nothing; the action stays pending for a person."""
+    payments, store = InProcessPayments(), MemoryStore()
+    store.grant_lease(APPROVER.sign(_lease(currency="usd")))
+    seen = transfers_fingerprint(payments.list_transfers("acct_1"))
+    older = _intent(fingerprint=seen, currency=None)
+    store.begin(older, Owner.current("older-version"), 6, 2)
+    store.release(older.action_id, 1)
+    gate = Gate(store, StripeTransfer(payments, currency="usd"), timing=TIMING, approvers=TRUST)
+
+    with pytest.raises(ActionError, match="currency"):
+        gate.submit(older)
+
+    assert payments.list_transfers("acct_1") == []
+    state = store.action(older.action_id)
+    assert state is not None and state.settlement is None and state.intent.currency is None
+    assert state.claim is not None and not state.claim.live(store.now())
 
 
 def _refund_world(currency: str) -> tuple[InProcessPayments, MemoryStore, str, str]:
