@@ -248,21 +248,27 @@ def _all_action_ids(path: Path) -> list[str]:
 def test_sigkill_mid_write_keeps_every_committed_action_whole(
     tmp_path: Path, spawn: list[Child]
 ) -> None:
-    """After SIGKILLs mid-write, every reported action is whole and no action is half-written."""
+    """After SIGKILLs mid-write, every reported action is whole and no action is half-written.
+
+    Each writer has a payment of its own: a writer killed in commit 2 leaves a `sending`
+    claim that holds its payment's turn until the claim expires (its request may be in
+    flight), so a next writer on the same payment would rightly wait."""
     store_path = tmp_path / "journal.sqlite3"
-    target, lease_id = "pi_sigkill", "lease-pi_sigkill"
+    writers = (75, 76, 77)  # killed right after a `committed`, a `begun`, a `sending`
     store = SQLiteStore(store_path)
-    store.grant_lease(_lease(target, 10**9))
+    for lines in writers:
+        store.grant_lease(_lease(f"pi_sigkill_{lines}", 10**9))
     store.close()
 
     # What the writer reported, per action: the last of begun, sending, committed.
     reported: dict[str, str] = {}
-    for lines in (75, 76, 77):  # killed right after a `committed`, a `begun`, a `sending`
+    for lines in writers:
+        target = f"pi_sigkill_{lines}"
         writer = _start(
             spawn,
             tmp_path,
             f"writer-{lines}",
-            [str(HELPERS / "journal_writer.py"), str(store_path), lease_id, target],
+            [str(HELPERS / "journal_writer.py"), str(store_path), f"lease-{target}", target],
         )
         for _ in range(lines):
             stage, aid = writer.line().split()
@@ -276,12 +282,13 @@ def test_sigkill_mid_write_keeps_every_committed_action_whole(
     try:
         every = _all_action_ids(store_path)
         assert set(reported) <= set(every)
-        lease = store.lease(lease_id)
-        assert lease is not None
-        settled, spent = set(), 0
+        leases = {lease.id: lease for lease in store.leases()}
+        settled: set[str] = set()
+        spent = dict.fromkeys(leases, 0)
         for aid in every:
             state = store.action(aid)
             assert state is not None
+            lease = leases[state.intent.lease_id]
             records = [h.record for h in store.history(aid)]
             if state.settlement is not None:
                 settled.add(aid)
@@ -291,7 +298,7 @@ def test_sigkill_mid_write_keeps_every_committed_action_whole(
                 assert state.receipt.outcome == state.settlement.status
                 assert aid not in lease.reservations
                 if state.settlement.status == "sent":
-                    spent += state.settlement.amount or 0
+                    spent[lease.id] += state.settlement.amount or 0
             else:
                 assert reported.get(aid) != "committed", f"{aid}: a reported outcome is lost"
                 assert state.receipt is None
@@ -302,7 +309,7 @@ def test_sigkill_mid_write_keeps_every_committed_action_whole(
                 assert (aid in lease.reservations) == sending, f"{aid}: reservation out of step"
         receipts = list(store.receipts())
         assert sorted(r.action_id for r in receipts) == sorted(settled)
-        assert lease.spent == spent
+        assert {lease.id: lease.spent for lease in leases.values()} == spent
         result = verify(store)
         assert result.ok, result.problems
         assert result.chain_length == len(settled) >= 75
