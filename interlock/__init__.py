@@ -10,11 +10,11 @@ the receipts against each other and against Stripe.
 import importlib as _importlib
 import typing as _typing
 
-from interlock._approvals import UNSIGNED_APPROVALS, Approver, Approvers
-from interlock._claims import Owner
-from interlock._config import Switches, Timing
-from interlock._crash_points import CrashPoint
-from interlock._effects import (
+from interlock._core.approvals import UNSIGNED_APPROVALS, Approver, Approvers
+from interlock._core.claims import Owner
+from interlock._core.config import Switches, Timing
+from interlock._core.crash_points import CrashPoint
+from interlock._core.effects import (
     ACTION_METADATA_KEY,
     CustomEffect,
     Effect,
@@ -25,7 +25,7 @@ from interlock._effects import (
     StripeRefund,
     StripeTransfer,
 )
-from interlock._errors import (
+from interlock._core.errors import (
     ActionError,
     ConfigError,
     IntentError,
@@ -38,17 +38,23 @@ from interlock._errors import (
     SchemaVersionError,
     StoreError,
 )
-from interlock._events import Event, GateEvent
-from interlock._gate import REASON_WORLD_CHANGED, Gate, GateOptions, Outcome, new_action_id
-from interlock._journal import (
+from interlock._core.events import Event, GateEvent
+from interlock._core.gate import REASON_WORLD_CHANGED, Gate, GateOptions, Outcome, new_action_id
+from interlock._core.journal import (
     ActionState,
     Intent,
     Settlement,
     Store,
 )
-from interlock._leases import Lease
-from interlock._money import format_amount
-from interlock._payments import (
+from interlock._core.leases import Lease
+from interlock._core.money import format_amount
+from interlock._core.receipts import Check, Receipt
+from interlock._core.verify import VerifyResult, verify
+from interlock._stores.memory import MemoryStore
+from interlock._stores.open import open_store
+from interlock._stores.postgres import PostgresStore, is_postgres_url
+from interlock._stores.sqlite import SQLiteStore
+from interlock._stripe.payments import (
     Payment,
     Payments,
     Refund,
@@ -58,15 +64,9 @@ from interlock._payments import (
     refunds_fingerprint,
     transfers_fingerprint,
 )
-from interlock._receipts import Check, Receipt
-from interlock._store_memory import MemoryStore
-from interlock._store_postgres import PostgresStore, is_postgres_url
-from interlock._store_sqlite import SQLiteStore
-from interlock._stores import open_store
-from interlock._verify import VerifyResult, verify
 
 if _typing.TYPE_CHECKING:
-    from interlock._stripe import (
+    from interlock._stripe.adapter import (
         StripePayments,
         make_stripe_client,
     )
@@ -75,8 +75,8 @@ if _typing.TYPE_CHECKING:
 # `import interlock` (it loads requests, and aiohttp when installed), and a process that
 # only reads a store never calls Stripe.
 _LAZY = {
-    "make_stripe_client": "interlock._stripe",
-    "StripePayments": "interlock._stripe",
+    "make_stripe_client": "interlock._stripe.adapter",
+    "StripePayments": "interlock._stripe.adapter",
 }
 
 

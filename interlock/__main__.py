@@ -28,16 +28,16 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from interlock._approvals import Approvers
-from interlock._config import Timing
-from interlock._errors import ConfigError, StoreError
-from interlock._signals import Interrupted, stop_signals_interrupt
-from interlock._store_postgres import PostgresStore, is_postgres_url
-from interlock._stores import open_store
-from interlock._verify import verify
+from interlock._core.approvals import Approvers
+from interlock._core.config import Timing
+from interlock._core.errors import ConfigError, StoreError
+from interlock._core.signals import Interrupted, stop_signals_interrupt
+from interlock._core.verify import verify
+from interlock._stores.open import open_store
+from interlock._stores.postgres import PostgresStore, is_postgres_url
 
 if TYPE_CHECKING:
-    from interlock._stripe import StripePayments
+    from interlock._stripe.adapter import StripePayments
 
 ENV_STORE = "INTERLOCK_STORE"
 NO_STORE = (
@@ -55,7 +55,7 @@ def _shown(text: str) -> str:
 def _stripe(key: str) -> StripePayments:
     """Stripe over the library's own deadline client: only reads, so the default timing's
     timeout is a bound on each listing page, not a plan to keep."""
-    from interlock._stripe import StripePayments, make_stripe_client
+    from interlock._stripe.adapter import StripePayments, make_stripe_client
 
     base = os.environ.get("INTERLOCK_STRIPE_BASE") or None
     return StripePayments(

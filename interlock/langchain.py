@@ -82,12 +82,17 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess without
         "pip install './packaging/interlock[langchain]' (the core of interlock works without them)"
     ) from e
 
-from interlock import _tool_calls
-from interlock._errors import IntentError
-from interlock._gate import Gate, Outcome
-from interlock._journal import Intent
-from interlock._money import format_amount
-from interlock._tool_calls import APPROVAL_TYPE, REAPPROVAL_TYPE, Reapproval, exact_approval
+from interlock._core.errors import IntentError
+from interlock._core.gate import Gate, Outcome
+from interlock._core.journal import Intent
+from interlock._core.money import format_amount
+from interlock._integrations import tool_calls as _tool_calls
+from interlock._integrations.tool_calls import (
+    APPROVAL_TYPE,
+    REAPPROVAL_TYPE,
+    Reapproval,
+    exact_approval,
+)
 
 __all__ = [  # noqa: RUF022 - sorted case-insensitively, as interlock's own __all__
     "action_id_for",

@@ -46,8 +46,8 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess without
         "(the core of interlock works without it)"
     ) from e
 
-from interlock._leases import lease_currency
-from interlock._mcp_desk import (
+from interlock._core.leases import lease_currency
+from interlock._integrations.mcp_desk import (
     AMOUNT_RULE,
     MAX_AMOUNT,
     MAX_REASON,

@@ -59,10 +59,10 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess without
         "'./packaging/interlock[openai-agents]' (the core of interlock works without it)"
     ) from e
 
-from interlock import _tool_calls
-from interlock._gate import Gate, Outcome
-from interlock._journal import Intent
-from interlock._tool_calls import Reapproval, exact_approval, outcome_words
+from interlock._core.gate import Gate, Outcome
+from interlock._core.journal import Intent
+from interlock._integrations import tool_calls as _tool_calls
+from interlock._integrations.tool_calls import Reapproval, exact_approval, outcome_words
 
 __all__ = [  # noqa: RUF022 - sorted case-insensitively, as interlock's own __all__
     "action_id_for",

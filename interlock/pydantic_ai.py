@@ -59,11 +59,11 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess without
         "(the core of interlock works without it)"
     ) from e
 
-from interlock import _tool_calls
-from interlock._errors import IntentError
-from interlock._gate import Gate, Outcome
-from interlock._journal import Intent
-from interlock._tool_calls import (
+from interlock._core.errors import IntentError
+from interlock._core.gate import Gate, Outcome
+from interlock._core.journal import Intent
+from interlock._integrations import tool_calls as _tool_calls
+from interlock._integrations.tool_calls import (
     APPROVAL_TYPE,
     REAPPROVAL_TYPE,
     Reapproval,

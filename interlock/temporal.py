@@ -186,11 +186,11 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess without
         "(the core of interlock works without it)"
     ) from e
 
-from interlock._config import Timing
-from interlock._errors import ActionError
-from interlock._events import Event
-from interlock._gate import EventSink, Gate, Outcome
-from interlock._journal import MAX_ID_LENGTH, Intent
+from interlock._core.config import Timing
+from interlock._core.errors import ActionError
+from interlock._core.events import Event
+from interlock._core.gate import EventSink, Gate, Outcome
+from interlock._core.journal import MAX_ID_LENGTH, Intent
 
 __all__ = [  # noqa: RUF022 - sorted case-insensitively, as interlock's own __all__
     "action_id_for",

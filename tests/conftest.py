@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from interlock import StripePayments, make_stripe_client
-from interlock import _stripe_model as model_module
 from interlock.testing import PaymentsModel, StripeEmulator
+from interlock.testing import model as model_module
 
 # NO_COLOR changes Textual's rendering and would break snapshot comparisons.
 os.environ.pop("NO_COLOR", None)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from interlock._stripe_emulator import (
+from interlock.testing.emulator import (
     TOKEN_ENV,
     EmulatorControl,
     EmulatorControlError,

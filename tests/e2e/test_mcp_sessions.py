@@ -25,7 +25,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult
 
 from interlock import MemoryStore, Refund, Timing
-from interlock._journal import ActionState
+from interlock._core.journal import ActionState
 from interlock.mcp import (
     WORLD_CHANGED_WORDS,
     RefundDesk,

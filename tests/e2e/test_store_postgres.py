@@ -45,8 +45,8 @@ from interlock import (
     refunds_fingerprint,
     verify,
 )
-from interlock._journal import SCHEMA_VERSION
-from interlock._store_postgres import redact_dsn
+from interlock._core.journal import SCHEMA_VERSION
+from interlock._stores.postgres import redact_dsn
 from interlock.testing import StripeEmulator
 from tests.e2e.test_store_contract_e2e import _payments
 from tests.e2e.test_store_processes import ROOT
@@ -330,7 +330,7 @@ def test_a_serialization_failure_is_worded_as_what_it_is(pg_dsn: str, pg_schema:
     """Should the server still roll a transaction back to keep concurrent ones apart (a
     deadlock, or serializable isolation forced by a pooler), the error says so and that
     nothing was kept, never that the connection was lost."""
-    from interlock._store_postgres import _problem
+    from interlock._stores.postgres import _problem
 
     for error in (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected):
         text = _problem(error("could not serialize access"))

@@ -35,7 +35,7 @@ from interlock import (
     refunds_fingerprint,
     verify,
 )
-from interlock._store_sqlite import SCHEMA_VERSION
+from interlock._stores.sqlite import SCHEMA_VERSION
 from interlock.testing import StripeEmulator
 from tests.conftest import TEST_KEY
 

@@ -41,9 +41,9 @@ from interlock import (
     refunds_fingerprint,
     verify,
 )
-from interlock._stripe_model import PaymentsModel
-from interlock._verify import ACCOUNT_SKEW_MARGIN_S
+from interlock._core.verify import ACCOUNT_SKEW_MARGIN_S
 from interlock.testing import InProcessPayments, StripeEmulator
+from interlock.testing.model import PaymentsModel
 from tests.conftest import TEST_KEY
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -24,9 +24,9 @@ from interlock import (
     StripePayments,
     make_stripe_client,
 )
-from interlock._stripe import DeadlineHTTPClient
-from interlock._stripe_emulator import CONTROL_PREFIX, TOKEN_HEADER, decode_form
+from interlock._stripe.adapter import DeadlineHTTPClient
 from interlock.testing import InProcessPayments, StripeEmulator
+from interlock.testing.emulator import CONTROL_PREFIX, TOKEN_HEADER, decode_form
 from tests.conftest import TEST_KEY, emulator_handler_threads, join_emulator_handlers
 
 LIVE_KEY = "sk_live_" + "Qz7Vw3Nc9Lp2Hx8Rt4Ym6Kb1"

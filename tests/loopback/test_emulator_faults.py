@@ -15,13 +15,13 @@ import pytest
 import stripe
 
 from interlock import PaymentsUnsettledError, StripePayments, make_stripe_client
-from interlock._stripe_model import (
+from interlock.testing import InProcessPayments, PaymentsModel, StripeEmulator
+from interlock.testing.model import (
     CREATE_FAULT_KINDS,
     FAULT_KINDS,
     FAULT_STAGES,
     READ_FAULT_KINDS,
 )
-from interlock.testing import InProcessPayments, PaymentsModel, StripeEmulator
 from tests.conftest import TEST_KEY
 from tests.loopback.test_emulator import (
     _all_refunds,
@@ -61,8 +61,8 @@ def test_kinds_are_one_tuple_split_into_creates_and_reads() -> None:
 @pytest.mark.parametrize("kind", FAULT_KINDS)
 def test_every_kind_is_armable_both_ways(emu: StripeEmulator, kind: str) -> None:
     """Every kind arms in-process and over HTTP, with its default stage, and is documented."""
-    from interlock import _stripe_emulator as emulator_module
-    from interlock import _stripe_model as model_module
+    from interlock.testing import emulator as emulator_module
+    from interlock.testing import model as model_module
 
     here = emu.model.add_fault(kind)
     there = _arm(emu, kind=kind)

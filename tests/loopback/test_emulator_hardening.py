@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from interlock._stripe_emulator import (
+from interlock.testing import StripeEmulator
+from interlock.testing.emulator import (
     MAX_BODY,
     MAX_DEPTH,
     TOKEN_ENV,
@@ -28,7 +29,6 @@ from interlock._stripe_emulator import (
     EmulatorControl,
     EmulatorControlError,
 )
-from interlock.testing import StripeEmulator
 from tests.conftest import TEST_KEY, emulator_handler_threads, join_emulator_handlers
 from tests.loopback.test_emulator import _client, _control_headers, _http, _paid
 
@@ -233,7 +233,7 @@ def test_bad_api_requests_get_stripes_400(
 
 def test_nesting_within_the_limit_is_accepted(emu: StripeEmulator) -> None:
     """Keys nested up to MAX_DEPTH levels are decoded (the limit refuses only deeper ones)."""
-    from interlock._stripe_emulator import decode_form
+    from interlock.testing.emulator import decode_form
 
     decoded = decode_form(_nested(MAX_DEPTH - 1).decode())
     node: Any = decoded["metadata"]

@@ -23,7 +23,8 @@ from stripe._request_options import RequestOptions
 from stripe._stripe_context import StripeContext
 
 from interlock import PaymentsRejectedError, StripePayments
-from interlock._stripe_model import (
+from interlock.testing import InProcessPayments, PaymentsModel, StripeEmulator
+from interlock.testing.model import (
     ACCEPTED_PARAMS,
     METADATA_KEY_MAX,
     METADATA_MAX_KEYS,
@@ -31,7 +32,6 @@ from interlock._stripe_model import (
     SDK_PARAMS,
     sdk_params,
 )
-from interlock.testing import InProcessPayments, PaymentsModel, StripeEmulator
 from tests.loopback.test_emulator import _all_refunds, _client, _form, _http, _paid, _refund
 
 FIXTURES = Path(__file__).parents[1] / "data" / "stripe-fixtures-subset.json"

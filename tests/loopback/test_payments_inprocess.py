@@ -31,8 +31,8 @@ from interlock import (
     make_stripe_client,
     refunds_fingerprint,
 )
-from interlock._stripe_model import Reply, new_id
 from interlock.testing import InProcessPayments, PaymentsModel, StripeEmulator
+from interlock.testing.model import Reply, new_id
 from tests.conftest import TEST_KEY
 
 DAY_S = 24 * 3600

@@ -24,7 +24,7 @@ from interlock import (
     Timing,
     make_stripe_client,
 )
-from interlock._stripe import DeadlineHTTPClient
+from interlock._stripe.adapter import DeadlineHTTPClient
 from interlock.testing import StripeEmulator
 from tests.conftest import TEST_KEY
 

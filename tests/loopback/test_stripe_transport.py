@@ -16,9 +16,9 @@ import pytest
 import stripe
 
 from interlock import PaymentsUnsettledError, StripePayments, make_stripe_client
-from interlock import _stripe as transport
-from interlock._stripe_emulator import EmulatorHTTPServer
+from interlock._stripe import adapter as transport
 from interlock.testing import PaymentsModel
+from interlock.testing.emulator import EmulatorHTTPServer
 from tests.conftest import TEST_KEY
 
 WAIT_S = 10.0

@@ -35,8 +35,8 @@ from interlock import (
 from interlock import langchain as lc
 from interlock import openai_agents as oa
 from interlock import pydantic_ai as pa
-from interlock._leases import approval_problem
-from interlock._mcp_desk import outcome_answer
+from interlock._core.leases import approval_problem
+from interlock._integrations.mcp_desk import outcome_answer
 from interlock.testing import InProcessPayments
 
 TIMING = Timing(claim_ttl_s=6, stripe_timeout_s=1)

@@ -38,7 +38,7 @@ from interlock import (
     Timing,
     verify,
 )
-from interlock._claims import Claim
+from interlock._core.claims import Claim
 from interlock.testing import InProcessPayments, PaymentsModel
 from tests.helpers.approvals import APPROVERS
 from tests.helpers.gate_rig import (

@@ -15,7 +15,7 @@ from tests.helpers.approvals import APPROVERS
 from tests.helpers.gate_rig import AMOUNT, TIMING, GateWorld, gone_owner
 from workers.texts import gate_event_text
 
-GATE = Path(__file__).resolve().parents[2] / "interlock" / "_gate.py"
+GATE = Path(__file__).resolve().parents[2] / "interlock" / "_core" / "gate.py"
 
 
 def test_every_kind_in_the_table_is_emitted_and_only_those() -> None:

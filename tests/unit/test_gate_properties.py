@@ -46,9 +46,9 @@ from interlock import (
     refunds_fingerprint,
     verify,
 )
-from interlock._claims import Claim
-from interlock._leases import lease_currency
-from interlock._receipts import canonical_json
+from interlock._core.claims import Claim
+from interlock._core.leases import lease_currency
+from interlock._core.receipts import canonical_json
 from interlock.testing import CRASH_POINTS, InProcessPayments
 from tests.helpers.approvals import APPROVER, APPROVERS
 from tests.helpers.gate_rig import (

@@ -17,7 +17,7 @@ Every module of `interlock`, `interlock_demo`, `workers` and `scenarios` is read
   payments model (`interlock.testing`). These and the two above are the `LAYERS` table;
 - no private name crosses a module boundary outside `tests/`: nobody imports a `_name`
   from another module, and a private module (`pkg._mod`, a third party's too) is imported
-  only from inside `pkg` (so `interlock._gate` may import `interlock._journal`, the demo
+  only from inside `pkg` (so `interlock._core.gate` may import `interlock._core.journal`, the demo
   may not, and nobody imports `stripe._request_options`).
 
 What counts as an edge for the cycle rule, exactly:
@@ -74,7 +74,7 @@ LAYERS: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
     (("interlock_demo.reports",), ("textual", "rich"), "reports draw no screen (views/tui does)"),
     (
         ("interlock_demo.core.run",),
-        ("interlock.testing", "interlock._stripe_model"),
+        ("interlock.testing",),
         "the run model knows no payments model",
     ),
 )
@@ -368,14 +368,14 @@ def test_the_library_importing_the_demo_is_reported(tmp_path: Path) -> None:
         tmp_path,
         {
             "interlock/__init__.py": "import scenarios\n",
-            "interlock/_gate.py": "from workers.protocol import KINDS\n",
-            "interlock/testing.py": "from interlock_demo import settings\n",
+            "interlock/_core/gate.py": "from workers.protocol import KINDS\n",
+            "interlock/testing/__init__.py": "from interlock_demo import settings\n",
         },
     )
     assert [line.split(" ", 1)[0] for line in check(root)] == [
         "interlock/__init__.py:1",
-        "interlock/_gate.py:1",
-        "interlock/testing.py:1",
+        "interlock/_core/gate.py:1",
+        "interlock/testing/__init__.py:1",
     ]
     assert all(line.endswith("the library imports no demo") for line in check(root))
 
@@ -405,12 +405,12 @@ def test_a_demo_folder_in_the_library_is_reported(tmp_path: Path) -> None:
         {
             "interlock/__init__.py": "",
             "interlock/__main__.py": 'x = 1\nhome = "h" / "demo" / "interlock.sqlite3"\n',
-            "interlock/_config.py": 'LOGS = ".interlock/demo/logs"\n',
+            "interlock/_core/config.py": 'LOGS = ".interlock/demo/logs"\n',
         },
     )
     assert demo_paths(root) == [
         "interlock/__main__.py:2 'demo'",
-        "interlock/_config.py:1 '.interlock/demo/logs'",
+        "interlock/_core/config.py:1 '.interlock/demo/logs'",
     ]
 
 
@@ -471,24 +471,24 @@ def test_private_names_across_modules_are_reported(tmp_path: Path) -> None:
     root = _tree(
         tmp_path,
         {
-            "interlock/__init__.py": "from interlock._gate import Gate\n",
-            "interlock/_gate.py": "from interlock._journal import Journal\n",
-            "interlock/_journal.py": "from interlock._errors import _message\n",
-            "interlock/_errors.py": "",
-            "interlock/_stripe.py": "",
+            "interlock/__init__.py": "from interlock._core.gate import Gate\n",
+            "interlock/_core/gate.py": "from interlock._core.journal import Journal\n",
+            "interlock/_core/journal.py": "from interlock._core.errors import _message\n",
+            "interlock/_core/errors.py": "",
+            "interlock/_stripe/adapter.py": "",
             "workers/__init__.py": "",
             "workers/temporal_worker.py": "from workers.standalone import _setup\n",
-            "workers/standalone.py": "from interlock import _stripe\n",
-            "bench/recovery.py": "import interlock._config as config\n",
+            "workers/standalone.py": "from interlock._stripe import adapter\n",
+            "bench/recovery.py": "import interlock._core.config as config\n",
         },
     )
     assert check(root) == [
         "bench/recovery.py:1 bench.recovery "
-        "imports the private module interlock._config from outside interlock",
-        "interlock/_journal.py:1 interlock._journal "
-        "imports the private name _message from interlock._errors",
+        "imports the private module interlock._core.config from outside interlock",
+        "interlock/_core/journal.py:1 interlock._core.journal "
+        "imports the private name _message from interlock._core.errors",
         "workers/standalone.py:1 workers.standalone "
-        "imports the private module interlock._stripe from outside interlock",
+        "imports the private module interlock._stripe.adapter from outside interlock",
         "workers/temporal_worker.py:1 workers.temporal_worker "
         "imports the private name _setup from workers.standalone",
     ]

@@ -36,7 +36,7 @@ from interlock import (
     new_action_id,
     refunds_fingerprint,
 )
-from interlock._journal import MAX_ID_LENGTH
+from interlock._core.journal import MAX_ID_LENGTH
 from interlock.langchain import (
     APPROVAL_TYPE,
     REAPPROVAL_TYPE,

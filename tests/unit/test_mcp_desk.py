@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-import interlock._mcp_desk as desk_module
+import interlock._integrations.mcp_desk as desk_module
 from interlock import Event, GateEvent, MemoryStore, Timing
 from interlock.mcp import (
     WORLD_CHANGED_WORDS,

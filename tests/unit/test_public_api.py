@@ -5,7 +5,6 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
-import pkgutil
 import types
 from pathlib import Path
 
@@ -49,8 +48,7 @@ def _own_doc(value: object) -> str | None:
 def _documented_constants() -> set[str]:
     """Module-level names in interlock's modules with a comment above or a docstring below."""
     found: set[str] = set()
-    for info in pkgutil.iter_modules(interlock.__path__):
-        path = Path(interlock.__path__[0]) / f"{info.name}.py"
+    for path in sorted(Path(interlock.__path__[0]).rglob("*.py")):
         source = path.read_text()
         lines = source.splitlines()
         body = ast.parse(source).body

@@ -42,7 +42,7 @@ from interlock import (
     refunds_fingerprint,
     verify,
 )
-from interlock._receipts import (
+from interlock._core.receipts import (
     GENESIS_HASH,
     canonical_json,
     chain_problems,

@@ -6,7 +6,7 @@ import os
 
 import psutil
 
-from interlock._claims import _START_TIME_TOLERANCE_S, Owner, _start_time
+from interlock._core.claims import _START_TIME_TOLERANCE_S, Owner, _start_time
 
 
 def test_the_start_time_is_psutils() -> None:

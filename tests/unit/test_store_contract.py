@@ -707,7 +707,7 @@ def test_histories_and_leases_stream_every_row_across_batches(
     """`histories` brings each action's row with its records, `leases` every lease, both as
     the one-row reads do, and `receipts` and `settled` the chain in order, all in batches
     whose edges lose and repeat nothing."""
-    import interlock._journal as journal
+    import interlock._core.journal as journal
 
     # Batches of two, so that five rows cross two batch edges.
     monkeypatch.setattr(journal, "BATCH", 2)

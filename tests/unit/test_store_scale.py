@@ -20,7 +20,7 @@ from interlock import (
     new_action_id,
     verify,
 )
-from interlock._store_sqlite import SCHEMA_VERSION
+from interlock._stores.sqlite import SCHEMA_VERSION
 
 OWNER = Owner("scale-worker", 1, 0.0, "test-host")
 TTL_S, GRACE_S = 40.0, 2.0

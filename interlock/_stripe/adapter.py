@@ -27,8 +27,8 @@ from urllib.parse import urlsplit
 
 import stripe
 
-from interlock._errors import PaymentsAuthError, PaymentsRejectedError, PaymentsUnsettledError
-from interlock._payments import Payment, Refund, Transfer
+from interlock._core.errors import PaymentsAuthError, PaymentsRejectedError, PaymentsUnsettledError
+from interlock._stripe.payments import Payment, Refund, Transfer
 
 T = TypeVar("T")
 

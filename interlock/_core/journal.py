@@ -2,8 +2,8 @@
 
 `Store` is the protocol the gate uses; its three writing calls on the send path are the
 three durable commits (`begin`, `mark_sending`, `settle`). The rules live once, in
-`RuleStore`, over a small row-level transaction (`Tx`); the backends (`_store_sqlite.py`,
-`_store_memory.py`) only store rows and read their clock inside the transaction, after
+`RuleStore`, over a small row-level transaction (`Tx`); the backends (`_stores/sqlite.py`,
+`_stores/memory.py`) only store rows and read their clock inside the transaction, after
 the write lock is taken, so that waiting for the lock never eats a claim's margin.
 
 Every take of a claim gets a new epoch (the action's `attempts` counter); commit 2,
@@ -29,11 +29,11 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
-from interlock._claims import Claim, Owner
-from interlock._errors import UNREADABLE, ActionError, IntentError, LeaseError
-from interlock._leases import Lease, approval_problem
-from interlock._money import currency_problem
-from interlock._receipts import GENESIS_HASH, Check, Receipt, canonical_json, load_json, seal
+from interlock._core.claims import Claim, Owner
+from interlock._core.errors import UNREADABLE, ActionError, IntentError, LeaseError
+from interlock._core.leases import Lease, approval_problem
+from interlock._core.money import currency_problem
+from interlock._core.receipts import GENESIS_HASH, Check, Receipt, canonical_json, load_json, seal
 
 # The layout of a store whose backend takes its version from here (PostgreSQL). Version 3
 # adds the per-target turns; version 2 stores are migrated in place and read as they are.

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from interlock._journal import Store
-from interlock._store_postgres import PostgresStore, is_postgres_url
-from interlock._store_sqlite import SQLiteStore
+from interlock._core.journal import Store
+from interlock._stores.postgres import PostgresStore, is_postgres_url
+from interlock._stores.sqlite import SQLiteStore
 
 
 def open_store(location: str | Path, *, read_only: bool = False) -> Store:

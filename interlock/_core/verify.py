@@ -19,18 +19,18 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from interlock._approvals import Approvers
-from interlock._effects import ListsSends, Sent, StripeRefund, StripeTransfer
-from interlock._errors import UNREADABLE, ConfigError, PaymentsError, StoreError
-from interlock._journal import (
+from interlock._core.approvals import Approvers
+from interlock._core.effects import ListsSends, Sent, StripeRefund, StripeTransfer
+from interlock._core.errors import UNREADABLE, ConfigError, PaymentsError, StoreError
+from interlock._core.journal import (
     ActionRow,
     ActionState,
     JournalRecord,
     SettledAction,
     Store,
 )
-from interlock._payments import Payments, Transfers
-from interlock._receipts import ChainCheck, load_json, receipt_key
+from interlock._core.receipts import ChainCheck, load_json, receipt_key
+from interlock._stripe.payments import Payments, Transfers
 
 # How far before the store's first action the account-wide listing starts. The intent is
 # stamped by the gate host's wall clock, a refund's `created` by Stripe's (whole seconds):

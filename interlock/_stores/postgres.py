@@ -46,9 +46,9 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from interlock._claims import Owner
-from interlock._errors import SchemaVersionError, StoreError
-from interlock._journal import (
+from interlock._core.claims import Owner
+from interlock._core.errors import SchemaVersionError, StoreError
+from interlock._core.journal import (
     GENESIS,
     SCHEMA_VERSION,
     ActionHistory,
@@ -68,8 +68,8 @@ from interlock._journal import (
     histories_of,
     pages,
 )
-from interlock._leases import Lease
-from interlock._receipts import Check, Receipt, canonical_json, load_json
+from interlock._core.leases import Lease
+from interlock._core.receipts import Check, Receipt, canonical_json, load_json
 
 # Seconds since the epoch by the database's clock, read when the statement runs (not at
 # the transaction's start, as now() would be): after the write lock is taken.

@@ -14,10 +14,10 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from interlock._errors import PaymentsAuthError, PaymentsRejectedError, PaymentsUnsettledError
-from interlock._payments import Payment, Refund, Transfer
-from interlock._stripe import payment_from_stripe, refund_from_stripe, transfer_from_stripe
-from interlock._stripe_model import PaymentsModel, Reply
+from interlock._core.errors import PaymentsAuthError, PaymentsRejectedError, PaymentsUnsettledError
+from interlock._stripe.adapter import payment_from_stripe, refund_from_stripe, transfer_from_stripe
+from interlock._stripe.payments import Payment, Refund, Transfer
+from interlock.testing.model import PaymentsModel, Reply
 
 
 class InProcessPayments:

@@ -74,20 +74,20 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from interlock._approvals import Approver, Approvers
-from interlock._claims import Owner
-from interlock._config import Switches, Timing
-from interlock._crash_points import CrashPoint
-from interlock._effects import Effect, Found, Observation, accepts
-from interlock._errors import PaymentsRejectedError, PaymentsUnsettledError
-from interlock._events import Event, GateEvent, event_problem
-from interlock._gate import Gate, Outcome
-from interlock._journal import Intent, Store
-from interlock._leases import Lease
-from interlock._store_memory import MemoryStore
-from interlock._stripe_emulator import TOKEN_ENV, StripeEmulator, serve_emulator
-from interlock._stripe_inprocess import InProcessPayments
-from interlock._stripe_model import Fault, PaymentsModel, Reply, new_id
+from interlock._core.approvals import Approver, Approvers
+from interlock._core.claims import Owner
+from interlock._core.config import Switches, Timing
+from interlock._core.crash_points import CrashPoint
+from interlock._core.effects import Effect, Found, Observation, accepts
+from interlock._core.errors import PaymentsRejectedError, PaymentsUnsettledError
+from interlock._core.events import Event, GateEvent, event_problem
+from interlock._core.gate import Gate, Outcome
+from interlock._core.journal import Intent, Store
+from interlock._core.leases import Lease
+from interlock._stores.memory import MemoryStore
+from interlock.testing.emulator import TOKEN_ENV, StripeEmulator, serve_emulator
+from interlock.testing.inprocess import InProcessPayments
+from interlock.testing.model import Fault, PaymentsModel, Reply, new_id
 
 # The provider's answers to the first send (see the module docstring).
 ANSWERS = ("ok", "lost", "late", "in-progress", "refused", "garbled")

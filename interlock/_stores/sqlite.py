@@ -24,8 +24,8 @@ try:
 except ImportError:  # not on Windows: there, SQLite's busy handler alone orders writers
     fcntl = None  # type: ignore[assignment]
 
-from interlock._errors import SchemaVersionError, StoreError
-from interlock._journal import (
+from interlock._core.errors import SchemaVersionError, StoreError
+from interlock._core.journal import (
     GENESIS,
     ActionHistory,
     ActionRow,
@@ -40,8 +40,8 @@ from interlock._journal import (
     histories_of,
     pages,
 )
-from interlock._leases import Lease
-from interlock._receipts import Receipt, canonical_json, load_json
+from interlock._core.leases import Lease
+from interlock._core.receipts import Receipt, canonical_json, load_json
 
 # This file's layout. Version 3 indexes intent metadata (`action_metadata`, written with
 # the intent) and settled actions by receipt; version 4 adds each target's turn (`turns`,

@@ -40,16 +40,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from interlock._approvals import Approver, Approvers
-from interlock._claims import Owner
-from interlock._config import Switches, Timing
-from interlock._effects import StripeRefund
-from interlock._errors import InterlockError, PaymentsRejectedError, PaymentsUnsettledError
-from interlock._gate import REASON_WORLD_CHANGED, EventSink, Gate, Outcome
-from interlock._journal import ActionState, Intent, Store
-from interlock._leases import Lease, lease_currency
-from interlock._money import format_amount
-from interlock._payments import Payment, Payments, refunds_fingerprint
+from interlock._core.approvals import Approver, Approvers
+from interlock._core.claims import Owner
+from interlock._core.config import Switches, Timing
+from interlock._core.effects import StripeRefund
+from interlock._core.errors import InterlockError, PaymentsRejectedError, PaymentsUnsettledError
+from interlock._core.gate import REASON_WORLD_CHANGED, EventSink, Gate, Outcome
+from interlock._core.journal import ActionState, Intent, Store
+from interlock._core.leases import Lease, lease_currency
+from interlock._core.money import format_amount
+from interlock._stripe.payments import Payment, Payments, refunds_fingerprint
 
 
 class DeskError(InterlockError, ValueError):

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from enum import Enum
 
-from interlock._errors import ConfigError
-from interlock._events import GateEvent
+from interlock._core.errors import ConfigError
+from interlock._core.events import GateEvent
 
 
 class CrashPoint(str, Enum):

@@ -35,11 +35,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import quote
 
-from interlock._approvals import Approver
-from interlock._gate import Gate, Outcome
-from interlock._journal import MAX_ID_LENGTH, Intent
-from interlock._leases import Lease
-from interlock._money import format_amount
+from interlock._core.approvals import Approver
+from interlock._core.gate import Gate, Outcome
+from interlock._core.journal import MAX_ID_LENGTH, Intent
+from interlock._core.leases import Lease
+from interlock._core.money import format_amount
 
 _HASHED_HEAD = 120
 

@@ -36,8 +36,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from interlock._errors import ConfigError, LeaseError
-from interlock._leases import Lease, approval_bytes
+from interlock._core.errors import ConfigError, LeaseError
+from interlock._core.leases import Lease, approval_bytes
 
 ENV_APPROVERS = "INTERLOCK_APPROVERS"
 """The approvers' public key files (PEM), separated by the path separator (`:`)."""

@@ -20,7 +20,7 @@ A lease may be *exact*: it authorizes one action of exactly `cap` cents, once (t
 must equal the cap, and the store lets one action reserve and spend it). A signed lease
 carries its approver's `key_id` and an Ed25519 `signature` over `signed_bytes()`: the
 canonical JSON of what it authorizes (never its spend, reservations or revocation), which
-`interlock/_approvals.py` makes and checks.
+`interlock/_core/approvals.py` makes and checks.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from interlock._errors import UNREADABLE, LeaseError
-from interlock._money import currency_problem
-from interlock._receipts import canonical_json, load_json
+from interlock._core.errors import UNREADABLE, LeaseError
+from interlock._core.money import currency_problem
+from interlock._core.receipts import canonical_json, load_json
 
 APPROVAL_DOMAIN = b"interlock-approval-v1\n"
 """Prefixed to the canonical JSON an approval's signature covers, so that no other signed
@@ -46,7 +46,7 @@ AUTHORIZED_FIELDS = (
     "expires_at", "granted_by", "granted_at", "key_id",
 )  # fmt: skip
 
-# The same rules an Intent holds its ids and amount to (interlock/_journal.py): ids go
+# The same rules an Intent holds its ids and amount to (interlock/_core/journal.py): ids go
 # into HTTP headers, metadata and SQL; amounts are whole cents below 10^10.
 _ID_CHARS = frozenset(string.ascii_letters + string.digits + string.punctuation)
 _MAX_ID_LENGTH = 200

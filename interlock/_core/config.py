@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import ClassVar
 
-from interlock._errors import ConfigError
+from interlock._core.errors import ConfigError
 
 SAFETY_MARGIN_S = 5.0
 # Renewing the claim right before a send adds this much for the local steps between the

@@ -30,7 +30,7 @@ A gate whose commit 3 is fenced out reports what it knows (the refund it holds),
 another gate's outcome as its own.
 
 **One action on a target at a time.** A claim comes with its target's turn (see
-`interlock._journal`): while another action on the same target is between its world read
+`interlock._core.journal`): while another action on the same target is between its world read
 and its outcome, commit 1 answers `busy`, the intent is journaled without a claim, and the
 gate waits for that action's claim (polling the store, as long as the holder's claim said
 when first seen, grace included) or, when it cannot wait, leaves the action pending
@@ -57,11 +57,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from interlock._approvals import Approvers
-from interlock._claims import Owner
-from interlock._config import Switches, Timing
-from interlock._effects import AT_STRIPE, Effect, Found, Observation, accepts
-from interlock._errors import (
+from interlock._core.approvals import Approvers
+from interlock._core.claims import Owner
+from interlock._core.config import Switches, Timing
+from interlock._core.effects import AT_STRIPE, Effect, Found, Observation, accepts
+from interlock._core.errors import (
     ActionError,
     ConfigError,
     LeaseError,
@@ -70,8 +70,8 @@ from interlock._errors import (
     PaymentsUnsettledError,
     StoreError,
 )
-from interlock._events import Event, GateEvent
-from interlock._journal import (
+from interlock._core.events import Event, GateEvent
+from interlock._core.journal import (
     CODE_CONFLICT,
     CODE_REFUND_FAILED,
     CONFLICT_PREFIX,
@@ -81,8 +81,8 @@ from interlock._journal import (
     Settlement,
     Store,
 )
-from interlock._leases import approval_problem
-from interlock._receipts import Check, Receipt, receipt_key
+from interlock._core.leases import approval_problem
+from interlock._core.receipts import Check, Receipt, receipt_key
 
 Status = Literal["sent", "adopted", "refused", "failed", "pending"]
 EventSink = Callable[[Event], None]

@@ -23,10 +23,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from interlock._errors import ConfigError
-from interlock._journal import Intent
-from interlock._money import currency_problem
-from interlock._payments import (
+from interlock._core.errors import ConfigError
+from interlock._core.journal import Intent
+from interlock._core.money import currency_problem
+from interlock._stripe.payments import (
     Payments,
     Refund,
     Transfer,

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
-from interlock._journal import (
+from interlock._core.journal import (
     GENESIS,
     ActionHistory,
     ActionRow,
@@ -20,8 +20,8 @@ from interlock._journal import (
     Turn,
     Tx,
 )
-from interlock._leases import Lease
-from interlock._receipts import Receipt
+from interlock._core.leases import Lease
+from interlock._core.receipts import Receipt
 
 
 class _MemoryTx:

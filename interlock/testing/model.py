@@ -1,7 +1,7 @@
 """An in-memory model of the slice of Stripe the gate uses, public through `interlock.testing`.
 
-One model with two faces: `_stripe_emulator.py` serves it over HTTP to the real `stripe`
-SDK, and `_stripe_inprocess.py` calls it directly (users' tests, the demo's mock mode).
+One model with two faces: `emulator.py` serves it over HTTP to the real `stripe`
+SDK, and `inprocess.py` calls it directly (users' tests, the demo's mock mode).
 Objects and errors have Stripe's shapes; ids are random like Stripe's so that stores and
 runs never collide.
 
@@ -1085,7 +1085,7 @@ def _unaccepted(endpoint: str, name: str) -> StripeModelError:
         return StripeModelError(
             400,
             f"The emulator does not model parameter {name} ({endpoint}), which Stripe "
-            "accepts: leave it out offline, or teach interlock/_stripe_model.py.",
+            "accepts: leave it out offline, or teach interlock/testing/model.py.",
             code="parameter_unknown",
             param=name,
         )

@@ -1,0 +1,1 @@
+"""Stripe: the payments protocol the effects read and send through, and its SDK adapter."""
