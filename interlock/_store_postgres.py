@@ -1,7 +1,8 @@
 """The shared store: PostgreSQL, for workers on many hosts (psycopg 3, extra `postgres`).
 
-The same rules as the other stores (`RuleStore`); this backend only stores rows. What
-PostgreSQL adds:
+The same rules as the other stores (`RuleStore`) and the same statements
+(`interlock._store_sql`); this backend gives the connection, the transactions and the
+locking. What PostgreSQL adds:
 
 - **Row-level locks, one fixed order.** There is no store-wide lock: a write takes its
   action's lock (a transaction-scoped advisory lock keyed by the action id, which a new

@@ -1,15 +1,17 @@
-"""The stores' SQL, written once: statements, row mapping, scans, schemas and migrations.
+"""The stores' SQL, written once: statements, row mapping, scans, tables and migrations.
 
 Both SQL backends run these statements; each gives only its connection, its transactions
-and its locking (SQLite: one `BEGIN IMMEDIATE` writer at a time and one statement that
+and its locking (SQLite: one `BEGIN IMMEDIATE` writer at a time, and one statement that
 joins what a commit reads; PostgreSQL: row and advisory locks in one order, the
-database's clock, pipelined round trips). What the two dialects spell differently is a
-named piece of `Dialect` (the placeholder, the row id, the scan that skips locked rows,
-the metadata index), never a second copy of a statement.
+database's clock, pipelined round trips, a lost connection replaced). What the dialects
+spell differently is a named piece of `Dialect` (the placeholder, the row id, the scan
+that skips locked rows, the metadata index, the words of the tables' statements), never
+a second copy of a statement.
 
-The tables' layouts are each dialect's own (SQLite's rowid and `WITHOUT ROWID` tables,
-PostgreSQL's identity columns), so each has its `Schema`: its version, the versions it
-reads as they are, and the statements that create it and migrate older versions in place.
+A template names its tables as `{actions}` and its parameters as `?`; `Statements`
+formats every one once per store, in its dialect and with its tables' names. Each
+dialect's `Schema` says its version, the versions it reads as they are and those it
+migrates in place.
 """
 
 from __future__ import annotations
@@ -56,6 +58,10 @@ class Dialect:
     """An intent's metadata value, its key the one parameter (where it is not indexed)."""
     metadata_key: Callable[[str], str]
     """The parameter `metadata_value` takes for a key."""
+    ddl: Mapping[str, str]
+    """The words the tables' statements leave to the dialect: the types (`text`, `int`,
+    `bigint`, `real`), the journal's `serial` key, the actions' `row_id_column`, the
+    `kind_default`, `without_rowid`, and the `index` name prefix and its `by_row` column."""
 
 
 SQLITE = Dialect(
@@ -66,6 +72,21 @@ SQLITE = Dialect(
     # An intent that is not JSON matches nothing instead of failing the listing.
     metadata_value="CASE WHEN json_valid(intent) THEN json_extract(intent, ?) END",
     metadata_key=lambda key: f'$.metadata."{key}"',
+    ddl={
+        "text": "TEXT",
+        "int": "INTEGER",
+        "bigint": "INTEGER",
+        "real": "REAL",
+        # A rowid alias: numbered by SQLite as rows are inserted.
+        "serial": "INTEGER PRIMARY KEY",
+        # The rowid numbers the actions, and every index ends with it.
+        "row_id_column": "",
+        "by_row": "",
+        # Version 1 had no kind: it was added with a default.
+        "kind_default": " DEFAULT ''",
+        "without_rowid": " WITHOUT ROWID",
+        "index": "",
+    },
 )
 POSTGRES = Dialect(
     placeholder="%s",
@@ -74,8 +95,22 @@ POSTGRES = Dialect(
     metadata_index=False,
     metadata_value="(intent::jsonb -> 'metadata' ->> ?)",
     metadata_key=lambda key: key,
+    ddl={
+        "text": "text",
+        "int": "integer",
+        "bigint": "bigint",
+        "real": "double precision",
+        "serial": "bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
+        "row_id_column": "id bigint GENERATED ALWAYS AS IDENTITY UNIQUE,\n    ",
+        "by_row": ", id",
+        "kind_default": "",
+        "without_rowid": "",
+        # Index names are the schema's, beside the application's own.
+        "index": "interlock_",
+    },
 )
 
+# The tables of both dialects (SQLite also indexes metadata in `action_metadata`).
 TABLES = ("meta", "actions", "journal", "leases", "receipts", "turns")
 
 # The columns `ActionRow.from_columns` takes, after the intent's JSON text.
@@ -90,10 +125,7 @@ class Statements:
     def __init__(self, dialect: Dialect, tables: Mapping[str, str]) -> None:
         self.dialect = dialect
         self.tables = tables
-
-        def sql(template: str) -> str:
-            return self.sql(template)
-
+        sql = self.sql
         self.meta_version = sql("SELECT value FROM {meta} WHERE key='schema_version'")
         self.set_version = sql(
             "INSERT INTO {meta} (key, value) VALUES ('schema_version', ?)"
@@ -184,7 +216,7 @@ class Statements:
 
     def sql(self, template: str) -> str:
         """A template (tables as `{actions}`, parameters as `?`) in this dialect."""
-        text = template.format(row_id=self.dialect.row_id, **self.tables)
+        text = template.format(row_id=self.dialect.row_id, **self.dialect.ddl, **self.tables)
         return text.replace("?", self.dialect.placeholder)
 
     def put_action(self, row: ActionRow, *, new: bool) -> list[Statement]:
@@ -246,7 +278,7 @@ class Statements:
 
     def _values(self, head: str, width: int, rows: int) -> str:
         row = "(" + ",".join([self.dialect.placeholder] * width) + ")"
-        return head.format(**self.tables) + ",".join([row] * rows)
+        return self.sql(head) + ",".join([row] * rows)
 
 
 def journal_row(action_id: str, now: float, record: str, data: Mapping[str, Any]) -> JournalRow:
@@ -270,7 +302,7 @@ def turn_of(target: str, r: Sequence[Any] | None) -> Turn | None:
 
 
 class SqlStore(RuleStore):
-    """The scans of `Store`, written once over a backend's `_rows`."""
+    """The scans of `Store`, written once over a backend's `_rows` and its `_st`."""
 
     read_only: bool
     _st: Statements
@@ -362,8 +394,9 @@ class Schema:
             raise SchemaVersionError(where, version, self.version)
 
     def upgrade(self, version: int | None) -> list[str]:
-        """The statements that bring a store of `version` (None: new) to this one, tables as
-        `{actions}` (each statement creates or fills only what that version lacks)."""
+        """The statements that bring a store of `version` (None: new) to this one, as
+        templates for `Statements.sql` (each creates or fills only what that version
+        lacks)."""
         steps = list(self.create)
         if version is not None:
             for since in sorted(self.migrations):
@@ -371,6 +404,50 @@ class Schema:
                     steps += self.migrations[since]
         return steps
 
+
+# The tables both dialects keep, in SQLite's own spelling once formatted for it (SQLite
+# stores this text in the file). A dialect's `ddl` words fill in its types and what only
+# it has: PostgreSQL's identity columns, SQLite's rowid and `WITHOUT ROWID` tables.
+_TABLES_DDL = (
+    "CREATE TABLE IF NOT EXISTS {meta} (key {text} PRIMARY KEY, value {text} NOT NULL)",
+    """CREATE TABLE IF NOT EXISTS {actions} (
+    {row_id_column}action_id {text} PRIMARY KEY,
+    kind {text} NOT NULL{kind_default},
+    intent {text} NOT NULL,
+    claim {text},
+    settlement {text},
+    attempts {int} NOT NULL DEFAULT 0,
+    receipt_seq {bigint},
+    unknown {text},
+    created_at {real} NOT NULL
+)""",
+    "CREATE INDEX IF NOT EXISTS {index}actions_pending ON {actions} (created_at{by_row})"
+    " WHERE settlement IS NULL",
+    "CREATE INDEX IF NOT EXISTS {index}actions_receipt ON {actions} (receipt_seq{by_row})"
+    " WHERE settlement IS NOT NULL",
+    """CREATE TABLE IF NOT EXISTS {journal} (
+    seq {serial},
+    action_id {text} NOT NULL,
+    at {real} NOT NULL,
+    record {text} NOT NULL,
+    data {text} NOT NULL
+)""",
+    "CREATE INDEX IF NOT EXISTS {index}journal_action ON {journal} (action_id, seq)",
+    "CREATE TABLE IF NOT EXISTS {leases} (lease_id {text} PRIMARY KEY, lease {text} NOT NULL)",
+    """CREATE TABLE IF NOT EXISTS {turns} (
+    target {text} PRIMARY KEY,
+    action_id {text} NOT NULL,
+    epoch {int} NOT NULL
+){without_rowid}""",
+    """CREATE TABLE IF NOT EXISTS {receipts} (
+    seq {bigint} PRIMARY KEY,
+    action_id {text} NOT NULL,
+    body {text} NOT NULL,
+    prev_hash {text} NOT NULL,
+    hash {text} NOT NULL,
+    signature {text}
+)""",
+)
 
 # SQLite, version 4. Version 3 indexes intent metadata (`action_metadata`, written with
 # the intent) and settled actions by receipt; version 4 adds each target's turn (`turns`,
@@ -380,50 +457,13 @@ SQLITE_SCHEMA = Schema(
     readable=frozenset({2, 3, 4}),
     migratable=frozenset({1, 2, 3, 4}),
     create=(
-        "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-        """CREATE TABLE IF NOT EXISTS actions (
-    action_id TEXT PRIMARY KEY,
-    kind TEXT NOT NULL DEFAULT '',
-    intent TEXT NOT NULL,
-    claim TEXT,
-    settlement TEXT,
-    attempts INTEGER NOT NULL DEFAULT 0,
-    receipt_seq INTEGER,
-    unknown TEXT,
-    created_at REAL NOT NULL
-)""",
-        "CREATE INDEX IF NOT EXISTS actions_pending ON actions (created_at)"
-        " WHERE settlement IS NULL",
-        "CREATE INDEX IF NOT EXISTS actions_receipt ON actions (receipt_seq)"
-        " WHERE settlement IS NOT NULL",
+        *_TABLES_DDL,
         """CREATE TABLE IF NOT EXISTS action_metadata (
     key TEXT NOT NULL,
     value TEXT NOT NULL,
     action_id TEXT NOT NULL,
     PRIMARY KEY (key, value, action_id)
 ) WITHOUT ROWID""",
-        """CREATE TABLE IF NOT EXISTS journal (
-    seq INTEGER PRIMARY KEY,
-    action_id TEXT NOT NULL,
-    at REAL NOT NULL,
-    record TEXT NOT NULL,
-    data TEXT NOT NULL
-)""",
-        "CREATE INDEX IF NOT EXISTS journal_action ON journal (action_id, seq)",
-        "CREATE TABLE IF NOT EXISTS leases (lease_id TEXT PRIMARY KEY, lease TEXT NOT NULL)",
-        """CREATE TABLE IF NOT EXISTS turns (
-    target TEXT PRIMARY KEY,
-    action_id TEXT NOT NULL,
-    epoch INTEGER NOT NULL
-) WITHOUT ROWID""",
-        """CREATE TABLE IF NOT EXISTS receipts (
-    seq INTEGER PRIMARY KEY,
-    action_id TEXT NOT NULL,
-    body TEXT NOT NULL,
-    prev_hash TEXT NOT NULL,
-    hash TEXT NOT NULL,
-    signature TEXT
-)""",
     ),
     migrations={
         # Version 1 had no kind and no unknown mark; both are added in place.
@@ -441,53 +481,13 @@ SQLITE_SCHEMA = Schema(
     },
 )
 
-# PostgreSQL, version 3, its tables named with their schema (`{actions}`). Version 3 adds
-# the per-target turns; version 2 is migrated in place (its statements create what it
+# PostgreSQL, version 3, its tables named with their schema. Version 3 adds the
+# per-target turns; version 2 is migrated in place (the tables' statements create what it
 # lacks) and read as it is.
 POSTGRES_SCHEMA = Schema(
     version=3,
     readable=frozenset({2, 3}),
     migratable=frozenset({2, 3}),
-    create=(
-        "CREATE TABLE IF NOT EXISTS {meta} (key text PRIMARY KEY, value text NOT NULL)",
-        """CREATE TABLE IF NOT EXISTS {actions} (
-        id bigint GENERATED ALWAYS AS IDENTITY UNIQUE,
-        action_id text PRIMARY KEY,
-        kind text NOT NULL,
-        intent text NOT NULL,
-        claim text,
-        settlement text,
-        attempts integer NOT NULL DEFAULT 0,
-        receipt_seq bigint,
-        unknown text,
-        created_at double precision NOT NULL
-    )""",
-        "CREATE INDEX IF NOT EXISTS interlock_actions_pending ON {actions} (created_at, id)"
-        " WHERE settlement IS NULL",
-        "CREATE INDEX IF NOT EXISTS interlock_actions_receipt ON {actions} (receipt_seq, id)"
-        " WHERE settlement IS NOT NULL",
-        """CREATE TABLE IF NOT EXISTS {journal} (
-        seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-        action_id text NOT NULL,
-        at double precision NOT NULL,
-        record text NOT NULL,
-        data text NOT NULL
-    )""",
-        "CREATE INDEX IF NOT EXISTS interlock_journal_action ON {journal} (action_id, seq)",
-        "CREATE TABLE IF NOT EXISTS {leases} (lease_id text PRIMARY KEY, lease text NOT NULL)",
-        """CREATE TABLE IF NOT EXISTS {turns} (
-        target text PRIMARY KEY,
-        action_id text NOT NULL,
-        epoch integer NOT NULL
-    )""",
-        """CREATE TABLE IF NOT EXISTS {receipts} (
-        seq bigint PRIMARY KEY,
-        action_id text NOT NULL,
-        body text NOT NULL,
-        prev_hash text NOT NULL,
-        hash text NOT NULL,
-        signature text
-    )""",
-    ),
+    create=_TABLES_DDL,
     migrations={},
 )

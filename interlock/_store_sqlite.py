@@ -4,7 +4,9 @@ Safe for many processes on one machine: every write is one `BEGIN IMMEDIATE`
 transaction, so the rules' compare-and-set steps are serialized by SQLite's write lock,
 and the clock is read after that lock is taken. Every SQLite error surfaces as a
 `StoreError` naming the file and what to do; a file that fails its integrity check on
-open is refused before anything can be sent against it.
+open is refused before anything can be sent against it. The statements are the stores'
+own (`interlock._store_sql`); this backend gives the connection, the transactions and the
+file's locks.
 """
 
 from __future__ import annotations
@@ -326,7 +328,7 @@ class SQLiteStore(SqlStore):
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 for statement in SQLITE_SCHEMA.upgrade(self._version()):
-                    self._conn.execute(statement)
+                    self._conn.execute(_STATEMENTS.sql(statement))
                 self._conn.execute(_STATEMENTS.set_version, (str(SCHEMA_VERSION),))
                 self._conn.execute("COMMIT")
             except BaseException:
