@@ -46,7 +46,7 @@ from interlock._store_sql import (
 
 SCHEMA_VERSION = SQLITE_SCHEMA.version
 # The tables every version has (version 4 adds the turns).
-_TABLES = ("meta", "actions", "journal", "leases", "receipts")
+_TABLES_OF_EVERY_VERSION = ("meta", "actions", "journal", "leases", "receipts")
 _STATEMENTS = Statements(SQLITE, {t: t for t in (*TABLES, "action_metadata")})
 # Every commit on the send path reads the action with its lease, taking a claim and
 # marking `sending` also read its target's turn, and settling also reads the chain's
@@ -289,7 +289,7 @@ class SQLiteStore(SqlStore):
     def _version(self) -> int | None:
         tables = self._tables()
         if "meta" not in tables:
-            if tables and not tables & set(_TABLES):
+            if tables and not tables & set(_TABLES_OF_EVERY_VERSION):
                 raise StoreError(
                     str(self.path),
                     "is a SQLite file, but not an interlock store; give the path of a store",
@@ -313,7 +313,7 @@ class SQLiteStore(SqlStore):
                 self._metadata_indexed = version >= 3
                 if version < 4:
                     self._get_action = _GET_ACTION_BEFORE_TURNS
-                missing = set(_TABLES) - self._tables()
+                missing = set(_TABLES_OF_EVERY_VERSION) - self._tables()
                 if missing:
                     raise StoreError(
                         str(self.path),
