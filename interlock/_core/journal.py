@@ -35,10 +35,6 @@ from interlock._core.leases import Lease, approval_problem
 from interlock._core.money import currency_problem
 from interlock._core.receipts import GENESIS_HASH, Check, Receipt, canonical_json, load_json, seal
 
-# The layout of a store whose backend takes its version from here (PostgreSQL). Version 3
-# adds the per-target turns; version 2 stores are migrated in place and read as they are.
-SCHEMA_VERSION = 3
-
 OutcomeStatus = Literal["sent", "adopted", "refused", "failed"]
 OUTCOME_STATUSES: tuple[OutcomeStatus, ...] = ("sent", "adopted", "refused", "failed")
 

@@ -1,7 +1,8 @@
 """The shared store: PostgreSQL, for workers on many hosts (psycopg 3, extra `postgres`).
 
-The same rules as the other stores (`RuleStore`); this backend only stores rows. What
-PostgreSQL adds:
+The same rules as the other stores (`RuleStore`) and the same statements
+(`interlock._stores.sql`); this backend gives the connection, the transactions and the
+locking. What PostgreSQL adds:
 
 - **Row-level locks, one fixed order.** There is no store-wide lock: a write takes its
   action's lock (a transaction-scoped advisory lock keyed by the action id, which a new
@@ -47,30 +48,37 @@ from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from interlock._core.claims import Owner
-from interlock._core.errors import SchemaVersionError, StoreError
+from interlock._core.errors import StoreError
 from interlock._core.journal import (
     GENESIS,
-    SCHEMA_VERSION,
-    ActionHistory,
     ActionRow,
     ActionState,
     ClaimAttempt,
     Clock,
     Intent,
-    JournalRecord,
-    RuleStore,
     SendingAttempt,
-    SettledAction,
     Settlement,
     Turn,
     Tx,
-    by_seq,
-    histories_of,
-    pages,
 )
 from interlock._core.leases import Lease
-from interlock._core.receipts import Check, Receipt, canonical_json, load_json
+from interlock._core.receipts import Check, Receipt
+from interlock._stores.sql import (
+    POSTGRES,
+    POSTGRES_SCHEMA,
+    TABLES,
+    Args,
+    JournalRow,
+    SqlStore,
+    Statement,
+    Statements,
+    action_row,
+    journal_row,
+    receipt_of,
+    turn_of,
+)
 
+SCHEMA_VERSION = POSTGRES_SCHEMA.version
 # Seconds since the epoch by the database's clock, read when the statement runs (not at
 # the transaction's start, as now() would be): after the write lock is taken.
 _CLOCK_SQL = "SELECT extract(epoch FROM clock_timestamp())::float8"
@@ -82,14 +90,24 @@ _CLOCK_SQL = "SELECT extract(epoch FROM clock_timestamp())::float8"
 _ACTION_LOCK_SQL = (
     "SELECT set_config('synchronous_commit', 'on', true), pg_advisory_xact_lock(%s, hashtext(%s))"
 )
-_ACTION_SQL = (
-    "SELECT intent, claim, settlement, attempts, receipt_seq, unknown FROM {actions}"
-    " WHERE action_id=%s"
-)
-_LEASE_OF_ACTION_FOR_UPDATE = (
-    "SELECT lease_id, lease FROM {leases} WHERE lease_id ="
-    " (SELECT intent::jsonb ->> 'lease_id' FROM {actions} WHERE action_id=%s) FOR UPDATE"
-)
+
+
+class _Locking:
+    """The statements of PostgreSQL's own locking, over one store's tables: the shared
+    reads `FOR UPDATE`, and the turn's row made first so that there is a row to lock."""
+
+    def __init__(self, st: Statements) -> None:
+        self.action = st.action + " FOR UPDATE"
+        self.lease = st.lease + " FOR UPDATE"
+        self.lease_of_action = st.sql(
+            "SELECT lease_id, lease FROM {leases} WHERE lease_id ="
+            " (SELECT intent::jsonb ->> 'lease_id' FROM {actions} WHERE action_id=?) FOR UPDATE"
+        )
+        self.make_turn = st.sql(
+            "INSERT INTO {turns} (target, action_id, epoch) VALUES (?, '', 0)"
+            " ON CONFLICT (target) DO NOTHING"
+        )
+        self.turn = st.turn + " FOR UPDATE"
 
 
 def redact_dsn(dsn: str) -> str:
@@ -182,8 +200,8 @@ class _PostgresTx:
         self._now: float | None = None
         self._leases: dict[str, Lease | None] = {}
         self._head: tuple[int, str] | None = None
-        self._writes: list[tuple[str, tuple[Any, ...] | list[Any]]] = []
-        self._records: list[tuple[str, float, str, str]] = []
+        self._writes: list[Statement] = []
+        self._records: list[JournalRow] = []
 
     @property
     def now(self) -> float:
@@ -202,9 +220,7 @@ class _PostgresTx:
         # read now, after it.
         self._now = self.s._clock() if self.s._clock is not None else float(rows[0][0])
 
-    def _trip(
-        self, statements: list[tuple[str, tuple[Any, ...] | list[Any]]], *, last: bool = False
-    ) -> list[list[Any]]:
+    def _trip(self, statements: list[Statement], *, last: bool = False) -> list[list[Any]]:
         """Send `statements` in one round trip; each one's rows (empty for none)."""
         first = not self._started
         if first:
@@ -217,7 +233,7 @@ class _PostgresTx:
                 with conn.pipeline():
                     for sql, args in statements:
                         cur = conn.cursor()
-                        cur.execute(self.s._sql(sql), args)
+                        cur.execute(sql, args)
                         cursors.append(cur)
                 rows = [c.fetchall() if c.description is not None else [] for c in cursors]
                 self._started = True
@@ -242,13 +258,14 @@ class _PostgresTx:
         raise AssertionError("unreachable")
 
     def get_action(self, action_id: str) -> ActionRow | None:
+        st, locking = self.s._st, self.s._locking
         if self._write and not self._started:
             lock_args = self.s._action_lock(action_id)
             _, action, lease, clock = self._trip(
                 [
                     (_ACTION_LOCK_SQL, lock_args),
-                    (_ACTION_SQL + " FOR UPDATE", (action_id,)),
-                    (_LEASE_OF_ACTION_FOR_UPDATE, (action_id,)),
+                    (locking.action, (action_id,)),
+                    (locking.lease_of_action, (action_id,)),
                     (_CLOCK_SQL, ()),
                 ]
             )
@@ -256,13 +273,10 @@ class _PostgresTx:
             if lease:
                 self._leases[str(lease[0][0])] = Lease.from_text(str(lease[0][0]), lease[0][1])
         else:
-            (action,) = self._trip(
-                [(_ACTION_SQL + (" FOR UPDATE" if self._write else ""), (action_id,))]
-            )
+            (action,) = self._trip([(locking.action if self._write else st.action, (action_id,))])
         if not action:
             return None
-        r = action[0]
-        row = ActionRow.from_columns(Intent.from_dict(load_json(r[0])), *r[1:6])
+        row = action_row(action[0])
         if self._write:
             self._leases.setdefault(row.intent.lease_id, None)
         return row
@@ -270,78 +284,35 @@ class _PostgresTx:
     def peek_action(self, action_id: str) -> ActionRow | None:
         # Without FOR UPDATE: a turn's holder is read, never locked, so that the lock order
         # stays one (own action, lease, turn, chain) and no two writes wait on each other.
-        (action,) = self._trip([(_ACTION_SQL, (action_id,))])
-        if not action:
-            return None
-        r = action[0]
-        return ActionRow.from_columns(Intent.from_dict(load_json(r[0])), *r[1:6])
+        (action,) = self._trip([(self.s._st.action, (action_id,))])
+        return action_row(action[0]) if action else None
 
     def get_turn(self, target: str) -> Turn | None:
         # The row is made first if missing, so that FOR UPDATE has a row to lock: two
         # writers that both found none would otherwise both take the turn.
         # The clock is read again after the lock: waiting for it must eat no claim's margin.
+        locking = self.s._locking
         _, rows, clock = self._trip(
-            [
-                (
-                    "INSERT INTO {turns} (target, action_id, epoch) VALUES (%s, '', 0)"
-                    " ON CONFLICT (target) DO NOTHING",
-                    (target,),
-                ),
-                ("SELECT action_id, epoch FROM {turns} WHERE target=%s FOR UPDATE", (target,)),
-                (_CLOCK_SQL, ()),
-            ]
+            [(locking.make_turn, (target,)), (locking.turn, (target,)), (_CLOCK_SQL, ())]
         )
         self._clocked(clock)
-        if not rows or not rows[0][0]:
-            return None
-        return Turn(target, str(rows[0][0]), int(rows[0][1]))
+        return turn_of(target, rows[0] if rows else None)
 
     def put_turn(self, turn: Turn) -> None:
-        self._writes.append(
-            (
-                "INSERT INTO {turns} (target, action_id, epoch) VALUES (%s, %s, %s)"
-                " ON CONFLICT (target) DO UPDATE SET action_id=excluded.action_id,"
-                " epoch=excluded.epoch",
-                (turn.target, turn.action_id, turn.epoch),
-            )
-        )
+        self._writes.append(self.s._st.put_turn(turn))
 
     def put_action(self, row: ActionRow, *, new: bool) -> None:
-        values = row.columns()
-        if new:
-            self._writes.append(
-                (
-                    "INSERT INTO {actions} (claim, settlement, attempts, receipt_seq, unknown,"
-                    " action_id, kind, intent, created_at) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s)",
-                    (
-                        *values,
-                        row.intent.action_id,
-                        row.intent.kind,
-                        canonical_json(row.intent.to_dict()),
-                        row.intent.created_at,
-                    ),
-                )
-            )
-        else:
-            # The intent never changes once journaled, so it is not written again.
-            self._writes.append(
-                (
-                    "UPDATE {actions} SET claim=%s, settlement=%s, attempts=%s, receipt_seq=%s,"
-                    " unknown=%s WHERE action_id=%s",
-                    (*values, row.intent.action_id),
-                )
-            )
+        self._writes += self.s._st.put_action(row, new=new)
 
     def get_lease(self, lease_id: str) -> Lease | None:
         if lease_id in self._leases:
             return self._leases[lease_id]
-        sql = "SELECT lease FROM {leases} WHERE lease_id=%s"
         if self._write:
-            rows, clock = self._trip([(sql + " FOR UPDATE", (lease_id,)), (_CLOCK_SQL, ())])
+            rows, clock = self._trip([(self.s._locking.lease, (lease_id,)), (_CLOCK_SQL, ())])
             if self._now is None:
                 self._clocked(clock)
         else:
-            (rows,) = self._trip([(sql, (lease_id,))])
+            (rows,) = self._trip([(self.s._st.lease, (lease_id,))])
         lease = None if not rows else Lease.from_text(lease_id, rows[0][0])
         if self._write:
             self._leases[lease_id] = lease
@@ -349,27 +320,16 @@ class _PostgresTx:
 
     def put_lease(self, lease: Lease, *, new: bool) -> None:
         self._leases[lease.id] = lease
-        text = canonical_json(lease.to_dict())
-        if new:
-            sql = "INSERT INTO {leases} (lease, lease_id) VALUES (%s, %s)"
-        else:
-            sql = "UPDATE {leases} SET lease=%s WHERE lease_id=%s"
-        self._writes.append((sql, (text, lease.id)))
+        self._writes.append(self.s._st.put_lease(lease, new=new))
 
     def journal(self, action_id: str, record: str, data: Mapping[str, Any]) -> None:
-        self._records.append((action_id, self.now, record, canonical_json(dict(data))))
+        self._records.append(journal_row(action_id, self.now, record, data))
 
     def commit(self) -> None:
         """Send the kept writes, the journal records (one INSERT) and COMMIT, in one trip."""
         writes = list(self._writes)
         if self._records:
-            rows = ",".join(["(%s,%s,%s,%s)"] * len(self._records))
-            writes.append(
-                (
-                    f"INSERT INTO {{journal}} (action_id, at, record, data) VALUES {rows}",
-                    [v for record in self._records for v in record],
-                )
-            )
+            writes.append(self.s._st.journal(self._records))
         self._writes.clear()
         self._records.clear()
         if not self._started and not writes:
@@ -381,9 +341,7 @@ class _PostgresTx:
             return self._head
         # The chain is one chain: its head is locked (held to COMMIT) and read after the
         # lock came, in a statement of its own so that it sees the last settle's receipt.
-        statements: list[tuple[str, tuple[Any, ...] | list[Any]]] = [
-            ("SELECT seq, hash FROM {receipts} ORDER BY seq DESC LIMIT 1", ())
-        ]
+        statements: list[Statement] = [(self.s._st.head, ())]
         if self._write:
             statements.insert(0, ("SELECT pg_advisory_xact_lock(%s)", (self.s._lock_key,)))
         rows = self._trip(statements)[-1]
@@ -392,35 +350,15 @@ class _PostgresTx:
 
     def add_receipt(self, receipt: Receipt) -> None:
         self._head = (receipt.seq, receipt.hash)
-        self._writes.append(
-            (
-                "INSERT INTO {receipts} (seq, action_id, body, prev_hash, hash, signature)"
-                " VALUES (%s,%s,%s,%s,%s,%s)",
-                (
-                    receipt.seq,
-                    receipt.action_id,
-                    receipt.body_text,
-                    receipt.prev_hash,
-                    receipt.hash,
-                    receipt.signature,
-                ),
-            )
-        )
+        self._writes.append(self.s._st.add_receipt(receipt))
 
     def get_receipt(self, seq: int) -> Receipt | None:
+        st = self.s._st
         for sql, args in self._writes:
-            if sql.startswith("INSERT INTO {receipts}") and args[0] == seq:
-                return Receipt(int(args[0]), *args[1:])
-        (rows,) = self._trip(
-            [
-                (
-                    "SELECT seq, action_id, body, prev_hash, hash, signature FROM {receipts}"
-                    " WHERE seq=%s",
-                    (seq,),
-                )
-            ]
-        )
-        return None if not rows else Receipt(int(rows[0][0]), *rows[0][1:])
+            if sql == st.insert_receipt and args[0] == seq:
+                return receipt_of(args)
+        (rows,) = self._trip([(st.receipt, (seq,))])
+        return None if not rows else receipt_of(rows[0])
 
     def rollback(self) -> None:
         """End the transaction without keeping anything (quietly, on a lost connection)."""
@@ -430,7 +368,7 @@ class _PostgresTx:
                 conn.execute("ROLLBACK")
 
 
-class PostgresStore(RuleStore):
+class PostgresStore(SqlStore):
     """The shared store: PostgreSQL, for workers on many hosts (needs the `postgres` extra).
 
     `dsn` is a libpq connection string or `postgresql://` URL. The tables live in
@@ -474,6 +412,7 @@ class PostgresStore(RuleStore):
         self._connect_timeout_s = connect_timeout_s
         self._lock = threading.RLock()
         self._conn: Any = None
+        self._metadata_indexed = False
         with self._lock:
             try:
                 self._resolve_schema()
@@ -496,9 +435,6 @@ class PostgresStore(RuleStore):
         """
         text = str(location)
         return redact_dsn(text) if "://" in text else text
-
-    def _sql(self, text: str) -> str:
-        return text.format(**self._names)
 
     def _error(self, e: BaseException, doing: str) -> StoreError:
         return StoreError(self.location, f"{doing}: {_problem(e)}")
@@ -574,10 +510,8 @@ class PostgresStore(RuleStore):
                 )
         self._schema_name = str(schema)
         prefix = _quote_ident(self._schema_name) + "."
-        self._names = {
-            t: f"{prefix}interlock_{t}"
-            for t in ("meta", "actions", "journal", "leases", "receipts", "turns")
-        }
+        self._st = Statements(POSTGRES, {t: f"{prefix}interlock_{t}" for t in TABLES})
+        self._locking = _Locking(self._st)
         self._lock_key = _lock_key(self._schema_name)
         self._action_lock_class = self._lock_key >> 32
 
@@ -589,7 +523,7 @@ class PostgresStore(RuleStore):
         )
         if int(cur.fetchone()[0]) == 0:
             return None
-        cur.execute(self._sql("SELECT value FROM {meta} WHERE key='schema_version'"))
+        cur.execute(self._st.meta_version)
         r = cur.fetchone()
         return None if r is None else int(r[0])
 
@@ -603,32 +537,20 @@ class PostgresStore(RuleStore):
                 )
             # Nothing is migrated read-only: a version 2 store is read as it is (reading
             # never needs the turns).
-            if version not in (2, SCHEMA_VERSION):
-                raise SchemaVersionError(self.location, version, SCHEMA_VERSION)
+            POSTGRES_SCHEMA.check(version, self.location, read_only=True)
             return
         with self._transaction(write=True) as cur:
             # Two processes creating the tables at once would collide in the catalog.
             cur.execute("SELECT pg_advisory_xact_lock(%s)", (self._lock_key,))
             version = self._version(cur)
-            if version is not None and version not in (2, SCHEMA_VERSION):
-                raise SchemaVersionError(self.location, version, SCHEMA_VERSION)
-            if version is None:
-                if self.schema is not None:
-                    cur.execute(f"CREATE SCHEMA IF NOT EXISTS {_quote_ident(self.schema)}")
-                for statement in _SCHEMA:
-                    cur.execute(self._sql(statement))
-                cur.execute(
-                    self._sql("INSERT INTO {meta} (key, value) VALUES ('schema_version', %s)"),
-                    (str(SCHEMA_VERSION),),
-                )
-            elif version == 2:
-                # Version 2 had no turns: the schema's statements create what it lacks.
-                for statement in _SCHEMA:
-                    cur.execute(self._sql(statement))
-                cur.execute(
-                    self._sql("UPDATE {meta} SET value=%s WHERE key='schema_version'"),
-                    (str(SCHEMA_VERSION),),
-                )
+            POSTGRES_SCHEMA.check(version, self.location, read_only=False)
+            if version == SCHEMA_VERSION:
+                return
+            if version is None and self.schema is not None:
+                cur.execute(f"CREATE SCHEMA IF NOT EXISTS {_quote_ident(self.schema)}")
+            for statement in POSTGRES_SCHEMA.upgrade(version):
+                cur.execute(self._st.sql(statement))
+            cur.execute(self._st.set_version, (str(SCHEMA_VERSION),))
 
     def _action_lock(self, action_id: str) -> tuple[int, str]:
         return (self._action_lock_class, action_id)
@@ -666,11 +588,9 @@ class PostgresStore(RuleStore):
                     raise self._error(e, "cannot read") from e
                 raise
 
-    def _rows(
-        self, sql: str, args: tuple[Any, ...] | list[Any] = (), *, write: bool = False
-    ) -> Any:
+    def _rows(self, sql: str, args: Args = (), *, locking: bool = False) -> list[Any]:
         with self._lock:
-            tx = _PostgresTx(self, write=write)
+            tx = _PostgresTx(self, write=locking)
             try:
                 rows, _ = tx._trip([(sql, args), ("COMMIT", ())])
                 return rows
@@ -707,13 +627,6 @@ class PostgresStore(RuleStore):
             return super().lease(lease_id)
         except _ConnectionLost:
             return super().lease(lease_id)
-
-    def leases(self) -> Iterator[Lease]:
-        """Every lease, ordered by its id, read a batch at a time."""
-        sql = "SELECT lease_id, lease FROM {leases} WHERE lease_id > %s ORDER BY lease_id LIMIT %s"
-        for page in pages(lambda after, limit: self._rows(sql, (after, limit)), ""):
-            for r in page:
-                yield Lease.from_text(str(r[0]), r[1])
 
     def begin(self, intent: Intent, owner: Owner, ttl_s: float, grace_s: float) -> ClaimAttempt:
         """Commit 1 (see `Store.begin`), once more on a new connection if its own was lost:
@@ -812,87 +725,6 @@ class PostgresStore(RuleStore):
         except _ConnectionLost:
             return super().revoke_lease(lease_id, by)
 
-    def pending(self, kind: str | None = None) -> list[str]:
-        """Action ids (of `kind`, if given) with an intent and no outcome, oldest first.
-
-        Rows another worker is changing right now are skipped, not waited on (that worker
-        holds them); a read-only store sees them all.
-        """
-        where = "" if kind is None else " AND kind=%s"
-        lock = "" if self.read_only else " FOR KEY SHARE SKIP LOCKED"
-        rows = self._rows(
-            f"SELECT action_id FROM {{actions}} WHERE settlement IS NULL{where}"
-            f" ORDER BY created_at, id{lock}",
-            () if kind is None else (kind,),
-            write=not self.read_only,
-        )
-        return [str(r[0]) for r in rows]
-
-    def actions(self, metadata: Mapping[str, str] | None = None) -> list[str]:
-        """Action ids, oldest first, whose intent metadata has all these key/value pairs."""
-        where, args = "", []
-        for key, value in (metadata or {}).items():
-            where += " AND (intent::jsonb -> 'metadata' ->> %s) = %s"
-            args += [key, value]
-        rows = self._rows(
-            f"SELECT action_id FROM {{actions}} WHERE true{where} ORDER BY created_at, id", args
-        )
-        return [str(r[0]) for r in rows]
-
-    def receipts(self) -> Iterator[Receipt]:
-        """Every receipt, in chain order, read a batch at a time."""
-        sql = (
-            "SELECT seq, action_id, body, prev_hash, hash, signature FROM {receipts}"
-            " WHERE seq > %s ORDER BY seq LIMIT %s"
-        )
-        for page in pages(lambda after, limit: self._rows(sql, (after, limit)), 0):
-            for r in page:
-                yield Receipt(int(r[0]), *r[1:])
-
-    def settled(self) -> Iterator[SettledAction]:
-        """Every settled action with its receipt's sequence number, in the order of those
-        numbers (none first, as `verify()` pairs them with the chain), a batch at a time."""
-        columns = "SELECT id, action_id, settlement, receipt_seq FROM {actions}"
-        unnumbered = (
-            f"{columns} WHERE settlement IS NOT NULL AND receipt_seq IS NULL AND id > %s"
-            " ORDER BY id LIMIT %s"
-        )
-        for page in pages(lambda after, limit: self._rows(unnumbered, (after, limit)), 0):
-            for r in page:
-                yield SettledAction.parse(str(r[1]), r[2], None)
-        numbered = (
-            f"{columns} WHERE settlement IS NOT NULL AND (receipt_seq, id) > (%s, %s)"
-            " ORDER BY receipt_seq, id LIMIT %s"
-        )
-        for page in pages(
-            lambda after, limit: self._rows(numbered, (*after, limit)), (-(2**63), 0), by_seq
-        ):
-            for r in page:
-                yield SettledAction.parse(str(r[1]), r[2], int(r[3]))
-
-    def history(self, action_id: str) -> list[JournalRecord]:
-        """An action's journal records, in order."""
-        rows = self._rows(
-            "SELECT seq, action_id, at, record, data FROM {journal} WHERE action_id=%s"
-            " ORDER BY seq",
-            (action_id,),
-        )
-        return [JournalRecord(int(r[0]), r[1], float(r[2]), r[3], load_json(r[4])) for r in rows]
-
-    def histories(self) -> Iterator[ActionHistory]:
-        """Every action's row with its journal records, ordered by action id, read a batch
-        of actions at a time: one statement for the batch's rows, one for their records."""
-        actions = (
-            "SELECT action_id, intent, claim, settlement, attempts, receipt_seq, unknown"
-            " FROM {actions} WHERE action_id > %s ORDER BY action_id LIMIT %s"
-        )
-        journal = (
-            "SELECT seq, action_id, at, record, data FROM {journal}"
-            " WHERE action_id BETWEEN %s AND %s ORDER BY seq"
-        )
-        for page in pages(lambda after, limit: self._rows(actions, (after, limit)), ""):
-            yield from histories_of(page, self._rows(journal, (page[0][0], page[-1][0])))
-
     def integrity_problems(self) -> list[str]:
         """The server keeps its own pages sound (and reports damage on every read): none."""
         return []
@@ -904,49 +736,6 @@ class PostgresStore(RuleStore):
                 with suppress(Exception):
                     self._conn.close()
                 self._conn = None
-
-
-_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS {meta} (key text PRIMARY KEY, value text NOT NULL)",
-    """CREATE TABLE IF NOT EXISTS {actions} (
-        id bigint GENERATED ALWAYS AS IDENTITY UNIQUE,
-        action_id text PRIMARY KEY,
-        kind text NOT NULL,
-        intent text NOT NULL,
-        claim text,
-        settlement text,
-        attempts integer NOT NULL DEFAULT 0,
-        receipt_seq bigint,
-        unknown text,
-        created_at double precision NOT NULL
-    )""",
-    "CREATE INDEX IF NOT EXISTS interlock_actions_pending ON {actions} (created_at, id)"
-    " WHERE settlement IS NULL",
-    "CREATE INDEX IF NOT EXISTS interlock_actions_receipt ON {actions} (receipt_seq, id)"
-    " WHERE settlement IS NOT NULL",
-    """CREATE TABLE IF NOT EXISTS {journal} (
-        seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-        action_id text NOT NULL,
-        at double precision NOT NULL,
-        record text NOT NULL,
-        data text NOT NULL
-    )""",
-    "CREATE INDEX IF NOT EXISTS interlock_journal_action ON {journal} (action_id, seq)",
-    "CREATE TABLE IF NOT EXISTS {leases} (lease_id text PRIMARY KEY, lease text NOT NULL)",
-    """CREATE TABLE IF NOT EXISTS {turns} (
-        target text PRIMARY KEY,
-        action_id text NOT NULL,
-        epoch integer NOT NULL
-    )""",
-    """CREATE TABLE IF NOT EXISTS {receipts} (
-        seq bigint PRIMARY KEY,
-        action_id text NOT NULL,
-        body text NOT NULL,
-        prev_hash text NOT NULL,
-        hash text NOT NULL,
-        signature text
-    )""",
-)
 
 
 def is_postgres_url(location: str) -> bool:

@@ -4,7 +4,9 @@ Safe for many processes on one machine: every write is one `BEGIN IMMEDIATE`
 transaction, so the rules' compare-and-set steps are serialized by SQLite's write lock,
 and the clock is read after that lock is taken. Every SQLite error surfaces as a
 `StoreError` naming the file and what to do; a file that fails its integrity check on
-open is refused before anything can be sent against it.
+open is refused before anything can be sent against it. The statements are the stores'
+own (`interlock._stores.sql`); this backend gives the connection, the transactions and the
+file's locks.
 """
 
 from __future__ import annotations
@@ -24,91 +26,35 @@ try:
 except ImportError:  # not on Windows: there, SQLite's busy handler alone orders writers
     fcntl = None  # type: ignore[assignment]
 
-from interlock._core.errors import SchemaVersionError, StoreError
-from interlock._core.journal import (
-    GENESIS,
-    ActionHistory,
-    ActionRow,
-    Clock,
-    Intent,
-    JournalRecord,
-    RuleStore,
-    SettledAction,
-    Turn,
-    Tx,
-    by_seq,
-    histories_of,
-    pages,
-)
+from interlock._core.errors import StoreError
+from interlock._core.journal import GENESIS, ActionRow, Clock, Turn, Tx
 from interlock._core.leases import Lease
-from interlock._core.receipts import Receipt, canonical_json, load_json
+from interlock._core.receipts import Receipt
+from interlock._stores.sql import (
+    SQLITE,
+    SQLITE_SCHEMA,
+    TABLES,
+    Args,
+    JournalRow,
+    SqlStore,
+    Statements,
+    action_row,
+    journal_row,
+    receipt_of,
+    turn_of,
+)
 
-# This file's layout. Version 3 indexes intent metadata (`action_metadata`, written with
-# the intent) and settled actions by receipt; version 4 adds each target's turn (`turns`,
-# see `RuleStore`). Versions 1 to 3 are migrated in place, and read as they are.
-SCHEMA_VERSION = 4
-_TABLES = ("meta", "actions", "journal", "leases", "receipts")
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS actions (
-    action_id TEXT PRIMARY KEY,
-    kind TEXT NOT NULL DEFAULT '',
-    intent TEXT NOT NULL,
-    claim TEXT,
-    settlement TEXT,
-    attempts INTEGER NOT NULL DEFAULT 0,
-    receipt_seq INTEGER,
-    unknown TEXT,
-    created_at REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS actions_pending ON actions (created_at) WHERE settlement IS NULL;
-CREATE INDEX IF NOT EXISTS actions_receipt ON actions (receipt_seq) WHERE settlement IS NOT NULL;
-CREATE TABLE IF NOT EXISTS action_metadata (
-    key TEXT NOT NULL,
-    value TEXT NOT NULL,
-    action_id TEXT NOT NULL,
-    PRIMARY KEY (key, value, action_id)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS journal (
-    seq INTEGER PRIMARY KEY,
-    action_id TEXT NOT NULL,
-    at REAL NOT NULL,
-    record TEXT NOT NULL,
-    data TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS journal_action ON journal (action_id, seq);
-CREATE TABLE IF NOT EXISTS leases (lease_id TEXT PRIMARY KEY, lease TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS turns (
-    target TEXT PRIMARY KEY,
-    action_id TEXT NOT NULL,
-    epoch INTEGER NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS receipts (
-    seq INTEGER PRIMARY KEY,
-    action_id TEXT NOT NULL,
-    body TEXT NOT NULL,
-    prev_hash TEXT NOT NULL,
-    hash TEXT NOT NULL,
-    signature TEXT
-);
-"""
-# Version 1 had no kind and no unknown mark; both are added in place.
-_MIGRATE_1_TO_2 = """
-ALTER TABLE actions ADD COLUMN kind TEXT NOT NULL DEFAULT '';
-ALTER TABLE actions ADD COLUMN unknown TEXT;
-UPDATE actions SET kind = json_extract(intent, '$.kind');
-"""
-# Version 2 kept metadata only inside the intent's JSON: index what is there.
-_MIGRATE_2_TO_3 = """
-INSERT OR IGNORE INTO action_metadata (key, value, action_id)
-SELECT j.key, j.value, a.action_id FROM actions a, json_each(a.intent, '$.metadata') j
-"""
+SCHEMA_VERSION = SQLITE_SCHEMA.version
+# The tables every version has (version 4 adds the turns).
+_TABLES_OF_EVERY_VERSION = ("meta", "actions", "journal", "leases", "receipts")
+_STATEMENTS = Statements(SQLITE, {t: t for t in (*TABLES, "action_metadata")})
 # Every commit on the send path reads the action with its lease, taking a claim and
 # marking `sending` also read its target's turn, and settling also reads the chain's
-# head: one statement brings all four. An intent that is not JSON (edited, or nested past
-# SQLite's depth limit) joins no lease and no turn rather than failing the statement, so
-# the row is read and its intent reported unreadable by the parse, for that action alone:
-# a store error would stop `recover()` at that row on every run.
+# head: one statement brings all four (SQLite's write lock is the file's, so nothing is
+# locked row by row). An intent that is not JSON (edited, or nested past SQLite's depth
+# limit) joins no lease and no turn rather than failing the statement, so the row is read
+# and its intent reported unreadable by the parse, for that action alone: a store error
+# would stop `recover()` at that row on every run.
 _GET_ACTION_SQL = """
 SELECT a.intent, a.claim, a.settlement, a.attempts, a.receipt_seq, a.unknown, l.lease,
     (SELECT seq FROM receipts ORDER BY seq DESC LIMIT 1),
@@ -146,10 +92,11 @@ def _problem(e: sqlite3.Error) -> str:
 
 
 class _SQLiteTx:
-    """Rows in and out of one transaction.
+    """Rows in and out of one transaction, each statement run as it comes.
 
     Journal records are written in one statement when the transaction commits (`flush`);
-    the lease and the chain's head read with an action are kept for the rest of it.
+    the lease, the turn and the chain's head read with an action are kept for the rest
+    of it.
     """
 
     def __init__(self, conn: sqlite3.Connection, now: float, get_action: str = _GET_ACTION) -> None:
@@ -159,46 +106,24 @@ class _SQLiteTx:
         self._leases: dict[str, str | None] = {}
         self._turns: dict[str, Turn | None] = {}
         self._head: tuple[int, str] | None = None
-        self._records: list[tuple[str, float, str, str]] = []
+        self._records: list[JournalRow] = []
+
+    def _run(self, sql: str, args: Args = ()) -> Any:
+        return self.c.execute(sql, args).fetchone()
 
     def get_action(self, action_id: str) -> ActionRow | None:
-        r = self.c.execute(self._get_action, (action_id,)).fetchone()
+        r = self._run(self._get_action, (action_id,))
         if r is None:
             return None
-        intent = Intent.from_dict(load_json(r[0]))
-        self._leases[intent.lease_id] = r[6]
+        row = action_row(r)
+        self._leases[row.intent.lease_id] = r[6]
         self._head = GENESIS if r[7] is None else (int(r[7]), str(r[8]))
-        self._turns[intent.target] = None if r[9] is None else Turn(intent.target, r[9], r[10])
-        return ActionRow.from_columns(intent, *r[1:6])
+        self._turns[row.intent.target] = turn_of(row.intent.target, r[9:11])
+        return row
 
     def put_action(self, row: ActionRow, *, new: bool) -> None:
-        values = row.columns()
-        if new:
-            self.c.execute(
-                "INSERT INTO actions (claim, settlement, attempts, receipt_seq, unknown,"
-                " action_id, kind, intent, created_at) VALUES (?,?,?,?,?,?,?,?,?)",
-                (
-                    *values,
-                    row.intent.action_id,
-                    row.intent.kind,
-                    canonical_json(row.intent.to_dict()),
-                    row.intent.created_at,
-                ),
-            )
-            pairs = list(row.intent.metadata.items())
-            if pairs:
-                rows = ",".join(["(?,?,?)"] * len(pairs))
-                self.c.execute(
-                    f"INSERT INTO action_metadata (key, value, action_id) VALUES {rows}",
-                    [v for k, value in pairs for v in (k, str(value), row.intent.action_id)],
-                )
-        else:
-            # The intent never changes once journaled, so it is not written again.
-            self.c.execute(
-                "UPDATE actions SET claim=?, settlement=?, attempts=?, receipt_seq=?, unknown=?"
-                " WHERE action_id=?",
-                (*values, row.intent.action_id),
-            )
+        for sql, args in _STATEMENTS.put_action(row, new=new):
+            self.c.execute(sql, args)
 
     def peek_action(self, action_id: str) -> ActionRow | None:
         # The write transaction holds the file's one write lock: a read takes no other.
@@ -206,81 +131,51 @@ class _SQLiteTx:
 
     def get_turn(self, target: str) -> Turn | None:
         if target not in self._turns:
-            r = self.c.execute("SELECT action_id, epoch FROM turns WHERE target=?", (target,))
-            row = r.fetchone()
-            self._turns[target] = None if row is None else Turn(target, str(row[0]), int(row[1]))
+            self._turns[target] = turn_of(target, self._run(_STATEMENTS.turn, (target,)))
         return self._turns[target]
 
     def put_turn(self, turn: Turn) -> None:
         self._turns[turn.target] = turn
-        self.c.execute(
-            "INSERT INTO turns (target, action_id, epoch) VALUES (?,?,?)"
-            " ON CONFLICT(target) DO UPDATE SET action_id=excluded.action_id, epoch=excluded.epoch",
-            (turn.target, turn.action_id, turn.epoch),
-        )
+        self.c.execute(*_STATEMENTS.put_turn(turn))
 
     def get_lease(self, lease_id: str) -> Lease | None:
         if lease_id in self._leases:
             text = self._leases[lease_id]
         else:
-            r = self.c.execute("SELECT lease FROM leases WHERE lease_id=?", (lease_id,)).fetchone()
+            r = self._run(_STATEMENTS.lease, (lease_id,))
             text = None if r is None else r[0]
         return None if text is None else Lease.from_text(lease_id, text)
 
     def put_lease(self, lease: Lease, *, new: bool) -> None:
-        text = canonical_json(lease.to_dict())
-        if new:
-            self.c.execute("INSERT INTO leases (lease_id, lease) VALUES (?, ?)", (lease.id, text))
-        else:
-            self.c.execute("UPDATE leases SET lease=? WHERE lease_id=?", (text, lease.id))
-        self._leases[lease.id] = text
+        sql, args = _STATEMENTS.put_lease(lease, new=new)
+        self.c.execute(sql, args)
+        self._leases[lease.id] = args[0]
 
     def journal(self, action_id: str, record: str, data: Mapping[str, Any]) -> None:
-        self._records.append((action_id, self.now, record, canonical_json(dict(data))))
+        self._records.append(journal_row(action_id, self.now, record, data))
 
     def flush(self) -> None:
         """Write the transaction's journal records, in order, in one statement."""
-        records = self._records
-        if records:
-            rows = ",".join(["(?,?,?,?)"] * len(records))
-            self.c.execute(
-                f"INSERT INTO journal (action_id, at, record, data) VALUES {rows}",
-                [v for record in records for v in record],
-            )
-            records.clear()
+        if self._records:
+            self.c.execute(*_STATEMENTS.journal(self._records))
+            self._records.clear()
 
     def last_receipt(self) -> tuple[int, str]:
         if self._head is None:
-            r = self.c.execute(
-                "SELECT seq, hash FROM receipts ORDER BY seq DESC LIMIT 1"
-            ).fetchone()
+            r = self._run(_STATEMENTS.head)
             self._head = GENESIS if r is None else (int(r[0]), str(r[1]))
         return self._head
 
     def add_receipt(self, receipt: Receipt) -> None:
         self._head = (receipt.seq, receipt.hash)
-        self.c.execute(
-            "INSERT INTO receipts (seq, action_id, body, prev_hash, hash, signature)"
-            " VALUES (?,?,?,?,?,?)",
-            (
-                receipt.seq,
-                receipt.action_id,
-                receipt.body_text,
-                receipt.prev_hash,
-                receipt.hash,
-                receipt.signature,
-            ),
-        )
+        self.c.execute(*_STATEMENTS.add_receipt(receipt))
 
     def get_receipt(self, seq: int) -> Receipt | None:
-        r = self.c.execute(
-            "SELECT seq, action_id, body, prev_hash, hash, signature FROM receipts WHERE seq=?",
-            (seq,),
-        ).fetchone()
-        return None if r is None else Receipt(*r)
+        r = self._run(_STATEMENTS.receipt, (seq,))
+        return None if r is None else receipt_of(r)
 
 
-class SQLiteStore(RuleStore):
+class SQLiteStore(SqlStore):
     """The embedded store: one SQLite file in WAL mode with `synchronous=FULL`.
 
     Safe for many processes on one machine. `clock` is read inside each write
@@ -304,6 +199,7 @@ class SQLiteStore(RuleStore):
         self._lock = threading.RLock()
         self._metadata_indexed = True
         self._get_action = _GET_ACTION
+        self._st = _STATEMENTS
         try:
             if read_only:
                 if not self.path.is_file():
@@ -393,7 +289,7 @@ class SQLiteStore(RuleStore):
     def _version(self) -> int | None:
         tables = self._tables()
         if "meta" not in tables:
-            if tables and not tables & set(_TABLES):
+            if tables and not tables & set(_TABLES_OF_EVERY_VERSION):
                 raise StoreError(
                     str(self.path),
                     "is a SQLite file, but not an interlock store; give the path of a store",
@@ -413,12 +309,11 @@ class SQLiteStore(RuleStore):
                     )
                 # Nothing is migrated read-only: a version 2 or 3 store is read as it is
                 # (reading never needs the turns).
-                if version not in (2, 3, SCHEMA_VERSION):
-                    raise SchemaVersionError(str(self.path), version, SCHEMA_VERSION)
+                SQLITE_SCHEMA.check(version, str(self.path), read_only=True)
                 self._metadata_indexed = version >= 3
                 if version < 4:
                     self._get_action = _GET_ACTION_BEFORE_TURNS
-                missing = set(_TABLES) - self._tables()
+                missing = set(_TABLES_OF_EVERY_VERSION) - self._tables()
                 if missing:
                     raise StoreError(
                         str(self.path),
@@ -429,23 +324,12 @@ class SQLiteStore(RuleStore):
             # Read the version before creating anything: a store of another version is
             # refused as it is, not altered first (versions 1 to 3 are migrated in place;
             # the schema's statements create what a version lacks).
-            if version is not None and version not in (1, 2, 3, SCHEMA_VERSION):
-                raise SchemaVersionError(str(self.path), version, SCHEMA_VERSION)
+            SQLITE_SCHEMA.check(version, str(self.path), read_only=False)
             self._conn.execute("BEGIN IMMEDIATE")
             try:
-                version = self._version()
-                if version == 1:
-                    for statement in _MIGRATE_1_TO_2.strip().split(";\n"):
-                        self._conn.execute(statement)
-                for statement in _SCHEMA.strip().split(";\n"):
-                    self._conn.execute(statement)
-                if version in (1, 2):
-                    self._conn.execute(_MIGRATE_2_TO_3)
-                self._conn.execute(
-                    "INSERT INTO meta (key, value) VALUES ('schema_version', ?)"
-                    " ON CONFLICT(key) DO UPDATE SET value=excluded.value",
-                    (str(SCHEMA_VERSION),),
-                )
+                for statement in SQLITE_SCHEMA.upgrade(self._version()):
+                    self._conn.execute(_STATEMENTS.sql(statement))
+                self._conn.execute(_STATEMENTS.set_version, (str(SCHEMA_VERSION),))
                 self._conn.execute("COMMIT")
             except BaseException:
                 self._conn.execute("ROLLBACK")
@@ -504,7 +388,8 @@ class SQLiteStore(RuleStore):
                 with suppress(sqlite3.Error):
                     self._conn.execute("COMMIT")
 
-    def _rows(self, sql: str, args: tuple[Any, ...] | list[Any] = ()) -> list[Any]:
+    def _rows(self, sql: str, args: Args = (), *, locking: bool = False) -> list[Any]:
+        # SQLite locks the file, not rows: a scan never has rows to lock (`locking`).
         with self._lock:
             try:
                 return self._conn.execute(sql, args).fetchall()
@@ -513,111 +398,8 @@ class SQLiteStore(RuleStore):
 
     def lease(self, lease_id: str) -> Lease | None:
         """One lease, with its spend and reservations (one statement, no transaction)."""
-        rows = self._rows("SELECT lease FROM leases WHERE lease_id=?", (lease_id,))
+        rows = self._rows(_STATEMENTS.lease, (lease_id,))
         return Lease.from_text(lease_id, rows[0][0]) if rows else None
-
-    def leases(self) -> Iterator[Lease]:
-        """Every lease, ordered by its id, read a batch at a time."""
-        sql = "SELECT lease_id, lease FROM leases WHERE lease_id > ? ORDER BY lease_id LIMIT ?"
-        for page in pages(lambda after, limit: self._rows(sql, (after, limit)), ""):
-            for r in page:
-                yield Lease.from_text(str(r[0]), r[1])
-
-    def pending(self, kind: str | None = None) -> list[str]:
-        """Action ids (of `kind`, if given) with an intent and no outcome, oldest first."""
-        where = "" if kind is None else " AND kind=?"
-        rows = self._rows(
-            f"SELECT action_id FROM actions WHERE settlement IS NULL{where}"
-            " ORDER BY created_at, rowid",
-            () if kind is None else (kind,),
-        )
-        return [str(r[0]) for r in rows]
-
-    def actions(self, metadata: Mapping[str, str] | None = None) -> list[str]:
-        """Action ids, oldest first, whose intent metadata has all these key/value pairs.
-
-        Looked up in the metadata index by the first pair, so the cost follows its matches,
-        not the size of the store: put the most selective pair first.
-        """
-        pairs = list((metadata or {}).items())
-        if not pairs:
-            sql, args = "SELECT action_id FROM actions ORDER BY created_at, rowid", []
-        elif self._metadata_indexed:
-            # The first pair is looked up in the index (CROSS JOIN keeps it the driver); the
-            # others are checked against its matches, one index probe each.
-            others = "".join(
-                " AND EXISTS (SELECT 1 FROM action_metadata o WHERE o.key=? AND o.value=?"
-                " AND o.action_id=m.action_id)"
-                for _ in pairs[1:]
-            )
-            sql = (
-                "SELECT a.action_id FROM action_metadata m CROSS JOIN actions a"
-                f" ON a.action_id = m.action_id WHERE m.key=? AND m.value=?{others}"
-                " ORDER BY a.created_at, a.rowid"
-            )
-            args = [v for pair in pairs for v in pair]
-        else:
-            # A version 2 store opened read-only has no index: its intents are scanned.
-            # An intent that is not JSON matches nothing instead of failing the listing.
-            where = " AND ".join(
-                ["CASE WHEN json_valid(intent) THEN json_extract(intent, ?) END = ?"] * len(pairs)
-            )
-            sql = f"SELECT action_id FROM actions WHERE {where} ORDER BY created_at, rowid"
-            args = [v for key, value in pairs for v in (f'$.metadata."{key}"', value)]
-        return [str(r[0]) for r in self._rows(sql, args)]
-
-    def receipts(self) -> Iterator[Receipt]:
-        """Every receipt, in chain order, read a batch at a time."""
-        sql = (
-            "SELECT seq, action_id, body, prev_hash, hash, signature FROM receipts"
-            " WHERE seq > ? ORDER BY seq LIMIT ?"
-        )
-        for page in pages(lambda after, limit: self._rows(sql, (after, limit)), 0):
-            for r in page:
-                yield Receipt(*r)
-
-    def settled(self) -> Iterator[SettledAction]:
-        """Every settled action with its receipt's sequence number, in the order of those
-        numbers (none first), read a batch at a time."""
-        columns = "SELECT rowid, action_id, settlement, receipt_seq FROM actions"
-        unnumbered = (
-            f"{columns} WHERE settlement IS NOT NULL AND receipt_seq IS NULL AND rowid > ?"
-            " ORDER BY rowid LIMIT ?"
-        )
-        for page in pages(lambda after, limit: self._rows(unnumbered, (after, limit)), -1):
-            for r in page:
-                yield SettledAction.parse(str(r[1]), r[2], None)
-        numbered = (
-            f"{columns} WHERE settlement IS NOT NULL AND (receipt_seq, rowid) > (?, ?)"
-            " ORDER BY receipt_seq, rowid LIMIT ?"
-        )
-        for page in pages(
-            lambda after, limit: self._rows(numbered, (*after, limit)), (-(2**63), -1), by_seq
-        ):
-            for r in page:
-                yield SettledAction.parse(str(r[1]), r[2], r[3])
-
-    def history(self, action_id: str) -> list[JournalRecord]:
-        """An action's journal records, in order."""
-        rows = self._rows(
-            "SELECT seq, action_id, at, record, data FROM journal WHERE action_id=? ORDER BY seq",
-            (action_id,),
-        )
-        return [JournalRecord(r[0], r[1], r[2], r[3], load_json(r[4])) for r in rows]
-
-    def histories(self) -> Iterator[ActionHistory]:
-        """Every action's row with its journal records, ordered by action id, read a batch
-        of actions at a time: one statement for the batch's rows, one for their records."""
-        actions = (
-            "SELECT action_id, intent, claim, settlement, attempts, receipt_seq, unknown"
-            " FROM actions WHERE action_id > ? ORDER BY action_id LIMIT ?"
-        )
-        journal = (
-            "SELECT seq, action_id, at, record, data FROM journal"
-            " WHERE action_id BETWEEN ? AND ? ORDER BY seq"
-        )
-        for page in pages(lambda after, limit: self._rows(actions, (after, limit)), ""):
-            yield from histories_of(page, self._rows(journal, (page[0][0], page[-1][0])))
 
     def close(self) -> None:
         """Close the connection."""

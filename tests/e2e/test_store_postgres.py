@@ -45,8 +45,7 @@ from interlock import (
     refunds_fingerprint,
     verify,
 )
-from interlock._core.journal import SCHEMA_VERSION
-from interlock._stores.postgres import redact_dsn
+from interlock._stores.postgres import SCHEMA_VERSION, redact_dsn
 from interlock.testing import StripeEmulator
 from tests.e2e.test_store_contract_e2e import _payments
 from tests.e2e.test_store_processes import ROOT
