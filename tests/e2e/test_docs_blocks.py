@@ -1,7 +1,8 @@
 """Every python block of the README and of the docs site runs as written, and prints what
 its page shows.
 
-The pages are README.md and every `docs/**/*.md`. A block runs as a script in a fresh
+The pages are README.md, the library's own (`packaging/interlock/README.md`) and every
+`docs/**/*.md`. A block runs as a script in a fresh
 folder, with this venv's `bin/` first on `PATH` (the commands a page names, such as
 `interlock-demo`, are the installed ones) and the environment a reader sets for a block
 that reads one (`STRIPE_SECRET_KEY`, a made-up test key, and `INTERLOCK_STRIPE_BASE`, the
@@ -40,7 +41,8 @@ from tests.conftest import TEST_KEY
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
-PAGES = [README, *sorted((ROOT / "docs").rglob("*.md"))]
+# The library's own page (its wheel's description) shows the quickstart too.
+PAGES = [README, ROOT / "packaging/interlock/README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 FRAGMENT = "# fragment"
 # (page, heading) of a block another test runs, with the servers it needs: that test.
 RUN_ELSEWHERE = {
@@ -184,8 +186,9 @@ def test_every_block_that_prints_shows_its_output() -> None:
             assert block.shown is not None, f"{where}: prints, but shows no output"
         if not _runs_as_a_script(block):
             assert block.shown is None, f"{where}: shows output nobody checks"
-    readme = [b for b in BLOCKS if b.page == "README.md"]
-    assert readme[0].heading == "## Quickstart" and readme[0].shown
+    for page in ("README.md", "packaging/interlock/README.md"):
+        first = next(b for b in BLOCKS if b.page == page)
+        assert first.heading == "## Quickstart" and first.shown, page
 
 
 def test_the_comparison_takes_dots_for_varying_text_and_nothing_else() -> None:

@@ -65,7 +65,7 @@ def test_the_site_builds_strictly_with_every_page_in_its_navigation(
     """No warning, and no page of docs/ left out of the nav (mkdocs says that as INFO)."""
     out, log = site
     assert [line for line in log.splitlines() if "WARNING" in line] == []
-    assert "not included in the \"nav\"" not in log, log
+    assert 'not included in the "nav"' not in log, log
     pages = sorted(p.relative_to(ROOT / "docs") for p in (ROOT / "docs").rglob("*.md"))
     assert len(pages) >= 20
     for page in pages:
