@@ -18,7 +18,15 @@ from tests.helpers.headless import ROOT
 
 OUTSIDE = re.compile(r"\bDESIGN\b|\.\./shared|/work/shared|\bseed/|interlock-demo-readme")
 # `site`: the docs site as `mkdocs build` writes it, a copy of docs/.
-SKIPPED_DIRS = {".git", ".venv", "node_modules", "__pycache__", ".mypy_cache", ".ruff_cache", "site"}
+SKIPPED_DIRS = {
+    ".git",
+    ".venv",
+    "node_modules",
+    "__pycache__",
+    ".mypy_cache",
+    ".ruff_cache",
+    "site",
+}
 # A backticked name that is a file of the tree or a folder (`engine/`).
 TREE_PATH = re.compile(r"`([A-Za-z0-9_./-]+(?:\.(?:py|tcss|toml|md|json|sh)|/))`")
 TEXT = {".py", ".md", ".toml", ".tcss", ".txt", ".json", ".cfg", ".ini", ".yml", ".yaml"}
