@@ -155,15 +155,23 @@ def emulator() -> Iterator[StripeEmulator]:
 
 @pytest.fixture(scope="module")
 def runs(
-    emulator: StripeEmulator, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest,
+    emulator: StripeEmulator,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[dict[Block, Future[subprocess.CompletedProcess[str]]]]:
-    """Every block run here, started in page order, PARALLEL at a time."""
+    """Every block run here that this session selected (`-k` picks some), started in page
+    order, PARALLEL at a time."""
+    selected = {
+        item.callspec.params["block"]
+        for item in request.session.items
+        if item.module is sys.modules[__name__] and hasattr(item, "callspec")
+    }
     base = tmp_path_factory.mktemp("docs-blocks")
     with ThreadPoolExecutor(max_workers=PARALLEL, thread_name_prefix="docs-block") as pool:
         yield {
             block: pool.submit(_run, block, base / f"block{i}", emulator.url)
             for i, block in enumerate(BLOCKS)
-            if _runs_here(block)
+            if _runs_here(block) and block in selected
         }
 
 
