@@ -60,7 +60,7 @@ failed   error  not done, what Stripe said; a retry gets the same answer
 pending  error  not done yet (or unknown); do not retry, do not refund again
 ======== ====== =============================================================
 
-The README's section "LangChain: a guarded tool in an agent" has an example that runs.
+The guide `docs/guides/langchain.md` has an example that runs.
 """
 
 from __future__ import annotations

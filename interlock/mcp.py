@@ -27,7 +27,7 @@ model read, the lookup of its own earlier refund instead of a second one, and a 
   server's journaled refunds that have no outcome yet, looking them up at Stripe; a server
   killed mid-refund is followed by one that finds the refund instead of sending it again.
 
-The README's example (section "MCP: a guarded refund tool for any MCP client") is a
+The guide's example (`docs/guides/mcp.md`, "On your own MCP server") is a
 complete stdio server; `interlock-demo mcp` is the demo's, over the same desk.
 """
 
@@ -81,7 +81,7 @@ __all__ = [
     "revoke_approval",
 ]
 
-# The name a server built for these tools alone goes by (the demo's, and the README's).
+# The name a server built for these tools alone goes by (the demo's, and the guide's).
 SERVER_NAME = "interlock-refunds"
 
 GET_PAYMENT = (

@@ -34,9 +34,9 @@ the gate's `reapprove` under the new approval, as a new action the receipt links
 refused one, under an id derived from it: a resume of the same answer (after a kill, or
 twice) carries that action on and never decides it twice. `ToolGate.outcome(action_id)`
 is the latest outcome of a call's action (its re-approvals followed): the refused action
-to name, or the refund made. `state.reject(item)` sends nothing. The README's example
-("OpenAI Agents SDK: a guarded function tool") runs in-process against the fake payments
-with the SDK's own `agents.testing.ScriptedModel`.
+to name, or the refund made. `state.reject(item)` sends nothing. The guide's example
+(`docs/guides/openai-agents.md`) runs in-process against the fake payments with the
+SDK's own `agents.testing.ScriptedModel`.
 
 **Exactly what the person saw.** A person may approve a call under an approval of their
 own: `exact_approval(approver, {"action_id": ..., "kind": ..., "target": ..., "amount":

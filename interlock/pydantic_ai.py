@@ -38,7 +38,7 @@ runs: the gate's effect is what sends. Every other tool of the toolset passes th
   Arguments the `intent` function cannot read (a `KeyError`, `TypeError`, `ValueError` or
   `IntentError`) are a `ModelRetry`: nothing is journaled.
 
-The README's example ("Pydantic AI: a guarded toolset") runs in-process against the fake
+The guide's example (`docs/guides/pydantic-ai.md`) runs in-process against the fake
 payments with Pydantic AI's own `FunctionModel`.
 """
 

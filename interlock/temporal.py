@@ -52,7 +52,7 @@ In a workflow, `outcome_of(error)` reads the outcome back from the `ActivityErro
 `execute_activity` raises. Run the gate in a synchronous activity (`def`, with an
 `activity_executor`): it blocks on the store and on Stripe.
 
-The example (the README's), offline against the loopback emulator and Temporal's dev
+The example (`docs/guides/temporal.md`'s), offline against the loopback emulator and Temporal's dev
 server (`python -m interlock stripe-emulator --port 12111` and `temporal server start-dev`)::
 
     import asyncio

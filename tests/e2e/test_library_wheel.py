@@ -1,5 +1,6 @@
 """The library on its own: its wheel, built from this checkout, installs in a fresh venv
-with none of the demo's packages and guards a refund against the in-process fake Stripe.
+with none of the demo's packages and guards a refund against the in-process fake Stripe;
+its description on a package index is its own README, which names nothing of the demo.
 
 The fresh venv is installed offline (`--no-index`) from the wheelhouse the README's test
 command fills (`pip wheel -w .venv/wheelhouse ./packaging/interlock`): tests never touch
@@ -10,9 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -21,6 +24,8 @@ ROOT = Path(__file__).resolve().parents[2]
 LIBRARY = ROOT / "packaging" / "interlock"
 WHEELHOUSE = Path(sys.prefix) / "wheelhouse"
 DEMO_ONLY = {"textual", "textual-serve", "rich", "anthropic", "aiohttp"}
+# What only the demo has, as the library's page would name it.
+DEMO_WORDS = re.compile(r"demo|presenter|\bmodes?\b|scenarios?|columns?", re.I)
 
 GUARDED_REFUND = textwrap.dedent(
     """
@@ -57,6 +62,31 @@ GUARDED_REFUND = textwrap.dedent(
 )
 
 
+def _description(wheel: Path) -> str:
+    """The long description a package index shows for the wheel: its METADATA's body."""
+    with zipfile.ZipFile(wheel) as z:
+        [name] = [n for n in z.namelist() if n.endswith(".dist-info/METADATA")]
+        metadata = z.read(name).decode()
+    headers, body = metadata.split("\n\n", 1)
+    assert "Description-Content-Type: text/markdown" in headers.splitlines()
+    return body
+
+
+def test_the_library_has_a_page_of_its_own_with_nothing_of_the_demo() -> None:
+    """The library's README (its package page) is a file of its own, not the repository's,
+    and names nothing of the demo: no demo app, presenter, modes, scenarios or columns."""
+    page = LIBRARY / "README.md"
+    assert page.is_file() and not page.is_symlink()
+    text = page.read_text(encoding="utf-8")
+    assert "## Quickstart" in text and "interlock.Gate(" in text
+    assert DEMO_WORDS.findall(text) == []
+
+
+def test_the_demo_words_are_caught() -> None:
+    found = DEMO_WORDS.findall("run interlock-demo; the presenter; two modes; a scenario; column")
+    assert len(found) == 5
+
+
 def _run(*argv: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "PIP_"))}
     return subprocess.run(
@@ -90,6 +120,7 @@ def test_the_library_wheel_installs_alone_and_guards_a_refund(
     )  # fmt: skip
     assert built.returncode == 0, built.stderr
     [wheel] = (tmp_path / "dist").glob("interlock-*.whl")
+    assert _description(wheel) == (LIBRARY / "README.md").read_text(encoding="utf-8")
 
     venv = tmp_path / "venv"
     made = _run(sys.executable, "-m", "venv", venv, cwd=tmp_path)

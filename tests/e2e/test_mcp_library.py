@@ -1,10 +1,10 @@
-"""`interlock.mcp` on a user's own MCP server: the README's server, driven by the SDK's client.
+"""`interlock.mcp` on a user's own MCP server: the guide's server, driven by the SDK's client.
 
-The README's block ("On your own MCP server") runs as written as a real stdio server
-process, in a fresh folder, with the environment its comments name (`STRIPE_SECRET_KEY`, a
+The block of `docs/guides/mcp.md` ("On your own MCP server") runs as written as a real stdio
+server process, in a fresh folder, with the environment its comments name (`STRIPE_SECRET_KEY`, a
 made-up test key; `INTERLOCK_STRIPE_BASE`, the loopback emulator this test runs, so it can
 arm faults and refund by hand; the smallest useful timing, claim 6 s, Stripe deadline 1 s).
-Approvals go into the server's store the way the README's approvals block grants them.
+Approvals go into the server's store the way the guide's approvals block grants them.
 Each test checks what ends up at the emulator, not only what the tool said.
 """
 
@@ -34,18 +34,18 @@ from tests.e2e.test_mcp_server import data, refunds, text, until_settled, wait_e
 from tests.helpers.approvals import APPROVER
 
 ROOT = Path(__file__).resolve().parents[2]
-README = ROOT / "README.md"
-HEADING = "#### On your own MCP server"
-STORE = "refunds.sqlite3"  # where the README's server keeps its journal (its cwd)
+GUIDE = ROOT / "docs" / "guides" / "mcp.md"
+HEADING = "## On your own MCP server"
+STORE = "refunds.sqlite3"  # where the guide's server keeps its journal (its cwd)
 AMOUNT = 2000
 REQUEST_ID = "req-3b9e41d0-library"
 
 pytestmark = pytest.mark.e2e
 
 
-def readme_server() -> str:
-    """The first python block under HEADING in the README."""
-    section = README.read_text().split(HEADING, 1)[1]
+def guide_server() -> str:
+    """The first python block under HEADING in the MCP guide."""
+    section = GUIDE.read_text().split(HEADING, 1)[1]
     found = re.search(r"```python\n(.*?)```", section, re.S)
     assert found is not None, f"no python block under {HEADING!r}"
     return found.group(1)
@@ -66,9 +66,9 @@ def payment(emulator: StripeEmulator, tmp_path: Path) -> str:
 
 @pytest.fixture
 def connect(emulator: StripeEmulator, payment: str, tmp_path: Path) -> Callable[[], Any]:
-    """Opens an MCP session with a fresh process of the README's server."""
+    """Opens an MCP session with a fresh process of the guide's server."""
     script = tmp_path / "refund_server.py"
-    script.write_text(readme_server())
+    script.write_text(guide_server())
 
     @asynccontextmanager
     async def session() -> AsyncIterator[ClientSession]:
@@ -104,7 +104,7 @@ async def refund(client: ClientSession, payment: str) -> CallToolResult:
 
 
 def _server_process(script: Path) -> psutil.Process:
-    """The README server's process this test spawned."""
+    """The guide server's process this test spawned."""
     for child in psutil.Process().children(recursive=True):
         if str(script) in child.cmdline():
             return child
@@ -162,7 +162,7 @@ async def test_a_server_killed_mid_refund_is_followed_by_one_that_finds_its_refu
 async def test_a_revocation_and_a_hand_refund_after_the_read_are_refused(
     connect: Callable[[], Any], emulator: StripeEmulator, payment: str, tmp_path: Path
 ) -> None:
-    """A person revokes the approval (the README's approvals block) after the model read:
+    """A person revokes the approval (the guide's approvals block) after the model read:
     refused. Then a fresh approval, and support refunds by hand after the read: refused as
     a change. Only the hand refund is at Stripe."""
     async with connect() as client:

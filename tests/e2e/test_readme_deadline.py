@@ -1,6 +1,7 @@
 """One deadline: the Stripe timeout a gate plans its claims with is the one its calls run
-under. Real worker processes built as the README shows, the real `stripe` SDK, the loopback
-emulator holding the create longer than the plan but inside the client's own timeout."""
+under. Real worker processes built as the Stripe guide (`docs/guides/stripe.md`) shows,
+the real `stripe` SDK, the loopback emulator holding the create longer than the plan but
+inside the client's own timeout."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ from tests.helpers.headless import ROOT, SCRUBBED
 pytestmark = pytest.mark.e2e
 
 WORKER = ROOT / "tests" / "helpers" / "readme_worker.py"
-# The documented short timing; the README's client says 30 s.
+# The documented short timing; the guide's client says 30 s.
 TIMINGS = {"INTERLOCK_CLAIM_TTL": "6", "INTERLOCK_STRIPE_TIMEOUT": "1"}
 HOLD_MS = 14_000
 WAIT_S = 45.0
@@ -63,7 +64,7 @@ def _report(proc: subprocess.Popen[str]) -> tuple[int, list[dict[str, object]]]:
 def test_a_client_deadline_past_the_plan_is_refused_before_anything_is_sent(
     emulator: StripeEmulator, tmp_path: Path
 ) -> None:
-    """A create held 14 s (inside the README client's 30 s, past the planned 1 s) while
+    """A create held 14 s (inside the guide client's 30 s, past the planned 1 s) while
     support refunds by hand and a second worker recovers: the workers refuse to start,
     so Stripe never holds the agent's refund next to the hand one."""
     payments = StripePayments(make_stripe_client(TEST_KEY, timeout_s=5, base_url=emulator.url))
@@ -105,22 +106,23 @@ def test_a_client_deadline_past_the_plan_is_refused_before_anything_is_sent(
     store.close()
 
 
-def _readme_library_example() -> str:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    found = re.search(r"```python\n(.*?)```", text[text.index("## The library") :], re.S)
+def _guide_example() -> str:
+    text = (ROOT / "docs" / "guides" / "stripe.md").read_text(encoding="utf-8")
+    section = text[text.index("# The library against Stripe") :]
+    found = re.search(r"```python\n(.*?)```", section, re.S)
     assert found is not None
     return found.group(1)
 
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("timings", [{}, TIMINGS], ids=["defaults", "documented-short"])
-def test_the_readme_library_example_runs_as_written(
+def test_the_stripe_guide_example_runs_as_written(
     emulator: StripeEmulator, tmp_path: Path, timings: dict[str, str]
 ) -> None:
-    """The README's library example, run as a script against the emulator, with the
+    """The Stripe guide's example, run as a script against the emulator, with the
     default and with the documented short timing, sends the refund once."""
     script = tmp_path / "example.py"
-    script.write_text(_readme_library_example(), encoding="utf-8")
+    script.write_text(_guide_example(), encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if k not in SCRUBBED}
     env.update(timings, STRIPE_SECRET_KEY=TEST_KEY, INTERLOCK_STRIPE_BASE=emulator.url)
     done = subprocess.run(

