@@ -200,8 +200,10 @@ def cycles(graph: grimp.ImportGraph, packages: tuple[str, ...] = PACKAGES) -> li
     found = []
     for importer in sorted(ours):
         for imported in sorted(graph.find_modules_directly_imported_by(importer) & ours):
-            back = graph.find_shortest_chain(importer=imported, imported=importer)
-            if imported != importer and back:
+            # A module importing itself is not a cycle between modules.
+            if imported == importer:
+                continue
+            if back := graph.find_shortest_chain(importer=imported, imported=importer):
                 found.append(f"{importer} -> {' -> '.join(back)}")
     return found
 
