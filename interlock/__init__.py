@@ -48,13 +48,7 @@ from interlock._core.journal import (
 )
 from interlock._core.leases import Lease
 from interlock._core.money import format_amount
-from interlock._core.receipts import Check, Receipt
-from interlock._core.verify import VerifyResult, verify
-from interlock._stores.memory import MemoryStore
-from interlock._stores.open import open_store
-from interlock._stores.postgres import PostgresStore, is_postgres_url
-from interlock._stores.sqlite import SQLiteStore
-from interlock._stripe.payments import (
+from interlock._core.payments import (
     Payment,
     Payments,
     Refund,
@@ -64,6 +58,12 @@ from interlock._stripe.payments import (
     refunds_fingerprint,
     transfers_fingerprint,
 )
+from interlock._core.receipts import Check, Receipt
+from interlock._core.verify import VerifyResult, verify
+from interlock._stores.memory import MemoryStore
+from interlock._stores.open import open_store
+from interlock._stores.postgres import PostgresStore, is_postgres_url
+from interlock._stores.sqlite import SQLiteStore
 
 if _typing.TYPE_CHECKING:
     from interlock._stripe.adapter import (

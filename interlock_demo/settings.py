@@ -42,7 +42,7 @@ from interlock_demo.environment import ENV_RECEIPT_KEY, child_env
 from interlock_demo.errors import UsageError
 from interlock_demo.keys import Secret, find_anthropic_key, find_stripe_key
 from scenarios import SWITCHES
-from workers.texts import EMULATOR, MOCK, STRIPE
+from workers.protocol.words import EMULATOR, MOCK, STRIPE
 
 DEMO_CLAIM_TTL_S = 15.0
 DEMO_STRIPE_TIMEOUT_S = 10.0
@@ -71,7 +71,7 @@ class Mode:
     # Simulated in the demo's own process: in-memory payments, no worker process, no
     # Temporal (whose workers are processes), waits shown and not waited.
     in_process: bool
-    # Who answers the refund calls, in the workers' words (`workers.texts`).
+    # Who answers the refund calls, in the workers' words (`workers.protocol.words`).
     answerer: str
     # The run JSON's `settings.stripe`.
     stripe_label: str
@@ -299,7 +299,7 @@ class DemoConfig:
     def model_label(self) -> str:
         """The model the agent uses: the real model id, or the scripted proposal."""
         if self.run_mode.real_model:
-            from workers.agent import DEFAULT_MODEL, ENV_MODEL
+            from workers.protocol.case import DEFAULT_MODEL, ENV_MODEL
 
             return os.environ.get(ENV_MODEL) or DEFAULT_MODEL
         return "scripted proposal"
@@ -532,7 +532,7 @@ def worker_env(
     yet), so a live restart that acts on a saved decision never holds it; the receipt
     key only for the interlock column, the only one that signs receipts.
     """
-    from workers.process import AGENT_NONE  # the worker's word for "no model"
+    from workers.protocol.case import AGENT_NONE  # the worker's word for "no model"
 
     parent = os.environ if parent is None else parent
     env = child_env(parent)

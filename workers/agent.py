@@ -19,9 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from interlock import Payment, Payments, format_amount, refunds_fingerprint
+from workers.protocol.case import DEFAULT_MODEL, ENV_MODEL
 
-DEFAULT_MODEL = "claude-sonnet-4-5"
-ENV_MODEL = "INTERLOCK_MODEL"
 MAX_TURNS = 6
 
 SYSTEM = (

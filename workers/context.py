@@ -1,10 +1,10 @@
-"""What every column's worker works with: the case, its context, and asking the model.
+"""What every column's worker works with: its context, and asking the model.
 
-A worker run gets one `WorkerContext`: the case, the payments API, the journal, where a
-plain worker keeps its decision (`DecisionBox`), how it reports (`Emit`), where it dies
-(`crash`), the model, the timing and switches, its identity, and a clock. The process
-entries (`workers.process`) and mock runs (the engine) build it; the column stories
-(`workers.standard`, `workers.checked`, `workers.interlock`) only read it.
+A worker run gets one `WorkerContext`: the case (`workers.protocol.case`), the payments
+API, the journal, where a plain worker keeps its decision (`DecisionBox`), how it reports
+(`Emit`), where it dies (`crash`), the model, the timing and switches, its identity, and a
+clock. The process entries (`workers.process`) and mock runs (the engine) build it; the
+column stories (`workers.standard`, `workers.checked`, `workers.interlock`) only read it.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -31,7 +31,8 @@ from interlock import (
 )
 from workers.agent import Decision, Model, decide
 from workers.protocol import EventKind
-from workers.texts import STRIPE
+from workers.protocol.case import Case
+from workers.protocol.words import STRIPE
 
 # `WorkerContext.extra` key: a decision made and recorded before this worker ran, which
 # it uses instead of asking the model (the Temporal engine's refund activity).
@@ -48,46 +49,6 @@ class Emit(Protocol):
 
 class SimulatedCrash(BaseException):
     """Raised at the crash point of an in-process (mock) worker: the process 'dies' here."""
-
-
-@dataclass(frozen=True)
-class Case:
-    """One support case for one column: its payment, its approval and the request."""
-
-    case_id: str
-    column: str
-    payment_intent: str
-    lease_id: str
-    amount: int
-    request: str
-
-    def to_dict(self) -> dict[str, Any]:
-        """The case as JSON-ready data."""
-        return {
-            "case_id": self.case_id,
-            "column": self.column,
-            "payment_intent": self.payment_intent,
-            "lease_id": self.lease_id,
-            "amount": self.amount,
-            "request": self.request,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Case:
-        """A case from `to_dict` data."""
-        return cls(
-            case_id=str(data["case_id"]),
-            column=str(data["column"]),
-            payment_intent=str(data["payment_intent"]),
-            lease_id=str(data["lease_id"]),
-            amount=int(data["amount"]),
-            request=str(data["request"]),
-        )
-
-    @property
-    def metadata(self) -> dict[str, str]:
-        """What the agent's refunds carry in their metadata."""
-        return {"case": self.case_id, "column": self.column}
 
 
 class DecisionBox(Protocol):

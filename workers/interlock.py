@@ -27,9 +27,10 @@ from interlock import (
     StripeRefund,
 )
 from workers.agent import Decision
-from workers.context import Case, WorkerContext, ask_model
+from workers.context import WorkerContext, ask_model
 from workers.protocol import ColumnOutcome, EventKind, event_fields, gate_kind
-from workers.texts import MONEY_AT, gate_event_text, key_refused_reason
+from workers.protocol.case import Case
+from workers.protocol.words import MONEY_AT, gate_event_text, key_refused_reason
 
 
 def run(ctx: WorkerContext) -> ColumnOutcome:

@@ -43,15 +43,14 @@ from interlock import (
 )
 from workers import stripe_sdk
 from workers.agent import AgentError, AnthropicModel, Model, ScriptedModel
-from workers.context import Case, ContextFactory, DecisionBox, Emit, WorkerContext
+from workers.context import ContextFactory, DecisionBox, Emit, WorkerContext
 from workers.protocol import EXIT_ORPHANED, EventKind
-from workers.texts import EMULATOR, STRIPE
+from workers.protocol.case import AGENT_NONE, Case
+from workers.protocol.words import EMULATOR, STRIPE
 
 if TYPE_CHECKING:
     from interlock import StripePayments
 
-# `INTERLOCK_AGENT` of a worker started to act on a saved decision: no model, no key.
-AGENT_NONE = "none"
 _PARENT_POLL_S = 0.5
 
 

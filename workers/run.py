@@ -14,7 +14,7 @@ from interlock import CrashPoint
 from workers import checked, interlock, standard
 from workers.context import WorkerContext
 from workers.protocol import ColumnOutcome, EventKind
-from workers.texts import outcome_text, said_at
+from workers.protocol.words import outcome_text, said_at
 
 
 @dataclasses.dataclass(frozen=True)

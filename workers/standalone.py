@@ -9,7 +9,7 @@ flushed at once (events carry its pid and a monotonic timestamp), and with
 `INTERLOCK_CRASH=<point>` it SIGKILLs itself at that point after flushing. It exits by
 itself when its supervisor goes away (stdin reaches EOF or its parent changes), so even a
 SIGKILLed supervisor leaves no worker behind. The standard and checked workers keep their
-decision in a file under `INTERLOCK_HOME` (`decision_path`).
+decision in a file under `INTERLOCK_HOME` (`workers.protocol.case.decision_path`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ if __name__ == "__main__":
 
 from interlock import InterlockError, StoreError, Switches
 from workers.agent import AgentError
-from workers.context import Case, DecisionFile
+from workers.context import DecisionFile
 from workers.process import (
     context_factory,
     emit,
@@ -39,12 +39,8 @@ from workers.process import (
     worker_timing,
 )
 from workers.protocol import EXIT_ERROR, EXIT_STORE, EXIT_USAGE, EventKind
+from workers.protocol.case import Case, decision_path
 from workers.run import run_worker
-
-
-def decision_path(home: Path, case: Case) -> Path:
-    """Where the standard and checked workers save a case's decision under `home`."""
-    return home / "decisions" / f"{case.case_id}-{case.column}.json"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,9 +22,10 @@ from interlock import (
     format_amount,
 )
 from workers.agent import Decision
-from workers.context import Case, WorkerContext, ask_model
+from workers.context import WorkerContext, ask_model
 from workers.protocol import ColumnOutcome, EventKind
-from workers.texts import key_refused_reason, send_text
+from workers.protocol.case import Case
+from workers.protocol.words import key_refused_reason, send_text
 
 # A step before the retry of a saved decision: an outcome stops the worker there, None
 # lets the retry go on.

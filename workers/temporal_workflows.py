@@ -55,7 +55,6 @@ with workflow.unsafe.imports_passed_through():
     from workers.agent import Decision
     from workers.context import (
         RECORDED_DECISION,
-        Case,
         ContextFactory,
         Emit,
         WorkerContext,
@@ -69,6 +68,7 @@ with workflow.unsafe.imports_passed_through():
         refund_intent,
     )
     from workers.protocol import ColumnOutcome, EventKind
+    from workers.protocol.case import Case
     from workers.run import report, run_worker
     from workers.standard import idempotency_key
 

@@ -26,7 +26,7 @@ from typing import Any, Protocol, runtime_checkable
 from interlock._core.errors import ConfigError
 from interlock._core.journal import Intent
 from interlock._core.money import currency_problem
-from interlock._stripe.payments import (
+from interlock._core.payments import (
     Payments,
     Refund,
     Transfer,

@@ -29,8 +29,8 @@ from interlock._core.journal import (
     SettledAction,
     Store,
 )
+from interlock._core.payments import Payments, Transfers
 from interlock._core.receipts import ChainCheck, load_json, receipt_key
-from interlock._stripe.payments import Payments, Transfers
 
 # How far before the store's first action the account-wide listing starts. The intent is
 # stamped by the gate host's wall clock, a refund's `created` by Stripe's (whole seconds):

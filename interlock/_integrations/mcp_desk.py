@@ -49,7 +49,7 @@ from interlock._core.gate import REASON_WORLD_CHANGED, EventSink, Gate, Outcome
 from interlock._core.journal import ActionState, Intent, Store
 from interlock._core.leases import Lease, lease_currency
 from interlock._core.money import format_amount
-from interlock._stripe.payments import Payment, Payments, refunds_fingerprint
+from interlock._core.payments import Payment, Payments, refunds_fingerprint
 
 
 class DeskError(InterlockError, ValueError):

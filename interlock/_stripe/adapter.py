@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 import stripe
 
 from interlock._core.errors import PaymentsAuthError, PaymentsRejectedError, PaymentsUnsettledError
-from interlock._stripe.payments import Payment, Refund, Transfer
+from interlock._core.payments import Payment, Refund, Transfer
 
 T = TypeVar("T")
 

@@ -60,8 +60,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
+from interlock._core.payments import is_test_key
 from interlock._core.signals import Interrupted, stop_signals_interrupt
-from interlock._stripe.payments import is_test_key
 from interlock.testing.model import Fault, PaymentsModel, Reply, StripeModelError
 
 CONTROL_PREFIX = "/_emulator/"

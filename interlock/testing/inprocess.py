@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from interlock._core.errors import PaymentsAuthError, PaymentsRejectedError, PaymentsUnsettledError
+from interlock._core.payments import Payment, Refund, Transfer
 from interlock._stripe.adapter import payment_from_stripe, refund_from_stripe, transfer_from_stripe
-from interlock._stripe.payments import Payment, Refund, Transfer
 from interlock.testing.model import PaymentsModel, Reply
 
 

@@ -47,7 +47,6 @@ from scenarios import (
     Scenario,
     expectation,
 )
-from workers.context import Case
 from workers.protocol import (
     GATE_CLAIM,
     GATE_CLAIM_WAIT,
@@ -56,6 +55,7 @@ from workers.protocol import (
     ColumnOutcome,
     EventKind,
 )
+from workers.protocol.case import Case
 
 SUPPORT_REQUEST = (
     "Hi, I was charged $100 but one item never arrived. Could you refund $20 for it? Thanks!"

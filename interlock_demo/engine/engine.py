@@ -60,10 +60,10 @@ from interlock_demo.engine.supervisor import Supervisor
 from interlock_demo.errors import BusyError
 from interlock_demo.settings import EMULATOR_KEY, SUPPORT, TEMPORAL, DemoConfig, support_approver
 from scenarios import CURRENCY, LEASE_CAP, REFUND_AMOUNT, Scenario, scenario
-from workers.context import Case
 from workers.interlock import refund_gate
 from workers.protocol import ColumnOutcome, event_fields, gate_kind
-from workers.texts import gate_event_text
+from workers.protocol.case import Case
+from workers.protocol.words import gate_event_text
 
 if TYPE_CHECKING:
     from interlock_demo.engine.temporal import TemporalRuntime

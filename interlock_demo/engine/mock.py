@@ -23,8 +23,8 @@ from scenarios import REFUND_AMOUNT
 from workers.agent import ScriptedModel
 from workers.context import MemoryBox, SimulatedCrash, WorkerContext
 from workers.protocol import GATE_CLAIM_WAIT, SIGKILL_EXIT, EventKind
+from workers.protocol.words import MOCK
 from workers.run import run_worker
-from workers.texts import MOCK
 
 
 class MockClock:

@@ -30,9 +30,8 @@ from interlock_demo.engine.column import (
 from interlock_demo.engine.supervisor import Supervisor, WorkerProcess, WorkerState
 from interlock_demo.errors import ColumnFailed
 from interlock_demo.settings import DemoConfig, open_private, worker_env
-from workers.context import Case
 from workers.protocol import EventKind
-from workers.standalone import decision_path
+from workers.protocol.case import Case, decision_path
 
 # How long Stripe's answer to an in-flight refund is held while the kill lands.
 IN_FLIGHT_HOLD_MS = 500

@@ -156,7 +156,7 @@ def _serve(args: argparse.Namespace) -> int:
     from interlock_demo.errors import KeyRefusedError
     from interlock_demo.keys import find_stripe_key
     from interlock_demo.settings import EMULATOR_KEY, demo_timing
-    from workers.texts import gate_event_text
+    from workers.protocol.words import gate_event_text
 
     def log(text: str) -> None:
         stamp = time.strftime("%H:%M:%S")

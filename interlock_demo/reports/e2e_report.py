@@ -44,7 +44,7 @@ from interlock_demo.settings import PRIVATE_UMASK, Paths, open_private, private_
 from interlock_demo.stopping import Stopped, on_stop
 from scenarios import CURRENCY, SWITCHES
 from workers.protocol import CHECK_LOOKUP, GATE_CHECK, GATE_CLAIM_WAIT, EventKind
-from workers.texts import EMULATOR, MONEY_AT
+from workers.protocol.words import EMULATOR, MONEY_AT
 
 COMMAND = "interlock-demo e2e-report"
 DEFAULT_OUT = Path("results/e2e_offline.md")

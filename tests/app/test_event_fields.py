@@ -1,6 +1,6 @@
 """Views read events' fields, not their words: reworded event lines tell the same story.
 
-`workers/texts.py` is where a worker's event lines are worded; the phase lines and the
+`workers/protocol/words.py` is where a worker's event lines are worded; the phase lines and the
 verdict strip read the fields those lines are made from (run@2's event `data`), so a
 mock run whose lines are worded otherwise shows the same phases and the same verdicts.
 """
@@ -21,7 +21,7 @@ from interlock_demo.settings import resolve
 from interlock_demo.views.tui.widgets.story import WHERE_KILLED, phase_lines
 from interlock_demo.views.tui.widgets.verdict_strip import reason
 from scenarios import SCENARIOS
-from workers import texts
+from workers.protocol import words
 
 RUN_DEADLINE_S = 30.0
 # What a room reads per column at the end of each scenario: the phase lines, then the
@@ -148,11 +148,11 @@ def reworded(text: str) -> str:
 
 
 def reword_texts(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Change every sentence `workers/texts.py` renders, wherever it was imported."""
+    """Change every sentence `workers/protocol/words.py` renders, wherever it was imported."""
     renderers = {
         name: fn
-        for name, fn in vars(texts).items()
-        if callable(fn) and getattr(fn, "__module__", None) == texts.__name__
+        for name, fn in vars(words).items()
+        if callable(fn) and getattr(fn, "__module__", None) == words.__name__
     }
     assert {"gate_event_text", "outcome_text", "send_text", "said_at"} <= set(renderers)
 
@@ -163,7 +163,7 @@ def reword_texts(monkeypatch: pytest.MonkeyPatch) -> None:
 
         return render
 
-    modules = [texts] + [
+    modules = [words] + [
         m
         for name, m in list(sys.modules.items())
         if name.split(".")[0] in ("workers", "interlock_demo")
@@ -211,7 +211,7 @@ def test_the_story_and_the_verdicts_do_not_depend_on_the_words(
     scenario: str,
     reword: Callable[[pytest.MonkeyPatch], None] | None,
 ) -> None:
-    """As worded, with texts.py's sentences changed, or with every line changed, a run
+    """As worded, with words.py's sentences changed, or with every line changed, a run
     tells the same phases and the same verdicts."""
     if reword is not None:
         reword(monkeypatch)

@@ -44,7 +44,7 @@ from workers.agent import (
     decide,
     payment_view,
 )
-from workers.context import Case
+from workers.protocol.case import Case
 
 REQUEST = "Could you refund $20 for the item that never arrived?"
 MODEL = "claude-test-model"

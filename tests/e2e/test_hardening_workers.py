@@ -22,7 +22,7 @@ from interlock_demo.engine.temporal.launcher import TemporalLauncher
 from interlock_demo.engine.temporal.probe import temporal_unavailable
 from interlock_demo.settings import resolve, worker_env
 from scenarios import sweep_scenario
-from workers.context import Case
+from workers.protocol.case import Case
 
 pytestmark = pytest.mark.e2e
 

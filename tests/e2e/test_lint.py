@@ -1,4 +1,5 @@
-"""The linters inside the one test command: ruff over the tree, mypy strict on every package."""
+"""The linters inside the one test command: ruff over the tree, mypy strict on every package,
+and import-linter's contracts (the architecture of docs/design.md) as CI's `lint-imports`."""
 
 from __future__ import annotations
 
@@ -35,3 +36,18 @@ def test_mypy_is_clean() -> None:
     """mypy passes on the packages, strict on all of them."""
     result = _run("mypy", "--no-error-summary")
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_lint_imports_is_clean() -> None:
+    """`lint-imports`, as a maintainer runs it from the checkout, keeps every contract of
+    pyproject.toml (tests/unit/test_import_contracts.py runs the same contracts in-process,
+    and breaks each kind)."""
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "lint-imports"), "--no-cache"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert " 0 broken." in result.stdout, result.stdout

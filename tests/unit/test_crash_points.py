@@ -16,8 +16,9 @@ from interlock import ConfigError, CrashPoint, GateEvent, Owner, Timing
 from interlock.testing import CRASH_POINTS, Cell
 from scenarios import SWEEP_CRASH_POINTS, scenario
 from tests.helpers.gate_rig import AMOUNT, Crash, GateWorld, gone_owner
-from workers.context import Case, Switches, WorkerContext
+from workers.context import Switches, WorkerContext
 from workers.process import crash_point_from_env
+from workers.protocol.case import Case
 from workers.run import run_worker
 
 EVERY_NAME = ", ".join(p.value for p in CrashPoint)

@@ -13,7 +13,7 @@ from interlock import Event, Gate, GateEvent, StripeRefund
 from interlock.testing import event_problem
 from tests.helpers.approvals import APPROVERS
 from tests.helpers.gate_rig import AMOUNT, TIMING, GateWorld, gone_owner
-from workers.texts import gate_event_text
+from workers.protocol.words import gate_event_text
 
 GATE = Path(__file__).resolve().parents[2] / "interlock" / "_core" / "gate.py"
 

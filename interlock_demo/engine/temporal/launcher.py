@@ -38,9 +38,9 @@ from interlock_demo.engine.temporal.probe import refund_timeouts
 from interlock_demo.engine.temporal.runtime import NAMESPACE, TemporalRuntime
 from interlock_demo.errors import ColumnFailed
 from interlock_demo.settings import DemoConfig
-from workers.context import Case
 from workers.protocol import ColumnOutcome
-from workers.texts import EMULATOR, STRIPE, said_at
+from workers.protocol.case import Case
+from workers.protocol.words import EMULATOR, STRIPE, said_at
 
 if TYPE_CHECKING:
     from temporalio.api.common.v1 import Payload

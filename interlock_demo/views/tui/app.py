@@ -60,7 +60,7 @@ from interlock_demo.views.tui.widgets import (
     VerdictStrip,
 )
 from scenarios import SCENARIOS, SWITCHES, Switch
-from workers.texts import MONEY_AT
+from workers.protocol.words import MONEY_AT
 
 APP_TITLE = "Interlock demo"
 # A mock run's events are spaced out so the room can follow; it still ends in a few seconds.

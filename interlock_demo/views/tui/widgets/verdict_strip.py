@@ -20,7 +20,7 @@ from interlock_demo.core.run import Column, RunSnapshot
 from interlock_demo.core.verdict import AGENT, HAND, counting, failed_check, replay
 from scenarios import CURRENCY
 from workers.protocol import CHECK_APPROVAL
-from workers.texts import EMULATOR, MOCK, MONEY_AT, STRIPE
+from workers.protocol.words import EMULATOR, MOCK, MONEY_AT, STRIPE
 
 WHERE = {"live": MONEY_AT[STRIPE], "offline": MONEY_AT[EMULATOR], "mock": MONEY_AT[MOCK]}
 

@@ -6,6 +6,9 @@ activity returns the outcome as its result. The engine reads all three through t
 module, so a kind or a field is named here once.
 
 The outcome's wire form is also the `outcome` object of the run@2 JSON (docs/design.md §6).
+With `case.py` (what an engine hands a worker) and `words.py` (the event lines' words),
+this package is the one contract between the demo and its workers (docs/design.md §8):
+it imports no other worker module.
 """
 
 from __future__ import annotations
