@@ -31,6 +31,9 @@ from workers.context import Case, WorkerContext, ask_model
 from workers.protocol import ColumnOutcome, EventKind, event_fields, gate_kind
 from workers.texts import MONEY_AT, gate_event_text, key_refused_reason
 
+# Whether it acts through a gate (and so reaches the gate's own crash points, `gate_only`).
+GATED = True
+
 
 def run(ctx: WorkerContext) -> ColumnOutcome:
     """Recover this case's journaled action, or decide and submit a new one."""
