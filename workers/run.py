@@ -34,17 +34,21 @@ class Story:
 
 def story(column: str) -> Story:
     """The worker of the column called `column`; `ValueError` when it has none."""
-    module: ModuleType | None
-    try:
-        module = importlib.import_module(f"{__package__}.{column.replace('-', '_')}")
-    except ModuleNotFoundError:
-        module = None
+    name = f"{__package__}.{column.replace('-', '_')}"
+    module: ModuleType | None = None
+    if column.replace("-", "_").isidentifier():
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            # Only the column's own module missing means it has no worker; a module it
+            # imports missing is that module's error.
+            if e.name != name:
+                raise
     run, gated = getattr(module, "run", None), getattr(module, "GATED", None)
     if not callable(run) or not isinstance(gated, bool):
         raise ValueError(
-            f"the case names column {column!r}, which has no worker (a module "
-            f"workers.{column.replace('-', '_')} with `run` and `GATED`); write the case file "
-            "again"
+            f"the case names column {column!r}, which has no worker (a module {name} with "
+            "`run` and `GATED`); write the case file again"
         )
     return Story(run, gated)
 

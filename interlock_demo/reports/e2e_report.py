@@ -433,7 +433,7 @@ def _differences(runs: list[CaseRun]) -> list[str]:
     for engine in ENGINES:
         run = _find(runs, engine, _CONTROL)
         checked = run.column("checked") if run else None
-        interlock = run.column("interlock") if run else None
+        interlock = run.column(gated_column().name) if run else None
         if not checked or not interlock:
             lines.append(f"- {engine}: no result for this run.")
             continue
@@ -558,7 +558,7 @@ def _check_words(check: Mapping[str, Any]) -> str:
 
 def _money_tie(runs: list[CaseRun]) -> str:
     ties = [
-        _refund_ids(run, "checked") == _refund_ids(run, "interlock")
+        _refund_ids(run, "checked") == _refund_ids(run, gated_column().name)
         and _refund_ids(run, "checked") is not None
         for run in runs
     ]
@@ -591,7 +591,7 @@ def _temporal_notes(runs: list[CaseRun]) -> list[str]:
         else "The engines differ in at least one cell of the table above; see it."
     )
     run = _find(runs, "temporal", _HAND_REFUND)
-    col = run.column("interlock") if run else None
+    col = run.column(gated_column().name) if run else None
     if col:
         decision = _event(col, RunEventKind.TEMPORAL_DECISION)
         retry = _event(col, RunEventKind.TEMPORAL_RETRY)

@@ -58,6 +58,8 @@ def test_every_column_has_its_worker_and_only_the_gated_one_runs_through_a_gate(
         story("blind-retry")
     with pytest.raises(ValueError, match="column 'protocol', which has no worker"):
         story("protocol")
+    with pytest.raises(ValueError, match=r"column '\.\./checked', which has no worker"):
+        story("../checked")
 
 
 def test_an_unknown_column_raises_naming_the_columns() -> None:
