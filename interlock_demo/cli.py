@@ -30,6 +30,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from interlock_demo.core.columns import OPTIONAL, ColumnKind, optional_from
 from interlock_demo.errors import KeyRefusedError, UsageError
 from interlock_demo.exit_codes import ExitCode
 from interlock_demo.layout import LARGEST, SMALLEST
@@ -54,6 +55,8 @@ CHECKED_OPTION: dict[str, Any] = {
     "default": True,
     "help": "the third column, a hand-written re-check (on; --no-checked leaves it out)",
 }
+# The modes a sweep and a recording run in: those that need no key.
+_KEYLESS_MODES = [m.name for m in MODES.values() if not m.needs_keys]
 # A recording's terminal larger than this is a typo, not a projector.
 MAX_RECORD_SIDE = 500
 # What each subcommand exits with when a stop signal ends it (`interlock_demo.stopping`):
@@ -188,7 +191,7 @@ def _parser() -> argparse.ArgumentParser:
         "sweep", help="every crash point x every outage x every column, each a real run"
     )
     sweep_modes = sweep.add_mutually_exclusive_group()
-    for flag in ("offline", "mock"):
+    for flag in _KEYLESS_MODES:
         sweep_modes.add_argument(
             f"--{flag}", action="store_const", const=flag, dest="sweep_mode", help=f"{flag} runs"
         )
@@ -229,7 +232,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     rec.add_argument("--scenario", dest="rec_scenario", required=True, choices=list(SCENARIOS))
     rec_modes = rec.add_mutually_exclusive_group()
-    for mode in ("offline", "mock"):
+    for mode in _KEYLESS_MODES:
         rec_modes.add_argument(
             f"--{mode}", action="store_const", const=mode, dest="rec_mode", default="offline"
         )
@@ -343,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
         from interlock_demo.views.headless import run_headless
 
         return run_headless(
-            config, scenario_id(args.scenario), checked=args.checked, as_json=args.json
+            config, scenario_id(args.scenario), optional=_optional(args), as_json=args.json
         )
     if args.command == "serve":
         from interlock_demo.views.serve import serve
@@ -351,7 +354,12 @@ def main(argv: list[str] | None = None) -> int:
         return serve(args.port, argv=_app_argv(args))
     from interlock_demo.views.tui.app import run_app
 
-    return run_app(config, checked=args.checked, http_port=args.http, recorded=args.recorded)
+    return run_app(config, optional=_optional(args), http_port=args.http, recorded=args.recorded)
+
+
+def _optional(args: argparse.Namespace) -> frozenset[ColumnKind]:
+    """The optional columns the command line chose: each has its flag (`--no-checked`)."""
+    return optional_from(vars(args), OPTIONAL)
 
 
 def _subcommand(args: argparse.Namespace) -> int:
@@ -382,7 +390,7 @@ def _subcommand(args: argparse.Namespace) -> int:
             args.rec_scenario,
             args.rec_mode,
             args.out,
-            checked=args.checked,
+            optional=_optional(args),
             size=args.size,
             hold=args.hold,
         )

@@ -3,17 +3,22 @@
 A scenario is a crash point and an outage action. The truth table says what each column
 must end with in Stripe and what it must report; a run that differs is a deviation.
 Amounts are integer cents.
+
+Each presenter scenario is one module of `scenarios.scripted` holding its row and its
+truth table rows; they are found there when this module is imported (at its end, once the
+names they use are defined), so adding one touches no other file. An outage action is a
+row of `Outage`; code asks the row what it does instead of comparing its word.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+import importlib
+import pkgutil
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
 
 from interlock import ConfigError, CrashPoint, Switches
-
-Outage = Literal["none", "hand-refund", "revoke"]
-ColumnName = Literal["standard", "interlock", "checked"]
 
 # The demo's payments, approvals and words are in this currency; amounts are in its
 # smallest unit (cents).
@@ -21,7 +26,47 @@ CURRENCY = "usd"
 PAYMENT_AMOUNT = 10_000
 REFUND_AMOUNT = 2_000
 LEASE_CAP = 2_000
-COLUMNS: tuple[ColumnName, ...] = ("standard", "interlock", "checked")
+
+
+class Outage(str, Enum):
+    """What people do while the worker is dead; the value is its word (the run JSON's).
+
+    `refunds_by_hand`: support refunds the payment by hand (no key, no metadata).
+    `revokes`: support revokes the approval. `screen`: its few words in a column's story.
+    """
+
+    refunds_by_hand: bool
+    revokes: bool
+    screen: str
+
+    # Every member gives its whole row; the defaults are there so that the lookup by word,
+    # `Outage(word)`, type-checks.
+    def __new__(
+        cls, value: str, screen: str = "", refunds_by_hand: bool = False, revokes: bool = False
+    ) -> Outage:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.screen = screen
+        member.refunds_by_hand = refunds_by_hand
+        member.revokes = revokes
+        return member
+
+    NONE = ("none", "nothing happens")
+    HAND_REFUND = ("hand-refund", "hand refund", True)
+    REVOKE = ("revoke", "approval revoked", False, True)
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    @property
+    def acts(self) -> bool:
+        """Whether anyone does anything: the agent's refund is wanted either way if not."""
+        return self.refunds_by_hand or self.revokes
+
+    @property
+    def hand_refunds(self) -> int:
+        """How many refunds support makes by hand."""
+        return 1 if self.refunds_by_hand else 0
 
 
 @dataclass(frozen=True)
@@ -102,6 +147,8 @@ class Scenario:
     hint: str = ""
     # A fault-axis cell: the id of the `FAULTS` entry Stripe answers the first call with.
     fault: str | None = None
+    # Its truth table rows: emulated switch ("" for none) -> column -> expectation.
+    truth: Mapping[str, Mapping[str, Expectation]] = field(default_factory=dict)
 
     @property
     def kills(self) -> tuple[CrashPoint, ...]:
@@ -131,85 +178,6 @@ class Expectation:
         return REFUND_AMOUNT * (self.agent_refunds + self.hand_refunds)
 
 
-SCENARIOS: dict[str, Scenario] = {
-    s.id: s
-    for s in (
-        Scenario(
-            id="hand-refund",
-            key="1",
-            title="Hand refund during the outage",
-            crash_point=CrashPoint.BEFORE_SEND,
-            outage="hand-refund",
-            story="The worker dies right before the refund call; support refunds $20 by hand.",
-            wanted_text="one $20 refund, the hand one",
-            wanted_agent_refunds=0,
-            wanted_hand_refunds=1,
-            label="Hand refund",
-            hint="Scenario 1: crash before the send; support refunds $20 by hand",
-        ),
-        Scenario(
-            id="revoked",
-            key="2",
-            title="Approval revoked during the outage",
-            crash_point=CrashPoint.BEFORE_SEND,
-            outage="revoke",
-            story="The worker dies right before the refund call; support revokes the approval.",
-            wanted_text="no refund",
-            wanted_agent_refunds=0,
-            wanted_hand_refunds=0,
-            label="Revoked",
-            hint="Scenario 2: crash before the send; support revokes the approval",
-        ),
-        Scenario(
-            id="after-answer",
-            key="3",
-            title="Crash after Stripe answered (control)",
-            crash_point=CrashPoint.AFTER_ANSWER,
-            outage="none",
-            story="The worker dies right after Stripe's answer, before anything recorded it.",
-            wanted_text="one $20 refund",
-            wanted_agent_refunds=1,
-            wanted_hand_refunds=0,
-            label="After answer",
-            hint="Scenario 3 (control): crash right after Stripe answered",
-        ),
-    )
-}
-
-# (scenario, emulated switch or "") -> column -> expectation. A switch without its own row
-# uses the base row.
-_E = Expectation
-TRUTH: dict[tuple[str, str], dict[str, Expectation]] = {
-    ("hand-refund", ""): {
-        "standard": _E(1, 1, "sent", None, "two refunds, $40: wrong"),
-        "interlock": _E(0, 1, "refused", "refunds changed", "hand refund only; refused"),
-        "checked": _E(0, 1, "stopped", None, "hand refund only; stopped"),
-    },
-    ("revoked", ""): {
-        "standard": _E(1, 0, "sent", None, "one $20 refund: wrong"),
-        "interlock": _E(0, 0, "refused", "revoked", "none; refused: approval revoked"),
-        "checked": _E(0, 0, "stopped", None, "none; stopped"),
-    },
-    ("after-answer", ""): {
-        "standard": _E(1, 0, "sent", None, "one refund (Stripe replays the key)"),
-        "interlock": _E(1, 0, "adopted", None, "one refund; adopted its own refund"),
-        "checked": _E(1, 0, "stopped", None, "one refund; stopped on its own refund (false alarm)"),
-    },
-    ("after-answer", SWITCH_EMULATE_24H): {
-        "standard": _E(2, 0, "sent", None, "two refunds: wrong (the key expired)"),
-        "interlock": _E(1, 0, "adopted", None, "one refund; adopted"),
-        "checked": _E(1, 0, "stopped", None, "one refund; stopped (false alarm)"),
-    },
-    ("after-answer", SWITCH_NO_LOOKUP): {
-        "standard": _E(1, 0, "sent", None, "one refund"),
-        "interlock": _E(
-            1, 0, "refused", "refunds changed", "one refund; refused: cannot tell it was its own"
-        ),
-        "checked": _E(1, 0, "stopped", None, "one refund; stopped (false alarm)"),
-    },
-}
-
-
 # The sweep: every crash point on a refund's path that every column's worker has, x every
 # outage action (docs/design.md §3). The gate's own steps (a check, an unsettled answer)
 # are certified in-process (`interlock.testing.CRASH_POINTS`).
@@ -223,7 +191,7 @@ SWEEP_CRASH_POINTS: tuple[CrashPoint, ...] = (
     CrashPoint.AFTER_OUTCOME,
     CrashPoint.DURING_RECOVERY,
 )
-SWEEP_OUTAGES: tuple[Outage, ...] = ("none", "hand-refund", "revoke")
+SWEEP_OUTAGES: tuple[Outage, ...] = tuple(Outage)
 # Crash points after which the agent's refund is already at Stripe when people act.
 REACHED_STRIPE = frozenset(
     {CrashPoint.IN_FLIGHT, CrashPoint.AFTER_ANSWER, CrashPoint.AFTER_OUTCOME}
@@ -245,8 +213,10 @@ def sweep_scenario(crash_point: CrashPoint, outage: Outage) -> Scenario:
             f"no sweep cell {crash_point}/{outage}; the sweep's crash points are "
             f"{', '.join(SWEEP_CRASH_POINTS)} and its outages {', '.join(SWEEP_OUTAGES)}"
         )
-    agent = 1 if outage == "none" or crash_point in REACHED_STRIPE else 0
-    hand = 1 if outage == "hand-refund" else 0
+    # A cell's id names its outage in words: read it through the table.
+    outage = Outage(outage)
+    agent = 1 if not outage.acts or crash_point in REACHED_STRIPE else 0
+    hand = outage.hand_refunds
     first, later = (
         (CrashPoint.BEFORE_SEND, (crash_point,)) if crash_point.recovery else (crash_point, ())
     )
@@ -386,8 +356,9 @@ def fault_scenario(fault: str, outage: Outage) -> Scenario:
     spec = FAULTS.get(fault)
     if spec is None or outage not in SWEEP_OUTAGES:
         raise KeyError(f"no fault sweep cell {fault}/{outage}")
-    agent = 1 if outage == "none" or spec.lands else 0
-    hand = 1 if outage == "hand-refund" else 0
+    outage = Outage(outage)
+    agent = 1 if not outage.acts or spec.lands else 0
+    hand = outage.hand_refunds
     wanted = " and ".join(
         part
         for part in (
@@ -441,3 +412,22 @@ def expectation(scenario_id: str, column: str, emulated: list[str]) -> Expectati
         if row is not None:
             return row[column]
     return TRUTH[(scenario_id, "")][column]
+
+
+def _scripted() -> dict[str, Scenario]:
+    """Every module of `scenarios.scripted`, by its scenario's id, in the order of its key."""
+    package = importlib.import_module(f"{__name__}.scripted")
+    found: list[Scenario] = [
+        importlib.import_module(f"{package.__name__}.{module.name}").SCENARIO
+        for module in pkgutil.iter_modules(package.__path__)
+        if not module.name.startswith("_")
+    ]
+    return {s.id: s for s in sorted(found, key=lambda s: s.key)}
+
+
+SCENARIOS: dict[str, Scenario] = _scripted()
+# (scenario, emulated switch or "") -> column -> expectation: every scenario's rows. A switch
+# without its own row uses the base row.
+TRUTH: dict[tuple[str, str], Mapping[str, Expectation]] = {
+    (s.id, switch): row for s in SCENARIOS.values() for switch, row in s.truth.items()
+}

@@ -14,6 +14,9 @@ from workers.agent import Decision
 from workers.context import WorkerContext
 from workers.protocol import CHECK_APPROVAL, CHECK_WORLD, ColumnOutcome, EventKind
 
+# Whether it acts through a gate (and so reaches the gate's own crash points, `gate_only`).
+GATED = False
+
 
 def run(ctx: WorkerContext) -> ColumnOutcome:
     """The standard path, with the re-check (`stop_if_changed`) before a retry."""

@@ -32,6 +32,9 @@ from workers.protocol import ColumnOutcome, EventKind, event_fields, gate_kind
 from workers.protocol.case import Case
 from workers.protocol.words import MONEY_AT, gate_event_text, key_refused_reason
 
+# Whether it acts through a gate (and so reaches the gate's own crash points, `gate_only`).
+GATED = True
+
 
 def run(ctx: WorkerContext) -> ColumnOutcome:
     """Recover this case's journaled action, or decide and submit a new one."""

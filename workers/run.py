@@ -3,15 +3,21 @@
 The same code runs in a real worker process (`workers.standalone`, which SIGKILLs itself
 at the crash point), in a Temporal activity (`workers.temporal_workflows`) and in-process
 for mock runs (where the crash point raises `SimulatedCrash`).
+
+A column's worker is the module named after it (`workers.checked` for `checked`, a `-`
+spelled `_`), holding its `run` and `GATED`: adding a column's worker is adding that
+module. Only the case's own column's module is imported, so a worker on the restart path
+loads no other column's code.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from collections.abc import Callable
+from types import ModuleType
 
 from interlock import CrashPoint
-from workers import checked, interlock, standard
 from workers.context import WorkerContext
 from workers.protocol import ColumnOutcome, EventKind
 from workers.protocol.words import outcome_text, said_at
@@ -26,12 +32,25 @@ class Story:
     gated: bool
 
 
-# Each column's story, by the column's name.
-COLUMNS: dict[str, Story] = {
-    "standard": Story(standard.run, gated=False),
-    "checked": Story(checked.run, gated=False),
-    "interlock": Story(interlock.run, gated=True),
-}
+def story(column: str) -> Story:
+    """The worker of the column called `column`; `ValueError` when it has none."""
+    name = f"{__package__}.{column.replace('-', '_')}"
+    module: ModuleType | None = None
+    if column.replace("-", "_").isidentifier():
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            # Only the column's own module missing means it has no worker; a module it
+            # imports missing is that module's error.
+            if e.name != name:
+                raise
+    run, gated = getattr(module, "run", None), getattr(module, "GATED", None)
+    if not callable(run) or not isinstance(gated, bool):
+        raise ValueError(
+            f"the case names column {column!r}, which has no worker (a module {name} with "
+            "`run` and `GATED`); write the case file again"
+        )
+    return Story(run, gated)
 
 
 def run_worker(ctx: WorkerContext) -> ColumnOutcome:
@@ -40,20 +59,15 @@ def run_worker(ctx: WorkerContext) -> ColumnOutcome:
     A crash point the story never reaches is refused before anything runs: asked to die
     there, the worker would run through and report as if it had been spared.
     """
-    story = COLUMNS.get(ctx.case.column)
-    if story is None:
-        raise ValueError(
-            f"the case names column {ctx.case.column!r}, which is not one of "
-            f"{', '.join(COLUMNS)}; write the case file again"
-        )
+    worker = story(ctx.case.column)
     point = ctx.crash_point
-    if point is not None and point.gate_only and not story.gated:
+    if point is not None and point.gate_only and not worker.gated:
         reached = [p.value for p in CrashPoint if not (p.gate_only or p.held)]
         raise ValueError(
             f"the {ctx.case.column} worker has no gate, so it never reaches the crash point "
             f"{point.value} ({point.doc}); its crash points are {', '.join(reached)}"
         )
-    outcome = story.run(ctx)
+    outcome = worker.run(ctx)
     report(ctx, outcome)
     return outcome
 

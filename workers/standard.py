@@ -37,6 +37,10 @@ def idempotency_key(case: Case) -> str:
     return f"refund-{case.case_id}"
 
 
+# Whether it acts through a gate (and so reaches the gate's own crash points, `gate_only`).
+GATED = False
+
+
 def run(ctx: WorkerContext, before_retry: BeforeRetry | None = None) -> ColumnOutcome:
     """Send the case's refund on the saved decision, or decide, save and send it."""
     case = ctx.case

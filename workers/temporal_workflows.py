@@ -69,7 +69,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workers.protocol import ColumnOutcome, EventKind
     from workers.protocol.case import Case
-    from workers.run import report, run_worker
+    from workers.run import report, run_worker, story
     from workers.standard import idempotency_key
 
 WORKFLOW = "RefundCase"
@@ -278,7 +278,7 @@ class CaseActivities:
             f"refund activity, attempt {attempt}" + (" (Temporal's retry)" if attempt > 1 else ""),
             attempt=attempt,
         )
-        if case.column == "interlock":
+        if story(case.column).gated:
             return _interlock_refund(ctx, decision).to_wire()
         return run_worker(ctx).to_wire()
 

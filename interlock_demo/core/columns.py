@@ -4,13 +4,16 @@ A column's titles (its pane's on each engine, the verdict strip's one word), its
 and what sets it apart: whether its restarted worker reads the payment first, whether it
 acts through interlock's gate (and so signs receipts), whether it is shown only when
 asked for. Code asks the row (`column_kind(name).signs_receipts`) instead of comparing
-column names; the names and their order are the truth table's (`scenarios.COLUMNS`),
-and a unit test holds this table to them. The workers' own side of a column (its story
-as code, `workers/run.py`) stays in `workers/`, which imports nothing of the demo.
+column names; a unit test holds every scenario's truth table rows to these names. The
+columns a run shows are the ones that are not optional and the optional ones it chose: a
+set of rows (`OPTIONAL` or none), never a flag. The workers' own side of a column (its
+story as code, the module `workers/<name>.py`) stays in `workers/`, which imports nothing
+of the demo.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from interlock_demo.errors import UsageError
@@ -84,9 +87,27 @@ def column_kind(name: str) -> ColumnKind:
     return found
 
 
-def shown_columns(*, checked: bool) -> list[str]:
-    """The columns a run has: every one, less the optional ones unless `checked` asks."""
-    return [k.name for k in COLUMN_KINDS.values() if checked or not k.optional]
+OPTIONAL: frozenset[ColumnKind] = frozenset(k for k in COLUMN_KINDS.values() if k.optional)
+"""Every optional column: what the demo shows unless told to leave them out."""
+
+
+def shown_columns(optional: Collection[ColumnKind] = frozenset()) -> list[str]:
+    """The columns a run has: every one that is not optional, and those of `optional`."""
+    return [k.name for k in COLUMN_KINDS.values() if not k.optional or k in optional]
+
+
+def optional_flags(optional: Collection[ColumnKind]) -> dict[str, bool]:
+    """Each optional column's name and whether `optional` has it: how the run JSON's
+    settings, the HTTP body and the command line say it (`"checked": true`)."""
+    return {k.name: k in optional for k in COLUMN_KINDS.values() if k.optional}
+
+
+def optional_from(
+    flags: Mapping[str, object], base: Collection[ColumnKind]
+) -> frozenset[ColumnKind]:
+    """The optional columns `flags` (an optional column's name -> a bool) choose; a column
+    they leave out stays as it is in `base`."""
+    return frozenset(k for k in OPTIONAL if flags.get(k.name, k in base))
 
 
 def gated_column() -> ColumnKind:

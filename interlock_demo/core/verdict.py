@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from interlock import Refund
 from interlock.testing import truthful as is_truthful
-from interlock_demo.core.run import Column, Event, RefundRow, StripeCard, Wanted
-from scenarios import Expectation
+from interlock_demo.core.run import Column, Event, RefundRow, RunEventKind, StripeCard, Wanted
+from scenarios import Expectation, Outage
 from workers.protocol import GATE_CHECK, ColumnOutcome, EventKind
 
 AGENT = "agent"
@@ -78,6 +78,13 @@ def failed_check(col: Column) -> str | None:
         if e.kind == EventKind.RECHECK and e.data.get("failed_check"):
             return str(e.data["failed_check"])
     return None
+
+
+def revoked(col: Column) -> bool:
+    """Whether support revoked the column's approval (its outage event says so)."""
+    return any(
+        e.kind == RunEventKind.OUTAGE and Outage(e.data["outage"]).revokes for e in col.events
+    )
 
 
 def replay(col: Column) -> Event | None:

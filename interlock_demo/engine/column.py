@@ -287,7 +287,7 @@ class ColumnScript:
         assert self.case is not None
         outage = self.scenario.outage
         when = "while the refund call is held at Stripe, " if held else ""
-        if outage == "hand-refund":
+        if outage.refunds_by_hand:
             refund = self.payments.create_refund(self.case.payment_intent, REFUND_AMOUNT)
             self.event(
                 RunEventKind.OUTAGE,
@@ -298,7 +298,7 @@ class ColumnScript:
                 refund_id=refund.id,
                 amount=REFUND_AMOUNT,
             )
-        elif outage == "revoke":
+        elif outage.revokes:
             self.store.revoke_lease(self.case.lease_id, "support")
             self.event(
                 RunEventKind.OUTAGE,

@@ -34,7 +34,14 @@ from interlock import (
     make_stripe_client,
 )
 from interlock.testing import InProcessPayments, PaymentsModel, StripeEmulator
-from interlock_demo.core.columns import COLUMN_KINDS, column_kind, gated_column, shown_columns
+from interlock_demo.core.columns import (
+    COLUMN_KINDS,
+    ColumnKind,
+    column_kind,
+    gated_column,
+    optional_flags,
+    shown_columns,
+)
 from interlock_demo.core.run import (
     SYSTEM_CLOCK,
     SYSTEM_IDS,
@@ -59,7 +66,7 @@ from interlock_demo.engine.process import ProcessLauncher
 from interlock_demo.engine.supervisor import Supervisor
 from interlock_demo.errors import BusyError
 from interlock_demo.settings import EMULATOR_KEY, SUPPORT, TEMPORAL, DemoConfig, support_approver
-from scenarios import CURRENCY, LEASE_CAP, REFUND_AMOUNT, Scenario, scenario
+from scenarios import CURRENCY, LEASE_CAP, REFUND_AMOUNT, SCENARIOS, Scenario, scenario
 from workers.interlock import refund_gate
 from workers.protocol import ColumnOutcome, event_fields, gate_kind
 from workers.protocol.case import Case
@@ -72,7 +79,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class RunChoice:
     """What the next run is: its whole configuration (mode, engine, switches), its scenario,
-    and whether the optional columns (the checked one) run too.
+    and which optional columns (`core.columns.OPTIONAL`: the checked one) run too.
 
     One value, so that whoever starts a run (the app's keys, its HTTP endpoint, a headless
     command) hands the engine everything at once and the engine keeps none of it between
@@ -80,11 +87,15 @@ class RunChoice:
     """
 
     config: DemoConfig
-    scenario: str = "hand-refund"
-    checked: bool = False
+    scenario: str = next(iter(SCENARIOS))
+    optional: frozenset[ColumnKind] = frozenset()
 
     def but(
-        self, *, scenario: str | None = None, checked: bool | None = None, mode: str | None = None
+        self,
+        *,
+        scenario: str | None = None,
+        optional: frozenset[ColumnKind] | None = None,
+        mode: str | None = None,
     ) -> RunChoice:
         """The same choice with these changed (None: as it is); `UsageError` when the mode
         cannot run here (live without keys, mock on Temporal)."""
@@ -94,7 +105,7 @@ class RunChoice:
         return RunChoice(
             config,
             self.scenario if scenario is None else scenario,
-            self.checked if checked is None else checked,
+            self.optional if optional is None else optional,
         )
 
 
@@ -165,14 +176,14 @@ class Engine:
                 raise BusyError("the engine is shutting down")
             if self.current is not None and not self.current.finished:
                 raise BusyError(f"run {self.current.run_id} is still going; one run at a time")
-            kinds = [COLUMN_KINDS[n] for n in shown_columns(checked=choice.checked)]
+            kinds = [COLUMN_KINDS[n] for n in shown_columns(choice.optional)]
             run = Run(
                 mode=config.mode,
                 engine=config.engine,
                 scenario=sc.id,
                 title=sc.title,
                 emulated=config.switches.names,
-                settings=self._settings(config, choice.checked),
+                settings=self._settings(config, choice.optional),
                 columns=[Column(name=k.name, title=k.title_on(config.engine)) for k in kinds],
                 run_id=self.ids.run_id(),
                 clock=self.clock,
@@ -324,13 +335,13 @@ class Engine:
             if owned is not None:
                 owned.close()
 
-    def _settings(self, config: DemoConfig, checked: bool) -> dict[str, Any]:
+    def _settings(self, config: DemoConfig, optional: frozenset[ColumnKind]) -> dict[str, Any]:
         settings: dict[str, Any] = {
             "claim_ttl_s": config.timing.claim_ttl_s,
             "stripe_timeout_s": config.timing.stripe_timeout_s,
             "model": config.model_label,
             "stripe": config.stripe_label,
-            "checked": checked,
+            **optional_flags(optional),
             # The journal's backend, and for PostgreSQL where it is (never the password).
             "store": "memory" if config.run_mode.in_process else config.store_backend,
         }

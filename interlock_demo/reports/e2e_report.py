@@ -42,7 +42,8 @@ from interlock_demo.environment import demo_env
 from interlock_demo.exit_codes import ExitCode
 from interlock_demo.settings import PRIVATE_UMASK, Paths, open_private, private_dir
 from interlock_demo.stopping import Stopped, on_stop
-from scenarios import CURRENCY, SWITCHES
+from scenarios import CURRENCY, SWITCHES, TRUTH
+from scenarios.scripted import after_answer, hand_refund
 from workers.protocol import CHECK_LOOKUP, GATE_CHECK, GATE_CLAIM_WAIT, EventKind
 from workers.protocol.words import EMULATOR, MONEY_AT
 
@@ -50,14 +51,17 @@ COMMAND = "interlock-demo e2e-report"
 DEFAULT_OUT = Path("results/e2e_offline.md")
 ENGINES = ("standalone", "temporal")
 _SWITCH = {s.field: s for s in SWITCHES}
-# (name, scenario, extra flags): every row of the truth table; the switched rows are
-# after-answer's, named after the switch (`after-answer+emulate-24h`).
-CASES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("hand-refund", "hand-refund", ()),
-    ("revoked", "revoked", ()),
-    ("after-answer", "after-answer", ()),
-    *((f"after-answer+{s.name}", "after-answer", (s.flag,)) for s in SWITCHES),
+_SWITCH_ENV = {s.env: s for s in SWITCHES}
+# (name, scenario, extra flags): every row of the truth table; a switched row is named
+# after its switch (`after-answer+emulate-24h`).
+CASES: tuple[tuple[str, str, tuple[str, ...]], ...] = tuple(
+    (sid, sid, ()) if not env else (f"{sid}+{_SWITCH_ENV[env].name}", sid, (_SWITCH_ENV[env].flag,))
+    for sid, env in TRUTH
 )
+# The scenarios the report's notes are about: a false alarm against an adoption, and
+# Temporal's own record of a recovery.
+_CONTROL = after_answer.SCENARIO.id
+_HAND_REFUND = hand_refund.SCENARIO.id
 # A run that takes longer than this is stuck (the demo's own timings take about 30 s).
 RUN_DEADLINE_S = 300.0
 
@@ -427,9 +431,9 @@ def _differences(runs: list[CaseRun]) -> list[str]:
         "",
     ]
     for engine in ENGINES:
-        run = _find(runs, engine, "after-answer")
+        run = _find(runs, engine, _CONTROL)
         checked = run.column("checked") if run else None
-        interlock = run.column("interlock") if run else None
+        interlock = run.column(gated_column().name) if run else None
         if not checked or not interlock:
             lines.append(f"- {engine}: no result for this run.")
             continue
@@ -468,7 +472,7 @@ def _differences(runs: list[CaseRun]) -> list[str]:
         )
     lines.append("")
     for engine in ENGINES:
-        run = _find(runs, engine, f"after-answer+{_SWITCH['emulate_24h'].name}")
+        run = _find(runs, engine, f"{_CONTROL}+{_SWITCH['emulate_24h'].name}")
         if run is None or run.run is None:
             continue
         said = {
@@ -554,7 +558,7 @@ def _check_words(check: Mapping[str, Any]) -> str:
 
 def _money_tie(runs: list[CaseRun]) -> str:
     ties = [
-        _refund_ids(run, "checked") == _refund_ids(run, "interlock")
+        _refund_ids(run, "checked") == _refund_ids(run, gated_column().name)
         and _refund_ids(run, "checked") is not None
         for run in runs
     ]
@@ -586,8 +590,8 @@ def _temporal_notes(runs: list[CaseRun]) -> list[str]:
         if all(a == b and a is not None for a, b in pairs)
         else "The engines differ in at least one cell of the table above; see it."
     )
-    run = _find(runs, "temporal", "hand-refund")
-    col = run.column("interlock") if run else None
+    run = _find(runs, "temporal", _HAND_REFUND)
+    col = run.column(gated_column().name) if run else None
     if col:
         decision = _event(col, RunEventKind.TEMPORAL_DECISION)
         retry = _event(col, RunEventKind.TEMPORAL_RETRY)

@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from interlock import format_amount, is_postgres_url
+from interlock_demo.core.columns import OPTIONAL
 from interlock_demo.core.run import SCHEMA, Column, Run
 from interlock_demo.core.verdict import untruth
 from interlock_demo.engine import Engine, RunChoice
@@ -44,7 +45,7 @@ def write_runs(config: DemoConfig, out: Path) -> Path:
     runs: list[Run] = []
     try:
         for sid in SCENARIOS:
-            runs.append(engine.run(RunChoice(config, sid, checked=True)))
+            runs.append(engine.run(RunChoice(config, sid, optional=OPTIONAL)))
     finally:
         engine.close()
     snapshots = [r.snapshot() for r in runs]

@@ -42,7 +42,7 @@ from typing import Any, TextIO
 
 from interlock import CrashPoint, Store
 from interlock.testing import UNSETTLED_REPORTS
-from interlock_demo.core.columns import column_kind, shown_columns
+from interlock_demo.core.columns import COLUMN_KINDS, OPTIONAL, column_kind, shown_columns
 from interlock_demo.core.run import Column, Run
 from interlock_demo.core.verdict import tally
 from interlock_demo.engine import Engine, RunChoice
@@ -50,7 +50,6 @@ from interlock_demo.exit_codes import ExitCode
 from interlock_demo.settings import TEMPORAL, DemoConfig
 from interlock_demo.stopping import Stopped, on_stop
 from scenarios import (
-    COLUMNS,
     FAULTS,
     SWEEP_CRASH_POINTS,
     SWEEP_FAULTS,
@@ -224,7 +223,7 @@ def run_sweep(
                 if faults is None
                 else fault_scenario(row, outage)  # type: ignore[arg-type]
             )
-            run = engine.run(RunChoice(config, sc.id, checked=True))
+            run = engine.run(RunChoice(config, sc.id, optional=OPTIONAL))
         finally:
             with lock:
                 free.append(engine)
@@ -257,7 +256,7 @@ def run_sweep(
     except Stopped as stop:
         # The runs going end as their workers die; wait for them before counting.
         pool.shutdown(cancel_futures=True)
-        per_run = len(shown_columns(checked=True))
+        per_run = len(shown_columns(OPTIONAL))
         done, going = len(results), len(started) - len(results)
         raise stop.having(
             f"{done * per_run} of {len(plan) * per_run} cells finished, "
@@ -275,7 +274,7 @@ def run_sweep(
 def table(cells: list[Cell]) -> str:
     """The sweep as a Markdown table: one row per (crash point or fault, outage), a cell
     per column."""
-    columns = [c for c in COLUMNS if any(cell.column == c for cell in cells)]
+    columns = [c for c in COLUMN_KINDS if any(cell.column == c for cell in cells)]
     axis = "fault" if any(c.fault is not None for c in cells) else "crash point"
     head = f"| {axis} | outage | wanted | " + " | ".join(columns) + " |"
     rule = "|---|---|---|" + "---|" * len(columns)
@@ -353,7 +352,7 @@ def main_sweep(
     rows = f"{len(SWEEP_FAULTS)} faults" if faults else f"{len(SWEEP_CRASH_POINTS)} crash points"
     sys.stderr.write(
         f"sweep: {rows} x {len(SWEEP_OUTAGES)} outages x "
-        f"{len(COLUMNS)} columns, {config.mode} mode, {parallel} runs at a time\n"
+        f"{len(COLUMN_KINDS)} columns, {config.mode} mode, {parallel} runs at a time\n"
     )
     try:
         cells = run_sweep(

@@ -22,11 +22,12 @@ from types import FrameType
 from typing import Any, TextIO
 
 from interlock import format_amount
+from interlock_demo.core.columns import ColumnKind
 from interlock_demo.core.run import Run
 from interlock_demo.core.verdict import replay_note, untruth
 from interlock_demo.engine import Engine, RunChoice
 from interlock_demo.exit_codes import ExitCode
-from interlock_demo.settings import DemoConfig, mode_named
+from interlock_demo.settings import DemoConfig, line_mark, mode_named
 from interlock_demo.stopping import STOP_SIGNALS
 from scenarios import CURRENCY, SCENARIOS, SWITCHES
 
@@ -52,13 +53,18 @@ class _Progress:
             self.seen[column] = start + len(new)
             for e in new:
                 pid = f" pid {e.pid}" if e.pid else ""
-                mock = "MOCK. " if run.mode == "mock" else ""
-                self.out.write(f"{mock}[{e.t:6.2f}s] {column:<9}{pid}: {e.text}\n")
+                mark = line_mark(mode_named(run.mode))
+                self.out.write(f"{mark}[{e.t:6.2f}s] {column:<9}{pid}: {e.text}\n")
             self.out.flush()
 
 
 def run_headless(
-    config: DemoConfig, scenario_id: str, *, checked: bool, as_json: bool, out: TextIO = sys.stdout
+    config: DemoConfig,
+    scenario_id: str,
+    *,
+    optional: frozenset[ColumnKind],
+    as_json: bool,
+    out: TextIO = sys.stdout,
 ) -> int:
     """Run one scenario or `all`; print the result; return the exit code."""
     ids = list(SCENARIOS) if scenario_id == "all" else [scenario_id]
@@ -77,10 +83,12 @@ def run_headless(
         for sid in ids:
             if interrupted.is_set():
                 break
-            if config.mode == "mock":
-                sys.stderr.write("MOCK. simulated run: in-memory payments, no processes\n")
+            if config.run_mode.in_process:
+                sys.stderr.write(
+                    f"{line_mark(config.run_mode)}simulated run: in-memory payments, no processes\n"
+                )
             run = engine.start(
-                RunChoice(config, sid, checked=checked), listeners=(_Progress(sys.stderr),)
+                RunChoice(config, sid, optional=optional), listeners=(_Progress(sys.stderr),)
             )
             runs.append(run)
             # A mock run has no processes for stop() to kill: Ctrl-C must not wait for it.
@@ -115,7 +123,7 @@ def run_headless(
 
 def _summary(run: Run) -> str:
     snapshot = run.snapshot()
-    mock = "MOCK. " if snapshot.mode == "mock" else ""
+    mock = line_mark(mode_named(snapshot.mode))
     # The emulated rows' predictions differ from the base row's: the line names the switch.
     switches = "".join(f" {_FLAG[e]}" for e in snapshot.emulated)
     verdict = "" if snapshot.verdict is None else f", {snapshot.verdict}"

@@ -59,6 +59,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
+from interlock_demo.core.columns import optional_flags, optional_from
 from interlock_demo.core.run import Run
 from interlock_demo.engine import Engine, RunChoice
 from interlock_demo.errors import BusyError, PortInUseError, UsageError
@@ -568,7 +569,9 @@ class RunApi:
         the body, `UsageError` when its mode cannot run here."""
         if not isinstance(body, dict):
             raise _Refused(400, f"the body must be a JSON object; {BODY_HELP}")
-        unknown = sorted(set(body) - {"scenario", "mode", "checked"})
+        # Each optional column is a field of its own, named after it (`"checked": true`).
+        flags = optional_flags(base.optional)
+        unknown = sorted(set(body) - {"scenario", "mode", *flags})
         if unknown:
             raise _Refused(400, f"unknown field(s) {', '.join(unknown)}; {BODY_HELP}")
         scenario = body.get("scenario")
@@ -583,12 +586,13 @@ class RunApi:
             raise _Refused(
                 400, f"mode must be one of {', '.join(MODES)} (got {_shown(mode)}); {BODY_HELP}"
             )
-        checked = body.get("checked")
-        if "checked" in body and not isinstance(checked, bool):
-            raise _Refused(
-                400, f"checked must be true or false (got {_shown(checked)}); {BODY_HELP}"
-            )
-        return base.but(scenario=scenario, checked=checked, mode=mode)
+        for name in flags:
+            if name in body and not isinstance(body[name], bool):
+                raise _Refused(
+                    400, f"{name} must be true or false (got {_shown(body[name])}); {BODY_HELP}"
+                )
+        optional = optional_from(body, base.optional)
+        return base.but(scenario=scenario, optional=optional, mode=mode)
 
     def _record_error(self, error_id: str, request: web.Request, e: Exception) -> None:
         """Append an unexpected error to the error log: where, what, the traceback.

@@ -38,6 +38,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
+from interlock_demo.core.columns import OPTIONAL, ColumnKind, optional_flags
 from interlock_demo.engine import RunChoice
 from interlock_demo.engine.supervisor import kill_tree
 from interlock_demo.environment import demo_env
@@ -156,7 +157,7 @@ def record(
     mode: str,
     out: Path,
     *,
-    checked: bool = True,
+    optional: frozenset[ColumnKind] = OPTIONAL,
     size: tuple[int, int] = LARGEST,
     hold: float,
     env: Mapping[str, str] | None = None,
@@ -169,8 +170,8 @@ def record(
     port = _free_port()
     cmd = [sys.executable, "-m", "interlock_demo.cli", f"--{mode}", "--http", str(port)]
     cmd.append("--recorded")
-    if not checked:
-        cmd.append("--no-checked")
+    # Each optional column has its flag, named after it (`--no-checked`).
+    cmd += [f"--no-{name}" for name, on in optional_flags(optional).items() if not on]
     parent = os.environ if env is None else env
     # The demo itself, offline or mock: its settings and no key. The terminal it draws for
     # is the recording's (the cast says xterm-256color), in the colours ours has.
@@ -302,13 +303,19 @@ def _write_cast(
 
 
 def main(
-    scenario: str, mode: str, out: Path, *, checked: bool, size: tuple[int, int], hold: float
+    scenario: str,
+    mode: str,
+    out: Path,
+    *,
+    optional: frozenset[ColumnKind],
+    size: tuple[int, int],
+    hold: float,
 ) -> int:
     """The command: 0 when the recording is written, 3 when the run could not finish (or
     a stop signal ended it: `Stopped`, saying that the app stopped and nothing was written)."""
     try:
         path = record(
-            scenario, mode, out, checked=checked, size=size, hold=hold, progress=sys.stderr
+            scenario, mode, out, optional=optional, size=size, hold=hold, progress=sys.stderr
         )
     except Stopped as stop:
         raise stop.having(f"the app and its workers stopped; nothing written to {out}") from None

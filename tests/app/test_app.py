@@ -32,6 +32,7 @@ from textual.widgets._toast import Toast
 
 from interlock_demo import cli
 from interlock_demo import engine as engine_module
+from interlock_demo.core.columns import OPTIONAL, ColumnKind
 from interlock_demo.core.run import Column, ColumnState, Event, Run, RunSnapshot, WorkerInfo
 from interlock_demo.settings import DemoConfig, resolve
 from interlock_demo.views.tui.app import DemoApp, make_app
@@ -88,11 +89,15 @@ def mock_config(home: Path) -> DemoConfig:
 
 
 def new_app(
-    config: DemoConfig, *, checked: bool = False, hold_s: float = 0.0, hold: Hold | None = None
+    config: DemoConfig,
+    *,
+    optional: frozenset[ColumnKind] = frozenset(),
+    hold_s: float = 0.0,
+    hold: Hold | None = None,
 ) -> DemoApp:
     """The app as the CLI makes it, with mock runs unpaced and states held `hold_s`; with
     `hold`, its runs stop after the kill until `hold.release()`."""
-    app = make_app(config, checked=checked)
+    app = make_app(config, optional=optional)
     app.engine.mock_pace_s = 0.0
     app.engine.kill_beat_s = 0.0
     app.phase_hold_s = hold_s
@@ -261,7 +266,7 @@ async def test_enter_runs_the_scenario_and_every_column_shows_its_result(
     home: Path, sid: str
 ) -> None:
     """Enter runs the chosen scenario in every column; each card ends as the truth table says."""
-    app = new_app(mock_config(home), checked=True)
+    app = new_app(mock_config(home), optional=OPTIONAL)
     async with app.run_test(size=SIZE) as pilot:
         run = await start(pilot, SCENARIOS[sid].key)
         await finish(pilot, run)
@@ -290,7 +295,7 @@ async def test_m_toggles_mock_and_labels_everything_mock(home: Path, hold: Hold)
             "ANTHROPIC_API_KEY": "sk-ant-test",
         },
     )
-    app = new_app(config, checked=True, hold=hold)
+    app = new_app(config, optional=OPTIONAL, hold=hold)
     async with app.run_test(size=SIZE) as pilot:
         assert banner(app).startswith("LIVE")
         assert "claim 15 s" in banner(app)  # the live settings line
@@ -460,7 +465,7 @@ async def test_s_after_a_zoom_shows_every_columns_events(
 ) -> None:
     """Zoomed in and out (another column chosen on the way), the screen and an s screenshot
     show each column's newest events, the Interlock column's among them."""
-    app = new_app(mock_config(home), checked=True)
+    app = new_app(mock_config(home), optional=OPTIONAL)
     async with app.run_test(size=size) as pilot:
         run = await start(pilot)
         await finish(pilot, run)
@@ -512,7 +517,7 @@ async def test_the_key_bar_fits_its_width_and_nothing_overlaps(
     """At each projector size, zoomed (z) or not, the footer's keys (the palette's too) sit
     side by side inside the screen: none covers another, none runs off the edge. At 160
     every key is there; zoomed or one column at a time, left and right too."""
-    app = new_app(mock_config(home), checked=True)
+    app = new_app(mock_config(home), optional=OPTIONAL)
     async with app.run_test(size=size) as pilot:
         await finish(pilot, await start(pilot, "1"))
         if zoomed:
@@ -539,7 +544,7 @@ async def test_q_quits_at_once_and_leaves_no_worker(home: Path, key: str) -> Non
     left: the run is stopped, not waited for (left alone, it would sit out a minute's claim).
     Ctrl-C (what a presenter presses by reflex) and Textual's ctrl+q do the same, once."""
     config = resolve(mode="offline", env={"INTERLOCK_HOME": str(home), **LONG_CLAIM})
-    app = new_app(config, checked=True)
+    app = new_app(config, optional=OPTIONAL)
     async with app.run_test(size=SIZE) as pilot:
         run = await start(pilot)
         await _until(pilot, standalone_workers, "a worker process")
@@ -642,7 +647,7 @@ async def test_a_second_start_while_a_run_is_going_is_refused(
         await settle(pilot)
         assert app.scenario == "hand-refund"
         assert app.config.mode == "mock"
-        assert not app.checked
+        assert not app.optional
         assert seen[1:] == [
             "A run is going: choose a scenario after it finishes.",
             "A run is going: switch mock after it finishes.",
@@ -748,7 +753,7 @@ async def test_event_lines_are_appended_never_redrawn(
 
 async def test_the_newest_event_stays_in_view_when_the_card_appears(home: Path) -> None:
     """At 160x45, after the result card took room from the events, their last line is on screen."""
-    app = new_app(mock_config(home), checked=True)
+    app = new_app(mock_config(home), optional=OPTIONAL)
     app.engine.mock_pace_s = 0.02  # the card arrives in its own update, after the last event
     async with app.run_test(size=SIZE) as pilot:
         run = await start(pilot)
@@ -765,7 +770,7 @@ async def test_at_80x24_one_column_at_a_time_and_every_verdict_in_the_strip(
     """At 80x24: one column at a time, the Standard column (the $40 card) first, left/right
     switch it, and the verdict strip shows all three verdicts at once, with the money and a
     reason, above the footer (where the money was read in the strip's border)."""
-    app = new_app(mock_config(home), checked=True)
+    app = new_app(mock_config(home), optional=OPTIONAL)
     async with app.run_test(size=(80, 24)) as pilot:
         app.theme = theme
         run = await start(pilot)
@@ -837,7 +842,7 @@ async def test_the_control_standard_card_says_the_key_was_replayed(
     every width its phase lines say the answer was the same refund and the verdict strip
     that one refund came of two sends; the full card says who replayed it under the same
     key, for a run shown as each mode (a compact card, cut at the bottom, leaves it out)."""
-    app = new_app(mock_config(home), checked=True)
+    app = new_app(mock_config(home), optional=OPTIONAL)
     async with app.run_test(size=size) as pilot:
         run = await start(pilot, "3")
         await finish(pilot, run)
@@ -865,7 +870,7 @@ async def test_three_columns_side_by_side_down_to_100_wide(
 ) -> None:
     """From 100 cells wide the three columns sit side by side (compact cards below 160); the
     header is one line; the footer keeps run, scenarios and quit; z zooms one column."""
-    app = new_app(mock_config(home), checked=True)
+    app = new_app(mock_config(home), optional=OPTIONAL)
     async with app.run_test(size=size) as pilot:
         run = await start(pilot)
         await finish(pilot, run)
@@ -895,7 +900,7 @@ async def test_three_columns_side_by_side_down_to_100_wide(
 
 async def test_at_200x50_every_verdict_is_on_screen_at_once(home: Path) -> None:
     """On a large terminal the three columns sit side by side, each verdict visible."""
-    app = new_app(mock_config(home), checked=True)
+    app = new_app(mock_config(home), optional=OPTIONAL)
     async with app.run_test(size=(200, 50)) as pilot:
         run = await start(pilot)
         await finish(pilot, run)
@@ -1119,7 +1124,7 @@ async def test_mock_says_its_claim_wait_is_simulated_and_names_no_stripe(
 ) -> None:
     """Mock: the claim wait is said to be simulated (no "pid 0" countdown), and no event or
     card says Stripe answered, shows a POST to it or found a refund at it."""
-    app = new_app(mock_config(home), checked=True)
+    app = new_app(mock_config(home), optional=OPTIONAL)
     async with app.run_test(size=SIZE) as pilot:
         run = await start(pilot, SCENARIOS[sid].key)
         await finish(pilot, run)
@@ -1245,7 +1250,7 @@ async def test_sigkill_and_restarting_stay_on_screen_for_the_hold(
     hold_s = 2.0
     clock = PaneClock()
     log = StatusLog(clock)
-    app = pane_app(mock_config(home), hold_s, clock, checked=True)
+    app = pane_app(mock_config(home), hold_s, clock, optional=OPTIONAL)
     async with app.run_test(size=size, message_hook=log.hook) as pilot:
         run = await start(pilot, SCENARIOS[sid].key)
         await finish(pilot, run)
@@ -1323,7 +1328,7 @@ async def test_every_row_of_a_mock_card_on_screen_starts_with_mock(
     """A mock run's cards and status lines, drawn three side by side (or one at a time),
     have "MOCK." at the start of every row on screen: the rows a long line wraps onto (a
     refund's id) and a status's second line (its state, below 160) too."""
-    app = new_app(mock_config(home), checked=True)
+    app = new_app(mock_config(home), optional=OPTIONAL)
     async with app.run_test(size=size) as pilot:
         run = await start(pilot)
         await finish(pilot, run)
@@ -1365,7 +1370,7 @@ async def test_offline_status_lines_keep_their_pids_at_100x30(home: Path) -> Non
 async def test_each_phase_is_a_line_of_its_own(home: Path) -> None:
     """Every column tells its phases in short bold lines: decision, SIGKILL, outage, restart,
     checks, outcome, in that order."""
-    app = new_app(mock_config(home), checked=True)
+    app = new_app(mock_config(home), optional=OPTIONAL)
     async with app.run_test(size=SIZE) as pilot:
         run = await start(pilot)
         await finish(pilot, run)
@@ -1401,7 +1406,7 @@ async def test_the_verdict_strip_gives_money_mark_and_reason(home: Path, sid: st
             "Checked    $20.00 in memory  ⚠ re-checked, but stopped on its own refund",
         ],
     }
-    app = new_app(mock_config(home), checked=True)
+    app = new_app(mock_config(home), optional=OPTIONAL)
     async with app.run_test(size=SIZE) as pilot:
         assert not app.query_one(VerdictStrip).display
         run = await start(pilot, SCENARIOS[sid].key)
@@ -1434,7 +1439,7 @@ async def assert_the_strip_is_whole_in_every_mode(pilot: Pilot[Any], run: Run) -
 async def test_the_verdict_strip_is_whole_at_80_columns_in_every_mode(home: Path, sid: str) -> None:
     """At 80x24, each scenario's verdicts (and, after a refusal, the re-approved one) read
     whole in every mode's words: at Stripe (live), at the emulator (offline), in memory."""
-    app = new_app(mock_config(home), checked=True)
+    app = new_app(mock_config(home), optional=OPTIONAL)
     async with app.run_test(size=(80, 24)) as pilot:
         run = await start(pilot, SCENARIOS[sid].key)
         await finish(pilot, run)
@@ -1449,7 +1454,7 @@ async def test_the_verdict_strip_is_whole_at_80_columns_in_every_mode(home: Path
 
 async def test_messages_never_cover_a_verdict(home: Path) -> None:
     """At 80x24 after a run, messages go to the message line: no toast over the verdicts."""
-    app = new_app(mock_config(home), checked=True)
+    app = new_app(mock_config(home), optional=OPTIONAL)
     async with app.run_test(size=(80, 24)) as pilot:
         run = await start(pilot)
         await finish(pilot, run)
@@ -1469,7 +1474,7 @@ async def test_messages_never_cover_a_verdict(home: Path) -> None:
 async def test_cards_send_no_mixed_signals(home: Path) -> None:
     """A winning Interlock card shows no red ✗ (the check that refused did its job); an adopted
     one says the lookup found its refund; the checked false alarm is one ⚠ verdict."""
-    app = new_app(mock_config(home), checked=True)
+    app = new_app(mock_config(home), optional=OPTIONAL)
     async with app.run_test(size=SIZE) as pilot:
         run = await start(pilot, "1")
         await finish(pilot, run)
@@ -1601,7 +1606,7 @@ async def test_presenter_mode_advances_one_phase_per_press(home: Path) -> None:
 async def test_resizing_the_terminal_lays_the_columns_out_again(home: Path) -> None:
     """A projector change mid-talk: from 160x45 to 80x24 one column shows and the message
     line says so; back at 160x45 all three show and the message no longer says one."""
-    app = new_app(mock_config(home), checked=True)
+    app = new_app(mock_config(home), optional=OPTIONAL)
     async with app.run_test(size=SIZE) as pilot:
         run = await start(pilot)
         await finish(pilot, run)
@@ -1667,7 +1672,7 @@ async def test_the_key_bar_is_drawn_in_an_app_that_starts_unfocused(home: Path) 
 async def test_outside_presenter_mode_a_run_stays_on_its_first_kill(home: Path) -> None:
     """The app's runs (not presenter mode) wait a beat after the first kill before the
     outage, so a room sees the kill even where nothing else waits (after the answer)."""
-    app = make_app(mock_config(home), checked=False)
+    app = make_app(mock_config(home), optional=frozenset())
     app.engine.mock_pace_s = 0.0
     app.phase_hold_s = 0.0
     assert app.engine.kill_beat_s >= 2.0
@@ -1686,7 +1691,7 @@ async def test_z_back_at_80_columns_says_one_column_shows_not_all(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """At 80 columns, z and z again leave one column on screen; the message says so."""
-    app = new_app(mock_config(home), checked=True)
+    app = new_app(mock_config(home), optional=OPTIONAL)
     async with app.run_test(size=(80, 24)) as pilot:
         seen = notices(app, monkeypatch)
         await pilot.press("z", "z")
@@ -1710,7 +1715,7 @@ async def test_left_and_right_keep_the_message_on_the_column_shown(
 ) -> None:
     """Once the message names the column shown alone (zoomed, or one at a time), left and
     right change it with the column: it never names a column that is not on screen."""
-    app = new_app(mock_config(home), checked=True)
+    app = new_app(mock_config(home), optional=OPTIONAL)
     async with app.run_test(size=size) as pilot:
         await finish(pilot, await start(pilot, "1"))
         await pilot.press(*keys)

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from textual.pilot import Pilot
 
+from interlock_demo.core.columns import OPTIONAL, ColumnKind
 from interlock_demo.core.run import ClaimWait, Clock, ColumnState, Ids, Run
 from interlock_demo.settings import resolve
 from interlock_demo.views.tui.app import DemoApp, make_app
@@ -126,7 +127,7 @@ def hold() -> Iterator[Hold]:
 def mock_app(
     home: Path,
     *,
-    checked: bool = True,
+    optional: frozenset[ColumnKind] = OPTIONAL,
     deterministic: Deterministic | None = None,
     hold: Hold | None = None,
 ) -> DemoApp:
@@ -137,9 +138,9 @@ def mock_app(
     """
     config = resolve(mode="mock", env={"INTERLOCK_HOME": str(home)})
     if deterministic is None:
-        app = make_app(config, checked=checked)
+        app = make_app(config, optional=optional)
     else:
-        app = make_app(config, checked=checked, clock=deterministic.clock, ids=deterministic.ids)
+        app = make_app(config, optional=optional, clock=deterministic.clock, ids=deterministic.ids)
     app.engine.mock_pace_s = 0.0
     app.engine.kill_beat_s = 0.0
     if hold is not None:
@@ -182,7 +183,7 @@ def home(tmp_path: Path) -> Path:
 def test_idle_offline(snap_compare: Snap, home: Path) -> None:
     """The idle screen in offline mode: the rehearsal banner and three empty columns."""
     config = resolve(mode="offline", env={"INTERLOCK_HOME": str(home)})
-    app = make_app(config, checked=True)
+    app = make_app(config, optional=OPTIONAL)
     app.temporal_missing = None  # the same screen whether or not the Temporal extra is here
     assert snap_compare(app, terminal_size=SIZE)
 
@@ -232,7 +233,7 @@ def test_finished_without_the_checked_column(
     snap_compare: Snap, home: Path, deterministic: Deterministic
 ) -> None:
     """Without the checked column the two other columns share the width."""
-    app = mock_app(home, checked=False, deterministic=deterministic)
+    app = mock_app(home, optional=frozenset(), deterministic=deterministic)
     assert snap_compare(app, terminal_size=SIZE, run_before=finished("1"))
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from interlock import CrashPoint
+from interlock_demo.core.columns import OPTIONAL
 from interlock_demo.core.run import Run
 from interlock_demo.engine import Engine, RunChoice
 from interlock_demo.settings import resolve
@@ -194,13 +195,13 @@ def told(home: Path, scenario: str) -> dict[str, tuple[list[tuple[str, str]], st
     engine.mock_pace_s = 0.0
     engine.kill_beat_s = 0.0
     try:
-        run = engine.start(RunChoice(config, scenario, checked=True))
+        run = engine.start(RunChoice(config, scenario, optional=OPTIONAL))
         assert run.wait(RUN_DEADLINE_S), "the mock run did not finish"
         snapshot = run.snapshot()
     finally:
         engine.close()
     assert snapshot.error is None, snapshot.error
-    return {c.name: (phase_lines(c), reason(c, scenario)) for c in snapshot.columns}
+    return {c.name: (phase_lines(c), reason(c)) for c in snapshot.columns}
 
 
 @pytest.mark.parametrize("reword", [None, reword_texts, reword_every_line])

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from interlock_demo.core.columns import COLUMN_KINDS, shown_columns
+from interlock_demo.core.columns import COLUMN_KINDS, OPTIONAL, shown_columns
 from interlock_demo.settings import resolve
 from interlock_demo.views.http_api import for_view
 from interlock_demo.views.tui.app import make_app
@@ -41,7 +41,10 @@ def _post(port: int, body: dict[str, object]) -> int:
 async def test_post_without_checked_keeps_the_apps_column(tmp_path: Path, checked: bool) -> None:
     """With the column shown (or hidden) in the app, a POST that leaves "checked" out runs
     with the same columns and leaves the app's setting alone."""
-    app = make_app(resolve(mode="mock", env={"INTERLOCK_HOME": str(tmp_path)}), checked=checked)
+    app = make_app(
+        resolve(mode="mock", env={"INTERLOCK_HOME": str(tmp_path)}),
+        optional=OPTIONAL if checked else frozenset(),
+    )
     api = for_view(app, port=0)
     async with app.run_test(size=(160, 45)) as pilot:
         api.start()
@@ -56,13 +59,15 @@ async def test_post_without_checked_keeps_the_apps_column(tmp_path: Path, checke
             api.stop()
     expected = ["standard", "interlock", "checked"] if checked else ["standard", "interlock"]
     assert [c.name for c in run.columns] == expected
-    assert app.checked is checked
+    assert app.optional == (OPTIONAL if checked else frozenset())
 
 
 async def test_enter_after_a_post_in_another_mode_runs_the_mode_on_screen(tmp_path: Path) -> None:
     """A POSTed run in another mode puts that mode on screen (a mock run is labelled MOCK);
     the next enter then runs in the mode the screen shows, not the engine's earlier one."""
-    app = make_app(resolve(mode="offline", env={"INTERLOCK_HOME": str(tmp_path)}), checked=False)
+    app = make_app(
+        resolve(mode="offline", env={"INTERLOCK_HOME": str(tmp_path)}), optional=frozenset()
+    )
     api = for_view(app, port=0)
     async with app.run_test(size=(160, 45)) as pilot:
         api.start()
@@ -91,7 +96,9 @@ async def test_a_post_runs_the_apps_choice_with_what_it_names_changed(tmp_path: 
     naming a scenario and a mode keeps the app's emulated switch and checked column, and
     afterwards the app's choice is exactly the one that ran (mode, scenario, switches,
     columns), on screen and for the next enter."""
-    app = make_app(resolve(mode="offline", env={"INTERLOCK_HOME": str(tmp_path)}), checked=True)
+    app = make_app(
+        resolve(mode="offline", env={"INTERLOCK_HOME": str(tmp_path)}), optional=OPTIONAL
+    )
     api = for_view(app, port=0)
     async with app.run_test(size=(160, 45)) as pilot:
         api.start()
@@ -111,7 +118,7 @@ async def test_a_post_runs_the_apps_choice_with_what_it_names_changed(tmp_path: 
                 app.config.mode,
                 app.scenario,
                 app.config.switches.names,
-                shown_columns(checked=app.checked),
+                shown_columns(app.optional),
             )
             assert ran == chosen == ("mock", "after-answer", [no_lookup.env], list(COLUMN_KINDS))
 

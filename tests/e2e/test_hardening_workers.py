@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from interlock import CrashPoint
+from interlock_demo.core.columns import OPTIONAL
 from interlock_demo.engine import Engine, RunChoice
 from interlock_demo.engine.process import ProcessLauncher
 from interlock_demo.engine.temporal.launcher import TemporalLauncher
@@ -166,7 +167,7 @@ def test_real_workers_get_the_allow_list_and_only_the_secrets_they_need(
     engine = Engine(config)
     try:
         docs = [
-            engine.run(RunChoice(config, sid, checked=True), RUN_DEADLINE_S).to_json()
+            engine.run(RunChoice(config, sid, optional=OPTIONAL), RUN_DEADLINE_S).to_json()
             for sid in ("hand-refund", after_decision)
         ]
     finally:
@@ -190,7 +191,9 @@ def test_temporal_workers_get_the_allow_list_and_only_the_secrets_they_need(
     config = resolve(mode="offline", engine="temporal")
     engine = Engine(config)
     try:
-        doc = engine.run(RunChoice(config, "hand-refund", checked=True), RUN_DEADLINE_S).to_json()
+        doc = engine.run(
+            RunChoice(config, "hand-refund", optional=OPTIONAL), RUN_DEADLINE_S
+        ).to_json()
     finally:
         engine.close()
     _check_workers([doc], folder, {"hand-refund": (True, False)})

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from interlock_demo import settings
+from interlock_demo.core.columns import OPTIONAL
 from interlock_demo.core.run import Run
 from interlock_demo.engine import Engine, RunChoice
 from interlock_demo.errors import PortInUseError
@@ -273,14 +274,14 @@ def test_post_keeps_what_it_does_not_name_of_the_views_choice(tmp_path: Path) ->
     the view's engine stays, so mock on the view's Temporal is refused with the mode
     table's own words and nothing starts."""
     offline = settings.resolve(mode="offline", env={"INTERLOCK_HOME": str(tmp_path), "PATH": ""})
-    choices = [RunChoice(dataclasses.replace(offline, engine="temporal"), checked=True)]
+    choices = [RunChoice(dataclasses.replace(offline, engine="temporal"), optional=OPTIONAL)]
     eng = Engine(offline)
     server = RunApi(eng, choice=lambda: choices[-1], port=0).start()
     try:
         answer = Client(server.port).post({"scenario": "revoked", "mode": "mock"})
         assert answer.status == 400
         assert answer.error.startswith(str(settings.mode_named("mock").refusal("temporal")))
-        choices.append(RunChoice(offline.with_mode("mock"), checked=True))
+        choices.append(RunChoice(offline.with_mode("mock"), optional=OPTIONAL))
         run = started(Client(server.port).post({"scenario": "revoked"}), eng)
         assert run.wait(WAIT_S)
     finally:

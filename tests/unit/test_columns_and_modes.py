@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from interlock_demo.core.columns import COLUMN_KINDS, column_kind, gated_column, shown_columns
+from interlock_demo.core.columns import (
+    COLUMN_KINDS,
+    OPTIONAL,
+    column_kind,
+    gated_column,
+    optional_flags,
+    optional_from,
+    shown_columns,
+)
 from interlock_demo.engine import RunChoice
 from interlock_demo.errors import UsageError
 from interlock_demo.settings import (
@@ -20,7 +28,8 @@ from interlock_demo.settings import (
     resolve,
     worker_env,
 )
-from scenarios import COLUMNS, TRUTH
+from scenarios import TRUTH
+from workers.run import story
 
 STRIPE_KEY = "sk_test_madeUpForTheModeTable4242424242"
 ANTHROPIC_KEY = "sk-ant-api03-madeUpForTheModeTable-0000"
@@ -33,11 +42,24 @@ def _config(tmp_path: Path, mode: str, **keys: str) -> DemoConfig:
 # -- columns -----------------------------------------------------------------------------
 
 
-def test_the_table_has_the_truth_tables_columns_in_its_order() -> None:
-    """Every column the truth table judges has its row, in the same order, and no other."""
-    assert tuple(COLUMN_KINDS) == COLUMNS
+def test_every_truth_row_judges_exactly_the_tables_columns() -> None:
+    """Every row of every scenario's truth table has each column of the table, and no other."""
     for rows in TRUTH.values():
         assert set(rows) == set(COLUMN_KINDS)
+
+
+def test_every_column_has_its_worker_and_only_the_gated_one_runs_through_a_gate() -> None:
+    """A column's worker is the module named after it; it runs through a gate exactly when
+    its column signs receipts. A column without one is refused in words."""
+    assert {name: story(name).gated for name in COLUMN_KINDS} == {
+        k.name: k.signs_receipts for k in COLUMN_KINDS.values()
+    }
+    with pytest.raises(ValueError, match="column 'blind-retry', which has no worker"):
+        story("blind-retry")
+    with pytest.raises(ValueError, match="column 'protocol', which has no worker"):
+        story("protocol")
+    with pytest.raises(ValueError, match=r"column '\.\./checked', which has no worker"):
+        story("../checked")
 
 
 def test_an_unknown_column_raises_naming_the_columns() -> None:
@@ -62,9 +84,16 @@ def test_the_standard_worker_alone_reads_nothing_on_restart() -> None:
 
 
 def test_the_optional_column_runs_only_when_asked() -> None:
-    """The checked column is in a run only with `checked`; the others always are."""
-    assert shown_columns(checked=False) == ["standard", "interlock"]
-    assert shown_columns(checked=True) == ["standard", "interlock", "checked"]
+    """The checked column is in a run only when its set has it; the others always are. Its
+    flag (the run JSON's, the HTTP body's, the command line's) is named after it."""
+    assert {COLUMN_KINDS["checked"]} == OPTIONAL
+    assert shown_columns(frozenset()) == ["standard", "interlock"]
+    assert shown_columns(OPTIONAL) == ["standard", "interlock", "checked"]
+    assert optional_flags(OPTIONAL) == {"checked": True}
+    assert optional_flags(frozenset()) == {"checked": False}
+    assert optional_from({"checked": False}, OPTIONAL) == frozenset()
+    assert optional_from({"scenario": "revoked"}, OPTIONAL) == OPTIONAL
+    assert optional_from({}, frozenset()) == frozenset()
 
 
 def test_each_engine_has_its_own_pane_titles() -> None:
@@ -165,19 +194,19 @@ def test_a_mode_change_keeps_only_what_the_mode_takes(tmp_path: Path) -> None:
 
 def test_a_run_choice_changes_only_what_it_is_told(tmp_path: Path) -> None:
     """`RunChoice.but` keeps the rest of the choice: another mode keeps the engine, the
-    scenario and the checked column; leaving something out keeps it as it was."""
+    scenario and the optional columns; leaving something out keeps it as it was."""
     offline = _config(tmp_path, "offline")
-    choice = RunChoice(offline, "revoked", checked=True)
+    choice = RunChoice(offline, "revoked", optional=OPTIONAL)
     assert choice.but() == choice
     mocked = choice.but(mode="mock")
-    assert (mocked.config.mode, mocked.config.engine, mocked.scenario, mocked.checked) == (
+    assert (mocked.config.mode, mocked.config.engine, mocked.scenario, mocked.optional) == (
         "mock",
         "standalone",
         "revoked",
-        True,
+        OPTIONAL,
     )
-    assert choice.but(checked=False, scenario="after-answer") == RunChoice(
-        offline, "after-answer", checked=False
+    assert choice.but(optional=frozenset(), scenario="after-answer") == RunChoice(
+        offline, "after-answer", optional=frozenset()
     )
     with pytest.raises(UsageError, match="unknown mode 'turbo'"):
         choice.but(mode="turbo")

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from interlock import CrashPoint
+from interlock_demo.core.columns import OPTIONAL, ColumnKind
 from interlock_demo.core.run import Clock, Ids
 from interlock_demo.engine import Engine, RunChoice
 from interlock_demo.settings import resolve
@@ -35,13 +36,15 @@ CASE_FLAGS: dict[str, dict[str, bool]] = {
 }
 
 
-def _mock_run(tmp_path: Path, case: str, checked: bool = True) -> dict[str, Any]:
+def _mock_run(
+    tmp_path: Path, case: str, optional: frozenset[ColumnKind] = OPTIONAL
+) -> dict[str, Any]:
     config = resolve(
         mode="mock", env={"INTERLOCK_HOME": str(tmp_path / "home")}, **CASE_FLAGS[case]
     )
     engine = Engine(config)
     try:
-        run = engine.start(RunChoice(config, case.split("+")[0], checked=checked))
+        run = engine.start(RunChoice(config, case.split("+")[0], optional=optional))
         assert run.wait(RUN_DEADLINE_S), "the mock run did not finish"
         return run.to_json()
     finally:
@@ -105,7 +108,7 @@ def test_every_swept_crash_point_kills_every_columns_worker(
     config = resolve(mode="mock", env={"INTERLOCK_HOME": str(tmp_path / "home")})
     engine = Engine(config)
     try:
-        run = engine.start(RunChoice(config, sc.id, checked=True))
+        run = engine.start(RunChoice(config, sc.id, optional=OPTIONAL))
         assert run.wait(RUN_DEADLINE_S), "the mock run did not finish"
         doc = run.to_json()
     finally:
@@ -119,7 +122,7 @@ def test_every_swept_crash_point_kills_every_columns_worker(
 
 def test_mock_claim_wait_is_shown_not_waited(tmp_path: Path) -> None:
     """Interlock's restart waits out a 15 s claim on the mock clock: shown, finished at once."""
-    doc = _mock_run(tmp_path, "after-answer", checked=False)
+    doc = _mock_run(tmp_path, "after-answer", optional=frozenset())
     assert doc["settings"]["claim_ttl_s"] == 15
     interlock = doc["columns"][1]
     kinds = [e["kind"] for e in interlock["events"]]
@@ -135,7 +138,7 @@ def test_a_finished_column_keeps_its_claim_wait(tmp_path: Path) -> None:
     The card fills when the column finishes; the wait it showed while waiting stays in the
     record (a reader of the JSON asks why the run took 19 s).
     """
-    doc = _mock_run(tmp_path, "after-answer", checked=False)
+    doc = _mock_run(tmp_path, "after-answer", optional=frozenset())
     standard, interlock = doc["columns"]
     assert interlock["state"] == "done"
     wait = interlock["claim_wait"]
@@ -179,7 +182,7 @@ def test_runs_take_their_ids_and_clock_from_the_engine(tmp_path: Path) -> None:
     clock = Clock(monotonic=lambda: 42.0, wall=lambda: WALL)
     engine = Engine(config, clock=clock, ids=counting.ids())
     try:
-        run = engine.start(RunChoice(config, "hand-refund", checked=True))
+        run = engine.start(RunChoice(config, "hand-refund", optional=OPTIONAL))
         assert run.wait(RUN_DEADLINE_S), "the mock run did not finish"
         engine.reapprove(run)
         doc = run.to_json()
@@ -210,7 +213,7 @@ def test_a_hold_stops_every_column_before_its_outage_unseen_by_views(tmp_path: P
     config = resolve(mode="mock", env={"INTERLOCK_HOME": str(tmp_path / "home")})
     engine = Engine(config, hold=hold)
     try:
-        run = engine.start(RunChoice(config, "hand-refund", checked=True))
+        run = engine.start(RunChoice(config, "hand-refund", optional=OPTIONAL))
         assert hold.wait_until_waiting("outage", 3, RUN_DEADLINE_S), "no column reached the hold"
         assert run.pacer is None and not run.finished
         for col in run.snapshot().columns:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from interlock_demo.core.columns import OPTIONAL
 from interlock_demo.core.verdict import replay_note
 from interlock_demo.engine import Engine, RunChoice
 from interlock_demo.exit_codes import ExitCode
@@ -57,7 +58,7 @@ def _summary(tmp_path: Path, case: str) -> tuple[int, list[str]]:
     flags = {switch.replace("-", "_"): True} if switch else {}
     config = resolve(mode="mock", env={"INTERLOCK_HOME": str(tmp_path / "home")}, **flags)
     out = io.StringIO()
-    code = run_headless(config, scenario, checked=True, as_json=False, out=out)
+    code = run_headless(config, scenario, optional=OPTIONAL, as_json=False, out=out)
     return code, out.getvalue().splitlines()
 
 
@@ -126,7 +127,7 @@ def test_a_replay_is_said_of_who_answered_in_each_mode(tmp_path: Path, mode: str
     config = resolve(mode="mock", env={"INTERLOCK_HOME": str(tmp_path / "home")})
     engine = Engine(config)
     try:
-        run = engine.run(RunChoice(config, "after-answer", checked=False))
+        run = engine.run(RunChoice(config, "after-answer", optional=frozenset()))
     finally:
         engine.close()
     standard = run.snapshot().columns[0]

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from interlock_demo.core.columns import OPTIONAL
 from interlock_demo.core.run import Run
 from interlock_demo.engine import Engine, RunChoice
 from interlock_demo.engine.temporal import probe
@@ -92,7 +93,7 @@ def test_a_sweep_cell_reads_each_report_from_its_outcome_event_fields(
     config = resolve(mode="mock", env={"INTERLOCK_HOME": str(tmp_path / "home")})
     engine = Engine(config)
     try:
-        run = engine.run(RunChoice(config, "after-answer", checked=True))
+        run = engine.run(RunChoice(config, "after-answer", optional=OPTIONAL))
     finally:
         engine.close()
     reports = {c.column: c.reports for c in sweep.cells_of(run, "after-answer", "none")}

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from interlock_demo.core.columns import OPTIONAL
 from interlock_demo.core.run import RunSnapshot
 from interlock_demo.engine import Engine, RunChoice
 from interlock_demo.exit_codes import ExitCode
@@ -28,7 +29,7 @@ def _mock_doc(tmp_path: Path, scenario: str) -> dict[str, Any]:
     config = resolve(mode="mock", env={"INTERLOCK_HOME": str(tmp_path / "home")})
     engine = Engine(config)
     try:
-        return engine.run(RunChoice(config, scenario, checked=True)).to_json()
+        return engine.run(RunChoice(config, scenario, optional=OPTIONAL)).to_json()
     finally:
         engine.close()
 

@@ -14,6 +14,7 @@ import pytest
 
 from interlock import CrashPoint, GateEvent
 from interlock.testing import event_problem
+from interlock_demo.core.columns import OPTIONAL
 from interlock_demo.core.run import (
     SCHEMA,
     ClaimWait,
@@ -41,7 +42,7 @@ def _mock_doc(home: Path, scenario: str, switches: dict[str, bool]) -> dict[str,
     config = resolve(mode="mock", env={"INTERLOCK_HOME": str(home)}, **switches)
     engine = Engine(config)
     try:
-        return engine.run(RunChoice(config, scenario, checked=True)).to_json()
+        return engine.run(RunChoice(config, scenario, optional=OPTIONAL)).to_json()
     finally:
         engine.close()
 

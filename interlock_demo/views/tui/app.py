@@ -6,7 +6,7 @@ the run (`Run.snapshot()`) on its own thread; a change of any run but the one on
 dropped, so a late update can never repaint over a new run. What the screen shows (the
 choice for the next run, the run on screen, the chosen column, zoom, presenter mode) is
 reactive: its watch_ methods redraw. The app owns the choice (`RunChoice`: configuration,
-scenario, checked column) and hands it whole to `Engine.start`, from its keys and from its
+scenario, optional columns) and hands it whole to `Engine.start`, from its keys and from its
 HTTP endpoint alike, so the screen and the engine never disagree about what ran.
 
 It fits any projector: three columns side by side from 160 cells wide, the same with
@@ -39,7 +39,14 @@ from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from interlock_demo.core.columns import COLUMN_KINDS, column_kind, gated_column, shown_columns
+from interlock_demo.core.columns import (
+    COLUMN_KINDS,
+    OPTIONAL,
+    ColumnKind,
+    column_kind,
+    gated_column,
+    shown_columns,
+)
 from interlock_demo.core.run import SYSTEM_CLOCK, SYSTEM_IDS, Clock, Ids, Pacer, Run, RunSnapshot
 from interlock_demo.engine import Engine, RunChoice
 from interlock_demo.engine.temporal.probe import temporal_unavailable
@@ -233,7 +240,8 @@ class DemoApp(App[int]):
             "toggle_checked",
             "Checked",
             id="toggle-checked",
-            tooltip=f"Show or hide the third column: {COLUMN_KINDS['checked'].story}",
+            tooltip="Show or hide the third column: "
+            + "; ".join(k.story for k in COLUMN_KINDS.values() if k.optional),
         ),
         Binding(
             "m",
@@ -282,13 +290,13 @@ class DemoApp(App[int]):
         self,
         config: DemoConfig,
         *,
-        checked: bool = True,
+        optional: frozenset[ColumnKind] = OPTIONAL,
         clock: Clock = SYSTEM_CLOCK,
         ids: Ids = SYSTEM_IDS,
     ) -> None:
         """`clock` and `ids` go to the engine: a test passes its own to draw the same run twice."""
         super().__init__()
-        self.set_reactive(DemoApp.choice, RunChoice(config, checked=checked))
+        self.set_reactive(DemoApp.choice, RunChoice(config, optional=optional))
         self.engine = Engine(
             config, mock_pace_s=MOCK_PACE_S, clock=clock, ids=ids, kill_beat_s=KILL_BEAT_S
         )
@@ -316,9 +324,9 @@ class DemoApp(App[int]):
         return self.choice.scenario
 
     @property
-    def checked(self) -> bool:
-        """Whether the next run has the checked column."""
-        return self.choice.checked
+    def optional(self) -> frozenset[ColumnKind]:
+        """The optional columns the next run has."""
+        return self.choice.optional
 
     # -- layout ----------------------------------------------------------------------------
 
@@ -439,7 +447,7 @@ class DemoApp(App[int]):
     def _column_names(self) -> list[str]:
         if self.run_on_screen is not None:
             return [c.name for c in self.run_on_screen.columns]
-        return shown_columns(checked=self.checked)
+        return shown_columns(self.optional)
 
     def _apply_config(self) -> None:
         """Redraw everything that depends on the mode, the switches and the selection."""
@@ -540,7 +548,7 @@ class DemoApp(App[int]):
             scenario=snapshot.scenario if snapshot else self.scenario,
             mode=snapshot.mode if snapshot else self.config.mode,
             engine=self._engine_label(),
-            checked=self.checked,
+            optional=self.optional,
             run=snapshot,
             presenter=self._presenter_hint(snapshot),
         )
@@ -739,11 +747,11 @@ class DemoApp(App[int]):
         """Show or hide the hand-written check column."""
         if self._refuse_while_running("toggle the checked column"):
             return
-        self.choice = self.choice.but(checked=not self.checked)
+        self.choice = self.choice.but(optional=frozenset() if self.optional else OPTIONAL)
         optional = [k.title_on(self.config.engine) for k in COLUMN_KINDS.values() if k.optional]
         shown = " and ".join(optional)
         self.notify(
-            f"{shown} shown in the next run." if self.checked else f"{shown} left out (c again)."
+            f"{shown} shown in the next run." if self.optional else f"{shown} left out (c again)."
         )
 
     def _title(self, column: str) -> str:
@@ -938,21 +946,22 @@ def _short_path(path: Path) -> str:
 def make_app(
     config: DemoConfig,
     *,
-    checked: bool = True,
+    optional: frozenset[ColumnKind] = OPTIONAL,
     clock: Clock = SYSTEM_CLOCK,
     ids: Ids = SYSTEM_IDS,
 ) -> DemoApp:
     """The app factory used by the CLI, the Pilot tests and the snapshot tests.
 
-    `clock` and `ids` are the engine's (the snapshot tests pass their own).
+    `optional`: the optional columns the first run shows (`c` toggles them). `clock` and
+    `ids` are the engine's (the snapshot tests pass their own).
     """
-    return DemoApp(config, checked=checked, clock=clock, ids=ids)
+    return DemoApp(config, optional=optional, clock=clock, ids=ids)
 
 
 def run_app(
     config: DemoConfig,
     *,
-    checked: bool = True,
+    optional: frozenset[ColumnKind] = OPTIONAL,
     http_port: int | None = None,
     recorded: bool = False,
 ) -> int:
@@ -961,7 +970,7 @@ def run_app(
     `recorded`: `interlock-demo record` runs it, so the screen leaves out the JSON's
     address, which a replay outlives (the recorder reads the JSON itself).
     """
-    app = make_app(config, checked=checked)
+    app = make_app(config, optional=optional)
     api = None
     if http_port is not None:
         from interlock_demo.views.http_api import for_view

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from interlock import Switches
+from interlock_demo.core.columns import OPTIONAL
 from interlock_demo.core.run import ColumnState, Run
 from interlock_demo.environment import child_env
 from interlock_demo.errors import KeyRefusedError, ScreenshotError, UsageError
@@ -82,7 +83,7 @@ async def _take(
 
     config = resolve(mode="offline", env=env)
     out.mkdir(parents=True, exist_ok=True)
-    app = make_app(config, checked=True)
+    app = make_app(config, optional=OPTIONAL)
     loop = asyncio.get_running_loop()
     # A stop closes the engine on the loop, not in the signal handler (the app's handlers
     # call the engine there): the run going ends as its workers die and no other starts,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
+from interlock_demo.core.columns import COLUMN_KINDS, ColumnKind
 from interlock_demo.core.run import RunSnapshot
 from interlock_demo.settings import mode_named
 from scenarios import SCENARIOS
@@ -25,7 +26,7 @@ class RunHeader(Static):
         scenario: str,
         mode: str,
         engine: str,
-        checked: bool,
+        optional: frozenset[ColumnKind],
         run: RunSnapshot | None,
         presenter: str | None = None,
     ) -> None:
@@ -57,5 +58,6 @@ class RunHeader(Static):
                 text.append("\n")
                 text.append(f"PRESENTER {presenter}", style="bold reverse")
         else:
-            text.append(f"  · {mode} · {engine}" + (" · checked column" if checked else ""))
+            chosen = "".join(f" · {k.name} column" for k in COLUMN_KINDS.values() if k in optional)
+            text.append(f"  · {mode} · {engine}{chosen}")
         self.update(text)

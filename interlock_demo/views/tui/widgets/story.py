@@ -16,9 +16,10 @@ from rich.text import Text
 from textual.widgets import Static
 
 from interlock import CrashPoint, GateEvent, format_amount
+from interlock_demo.core.columns import column_kind
 from interlock_demo.core.run import Column, RunEventKind
-from interlock_demo.core.verdict import replay
-from scenarios import CURRENCY
+from interlock_demo.core.verdict import replay, revoked
+from scenarios import CURRENCY, Outage
 from workers.protocol import (
     CHECK_APPROVAL,
     CHECK_LOOKUP,
@@ -72,16 +73,9 @@ def _check(col: Column, data: Mapping[str, Any]) -> str:
         return "all passed"
     # The gate words the approval's problem for people; that support revoked it is the
     # column's own outage event's to say.
-    if _revoked(col):
+    if revoked(col):
         return "approval revoked"
     return str(data.get("problem"))
-
-
-def _revoked(col: Column) -> bool:
-    """Whether support revoked the column's approval (its outage event says so)."""
-    return any(
-        e.kind == RunEventKind.OUTAGE and e.data.get("outage") == "revoke" for e in col.events
-    )
 
 
 def _recheck(data: Mapping[str, Any]) -> str:
@@ -92,12 +86,10 @@ def _recheck(data: Mapping[str, Any]) -> str:
 
 
 def _outage(data: Mapping[str, Any]) -> str:
-    outage = data.get("outage")
-    if outage == "hand-refund":
-        return f"hand refund {format_amount(int(data.get('amount', 0)), CURRENCY, trim=True)}"
-    if outage == "revoke":
-        return "approval revoked"
-    return "nothing happens"
+    outage = Outage(data["outage"])
+    if outage.refunds_by_hand:
+        return f"{outage.screen} {format_amount(int(data.get('amount', 0)), CURRENCY, trim=True)}"
+    return outage.screen
 
 
 def phase_lines(col: Column) -> list[tuple[str, str]]:
@@ -141,7 +133,12 @@ def phase_lines(col: Column) -> list[tuple[str, str]]:
             put("checks", _check(col, data), replace=True)
         elif kind == EventKind.RECHECK:
             put("checks", f"re-read: {_recheck(data)}")
-        elif kind == EventKind.RESUME and data.get("retrying") and col.name != "checked":
+        elif (
+            kind == EventKind.RESUME
+            and data.get("retrying")
+            # A column that re-reads before its retry says what it found there instead.
+            and not column_kind(col.name).reads_on_restart
+        ):
             put("checks", "none: retries")
         elif kind == EventKind.SEND and killed:
             put("sends", "again")

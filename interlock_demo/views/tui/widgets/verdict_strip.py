@@ -17,12 +17,11 @@ from textual.widgets import Static
 from interlock import format_amount
 from interlock_demo.core.columns import column_kind
 from interlock_demo.core.run import Column, RunSnapshot
-from interlock_demo.core.verdict import AGENT, HAND, counting, failed_check, replay
+from interlock_demo.core.verdict import AGENT, HAND, counting, failed_check, replay, revoked
+from interlock_demo.settings import MODES
 from scenarios import CURRENCY
 from workers.protocol import CHECK_APPROVAL
-from workers.protocol.words import EMULATOR, MOCK, MONEY_AT, STRIPE
-
-WHERE = {"live": MONEY_AT[STRIPE], "offline": MONEY_AT[EMULATOR], "mock": MONEY_AT[MOCK]}
+from workers.protocol.words import MONEY_AT
 
 
 def _money(cents: int) -> str:
@@ -38,9 +37,9 @@ def mark(col: Column) -> tuple[str, str]:
     return "✓", "bold green"
 
 
-def reason(col: Column, scenario: str = "") -> str:
-    """One short reason for the column's end (in `scenario`), in plain words, from its
-    outcome, its refunds and its events' fields."""
+def reason(col: Column) -> str:
+    """One short reason for the column's end, in plain words, from its outcome, its refunds
+    and its events' fields."""
     outcome = col.outcome
     status = None if outcome is None else outcome.status
     total = 0 if col.stripe is None else col.stripe.refunded_total
@@ -56,7 +55,7 @@ def reason(col: Column, scenario: str = "") -> str:
             return "sent twice, one refund: the key replayed"
         if col.ok:
             return "sent once" if not hand else f"sent: {_money(total)} in all"
-        if scenario == "revoked":
+        if revoked(col):
             return f"retried blindly: {_money(total)} despite the revocation"
         return f"retried blindly: {_money(total)}"
     if status == "adopted":
@@ -104,7 +103,8 @@ class VerdictStrip(Static):
         if run is None or not run.finished:
             self.display = False
             return
-        where = WHERE.get(run.mode, "at Stripe")
+        mode = MODES.get(run.mode)
+        where = "at Stripe" if mode is None else MONEY_AT[mode.answerer]
         self.border_title = f"Refunded {where}" if self.narrow else None
         place = "  " if self.narrow else f" {where}  "
         text = Text(no_wrap=True, overflow="ellipsis")
@@ -114,14 +114,14 @@ class VerdictStrip(Static):
             title = column_kind(col.name).short_title
             if col.stripe is None:
                 text.append(f" {title:<10}", style="bold")
-                text.append(f" ✗ {reason(col, run.scenario)}", style="bold red")
+                text.append(f" ✗ {reason(col)}", style="bold red")
                 continue
             sign, style = mark(col)
             money = _money(col.stripe.refunded_total)
             text.append(f" {title:<10}", style="bold")
             text.append(f"{money:>7}{place}")
             text.append(f"{sign} ", style=style)
-            text.append(reason(col, run.scenario), style=style)
+            text.append(reason(col), style=style)
         if run.error and not any(c.error for c in run.columns):
             text.append(f"\n run failed: {run.error}", style="bold red")
         self.update(text)
