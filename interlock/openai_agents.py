@@ -62,7 +62,8 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess without
 from interlock import _tool_calls
 from interlock._gate import Gate, Outcome
 from interlock._journal import Intent
-from interlock._tool_calls import Reapproval, exact_approval, outcome_words
+from interlock._tool_calls import Reapproval, exact_approval
+from interlock._words import outcome_words
 
 __all__ = [  # noqa: RUF022 - sorted case-insensitively, as interlock's own __all__
     "action_id_for",

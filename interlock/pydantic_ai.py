@@ -63,14 +63,8 @@ from interlock import _tool_calls
 from interlock._errors import IntentError
 from interlock._gate import Gate, Outcome
 from interlock._journal import Intent
-from interlock._tool_calls import (
-    APPROVAL_TYPE,
-    REAPPROVAL_TYPE,
-    Reapproval,
-    amount_words,
-    exact_approval,
-    outcome_words,
-)
+from interlock._tool_calls import APPROVAL_TYPE, REAPPROVAL_TYPE, Reapproval, exact_approval
+from interlock._words import amount_words, outcome_words
 
 __all__ = [  # noqa: RUF022 - sorted case-insensitively, as interlock's own __all__
     "action_id_for",
