@@ -23,7 +23,7 @@ from stripe._request_options import RequestOptions
 from stripe._stripe_context import StripeContext
 
 from interlock import PaymentsRejectedError, StripePayments
-from interlock._stripe_model import (
+from interlock._stripe_routes import (
     ACCEPTED_PARAMS,
     METADATA_KEY_MAX,
     METADATA_MAX_KEYS,
