@@ -21,7 +21,9 @@ the same among 10,000 refunds as among 100 (`bench/emulator_scale.py`).
 Transfers to connected accounts (`POST /v1/transfers`, `GET /v1/transfers?destination=`)
 go through the same idempotency layer and are found by destination the same way; any
 `acct_` id is taken as a connected account, the platform's balance is not modelled, and
-faults and reversals do not apply to them.
+faults and reversals do not apply to them. Payouts to the platform's bank accounts
+(`POST /v1/payouts`, `GET /v1/payouts?destination=`) are modelled the same way: any `ba_`
+id is a bank account of the platform, and a payout stays `pending`.
 
 Faults (`add_fault`, or `POST /_emulator/faults` over HTTP) provoke the answers a gate
 must survive. The kinds, one tuple `FAULT_KINDS` that every side imports:
@@ -284,6 +286,7 @@ class PaymentsModel:
         self._refunded: dict[str, int] = {}
         # Any `acct_` id is taken as a connected account; the platform's balance is not modelled.
         self._transfers = _Listed("transfer", "destination")
+        self._payouts = _Listed("payout", "destination")
         self._last_created = 0
         # Ordered by first use, so pruning pops expired keys from the front.
         self._keys: OrderedDict[str, _KeyEntry] = OrderedDict()
@@ -418,7 +421,7 @@ class PaymentsModel:
     def post(
         self, endpoint: str, params: Mapping[str, Any], idempotency_key: str | None = None
     ) -> Reply:
-        """POST /v1/{endpoint} (`payment_intents`, `refunds`, `transfers`)."""
+        """POST /v1/{endpoint} (`payment_intents`, `refunds`, `transfers`, `payouts`)."""
         route = ROUTES.get(f"POST /v1/{endpoint}")
         if route is None:
             err = StripeModelError(404, f"Unrecognized request URL (POST: /v1/{endpoint}).")
@@ -794,6 +797,54 @@ class PaymentsModel:
     def _list_transfers(self, _: str, a: Mapping[str, Any]) -> JSONObj:
         with self._lock:
             return self._transfers.page(a)
+
+    def _create_payout(self, _: str, a: Mapping[str, Any]) -> JSONObj:
+        destination = a["destination"]
+        if not destination.startswith("ba_"):
+            # The emulator takes any `ba_` id as a bank account of the platform.
+            raise StripeModelError(
+                400,
+                f"No such external account: '{destination[:100]}'",
+                code="resource_missing",
+                param="destination",
+                saved=True,
+            )
+        with self._lock:
+            created = self._created()
+            payout = {
+                "id": self._new_id("po"),
+                "object": "payout",
+                "amount": a["amount"],
+                "application_fee": None,
+                "application_fee_amount": None,
+                "arrival_date": created,
+                "automatic": False,
+                "balance_transaction": self._new_id("txn"),
+                "created": created,
+                "currency": a["currency"],
+                "description": a["description"],
+                "destination": destination,
+                "failure_balance_transaction": None,
+                "failure_code": None,
+                "failure_message": None,
+                "livemode": False,
+                "metadata": a["metadata"],
+                "method": "standard",
+                "original_payout": None,
+                "payout_method": None,
+                "reconciliation_status": "not_applicable",
+                "reversed_by": None,
+                "source_type": "card",
+                "statement_descriptor": None,
+                "status": "pending",
+                "trace_id": None,
+                "type": "bank_account",
+            }
+            return self._payouts.add(payout)
+
+    def _list_payouts(self, _: str, a: Mapping[str, Any]) -> JSONObj:
+        with self._lock:
+            return self._payouts.page(a)
 
     def _created(self) -> int:
         """An object's `created`: now, never before the last one, so creation order is time

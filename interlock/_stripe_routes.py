@@ -510,6 +510,34 @@ ROUTES = _routes(
         },
         ("stripe.params", "TransferListParams"),
     ),
+    # Payouts from the platform's balance to one of its bank accounts, named (`ba_...`):
+    # the emulator has no default account to pay out to.
+    Route(
+        "POST",
+        "/v1/payouts",
+        "_create_payout",
+        {
+            "amount": Param(amount),
+            "currency": Param(currency),
+            "destination": Param(required_string),
+            "metadata": Param(metadata),
+            "description": Param(optional(string)),
+        },
+        ("stripe.params", "PayoutCreateParams"),
+    ),
+    Route(
+        "GET",
+        "/v1/payouts",
+        "_list_payouts",
+        {
+            "destination": Param(optional(string)),
+            "starting_after": Param(optional(string)),
+            "ending_before": Param(optional(string)),
+            "created": _CREATED,
+            "limit": Param(limit),
+        },
+        ("stripe.params", "PayoutListParams"),
+    ),
 )
 """Every endpoint the emulator models, keyed `METHOD /path`."""
 
