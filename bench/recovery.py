@@ -75,23 +75,17 @@ class TimedModel(PaymentsModel):
             with self._arrivals_lock:
                 self.arrivals.append((time.monotonic(), payment_intent))
 
-    def post(
-        self, endpoint: str, params: dict[str, Any], idempotency_key: str | None = None
+    def serve(
+        self,
+        route: Any,
+        ident: str,
+        params: Mapping[str, Any],
+        idempotency_key: str | None = None,
     ) -> Reply:
-        """Note a refund request's payment, then answer as the model does."""
-        if endpoint == "refunds":
-            self._note(params.get("payment_intent"))
-        return super().post(endpoint, params, idempotency_key)
-
-    def get_payment_intent(self, intent_id: str, query: Mapping[str, Any] | None = None) -> Reply:
-        """Note the payment read, then answer as the model does."""
-        self._note(intent_id)
-        return super().get_payment_intent(intent_id, query)
-
-    def list_refunds(self, query: Mapping[str, str]) -> Reply:
-        """Note the payment whose refunds are listed, then answer as the model does."""
-        self._note(query.get("payment_intent"))
-        return super().list_refunds(query)
+        """Note the payment a request is about (a refund's, a payment read, a list of its
+        refunds), then answer as the model does."""
+        self._note(ident or params.get("payment_intent"))
+        return super().serve(route, ident, params, idempotency_key)
 
     def first_after(self, payment_intent: str, t: float) -> float | None:
         """When the first request about this payment at or after `t` arrived."""

@@ -54,7 +54,7 @@ What the model reads back (`outcome_words`; the `ToolMessage`'s artifact is
 status   status what the words say
 ======== ====== =============================================================
 sent     ok     done, the refund's id
-adopted  ok     done by an earlier run of this same call; nothing sent twice
+adopted  ok     done by an earlier try of this same call; nothing sent twice
 refused  error  not done, why; do not retry, a person decides
 failed   error  not done, what Stripe said; a retry gets the same answer
 pending  error  not done yet (or unknown); do not retry, do not refund again
@@ -85,7 +85,6 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess without
 from interlock._core.errors import IntentError
 from interlock._core.gate import Gate, Outcome
 from interlock._core.journal import Intent
-from interlock._core.money import format_amount
 from interlock._integrations import tool_calls as _tool_calls
 from interlock._integrations.tool_calls import (
     APPROVAL_TYPE,
@@ -93,6 +92,7 @@ from interlock._integrations.tool_calls import (
     Reapproval,
     exact_approval,
 )
+from interlock._integrations.words import amount_words, outcome_words
 
 __all__ = [  # noqa: RUF022 - sorted case-insensitively, as interlock's own __all__
     "action_id_for",
@@ -204,43 +204,6 @@ def _seen_record(
         if isinstance(record, Mapping) and record.get("target") == target:
             return record
     return {}
-
-
-def _money(amount: int | None, currency: str | None) -> str:
-    return "an unknown amount" if amount is None else format_amount(amount, currency)
-
-
-def outcome_words(outcome: Outcome) -> str:
-    """The outcome as the model should read it: done, not done and why, or not done yet."""
-    aid = outcome.action_id
-    if outcome.status == "sent":
-        return (
-            f"done: refunded {_money(outcome.amount, outcome.currency)} (refund "
-            f"{outcome.external_id}, action {aid}). Tell the customer it is done."
-        )
-    if outcome.status == "adopted":
-        return (
-            f"done: an earlier run of this same call already refunded "
-            f"{_money(outcome.amount, outcome.currency)} "
-            f"(refund {outcome.external_id}, action {aid}); nothing was sent twice. Tell the "
-            "customer it is done."
-        )
-    if outcome.status == "refused":
-        return (
-            f"not done: refused because {outcome.reason} (action {aid}). Nothing was sent. Do "
-            "not retry and do not try another amount: tell the person, who may read the "
-            "payment again and approve a new refund."
-        )
-    if outcome.status == "failed":
-        return (
-            f"not done: Stripe said no ({outcome.code}: {outcome.reason}; action {aid}). "
-            "Nothing was refunded, and a retry would get the same answer: tell the person."
-        )
-    return (
-        f"not done yet: {outcome.reason} (action {aid}). Do not retry and do not issue "
-        "another refund: this one is being recovered and is never sent twice; tell the "
-        "person it is pending."
-    )
 
 
 def outcome_data(outcome: Outcome) -> dict[str, Any]:
@@ -377,7 +340,8 @@ class InterlockMiddleware(AgentMiddleware):
                     "currency": asked.currency,
                     "lease_id": lease_id,
                     "question": (
-                        f"{asked.kind} {_money(asked.amount, asked.currency)} on {asked.target}?"
+                        f"{asked.kind} {amount_words(asked.amount, asked.currency)} on "
+                        f"{asked.target}?"
                     ),
                 }
             )
@@ -434,7 +398,7 @@ def _ask_again(
             "lease_id": lease_id,
             "question": (
                 f"refused because {refused.reason}: {intent.kind} "
-                f"{_money(intent.amount, intent.currency)} on "
+                f"{amount_words(intent.amount, intent.currency)} on "
                 f"{intent.target} under a new approval?"
             ),
         }

@@ -53,7 +53,6 @@ from interlock._integrations.mcp_desk import (
     MAX_REASON,
     REASON_RULE,
     REQUEST_ID_RULE,
-    WORLD_CHANGED_WORDS,
     Answer,
     DeskError,
     RefundDesk,
@@ -64,6 +63,7 @@ from interlock._integrations.mcp_desk import (
     grant_approval,
     revoke_approval,
 )
+from interlock._integrations.words import WORLD_CHANGED_WORDS
 
 __all__ = [
     "SERVER_NAME",

@@ -62,7 +62,8 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess without
 from interlock._core.gate import Gate, Outcome
 from interlock._core.journal import Intent
 from interlock._integrations import tool_calls as _tool_calls
-from interlock._integrations.tool_calls import Reapproval, exact_approval, outcome_words
+from interlock._integrations.tool_calls import Reapproval, exact_approval
+from interlock._integrations.words import outcome_words
 
 __all__ = [  # noqa: RUF022 - sorted case-insensitively, as interlock's own __all__
     "action_id_for",

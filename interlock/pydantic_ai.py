@@ -67,10 +67,9 @@ from interlock._integrations.tool_calls import (
     APPROVAL_TYPE,
     REAPPROVAL_TYPE,
     Reapproval,
-    amount_words,
     exact_approval,
-    outcome_words,
 )
+from interlock._integrations.words import amount_words, outcome_words
 
 __all__ = [  # noqa: RUF022 - sorted case-insensitively, as interlock's own __all__
     "action_id_for",

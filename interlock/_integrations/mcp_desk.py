@@ -45,11 +45,12 @@ from interlock._core.claims import Owner
 from interlock._core.config import Switches, Timing
 from interlock._core.effects import StripeRefund
 from interlock._core.errors import InterlockError, PaymentsRejectedError, PaymentsUnsettledError
-from interlock._core.gate import REASON_WORLD_CHANGED, EventSink, Gate, Outcome
+from interlock._core.gate import EventSink, Gate, Outcome
 from interlock._core.journal import ActionState, Intent, Store
 from interlock._core.leases import Lease, lease_currency
 from interlock._core.money import format_amount
 from interlock._core.payments import Payment, Payments, refunds_fingerprint
+from interlock._integrations.words import REFUNDED, desk_words
 
 
 class DeskError(InterlockError, ValueError):
@@ -70,10 +71,6 @@ MAX_REASON = 500
 AMOUNT_RULE = f"an integer number of cents from 1 to {MAX_AMOUNT:,} (a JSON number, not a string)"
 REASON_RULE = f"at most {MAX_REASON} characters of text on one line, no control characters"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-# What a refused refund says when the payment's refunds changed after the model's read.
-WORLD_CHANGED_WORDS = (
-    "the payment's refunds changed since you read it: read it again and ask a person"
-)
 # The session of a desk that serves one conversation (a stdio server, a script); a caller
 # serving many passes each call's own session.
 ONE_SESSION = "one-session"
@@ -574,12 +571,11 @@ def outcome_answer(outcome: Outcome, asked: Mapping[str, Any], *, retry: bool) -
     `retry` says the request_id had settled before this call, so nothing was attempted now.
     """
     pi, amount, rid = asked["payment_intent"], int(asked["amount"]), asked["request_id"]
-    money = format_amount(amount, outcome.currency)
     receipt = outcome.receipt
     data: dict[str, Any] = {
         **asked,
         "status": outcome.status,
-        "refunded": {"sent": True, "adopted": True, "pending": None}.get(outcome.status, False),
+        "refunded": REFUNDED[outcome.status],
         "refund_id": outcome.external_id,
         "currency": outcome.currency,
         "reason": outcome.reason,
@@ -591,35 +587,5 @@ def outcome_answer(outcome: Outcome, asked: Mapping[str, Any], *, retry: bool) -
     }
     again = "Already settled for this request_id; nothing was sent again. " if retry else ""
     note = f" Receipt #{receipt.seq} ({receipt.hash[:16]}…)." if receipt is not None else ""
-    status = outcome.status
-    if status == "sent":
-        text = f"Refunded {money} on {pi}: refund {outcome.external_id}."
-    elif status == "adopted":
-        text = (
-            f"Refunded {money} on {pi}: refund {outcome.external_id}. An earlier try "
-            "of this request had already made it at Stripe (its answer was lost); it was "
-            "found there and nothing was sent twice."
-        )
-    elif status == "pending":
-        text = (
-            f"Unknown, being recovered: Stripe's answer did not settle whether the refund of "
-            f"{money} on {pi} was made ({outcome.reason}). It is not failed: the "
-            "server looks it up at Stripe before every call and on restart, and never sends "
-            "it twice. Do not refund again with a new request_id; call issue_refund later "
-            f"with the same request_id ({rid}) to learn the outcome, and tell the customer "
-            "the refund is being confirmed. If it stays unknown, ask a person to check the "
-            "payment in Stripe."
-        )
-    elif status == "refused" and outcome.reason == REASON_WORLD_CHANGED:
-        text = f"Not refunded: {WORLD_CHANGED_WORDS}. Nothing was sent."
-    elif status == "refused":
-        text = (
-            f"Not refunded: {outcome.reason}. Nothing was sent. Do not retry; ask a person "
-            "to look at the payment and its approval."
-        )
-    else:
-        text = (
-            f"Not refunded: Stripe declined it ({outcome.code}: {outcome.reason}). Nothing "
-            "was refunded; tell the customer or ask a person."
-        )
-    return Answer(again + text + note, data, is_error=status in ("refused", "failed"))
+    text = desk_words(outcome, pi, amount, rid)
+    return Answer(again + text + note, data, is_error=REFUNDED[outcome.status] is False)

@@ -1,4 +1,4 @@
-"""What the framework guards share: the action id of a tool call, and an outcome in words.
+"""What the framework guards share: the action id of a tool call, and a person's approvals.
 
 A framework guard (`interlock.langchain`, `interlock.pydantic_ai`,
 `interlock.openai_agents`) turns an agent's tool call into an `Intent` and its `Outcome`
@@ -21,10 +21,7 @@ back into the tool's answer. What is the same for every framework lives here onc
   for a guard's question: exactly that action (its kind, target and amount), once, signed
   by the person's key. What runs must then be what was approved: the gate refuses another
   amount, another target or a second action under it.
-- **The words for the model**: what happened, and what to do next. Only `sent` and
-  `adopted` say done; `pending` (and unknown) says *not done yet, do not retry and do not
-  ask for a new refund*, since the gate carries the same action on and a new one would be
-  a second decision.
+- **The words for the model** live in `interlock._integrations.words`, shared with the MCP desk.
 """
 
 from __future__ import annotations
@@ -39,7 +36,6 @@ from interlock._core.approvals import Approver
 from interlock._core.gate import Gate, Outcome
 from interlock._core.journal import MAX_ID_LENGTH, Intent
 from interlock._core.leases import Lease
-from interlock._core.money import format_amount
 
 _HASHED_HEAD = 120
 
@@ -170,48 +166,3 @@ def carry_on(gate: Gate, outcome: Outcome, answer: Reapproval | None) -> Outcome
         else:
             break
     return outcome
-
-
-def amount_words(amount: int | None, currency: str | None) -> str:
-    """An amount in the action's currency for a guard's words (`format_amount`)."""
-    return "the amount" if amount is None else format_amount(amount, currency)
-
-
-def outcome_words(outcome: Outcome) -> str:
-    """The outcome as the tool's answer to the model: what happened and what to do next."""
-    aid = outcome.action_id
-    if outcome.status == "sent":
-        return (
-            f"done: refunded {amount_words(outcome.amount, outcome.currency)}, refund "
-            f"{outcome.external_id} (action {aid}). Tell the customer it is refunded; do not "
-            "refund it again."
-        )
-    if outcome.status == "adopted":
-        return (
-            f"done: refunded {amount_words(outcome.amount, outcome.currency)}, refund "
-            f"{outcome.external_id}, made by an earlier try of this same call and found at "
-            f"Stripe, so nothing was sent twice (action {aid}). Tell the customer it is "
-            "refunded; do not refund it again."
-        )
-    if outcome.status == "refused":
-        return (
-            f"not done, refused: {outcome.reason}. Nothing was sent (action {aid}). Do not retry "
-            "and do not ask for another refund: tell the customer a person will review it, and "
-            "leave it to a person."
-        )
-    if outcome.status == "failed":
-        return (
-            f"not done, Stripe said no ({outcome.code}): {outcome.reason} (action {aid}). A retry "
-            "would get the same answer: tell the customer a person will look at it."
-        )
-    if outcome.unknown:
-        return (
-            f"not done yet, unknown: {outcome.reason} (action {aid}). The refund may exist; it is "
-            "only looked up, never sent twice. Do not retry and do not ask for a new refund: tell "
-            "the customer it is being checked, and a person checks Stripe."
-        )
-    return (
-        f"not done yet: {outcome.reason} (action {aid}). The same action is carried on by "
-        "recovery and never sent twice. Do not retry and do not ask for a new refund: tell the "
-        "customer it is in progress."
-    )

@@ -2,8 +2,10 @@
 
 The real `stripe` SDK works against it unchanged; only the base address differs. It binds
 127.0.0.1, requires `Authorization: Bearer` with a test key (`sk_test_`/`rk_test_`), and
-answers every request with a `Request-Id`. Form bodies are decoded as Stripe does:
-nested `metadata[k]=v` and arrays as both `a[0]=` and `a[]=`.
+answers every request with a `Request-Id`. The Stripe routes it answers are the rows of
+`ROUTES` (`routes.py`), each answered by the model's operation the row names. Form
+bodies are decoded as Stripe does: nested `metadata[k]=v` and arrays as both `a[0]=` and
+`a[]=`.
 
 A request it cannot read is answered like Stripe, 400 with Stripe's error envelope, never
 a traceback: a Content-Length that is not a number or is over `MAX_BODY`, a chunked body,
@@ -62,7 +64,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from interlock._core.payments import is_test_key
 from interlock._core.signals import Interrupted, stop_signals_interrupt
-from interlock.testing.model import Fault, PaymentsModel, Reply, StripeModelError
+from interlock.testing.model import Fault, PaymentsModel, Reply
+from interlock.testing.routes import StripeModelError, route_for
 
 CONTROL_PREFIX = "/_emulator/"
 TOKEN_HEADER = "X-Emulator-Token"
@@ -318,18 +321,13 @@ class _Handler(BaseHTTPRequestHandler):
         return False
 
     def _api(self, method: str, path: str, query: str, body: str) -> Reply:
-        model = self.server.model
-        parts = path.strip("/").split("/")
-        if method == "POST" and len(parts) == 2 and parts[0] == "v1":
+        """A Stripe API request, routed by the model's table (`ROUTES`): a POST's
+        parameters are its form body, under its Idempotency-Key; a GET's its query."""
+        route, ident = route_for(method, path)
+        if method == "POST":
             key = self.headers.get("Idempotency-Key")
-            return model.post(parts[1], decode_form(body), key)
-        if method == "GET" and parts[:2] == ["v1", "payment_intents"] and len(parts) == 3:
-            return model.get_payment_intent(parts[2], decode_form(query))
-        if method == "GET" and parts == ["v1", "refunds"]:
-            return model.list_refunds(decode_form(query))
-        if method == "GET" and parts == ["v1", "transfers"]:
-            return model.list_transfers(decode_form(query))
-        raise StripeModelError(404, f"Unrecognized request URL ({method}: {path}).")
+            return self.server.model.serve(route, ident, decode_form(body), key)
+        return self.server.model.serve(route, ident, decode_form(query))
 
     def _own_hosts(self) -> tuple[str, str]:
         port = self.server.server_address[1]

@@ -11,16 +11,19 @@ with other parameters is a 400 `idempotency_error`; the same key while the first
 still running is a 409; keys are pruned 24 hours after first use, by the model's clock,
 which tests can advance. Validation errors are not saved, as at Stripe.
 
-Requests are checked as strictly as Stripe checks them (`ACCEPTED_PARAMS`, metadata limits,
-amount and currency rules), and objects carry the fields Stripe returns. Nothing scans the
-whole store: keys are pruned from the oldest, refunds are found by payment and by their
-place in creation order, so a create or a list costs the same among 10,000 refunds as
-among 100 (`bench/emulator_scale.py`).
+Which endpoints exist, what each accepts and how its parameters are checked is one table,
+`ROUTES` in `routes.py`, which the HTTP face routes by; each row names the model's
+operation that answers it. Objects carry the fields Stripe returns. Nothing scans the
+whole store: keys are pruned from the oldest, refunds and transfers are found by payment or
+destination and by their place in creation order (`_Listed`), so a create or a list costs
+the same among 10,000 refunds as among 100 (`bench/emulator_scale.py`).
 
 Transfers to connected accounts (`POST /v1/transfers`, `GET /v1/transfers?destination=`)
 go through the same idempotency layer and are found by destination the same way; any
 `acct_` id is taken as a connected account, the platform's balance is not modelled, and
-faults and reversals do not apply to them.
+faults and reversals do not apply to them. Payouts to the platform's bank accounts
+(`POST /v1/payouts`, `GET /v1/payouts?destination=`) are modelled the same way: any `ba_`
+id is a bank account of the platform, and a payout stays `pending`.
 
 Faults (`add_fault`, or `POST /_emulator/faults` over HTTP) provoke the answers a gate
 must survive. The kinds, one tuple `FAULT_KINDS` that every side imports:
@@ -64,7 +67,6 @@ from __future__ import annotations
 import bisect
 import json
 import math
-import re
 import secrets
 import threading
 import time
@@ -72,6 +74,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+from interlock.testing.routes import ROUTES, JSONObj, Route, StripeModelError, missing
 
 IDEMPOTENCY_KEY_TTL_S = 24 * 3600
 CREATE_FAULT_KINDS = ("hold", "error_500", "error_429", "garbled_2xx", "drop", "trickle")
@@ -90,116 +94,10 @@ _COMMIT_STAGES = {
 REFUND_STATUSES = ("pending", "requires_action", "succeeded", "failed", "canceled")
 _COUNTING = ("pending", "requires_action", "succeeded")
 
-# What each endpoint the demo uses accepts, as Stripe names it: a parameter, and for a
-# hash the names inside it (metadata's are free). tests/loopback/test_emulator_strict.py holds
-# these against the stripe SDK's params TypedDicts (`SDK_PARAMS`), so offline cannot
-# accept what live refuses. A parameter Stripe knows but the emulator does not model is
-# refused in words, never silently ignored.
-ACCEPTED_PARAMS: dict[str, dict[str, frozenset[str]]] = {
-    "POST /v1/payment_intents": {
-        "amount": frozenset(),
-        "currency": frozenset(),
-        "confirm": frozenset(),
-        "payment_method": frozenset(),
-        "allowed_payment_method_types": frozenset(),
-        "automatic_payment_methods": frozenset({"enabled", "allow_redirects"}),
-        "description": frozenset(),
-        "metadata": frozenset(),
-    },
-    "GET /v1/payment_intents/{id}": {},
-    "POST /v1/refunds": {
-        "payment_intent": frozenset(),
-        "amount": frozenset(),
-        "reason": frozenset(),
-        "metadata": frozenset(),
-    },
-    "GET /v1/refunds": {
-        "payment_intent": frozenset(),
-        "created": frozenset({"gt", "gte", "lt", "lte"}),
-        "limit": frozenset(),
-        "starting_after": frozenset(),
-        "ending_before": frozenset(),
-    },
-    "POST /v1/transfers": {
-        "amount": frozenset(),
-        "currency": frozenset(),
-        "destination": frozenset(),
-        "description": frozenset(),
-        "metadata": frozenset(),
-    },
-    "GET /v1/transfers": {
-        "destination": frozenset(),
-        "created": frozenset({"gt", "gte", "lt", "lte"}),
-        "limit": frozenset(),
-        "starting_after": frozenset(),
-        "ending_before": frozenset(),
-    },
-}
-# The SDK's TypedDict listing what each endpoint accepts: (module, class), public names only.
-SDK_PARAMS = {
-    "POST /v1/payment_intents": ("stripe.params", "PaymentIntentCreateParams"),
-    "GET /v1/payment_intents/{id}": ("stripe.params", "PaymentIntentRetrieveParams"),
-    "POST /v1/refunds": ("stripe.params", "RefundCreateParams"),
-    "GET /v1/refunds": ("stripe.params", "RefundListParams"),
-    "POST /v1/transfers": ("stripe.params", "TransferCreateParams"),
-    "GET /v1/transfers": ("stripe.params", "TransferListParams"),
-}
-METADATA_MAX_KEYS = 50
-METADATA_KEY_MAX = 40
-METADATA_VALUE_MAX = 500
-# Stripe's largest amount for a charge, in the smallest unit (eight digits).
-AMOUNT_MAX = 99_999_999
-# Currencies the emulator models: symbol, decimals, minimum charge in the smallest unit.
-CURRENCIES: dict[str, tuple[str, int, int]] = {
-    "aud": ("$", 2, 50),
-    "cad": ("$", 2, 50),
-    "eur": ("€", 2, 50),
-    "gbp": ("£", 2, 30),
-    "jpy": ("¥", 0, 50),
-    "usd": ("$", 2, 50),
-}
-
-JSONObj = dict[str, Any]
-
 
 def new_id(prefix: str) -> str:
     """A random id in Stripe's style, such as `re_3Qx...`."""
     return f"{prefix}_{secrets.token_urlsafe(18).replace('-', 'x').replace('_', 'z')}"
-
-
-class StripeModelError(Exception):
-    """An answer in Stripe's error envelope.
-
-    `saved` says whether the idempotency layer keeps it: Stripe saves results only once
-    an endpoint began executing, so a validation error is not saved.
-    """
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        *,
-        type: str = "invalid_request_error",
-        code: str | None = None,
-        param: str | None = None,
-        saved: bool = False,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.type = type
-        self.code = code
-        self.param = param
-        self.saved = saved
-
-    def envelope(self) -> JSONObj:
-        """The JSON body Stripe answers with."""
-        error: JSONObj = {"type": self.type, "message": self.message}
-        if self.code is not None:
-            error["code"] = self.code
-        if self.param is not None:
-            error["param"] = self.param
-        return {"error": error}
 
 
 @dataclass
@@ -289,15 +187,87 @@ class _Done:
 @dataclass
 class _KeyEntry:
     endpoint: str
-    params: JSONObj
+    params: Mapping[str, Any]
     created: float
     done: bool = False
     status: int = 0
     body: JSONObj = field(default_factory=dict)
 
 
+class _Listed:
+    """Objects of one kind in creation order (so `created` never falls along it), and by
+    one field (a refund's payment, a transfer's destination), each with its place in that
+    order: a page or a cursor is found by bisection, never by a scan of them all."""
+
+    def __init__(self, kind: str, by: str) -> None:
+        self.kind = kind
+        self.by = by
+        self.objects: dict[str, JSONObj] = {}
+        self._order: list[str] = []
+        self._seq: dict[str, int] = {}
+        self._by: dict[str, list[str]] = {}
+
+    def add(self, obj: JSONObj) -> JSONObj:
+        """Keep a new object (the newest); returns a copy of it."""
+        self.objects[obj["id"]] = obj
+        self._seq[obj["id"]] = len(self._order)
+        self._order.append(obj["id"])
+        self._by.setdefault(obj[self.by], []).append(obj["id"])
+        return _copy(obj)
+
+    def page(self, a: Mapping[str, Any]) -> JSONObj:
+        """A list page, newest first, for a list route's checked parameters: the `by`
+        field, `created` bounds, `limit`, `starting_after` and `ending_before`."""
+        key, size = a[self.by], a["limit"]
+        ids = self._order if key is None else self._by.get(key, [])
+        if a["created"]:
+            ids = self._created_within(ids, a["created"])
+        after, before = a["starting_after"], a["ending_before"]
+        # `ids` runs oldest first; a page runs newest first.
+        if after is not None:
+            at = self._position(ids, after, "starting_after")
+            start = max(0, at - size)
+            chosen, has_more = ids[start:at], start > 0
+        elif before is not None:
+            at = self._position(ids, before, "ending_before")
+            chosen, has_more = ids[at + 1 : at + 1 + size], len(ids) - at - 1 > size
+        else:
+            chosen, has_more = ids[-size:], len(ids) > size
+        return {
+            "object": "list",
+            "data": [_copy(self.objects[i]) for i in reversed(chosen)],
+            "has_more": has_more,
+            "url": f"/v1/{self.kind}s",
+        }
+
+    def _created_within(self, ids: list[str], bounds: Mapping[str, int]) -> list[str]:
+        """The objects of `ids` created within `bounds`."""
+
+        def created(oid: str) -> int:
+            return int(self.objects[oid]["created"])
+
+        lo, hi = 0, len(ids)
+        if "gte" in bounds:
+            lo = max(lo, bisect.bisect_left(ids, bounds["gte"], key=created))
+        if "gt" in bounds:
+            lo = max(lo, bisect.bisect_right(ids, bounds["gt"], key=created))
+        if "lte" in bounds:
+            hi = min(hi, bisect.bisect_right(ids, bounds["lte"], key=created))
+        if "lt" in bounds:
+            hi = min(hi, bisect.bisect_left(ids, bounds["lt"], key=created))
+        return ids[lo:hi]
+
+    def _position(self, ids: list[str], cursor: str, param: str) -> int:
+        """Where a cursor object stands in `ids`, or Stripe's 404 naming `param`."""
+        seq = self._seq.get(cursor)
+        at = -1 if seq is None else bisect.bisect_left(ids, seq, key=self._seq.__getitem__)
+        if at < 0 or at >= len(ids) or ids[at] != cursor:
+            raise missing(self.kind, cursor, param=param)
+        return at
+
+
 class PaymentsModel:
-    """Payment intents and refunds, Stripe's idempotency layer, a clock and faults.
+    """Payment intents, refunds and transfers, Stripe's idempotency layer, a clock and faults.
 
     Thread-safe: the HTTP face calls it from many threads at once.
     """
@@ -311,21 +281,13 @@ class PaymentsModel:
         self._offset = 0.0
         self._lock = threading.RLock()
         self._intents: dict[str, JSONObj] = {}
-        self._refunds: dict[str, JSONObj] = {}
-        # Indexes, so that no create or list scans every refund or key: refund ids in
-        # creation order (all, and per payment), each refund's place in that order, and
-        # per payment the amount its counting refunds hold.
-        self._order: list[str] = []
-        self._by_payment: dict[str, list[str]] = {}
-        self._seq: dict[str, int] = {}
+        self._refunds = _Listed("refund", "payment_intent")
+        # Per payment, the amount its counting refunds hold.
         self._refunded: dict[str, int] = {}
+        # Any `acct_` id is taken as a connected account; the platform's balance is not modelled.
+        self._transfers = _Listed("transfer", "destination")
+        self._payouts = _Listed("payout", "destination")
         self._last_created = 0
-        # Transfers, their ids in creation order (all, and per destination), and each
-        # one's place in that order, so a cursor is found by bisection as for refunds.
-        self._transfers: dict[str, JSONObj] = {}
-        self._transfer_order: list[str] = []
-        self._transfer_seq: dict[str, int] = {}
-        self._by_destination: dict[str, list[str]] = {}
         # Ordered by first use, so pruning pops expired keys from the front.
         self._keys: OrderedDict[str, _KeyEntry] = OrderedDict()
         self._faults: dict[str, Fault] = {}
@@ -443,28 +405,63 @@ class PaymentsModel:
 
     # -- requests ----------------------------------------------------------------------
 
-    def post(self, endpoint: str, params: JSONObj, idempotency_key: str | None = None) -> Reply:
-        """Handle a POST (`payment_intents` or `refunds`) through the idempotency layer."""
-        handlers: dict[str, Callable[[JSONObj], JSONObj]] = {
-            "payment_intents": self._create_payment_intent,
-            "refunds": self._create_refund,
-            "transfers": self._create_transfer,
-        }
-        handler = handlers.get(endpoint)
-        if handler is None:
+    def serve(
+        self,
+        route: Route,
+        ident: str,
+        params: Mapping[str, Any],
+        idempotency_key: str | None = None,
+    ) -> Reply:
+        """Answer a request for `route` (its path's id `ident`): a POST through the
+        idempotency layer and create faults, a GET through read faults."""
+        if route.method == "POST":
+            return self._create(route, params, idempotency_key)
+        return self._read(route, ident, params)
+
+    def post(
+        self, endpoint: str, params: Mapping[str, Any], idempotency_key: str | None = None
+    ) -> Reply:
+        """POST /v1/{endpoint} (`payment_intents`, `refunds`, `transfers`, `payouts`)."""
+        route = ROUTES.get(f"POST /v1/{endpoint}")
+        if route is None:
             err = StripeModelError(404, f"Unrecognized request URL (POST: /v1/{endpoint}).")
             return Reply(err.status, err.envelope())
+        return self._create(route, params, idempotency_key)
+
+    def get_payment_intent(self, intent_id: str, query: Mapping[str, Any] | None = None) -> Reply:
+        """GET /v1/payment_intents/{id}."""
+        return self._read(ROUTES["GET /v1/payment_intents/{id}"], intent_id, query or {})
+
+    def list_refunds(self, query: Mapping[str, Any]) -> Reply:
+        """GET /v1/refunds with payment_intent, created (`gt`, `gte`, `lt`, `lte`), limit,
+        starting_after and ending_before."""
+        return self._read(ROUTES["GET /v1/refunds"], "", query)
+
+    def list_transfers(self, query: Mapping[str, Any]) -> Reply:
+        """GET /v1/transfers with destination, created (`gt`, `gte`, `lt`, `lte`), limit,
+        starting_after and ending_before."""
+        return self._read(ROUTES["GET /v1/transfers"], "", query)
+
+    def _operation(self, route: Route) -> Callable[[str, Mapping[str, Any]], JSONObj]:
+        """The method a route's row names."""
+        operation: Callable[[str, Mapping[str, Any]], JSONObj] = getattr(self, route.operation)
+        return operation
+
+    def _create(
+        self, route: Route, params: Mapping[str, Any], idempotency_key: str | None
+    ) -> Reply:
+        operation = self._operation(route)
         with self._lock:
-            self.requests.append(("POST", endpoint))
+            self.requests.append(("POST", route.resource))
             if idempotency_key is not None:
-                replay = self._idempotency_check(endpoint, params, idempotency_key)
+                replay = self._idempotency_check(route.endpoint, params, idempotency_key)
                 if replay is not None:
-                    return self._lost_on_replay(endpoint, params, replay)
+                    return self._lost_on_replay(route, params, replay)
         fault = None
         try:
-            if endpoint == "refunds":
-                fault = self._take_fault(False, params.get("payment_intent"))
-            done = self._execute(handler, params, fault)
+            if route.faults_on is not None:
+                fault = self._take_fault(False, params.get(route.faults_on))
+            done = self._execute(lambda p: operation("", route.parse(p)), params, fault)
             if idempotency_key is not None:
                 with self._lock:
                     entry = self._keys.get(idempotency_key)
@@ -493,18 +490,20 @@ class PaymentsModel:
             if fault is not None:
                 fault.ended.set()
 
-    def _lost_on_replay(self, endpoint: str, params: JSONObj, replay: Reply) -> Reply:
+    def _lost_on_replay(self, route: Route, params: Mapping[str, Any], replay: Reply) -> Reply:
         """A replayed answer, lost on the wire when a `drop` is armed: the network loses
         an answer whatever the server did, so a client's resend can be lost too."""
-        if not (replay.replayed and endpoint == "refunds"):
+        if not (replay.replayed and route.faults_on is not None):
             return replay
-        lost = self._take_fault(False, params.get("payment_intent"), kinds=("drop",))
+        lost = self._take_fault(False, params.get(route.faults_on), kinds=("drop",))
         if lost is None:
             return replay
         lost.ended.set()
         return replace(replay, drop=True)
 
-    def _idempotency_check(self, endpoint: str, params: JSONObj, key: str) -> Reply | None:
+    def _idempotency_check(
+        self, endpoint: str, params: Mapping[str, Any], key: str
+    ) -> Reply | None:
         now = self.now()
         while self._keys:
             oldest = next(iter(self._keys.values()))
@@ -540,7 +539,10 @@ class PaymentsModel:
         return Reply(entry.status, entry.body, replayed=True, idempotency_key=key)
 
     def _execute(
-        self, handler: Callable[[JSONObj], JSONObj], params: JSONObj, fault: Fault | None
+        self,
+        handler: Callable[[Mapping[str, Any]], JSONObj],
+        params: Mapping[str, Any],
+        fault: Fault | None,
     ) -> _Done:
         """Run a handler under a fault."""
         kind, stage = (fault.kind, fault.stage) if fault is not None else (None, None)
@@ -572,6 +574,19 @@ class PaymentsModel:
             trickle_ms=fault.hold_ms if fault is not None and kind == "trickle" else 0,
         )
 
+    def _read(self, route: Route, ident: str, query: Mapping[str, Any]) -> Reply:
+        with self._lock:
+            self.requests.append(("GET", route.resource))
+        if route.faults_on is not None:
+            payment = ident if route.faults_on == "id" else query.get(route.faults_on)
+            failed = self._read_fault(payment)
+            if failed is not None:
+                return failed
+        try:
+            return Reply(200, self._operation(route)(ident, route.parse(query)))
+        except StripeModelError as e:
+            return Reply(e.status, e.envelope())
+
     def _read_fault(self, payment_intent: str | None) -> Reply | None:
         """The error a read fault armed for this payment answers with, if one is armed."""
         fault = self._take_fault(True, payment_intent)
@@ -581,166 +596,12 @@ class PaymentsModel:
         fault.ended.set()
         return Reply(err.status, err.envelope())
 
-    def get_payment_intent(self, intent_id: str, query: Mapping[str, Any] | None = None) -> Reply:
-        """GET /v1/payment_intents/{id}."""
-        with self._lock:
-            self.requests.append(("GET", "payment_intents"))
-        failed = self._read_fault(intent_id)
-        if failed is not None:
-            return failed
-        try:
-            _check_params("GET /v1/payment_intents/{id}", query or {})
-        except StripeModelError as e:
-            return Reply(e.status, e.envelope())
-        with self._lock:
-            intent = self._intents.get(intent_id)
-            if intent is None:
-                err = _missing("payment_intent", intent_id, param="intent")
-                return Reply(err.status, err.envelope())
-            return Reply(200, _copy(intent))
-
-    def list_refunds(self, query: Mapping[str, Any]) -> Reply:
-        """GET /v1/refunds with payment_intent, created (`gt`, `gte`, `lt`, `lte`), limit,
-        starting_after and ending_before."""
-        with self._lock:
-            self.requests.append(("GET", "refunds"))
-        failed = self._read_fault(query.get("payment_intent"))
-        if failed is not None:
-            return failed
-        try:
-            _check_params("GET /v1/refunds", query)
-            for name in ("payment_intent", "starting_after", "ending_before"):
-                if name in query:
-                    _string(query, name)
-            created = _created_bounds(query)
-        except StripeModelError as e:
-            return Reply(e.status, e.envelope())
-        with self._lock:
-            try:
-                raw_limit = str(query.get("limit", "10"))
-                limit = int(raw_limit) if _INTEGER.fullmatch(raw_limit) else -1
-            except ValueError:
-                limit = -1
-            if not 1 <= limit <= 100:
-                err = StripeModelError(
-                    400,
-                    "Invalid limit: must be an integer between 1 and 100.",
-                    param="limit",
-                )
-                return Reply(err.status, err.envelope())
-            pi = query.get("payment_intent")
-            if pi is not None and pi not in self._intents:
-                err = _missing("payment_intent", pi, param="payment_intent")
-                return Reply(err.status, err.envelope())
-            ids = self._order if pi is None else self._by_payment.get(pi, [])
-            if created:
-                ids = self._created_within(ids, created, self._refunds)
-            after, before = query.get("starting_after"), query.get("ending_before")
-            # `ids` runs oldest first; a page runs newest first.
-            if after is not None:
-                at = self._position(ids, after, "starting_after")
-                if isinstance(at, Reply):
-                    return at
-                start = max(0, at - limit)
-                chosen, has_more = ids[start:at], start > 0
-            elif before is not None:
-                at = self._position(ids, before, "ending_before")
-                if isinstance(at, Reply):
-                    return at
-                chosen, has_more = ids[at + 1 : at + 1 + limit], len(ids) - at - 1 > limit
-            else:
-                chosen, has_more = ids[-limit:], len(ids) > limit
-            page = [self._refunds[rid] for rid in reversed(chosen)]
-            return Reply(
-                200,
-                {
-                    "object": "list",
-                    "data": [_copy(r) for r in page],
-                    "has_more": has_more,
-                    "url": "/v1/refunds",
-                },
-            )
-
-    def list_transfers(self, query: Mapping[str, Any]) -> Reply:
-        """GET /v1/transfers with destination, created (`gt`, `gte`, `lt`, `lte`), limit,
-        starting_after and ending_before."""
-        with self._lock:
-            self.requests.append(("GET", "transfers"))
-        try:
-            _check_params("GET /v1/transfers", query)
-            for name in ("destination", "starting_after", "ending_before"):
-                if name in query:
-                    _string(query, name)
-            created = _created_bounds(query)
-            limit = _limit(query)
-        except StripeModelError as e:
-            return Reply(e.status, e.envelope())
-        with self._lock:
-            dest = query.get("destination")
-            ids = self._transfer_order if dest is None else self._by_destination.get(dest, [])
-            if created:
-                ids = self._created_within(ids, created, self._transfers)
-            after, before = query.get("starting_after"), query.get("ending_before")
-            # `ids` runs oldest first; a page runs newest first.
-            if after is not None or before is not None:
-                cursor, param = (after, "starting_after") if after else (before, "ending_before")
-                seq = self._transfer_seq.get(str(cursor))
-                place = self._transfer_seq.__getitem__
-                at = -1 if seq is None else bisect.bisect_left(ids, seq, key=place)
-                if at < 0 or at >= len(ids) or ids[at] != cursor:
-                    err = _missing("transfer", str(cursor), param=param)
-                    return Reply(err.status, err.envelope())
-                if after is not None:
-                    start = max(0, at - limit)
-                    chosen, has_more = ids[start:at], start > 0
-                else:
-                    chosen, has_more = ids[at + 1 : at + 1 + limit], len(ids) - at - 1 > limit
-            else:
-                chosen, has_more = ids[-limit:], len(ids) > limit
-            return Reply(
-                200,
-                {
-                    "object": "list",
-                    "data": [_copy(self._transfers[t]) for t in reversed(chosen)],
-                    "has_more": has_more,
-                    "url": "/v1/transfers",
-                },
-            )
-
-    def _created_within(
-        self, ids: list[str], bounds: Mapping[str, int], objects: Mapping[str, JSONObj]
-    ) -> list[str]:
-        """The `objects` of `ids` (creation-ordered, so `created` never falls) within `bounds`."""
-
-        def created(rid: str) -> int:
-            return int(objects[rid]["created"])
-
-        lo, hi = 0, len(ids)
-        if "gte" in bounds:
-            lo = max(lo, bisect.bisect_left(ids, bounds["gte"], key=created))
-        if "gt" in bounds:
-            lo = max(lo, bisect.bisect_right(ids, bounds["gt"], key=created))
-        if "lte" in bounds:
-            hi = min(hi, bisect.bisect_right(ids, bounds["lte"], key=created))
-        if "lt" in bounds:
-            hi = min(hi, bisect.bisect_left(ids, bounds["lt"], key=created))
-        return ids[lo:hi]
-
-    def _position(self, ids: list[str], cursor: str, param: str) -> int | Reply:
-        """Where a cursor refund stands in `ids` (a creation-ordered list), by bisection."""
-        seq = self._seq.get(cursor)
-        at = -1 if seq is None else bisect.bisect_left(ids, seq, key=self._seq.__getitem__)
-        if at < 0 or at >= len(ids) or ids[at] != cursor:
-            err = _missing("refund", cursor, param=param)
-            return Reply(err.status, err.envelope())
-        return at
-
     def set_refund_status(self, refund_id: str, status: str) -> JSONObj:
         """Move a refund to another status (as Stripe does when a refund settles or fails)."""
         if status not in REFUND_STATUSES:
             raise ValueError(f"unknown refund status {status!r}")
         with self._lock:
-            refund = self._refunds.get(refund_id)
+            refund = self._refunds.objects.get(refund_id)
             if refund is None:
                 raise KeyError(refund_id)
             was, now = refund["status"] in _COUNTING, status in _COUNTING
@@ -750,34 +611,14 @@ class PaymentsModel:
             refund["status"] = status
             return _copy(refund)
 
-    # -- handlers (called outside the idempotency lock, each takes the lock itself) -----
+    # -- operations: one per route, given the path's id and the checked parameters; called
+    # outside the idempotency lock, each takes the lock itself ---------------------------
 
-    def _create_payment_intent(self, p: JSONObj) -> JSONObj:
-        _check_params("POST /v1/payment_intents", p)
-        amount = _amount(p, "amount")
-        currency = _currency(p)
-        minimum = CURRENCIES[currency][2]
-        if amount < minimum:
-            raise StripeModelError(
-                400,
-                f"Amount must be at least {_money(minimum, currency)} {currency}",
-                code="amount_too_small",
-                param="amount",
-            )
-        if amount > AMOUNT_MAX:
-            raise StripeModelError(
-                400,
-                f"Amount must be no more than {_money(AMOUNT_MAX, currency)}",
-                code="amount_too_large",
-                param="amount",
-            )
-        metadata = _metadata(p)
-        description = _string(p, "description") if "description" in p else None
-        pm = _string(p, "payment_method") if "payment_method" in p else None
-        confirm = _boolean(p, "confirm", False)
-        types, automatic = _payment_method_types(p)
+    def _create_payment_intent(self, _: str, a: Mapping[str, Any]) -> JSONObj:
+        pm = a["payment_method"]
+        types, automatic = a["automatic_payment_methods"]
         if pm is not None and not pm.startswith("pm_card_"):
-            raise _missing("payment_method", pm, param="payment_method")
+            raise missing("payment_method", pm, param="payment_method")
         with self._lock:
             now = int(self.now())
             intent_id = self._new_id("pi")
@@ -785,7 +626,7 @@ class PaymentsModel:
             charge = None
             if pm is not None:
                 status = "requires_confirmation"
-            if confirm:
+            if a["confirm"]:
                 if pm is None:
                     raise StripeModelError(
                         400,
@@ -801,10 +642,10 @@ class PaymentsModel:
             intent = {
                 "id": intent_id,
                 "object": "payment_intent",
-                "amount": amount,
+                "amount": a["amount"],
                 "amount_capturable": 0,
                 "amount_details": {"tip": {}},
-                "amount_received": amount if status == "succeeded" else 0,
+                "amount_received": a["amount"] if status == "succeeded" else 0,
                 "application": None,
                 "application_fee_amount": None,
                 "automatic_payment_methods": automatic,
@@ -814,16 +655,16 @@ class PaymentsModel:
                 "client_secret": f"{intent_id}_secret_{secrets.token_urlsafe(18)}",
                 "confirmation_method": "automatic",
                 "created": now,
-                "currency": currency,
+                "currency": a["currency"],
                 "customer": None,
                 "customer_account": None,
-                "description": description,
+                "description": a["description"],
                 "excluded_payment_method_types": None,
                 "last_payment_error": None,
                 "latest_charge": charge,
                 "livemode": False,
                 "managed_payments": None,
-                "metadata": metadata,
+                "metadata": a["metadata"],
                 "next_action": None,
                 "on_behalf_of": None,
                 "payment_method": self._new_id("pm") if pm is not None else None,
@@ -845,33 +686,19 @@ class PaymentsModel:
             self._intents[intent_id] = intent
             return _copy(intent)
 
-    def _create_refund(self, p: JSONObj) -> JSONObj:
-        _check_params("POST /v1/refunds", p)
-        if not p.get("payment_intent"):
-            raise StripeModelError(
-                400,
-                "One of the following params should be provided for this request: "
-                "payment_intent or charge.",
-                code="parameter_missing",
-            )
-        pi = _string(p, "payment_intent")
-        amount = _amount(p, "amount") if "amount" in p else None
-        metadata = _metadata(p)
-        reason = p.get("reason")
-        if reason is not None and reason not in (
-            "duplicate",
-            "fraudulent",
-            "requested_by_customer",
-        ):
-            raise StripeModelError(
-                400,
-                "Invalid reason: must be one of duplicate, fraudulent, or requested_by_customer",
-                param="reason",
-            )
+    def _get_payment_intent(self, intent_id: str, _: Mapping[str, Any]) -> JSONObj:
+        with self._lock:
+            intent = self._intents.get(intent_id)
+            if intent is None:
+                raise missing("payment_intent", intent_id, param="intent")
+            return _copy(intent)
+
+    def _create_refund(self, _: str, a: Mapping[str, Any]) -> JSONObj:
+        pi, amount = a["payment_intent"], a["amount"]
         with self._lock:
             intent = self._intents.get(pi)
             if intent is None:
-                raise _missing("payment_intent", pi, param="payment_intent")
+                raise missing("payment_intent", pi, param="payment_intent")
             if intent["status"] != "succeeded":
                 raise StripeModelError(
                     400,
@@ -909,34 +736,27 @@ class PaymentsModel:
                 "customer": None,
                 "customer_account": None,
                 "destination_details": {"card": {"type": "refund"}, "type": "card"},
-                "metadata": metadata,
+                "metadata": a["metadata"],
                 "payment_intent": pi,
                 "payment_method": intent["payment_method"],
-                "reason": reason,
+                "reason": a["reason"],
                 "receipt_number": None,
                 "source_transfer_reversal": None,
                 "status": "succeeded",
                 "transfer_reversal": None,
             }
-            self._refunds[refund_id] = refund
-            self._seq[refund_id] = len(self._order)
-            self._order.append(refund_id)
-            self._by_payment.setdefault(pi, []).append(refund_id)
             self._refunded[pi] = self._refunded.get(pi, 0) + amount
-            return _copy(refund)
+            return self._refunds.add(refund)
 
-    def _create_transfer(self, p: JSONObj) -> JSONObj:
-        _check_params("POST /v1/transfers", p)
-        amount = _amount(p, "amount")
-        currency = _currency(p)
-        if not p.get("destination"):
-            raise StripeModelError(
-                400,
-                "Missing required param: destination.",
-                code="parameter_missing",
-                param="destination",
-            )
-        destination = _string(p, "destination")
+    def _list_refunds(self, _: str, a: Mapping[str, Any]) -> JSONObj:
+        with self._lock:
+            pi = a["payment_intent"]
+            if pi is not None and pi not in self._intents:
+                raise missing("payment_intent", pi, param="payment_intent")
+            return self._refunds.page(a)
+
+    def _create_transfer(self, _: str, a: Mapping[str, Any]) -> JSONObj:
+        destination = a["destination"]
         if not destination.startswith("acct_"):
             # The emulator takes any `acct_` id as a connected account of the platform.
             raise StripeModelError(
@@ -946,25 +766,21 @@ class PaymentsModel:
                 param="destination",
                 saved=True,
             )
-        metadata = _metadata(p)
-        description = p.get("description")
-        if description is not None:
-            description = _string(p, "description")
         with self._lock:
             transfer_id = self._new_id("tr")
             transfer = {
                 "id": transfer_id,
                 "object": "transfer",
-                "amount": amount,
+                "amount": a["amount"],
                 "amount_reversed": 0,
                 "balance_transaction": self._new_id("txn"),
                 "created": self._created(),
-                "currency": currency,
-                "description": description,
+                "currency": a["currency"],
+                "description": a["description"],
                 "destination": destination,
                 "destination_payment": self._new_id("py"),
                 "livemode": False,
-                "metadata": metadata,
+                "metadata": a["metadata"],
                 "reversals": {
                     "object": "list",
                     "data": [],
@@ -976,14 +792,63 @@ class PaymentsModel:
                 "source_type": "card",
                 "transfer_group": None,
             }
-            self._transfers[transfer_id] = transfer
-            self._transfer_seq[transfer_id] = len(self._transfer_order)
-            self._transfer_order.append(transfer_id)
-            self._by_destination.setdefault(destination, []).append(transfer_id)
-            return _copy(transfer)
+            return self._transfers.add(transfer)
+
+    def _list_transfers(self, _: str, a: Mapping[str, Any]) -> JSONObj:
+        with self._lock:
+            return self._transfers.page(a)
+
+    def _create_payout(self, _: str, a: Mapping[str, Any]) -> JSONObj:
+        destination = a["destination"]
+        if not destination.startswith("ba_"):
+            # The emulator takes any `ba_` id as a bank account of the platform.
+            raise StripeModelError(
+                400,
+                f"No such external account: '{destination[:100]}'",
+                code="resource_missing",
+                param="destination",
+                saved=True,
+            )
+        with self._lock:
+            created = self._created()
+            payout = {
+                "id": self._new_id("po"),
+                "object": "payout",
+                "amount": a["amount"],
+                "application_fee": None,
+                "application_fee_amount": None,
+                "arrival_date": created,
+                "automatic": False,
+                "balance_transaction": self._new_id("txn"),
+                "created": created,
+                "currency": a["currency"],
+                "description": a["description"],
+                "destination": destination,
+                "failure_balance_transaction": None,
+                "failure_code": None,
+                "failure_message": None,
+                "livemode": False,
+                "metadata": a["metadata"],
+                "method": "standard",
+                "original_payout": None,
+                "payout_method": None,
+                "reconciliation_status": "not_applicable",
+                "reversed_by": None,
+                "source_type": "card",
+                "statement_descriptor": None,
+                "status": "pending",
+                "trace_id": None,
+                "type": "bank_account",
+            }
+            return self._payouts.add(payout)
+
+    def _list_payouts(self, _: str, a: Mapping[str, Any]) -> JSONObj:
+        with self._lock:
+            return self._payouts.page(a)
 
     def _created(self) -> int:
-        """A refund's `created`: now, never before the last one, so creation order is time order."""
+        """An object's `created`: now, never before the last one, so creation order is time
+        order."""
         self._last_created = max(self._last_created, int(self.now()))
         return self._last_created
 
@@ -1027,253 +892,12 @@ _READ_ERRORS: dict[str, Callable[[], StripeModelError]] = {
 }
 
 
-def _missing(kind: str, object_id: str, *, param: str) -> StripeModelError:
-    return StripeModelError(
-        404, f"No such {kind}: '{object_id}'", code="resource_missing", param=param
-    )
-
-
 def _copy(obj: JSONObj) -> JSONObj:
     """A copy deep enough that a caller cannot change the model's nested objects."""
     return {
         k: _copy(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v
         for k, v in obj.items()
     }
-
-
-def _check_params(endpoint: str, params: Mapping[str, Any]) -> None:
-    """Refuse what `endpoint` does not accept, as Stripe does, before anything else."""
-    accepted = ACCEPTED_PARAMS[endpoint]
-    for name, value in params.items():
-        if name not in accepted:
-            raise _unaccepted(endpoint, name)
-        inner = accepted[name]
-        if inner and value != "":
-            if not isinstance(value, dict):
-                raise StripeModelError(
-                    400, "Invalid object", code="parameter_invalid_object", param=name
-                )
-            for key in value:
-                if key not in inner:
-                    raise _unaccepted(endpoint, f"{name}[{key}]")
-
-
-def sdk_params(endpoint: str) -> frozenset[str]:
-    """The parameters the installed stripe SDK lists for `endpoint` (request options aside)."""
-    import importlib
-
-    from stripe import RequestOptions
-
-    module, name = SDK_PARAMS[endpoint]
-    typed = getattr(importlib.import_module(module), name)
-    keys: frozenset[str] = typed.__required_keys__ | typed.__optional_keys__
-    return keys - (RequestOptions.__required_keys__ | RequestOptions.__optional_keys__)
-
-
-def _unaccepted(endpoint: str, name: str) -> StripeModelError:
-    if endpoint == "POST /v1/payment_intents" and name == "payment_method_types":
-        # Stripe removed it as a writable parameter (API 2026-09-30.endive, the SDK's).
-        return StripeModelError(
-            400,
-            "payment_method_types is no longer supported on this API version. Use "
-            "allowed_payment_method_types or excluded_payment_method_types, or dynamic "
-            "payment methods.",
-            code="payment_method_types_no_longer_supported",
-            param=name,
-        )
-    if "[" not in name and name in sdk_params(endpoint):
-        return StripeModelError(
-            400,
-            f"The emulator does not model parameter {name} ({endpoint}), which Stripe "
-            "accepts: leave it out offline, or teach interlock/testing/model.py.",
-            code="parameter_unknown",
-            param=name,
-        )
-    return StripeModelError(
-        400, f"Received unknown parameter: {name}", code="parameter_unknown", param=name
-    )
-
-
-def _string(p: Mapping[str, Any], name: str) -> str:
-    value = p.get(name)
-    if not isinstance(value, str):
-        raise StripeModelError(
-            400, f"Invalid string: {value!r}", code="parameter_invalid_string", param=name
-        )
-    return value
-
-
-_INTEGER = re.compile(r"-?[0-9]+")
-
-
-def _amount(p: JSONObj, name: str) -> int:
-    raw = p.get(name)
-    if raw is None or raw == "":
-        raise StripeModelError(
-            400, f"Missing required param: {name}.", code="parameter_missing", param=name
-        )
-    text = str(raw)
-    # ASCII digits only, as Stripe reads them: int() alone takes "٣٠٠" and "５０", and
-    # str.isdigit() passes "²", which int() then refuses.
-    if isinstance(raw, bool) or _INTEGER.fullmatch(text) is None:
-        raise StripeModelError(
-            400, f"Invalid integer: {text[:100]}", code="parameter_invalid_integer", param=name
-        )
-    value = int(text)
-    if value < 1:
-        raise StripeModelError(
-            400,
-            "This value must be greater than or equal to 1.",
-            code="parameter_invalid_integer",
-            param=name,
-        )
-    return value
-
-
-def _created_bounds(query: Mapping[str, Any]) -> dict[str, int]:
-    """A list's `created` filter (`created[gte]=...`) as integer bounds, after
-    `_check_params`, which refuses any other shape (an empty value is no filter)."""
-    raw = query.get("created")
-    if not isinstance(raw, dict):
-        return {}
-    bounds: dict[str, int] = {}
-    for op, value in raw.items():
-        text = str(value)
-        if _INTEGER.fullmatch(text) is None:
-            raise StripeModelError(
-                400,
-                f"Invalid integer: {text[:100]}",
-                code="parameter_invalid_integer",
-                param=f"created[{op}]",
-            )
-        bounds[op] = int(text)
-    return bounds
-
-
-def _limit(query: Mapping[str, Any]) -> int:
-    try:
-        limit = int(str(query.get("limit", "10")))
-    except ValueError:
-        limit = -1
-    if not 1 <= limit <= 100:
-        raise StripeModelError(
-            400, "Invalid limit: must be an integer between 1 and 100.", param="limit"
-        )
-    return limit
-
-
-def _currency(p: JSONObj) -> str:
-    raw = p.get("currency")
-    if raw is None or raw == "":
-        raise StripeModelError(
-            400, "Missing required param: currency.", code="parameter_missing", param="currency"
-        )
-    currency = str(raw).lower()
-    if currency not in CURRENCIES:
-        raise StripeModelError(
-            400,
-            f"Invalid currency: {str(raw)[:20]}. The emulator models "
-            f"{', '.join(CURRENCIES)} (Stripe supports more).",
-            code="parameter_invalid_string",
-            param="currency",
-        )
-    return currency
-
-
-def _money(amount: int, currency: str) -> str:
-    symbol, decimals, _ = CURRENCIES[currency]
-    if decimals == 0:
-        return f"{symbol}{amount:,}"
-    return f"{symbol}{amount // 100:,}.{amount % 100:02d}"
-
-
-def _boolean(p: JSONObj, name: str, default: bool) -> bool:
-    raw = p.get(name, default)
-    if isinstance(raw, bool):
-        return raw
-    if raw in ("true", "false"):
-        return bool(raw == "true")
-    raise StripeModelError(
-        400, f"Invalid boolean: {str(raw)[:100]}", code="parameter_invalid_boolean", param=name
-    )
-
-
-def _payment_method_types(p: JSONObj) -> tuple[list[str], JSONObj | None]:
-    """The intent's payment_method_types and automatic_payment_methods, from what was asked."""
-    allowed, automatic = p.get("allowed_payment_method_types"), p.get("automatic_payment_methods")
-    if allowed is not None and automatic is not None:
-        raise StripeModelError(
-            400,
-            "You may only specify one of these parameters: allowed_payment_method_types, "
-            "automatic_payment_methods.",
-            param="allowed_payment_method_types",
-        )
-    if automatic is not None:
-        enabled = _boolean(automatic, "enabled", False)
-        redirects = automatic.get("allow_redirects", "always")
-        if redirects not in ("always", "never"):
-            raise StripeModelError(
-                400,
-                "Invalid automatic_payment_methods[allow_redirects]: must be one of always or "
-                "never",
-                param="automatic_payment_methods[allow_redirects]",
-            )
-        return ["card"], {"allow_redirects": redirects, "enabled": enabled}
-    if allowed is None:
-        return ["card"], None
-    if not isinstance(allowed, list) or not all(isinstance(t, str) and t for t in allowed):
-        raise StripeModelError(
-            400,
-            "Invalid array",
-            code="parameter_invalid_array",
-            param="allowed_payment_method_types",
-        )
-    return list(allowed), None
-
-
-def _metadata(p: JSONObj) -> dict[str, str]:
-    raw = p.get("metadata", {})
-    if raw == "":
-        return {}
-    if not isinstance(raw, dict):
-        raise StripeModelError(
-            400, "Invalid object", code="parameter_invalid_object", param="metadata"
-        )
-    metadata: dict[str, str] = {}
-    for key, value in raw.items():
-        if not isinstance(key, str) or not isinstance(value, str):
-            raise StripeModelError(
-                400,
-                f"Invalid metadata[{key}]: metadata keys and values must be strings",
-                param="metadata",
-            )
-        if "[" in key or "]" in key:
-            raise StripeModelError(
-                400, "Metadata keys can't contain square brackets ([ or ]).", param="metadata"
-            )
-        if len(key) > METADATA_KEY_MAX:
-            raise StripeModelError(
-                400,
-                f"Metadata keys can have up to {METADATA_KEY_MAX} characters, but you passed "
-                f"in a key that is {len(key)} characters. Invalid key: {key[:100]}",
-                param="metadata",
-            )
-        if len(value) > METADATA_VALUE_MAX:
-            raise StripeModelError(
-                400,
-                f"Metadata values can have up to {METADATA_VALUE_MAX} characters, but you "
-                f"passed in a value that is {len(value)} characters.",
-                param="metadata",
-            )
-        if value != "":
-            metadata[key] = value
-    if len(metadata) > METADATA_MAX_KEYS:
-        raise StripeModelError(
-            400,
-            f"Metadata can have up to {METADATA_MAX_KEYS} keys, but you've set {len(metadata)}.",
-            param="metadata",
-        )
-    return metadata
 
 
 def _dollars(cents: int) -> str:

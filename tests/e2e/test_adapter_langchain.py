@@ -186,11 +186,12 @@ def test_a_killed_agent_resumed_from_its_checkpoint_ends_as_the_truth_table_says
     assert done["outcome"]["status"] == status
     if status == "adopted":
         assert done["status"] == "success"
-        assert done["words"].startswith("done: an earlier run of this same call")
+        assert done["words"].startswith("done: refunded")
+        assert "made by an earlier try of this same call" in done["words"]
         assert "before-send" not in [e.get("step") for e in second.seen]
     else:
         assert done["status"] == "error"
-        assert done["words"].startswith("not done: refused because")
+        assert done["words"].startswith("not done, refused: ")
         reason = "revoked" if outage == "revoked" else "refunds changed"
         assert reason in done["outcome"]["reason"]
     with closing(SQLiteStore(case.store_path)) as store:

@@ -24,12 +24,13 @@ from stripe._stripe_context import StripeContext
 
 from interlock import PaymentsRejectedError, StripePayments
 from interlock.testing import InProcessPayments, PaymentsModel, StripeEmulator
-from interlock.testing.model import (
+from interlock.testing.routes import (
     ACCEPTED_PARAMS,
     METADATA_KEY_MAX,
     METADATA_MAX_KEYS,
     METADATA_VALUE_MAX,
     SDK_PARAMS,
+    route_for,
     sdk_params,
 )
 from tests.loopback.test_emulator import _all_refunds, _client, _form, _http, _paid, _refund
@@ -122,12 +123,17 @@ def _call(model: PaymentsModel, endpoint: str, pi: str, params: dict[str, Any]) 
         "GET /v1/refunds": {"payment_intent": pi},
         "POST /v1/transfers": {"amount": "100", "currency": "usd", "destination": "acct_MadeUp"},
         "GET /v1/transfers": {"destination": "acct_MadeUp"},
+        "POST /v1/payouts": {"amount": "100", "currency": "usd", "destination": "ba_MadeUp"},
+        "GET /v1/payouts": {"destination": "ba_MadeUp"},
     }
     merged = {**base[endpoint], **params}
     if endpoint == "POST /v1/transfers":
         return model.post("transfers", merged)
     if endpoint == "GET /v1/transfers":
         return model.list_transfers(merged)
+    if endpoint in ("POST /v1/payouts", "GET /v1/payouts"):
+        route, ident = route_for(*endpoint.split(" "))
+        return model.serve(route, ident, merged)
     if endpoint == "POST /v1/payment_intents":
         return model.post("payment_intents", merged)
     if endpoint == "POST /v1/refunds":
@@ -158,6 +164,12 @@ def test_unknown_parameter_is_stripes_400(emu: StripeEmulator, endpoint: str) ->
             )
         elif endpoint == "GET /v1/transfers":
             client.v1.transfers.list(params={"destination": "acct_MadeUp", "amuont": 5})  # type: ignore[typeddict-unknown-key]
+        elif endpoint == "POST /v1/payouts":
+            client.v1.payouts.create(
+                params={"amount": 5, "currency": "usd", "destination": "ba_MadeUp", "amuont": 5}  # type: ignore[typeddict-unknown-key]
+            )
+        elif endpoint == "GET /v1/payouts":
+            client.v1.payouts.list(params={"destination": "ba_MadeUp", "amuont": 5})  # type: ignore[typeddict-unknown-key]
         else:
             client.v1.payment_intents.retrieve(pi, params={"amuont": 5})  # type: ignore[typeddict-unknown-key]
     assert err.value.http_status == 400

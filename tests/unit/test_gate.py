@@ -549,12 +549,12 @@ class _HeldFirstRefund(PaymentsModel):
         self.release = threading.Event()
         self._first = True
 
-    def _create_refund(self, p: dict[str, Any]) -> dict[str, Any]:
+    def _create_refund(self, ident: str, a: Mapping[str, Any]) -> dict[str, Any]:
         if self._first:
             self._first = False
             self.entered.set()
             assert self.release.wait(10)
-        return super()._create_refund(p)
+        return super()._create_refund(ident, a)
 
 
 class _FirstRequestTimesOut(InProcessPayments):

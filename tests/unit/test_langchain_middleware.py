@@ -141,7 +141,7 @@ def test_a_refund_of_a_yen_payment_is_in_yen_as_its_read_showed() -> None:
         Lease(w.lease, "refund", w.pi, AMOUNT, now + 3600, "s", now, currency="jpy")
     )
     told = answer(w.agent().invoke(w.ask(), w.config))
-    assert told.content.startswith("done: refunded ¥2,000 (refund")
+    assert told.content.startswith("done: refunded ¥2,000, refund")
     assert (told.artifact["status"], told.artifact["currency"]) == ("sent", "jpy")
     state = w.store.action(told.artifact["action_id"])
     assert state is not None and state.intent.currency == "jpy"
@@ -279,7 +279,7 @@ def test_what_happens_while_the_person_decides_is_re_checked_after_the_resume(
     told = answer(agent.invoke(Command(resume={"approved": True, "by": "alice"}), w.config))
     assert told.status == "error"
     assert told.artifact["status"] == "refused"
-    assert told.content.startswith("not done: refused because")
+    assert told.content.startswith("not done, refused: ")
     assert w.refunds() == ([("hand", AMOUNT)] if during_the_wait == "hand-refund" else [])
 
 

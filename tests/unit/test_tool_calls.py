@@ -8,12 +8,8 @@ from __future__ import annotations
 import pytest
 
 from interlock import Intent, Outcome
-from interlock._integrations.tool_calls import (
-    action_id_for,
-    approve_again,
-    outcome_words,
-    reapproval_id,
-)
+from interlock._integrations.tool_calls import action_id_for, approve_again, reapproval_id
+from interlock._integrations.words import outcome_words
 from tests.helpers.gate_rig import AMOUNT, Crash, GateWorld, gone_owner
 
 pa = pytest.importorskip("interlock.pydantic_ai", reason="the pydantic-ai extra is not installed")
