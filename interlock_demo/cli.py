@@ -34,7 +34,8 @@ from interlock_demo.errors import KeyRefusedError, UsageError
 from interlock_demo.exit_codes import ExitCode
 from interlock_demo.layout import LARGEST, SMALLEST
 from interlock_demo.mcp.cli import add_mcp_parser
-from interlock_demo.settings import MODES, resolve
+from interlock_demo.settings.config import resolve
+from interlock_demo.settings.modes import MODES
 from interlock_demo.stopping import Stopped, stop_signals
 from scenarios import SCENARIOS, SWITCHES
 

@@ -26,7 +26,8 @@ from interlock_demo.core.run import Run
 from interlock_demo.core.verdict import replay_note, untruth
 from interlock_demo.engine import Engine, RunChoice
 from interlock_demo.exit_codes import ExitCode
-from interlock_demo.settings import DemoConfig, mode_named
+from interlock_demo.settings.config import DemoConfig
+from interlock_demo.settings.modes import mode_named
 from interlock_demo.stopping import STOP_SIGNALS
 from scenarios import CURRENCY, SCENARIOS, SWITCHES
 

@@ -24,7 +24,7 @@ import pytest
 from textual.pilot import Pilot
 
 from interlock_demo.core.run import ClaimWait, Clock, ColumnState, Ids, Run
-from interlock_demo.settings import resolve
+from interlock_demo.settings.config import resolve
 from interlock_demo.views.tui.app import DemoApp, make_app
 from interlock_demo.views.tui.widgets import ColumnPane
 from scenarios import SCENARIOS

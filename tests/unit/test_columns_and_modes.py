@@ -11,15 +11,10 @@ import pytest
 from interlock_demo.core.columns import COLUMN_KINDS, column_kind, gated_column, shown_columns
 from interlock_demo.engine import RunChoice
 from interlock_demo.errors import UsageError
-from interlock_demo.settings import (
-    ENV_RECEIPT_KEY,
-    MODES,
-    DemoConfig,
-    line_mark,
-    mode_named,
-    resolve,
-    worker_env,
-)
+from interlock_demo.settings.config import DemoConfig, resolve
+from interlock_demo.settings.environment import ENV_RECEIPT_KEY
+from interlock_demo.settings.modes import MODES, line_mark, mode_named
+from interlock_demo.settings.worker import worker_env
 from scenarios import COLUMNS, TRUTH
 
 STRIPE_KEY = "sk_test_madeUpForTheModeTable4242424242"
