@@ -1,0 +1,12 @@
+"""The scale tier: a store or a model grown to thousands of rows, to show that a cost
+(time, memory, a query plan) stays flat as it grows.
+
+These are unit tests in all but their seconds, apart so that `pytest tests/unit` stays
+quick: they start no process and bind no socket, held to that by the unit tier's guard.
+"""
+
+from tests.unit.conftest import (  # noqa: F401 (pytest finds the hooks by name)
+    pytest_runtest_call,
+    pytest_runtest_setup,
+    pytest_runtest_teardown,
+)
