@@ -52,7 +52,7 @@ from interlock_demo.core.columns import OPTIONAL  # noqa: E402
 from interlock_demo.core.run import Column, Run  # noqa: E402
 from interlock_demo.engine import Engine, RunChoice  # noqa: E402
 from interlock_demo.errors import UsageError  # noqa: E402
-from interlock_demo.settings import resolve  # noqa: E402
+from interlock_demo.settings.config import resolve  # noqa: E402
 from scenarios import SCENARIOS  # noqa: E402
 
 RESTART_TARGET_S = 0.2

@@ -35,7 +35,8 @@ from interlock_demo.errors import KeyRefusedError, UsageError
 from interlock_demo.exit_codes import ExitCode
 from interlock_demo.layout import LARGEST, SMALLEST
 from interlock_demo.mcp.cli import add_mcp_parser
-from interlock_demo.settings import MODES, resolve
+from interlock_demo.settings.config import resolve
+from interlock_demo.settings.modes import MODES
 from interlock_demo.stopping import Stopped, stop_signals
 from scenarios import SCENARIOS, SWITCHES
 
@@ -432,7 +433,7 @@ def _live_key_refusal(argv: list[str]) -> KeyRefusedError | None:
     """
     if _command(argv) == "doctor" or "--version" in argv:
         return None
-    from interlock_demo.keys import Secret, check_test_key
+    from interlock_demo.settings.keys import Secret, check_test_key
 
     value = os.environ.get("STRIPE_SECRET_KEY", "").strip()
     if not value:

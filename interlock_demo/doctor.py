@@ -36,13 +36,13 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from interlock_demo.environment import child_env
 from interlock_demo.errors import KeyRefusedError, UsageError
 from interlock_demo.exit_codes import ExitCode
-from interlock_demo.keys import Secret, find_anthropic_key, find_stripe_key, key_kind
 from interlock_demo.layout import LAYOUTS, SMALLEST, WIDE, layout_for
 from interlock_demo.network import FIXES, OFFLINE_FIX, short_error
-from interlock_demo.settings import DemoConfig, resolve
+from interlock_demo.settings.config import DemoConfig, resolve
+from interlock_demo.settings.environment import child_env
+from interlock_demo.settings.keys import Secret, find_anthropic_key, find_stripe_key, key_kind
 from interlock_demo.stopping import Stopped
 
 PROBE_TIMEOUT_S = 5.0
@@ -225,7 +225,7 @@ def check_emulator() -> Line:
     """The loopback emulator starts and answers the real stripe SDK."""
     from interlock import StripePayments, make_stripe_client
     from interlock.testing import StripeEmulator
-    from interlock_demo.settings import EMULATOR_KEY
+    from interlock_demo.settings.worker import EMULATOR_KEY
 
     try:
         emu = StripeEmulator().start()
@@ -337,7 +337,7 @@ def check_terminal(env: Mapping[str, str], size: os.terminal_size | None = None)
 
 def check_home(env: Mapping[str, str]) -> Line:
     """INTERLOCK_HOME's demo folder can be created and written (journal, cases, screenshots)."""
-    from interlock_demo.settings import Paths
+    from interlock_demo.settings.paths import Paths
 
     folder = Paths.from_env(env).demo
     try:

@@ -17,7 +17,7 @@ model), `INTERLOCK_STRIPE_BASE` (offline: the emulator's address), `STRIPE_SECRE
 `ANTHROPIC_API_KEY` (only when a real model is asked), `INTERLOCK_RECEIPT_KEY` (only
 interlock's), the whole timing (`worker_timing`: every `Timing.ENV_NAMES`) and the emulated
 switches that `interlock` reads. The engine gives it nothing else
-(`interlock_demo.settings.worker_env`).
+(`interlock_demo.settings.worker.worker_env`).
 """
 
 from __future__ import annotations

@@ -36,7 +36,8 @@ from interlock_demo.core.run import (
 from interlock_demo.core.verdict import judge, stripe_card
 from interlock_demo.errors import ColumnFailed, UsageError
 from interlock_demo.network import live_failure_line
-from interlock_demo.settings import SUPPORT, DemoConfig, support_approver
+from interlock_demo.settings.approver import SUPPORT, support_approver
+from interlock_demo.settings.config import DemoConfig
 from scenarios import (
     CURRENCY,
     FAULTS,

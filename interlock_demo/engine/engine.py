@@ -65,7 +65,10 @@ from interlock_demo.engine.mock import MockClock, MockLauncher
 from interlock_demo.engine.process import ProcessLauncher
 from interlock_demo.engine.supervisor import Supervisor
 from interlock_demo.errors import BusyError
-from interlock_demo.settings import EMULATOR_KEY, SUPPORT, TEMPORAL, DemoConfig, support_approver
+from interlock_demo.settings.approver import SUPPORT, support_approver
+from interlock_demo.settings.config import DemoConfig
+from interlock_demo.settings.modes import TEMPORAL
+from interlock_demo.settings.worker import EMULATOR_KEY
 from scenarios import CURRENCY, LEASE_CAP, REFUND_AMOUNT, SCENARIOS, Scenario, scenario
 from workers.interlock import refund_gate
 from workers.protocol import ColumnOutcome, event_fields, gate_kind

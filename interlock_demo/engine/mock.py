@@ -18,7 +18,7 @@ from interlock.testing import PaymentsModel
 from interlock_demo.core.run import WorkerInfo
 from interlock_demo.engine.column import FAULTS_NEED_THE_EMULATOR, ColumnScript
 from interlock_demo.errors import ColumnFailed
-from interlock_demo.settings import support_approver
+from interlock_demo.settings.approver import support_approver
 from scenarios import REFUND_AMOUNT
 from workers.agent import ScriptedModel
 from workers.context import MemoryBox, SimulatedCrash, WorkerContext

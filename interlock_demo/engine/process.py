@@ -1,7 +1,7 @@
 """Workers as real processes, killed with a real SIGKILL: the live and offline launcher.
 
 Each launch writes the column's case file, builds the worker's environment for that
-launch (`settings.worker_env`: the model's key only while no decision is saved), spawns
+launch (`worker.worker_env`: the model's key only while no decision is saved), spawns
 `workers.standalone` through the run's `Supervisor` and waits for its exit. A held
 crash point (`CrashPoint.IN_FLIGHT`) is the supervisor's own: it arms a hold on the
 emulator this engine started and kills the worker while Stripe holds the answer to its
@@ -29,7 +29,9 @@ from interlock_demo.engine.column import (
 )
 from interlock_demo.engine.supervisor import Supervisor, WorkerProcess, WorkerState
 from interlock_demo.errors import ColumnFailed
-from interlock_demo.settings import DemoConfig, open_private, worker_env
+from interlock_demo.settings.config import DemoConfig
+from interlock_demo.settings.private import open_private
+from interlock_demo.settings.worker import worker_env
 from workers.protocol import EventKind
 from workers.protocol.case import Case, decision_path
 

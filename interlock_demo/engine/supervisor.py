@@ -22,7 +22,7 @@ from typing import IO, Any
 import psutil
 
 from interlock_demo.core.run import RunEventKind
-from interlock_demo.settings import PRIVATE_UMASK, open_private
+from interlock_demo.settings.private import PRIVATE_UMASK, open_private
 from workers.protocol import SIGKILL_EXIT
 
 

@@ -154,8 +154,9 @@ def _serve(args: argparse.Namespace) -> int:
         lease_currency,
     )
     from interlock_demo.errors import KeyRefusedError
-    from interlock_demo.keys import find_stripe_key
-    from interlock_demo.settings import EMULATOR_KEY, demo_timing
+    from interlock_demo.settings.keys import find_stripe_key
+    from interlock_demo.settings.timing import demo_timing
+    from interlock_demo.settings.worker import EMULATOR_KEY
     from workers.protocol.words import gate_event_text
 
     def log(text: str) -> None:
@@ -296,7 +297,7 @@ def _payment_to_approve(
     )
     from interlock.mcp import DeskError, check_payment_id
     from interlock_demo.errors import KeyRefusedError
-    from interlock_demo.keys import find_stripe_key
+    from interlock_demo.settings.keys import find_stripe_key
 
     try:
         check_payment_id(payment)
@@ -329,7 +330,8 @@ def _approver() -> Approver:
     """Support's approver, the demo's (made once under INTERLOCK_HOME, 0600): `approve`
     signs with it. The server only checks with its public key, except that its --approve
     and --offline grants at start sign with it too (a rehearsal's shortcut)."""
-    from interlock_demo.settings import Paths, paths_support_approver
+    from interlock_demo.settings.approver import paths_support_approver
+    from interlock_demo.settings.paths import Paths
 
     return paths_support_approver(Paths.from_env())
 
@@ -337,7 +339,8 @@ def _approver() -> Approver:
 def _trusted() -> Approvers:
     """The approvers the server's gate trusts: support's public key, from its file."""
     from interlock import Approvers
-    from interlock_demo.settings import Paths, paths_support_approver
+    from interlock_demo.settings.approver import paths_support_approver
+    from interlock_demo.settings.paths import Paths
 
     paths = Paths.from_env()
     if not paths.approvers.exists():
@@ -347,7 +350,8 @@ def _trusted() -> Approvers:
 
 def _open_store() -> SQLiteStore | None:
     from interlock import SQLiteStore, StoreError
-    from interlock_demo.settings import Paths, create_private_journal, private_dir
+    from interlock_demo.settings.paths import Paths
+    from interlock_demo.settings.private import create_private_journal, private_dir
 
     path = Path(Paths.from_env().home) / "mcp" / "interlock.sqlite3"
     try:

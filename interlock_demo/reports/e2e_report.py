@@ -38,9 +38,10 @@ from interlock_demo.core.columns import COLUMN_KINDS, gated_column
 from interlock_demo.core.run import Column, Finding, RunEventKind, RunSnapshot
 from interlock_demo.core.verdict import AGENT, counting, tally
 from interlock_demo.engine.supervisor import kill_tree
-from interlock_demo.environment import demo_env
 from interlock_demo.exit_codes import ExitCode
-from interlock_demo.settings import PRIVATE_UMASK, Paths, open_private, private_dir
+from interlock_demo.settings.environment import demo_env
+from interlock_demo.settings.paths import Paths
+from interlock_demo.settings.private import PRIVATE_UMASK, open_private, private_dir
 from interlock_demo.stopping import Stopped, on_stop
 from scenarios import CURRENCY, SWITCHES, TRUTH
 from scenarios.scripted import after_answer, hand_refund

@@ -19,8 +19,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from interlock_demo.engine.supervisor import kill_tree
-from interlock_demo.environment import bench_env
 from interlock_demo.exit_codes import ExitCode
+from interlock_demo.settings.environment import bench_env
 from interlock_demo.stopping import on_stop
 
 # Where the package sits: a source checkout when installed with `pip install -e .`.

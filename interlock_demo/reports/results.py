@@ -21,10 +21,10 @@ from interlock_demo.core.columns import OPTIONAL
 from interlock_demo.core.run import SCHEMA, Column, Run
 from interlock_demo.core.verdict import untruth
 from interlock_demo.engine import Engine, RunChoice
-from interlock_demo.environment import bench_env
 from interlock_demo.reports.local_postgres import pgserver_missing
 from interlock_demo.reports.sweep import interlock_failures, run_sweep, table
-from interlock_demo.settings import ENV_STORE, DemoConfig, resolve
+from interlock_demo.settings.config import DemoConfig, resolve
+from interlock_demo.settings.environment import ENV_STORE, bench_env
 from interlock_demo.stopping import Stopped
 from scenarios import CURRENCY, FAULTS, SCENARIOS, SWEEP_FAULTS
 

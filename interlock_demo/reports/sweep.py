@@ -47,7 +47,8 @@ from interlock_demo.core.run import Column, Run
 from interlock_demo.core.verdict import tally
 from interlock_demo.engine import Engine, RunChoice
 from interlock_demo.exit_codes import ExitCode
-from interlock_demo.settings import TEMPORAL, DemoConfig
+from interlock_demo.settings.config import DemoConfig
+from interlock_demo.settings.modes import TEMPORAL
 from interlock_demo.stopping import Stopped, on_stop
 from scenarios import (
     FAULTS,

@@ -27,7 +27,8 @@ from interlock_demo.core.run import Run
 from interlock_demo.core.verdict import replay_note, untruth
 from interlock_demo.engine import Engine, RunChoice
 from interlock_demo.exit_codes import ExitCode
-from interlock_demo.settings import DemoConfig, line_mark, mode_named
+from interlock_demo.settings.config import DemoConfig
+from interlock_demo.settings.modes import line_mark, mode_named
 from interlock_demo.stopping import STOP_SIGNALS
 from scenarios import CURRENCY, SCENARIOS, SWITCHES
 

@@ -63,7 +63,8 @@ from interlock_demo.core.columns import optional_flags, optional_from
 from interlock_demo.core.run import Run
 from interlock_demo.engine import Engine, RunChoice
 from interlock_demo.errors import BusyError, PortInUseError, UsageError
-from interlock_demo.settings import MODES, open_private
+from interlock_demo.settings.modes import MODES
+from interlock_demo.settings.private import open_private
 from scenarios import SCENARIOS
 
 HOST = "127.0.0.1"

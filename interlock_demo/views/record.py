@@ -41,10 +41,10 @@ from typing import Any, TextIO
 from interlock_demo.core.columns import OPTIONAL, ColumnKind, optional_flags
 from interlock_demo.engine import RunChoice
 from interlock_demo.engine.supervisor import kill_tree
-from interlock_demo.environment import demo_env
 from interlock_demo.exit_codes import ExitCode
 from interlock_demo.layout import LARGEST, WIDE
-from interlock_demo.settings import PRIVATE_UMASK
+from interlock_demo.settings.environment import demo_env
+from interlock_demo.settings.private import PRIVATE_UMASK
 from interlock_demo.stopping import Stopped
 from scenarios import SCENARIOS
 

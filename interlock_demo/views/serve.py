@@ -42,9 +42,9 @@ from textual_serve.app_service import AppService
 from textual_serve.server import Server, to_int
 
 from interlock_demo.engine.supervisor import kill_tree
-from interlock_demo.environment import demo_env
 from interlock_demo.exit_codes import ExitCode
-from interlock_demo.settings import PRIVATE_UMASK
+from interlock_demo.settings.environment import demo_env
+from interlock_demo.settings.private import PRIVATE_UMASK
 
 HOST = "127.0.0.1"
 TITLE = "Interlock demo"

@@ -34,7 +34,7 @@ from interlock_demo import cli
 from interlock_demo import engine as engine_module
 from interlock_demo.core.columns import OPTIONAL, ColumnKind
 from interlock_demo.core.run import Column, ColumnState, Event, Run, RunSnapshot, WorkerInfo
-from interlock_demo.settings import DemoConfig, resolve
+from interlock_demo.settings.config import DemoConfig, resolve
 from interlock_demo.views.tui.app import DemoApp, make_app
 from interlock_demo.views.tui.commands import DemoCommands
 from interlock_demo.views.tui.keys import KeysScreen

@@ -25,7 +25,7 @@ from textual.pilot import Pilot
 
 from interlock_demo.core.columns import OPTIONAL, ColumnKind
 from interlock_demo.core.run import ClaimWait, Clock, ColumnState, Ids, Run
-from interlock_demo.settings import resolve
+from interlock_demo.settings.config import resolve
 from interlock_demo.views.tui.app import DemoApp, make_app
 from interlock_demo.views.tui.widgets import ColumnPane
 from scenarios import SCENARIOS

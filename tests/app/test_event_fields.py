@@ -18,7 +18,7 @@ from interlock import CrashPoint
 from interlock_demo.core.columns import OPTIONAL
 from interlock_demo.core.run import Run
 from interlock_demo.engine import Engine, RunChoice
-from interlock_demo.settings import resolve
+from interlock_demo.settings.config import resolve
 from interlock_demo.views.tui.widgets.story import WHERE_KILLED, phase_lines
 from interlock_demo.views.tui.widgets.verdict_strip import reason
 from scenarios import SCENARIOS

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from interlock_demo.core.columns import COLUMN_KINDS, OPTIONAL, shown_columns
-from interlock_demo.settings import resolve
+from interlock_demo.settings.config import resolve
 from interlock_demo.views.http_api import for_view
 from interlock_demo.views.tui.app import make_app
 from scenarios import SWITCHES

@@ -13,7 +13,7 @@ import pytest
 from rich.cells import cell_len
 from textual.pilot import Pilot
 
-from interlock_demo.settings import DemoConfig, resolve
+from interlock_demo.settings.config import DemoConfig, resolve
 from interlock_demo.views.tui.app import DemoApp
 from interlock_demo.views.tui.widgets import MessageLine, ModeBanner, RunHeader
 from interlock_demo.views.tui.widgets.mode_banner import banner_parts, fitting

@@ -20,7 +20,9 @@ from typing import Any
 import pytest
 
 from interlock import ConfigError
-from interlock_demo.settings import demo_timing, resolve, worker_env
+from interlock_demo.settings.config import resolve
+from interlock_demo.settings.timing import demo_timing
+from interlock_demo.settings.worker import worker_env
 from tests.helpers.headless import ROOT, SCRUBBED
 from tests.unit.test_engine_mock import FEW_SECONDS, _check_columns
 

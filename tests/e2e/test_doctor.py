@@ -30,8 +30,8 @@ from interlock_demo.doctor import (
     probe,
     run_checks,
 )
-from interlock_demo.keys import Secret
 from interlock_demo.network import network_failure, network_line
+from interlock_demo.settings.keys import Secret
 from tests.helpers.headless import ROOT, SCRUBBED
 
 STRIPE_KEY = "sk_test_51DoctorMadeUpKeyQx7Vw3Nc9Lp2"
@@ -343,7 +343,7 @@ def test_a_live_run_without_network_says_so_in_one_line(
     """A live run whose Stripe name does not resolve fails with one line saying the network
     failed, at DNS, with the fix, instead of a gaierror deep in the events."""
     from interlock_demo.engine import Engine, RunChoice
-    from interlock_demo.settings import resolve
+    from interlock_demo.settings.config import resolve
 
     monkeypatch.setattr(socket, "getaddrinfo", NO_DNS)  # every name fails, no DNS is asked
     config = resolve(env={**LIVE_ENV, "INTERLOCK_HOME": str(tmp_path)})

@@ -4,7 +4,7 @@ The end-to-end test runs real offline runs in-process, with each worker started 
 thin wrapper that records the environment it received and then runs the real worker
 module. Planted in the demo's environment: an unrelated cloud secret, a token, and a
 receipt key, each a made-up marker. The unit tests hold the one builder,
-`settings.worker_env`, to the same rules in live mode (made-up keys; no network).
+`worker.worker_env`, to the same rules in live mode (made-up keys; no network).
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from interlock_demo.engine import Engine, RunChoice
 from interlock_demo.engine.process import ProcessLauncher
 from interlock_demo.engine.temporal.launcher import TemporalLauncher
 from interlock_demo.engine.temporal.probe import temporal_unavailable
-from interlock_demo.settings import resolve, worker_env
+from interlock_demo.settings.config import resolve
+from interlock_demo.settings.worker import worker_env
 from scenarios import sweep_scenario
 from workers.protocol.case import Case
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from interlock_demo.errors import KeyRefusedError
-from interlock_demo.keys import (
+from interlock_demo.settings.keys import (
     find_stripe_key,
 )
 from tests.unit.test_keys import (

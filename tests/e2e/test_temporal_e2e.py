@@ -32,7 +32,8 @@ from interlock_demo.engine.temporal.probe import (
     temporal_unavailable,
 )
 from interlock_demo.engine.temporal.runtime import TemporalRuntime
-from interlock_demo.settings import Paths, resolve
+from interlock_demo.settings.config import resolve
+from interlock_demo.settings.paths import Paths
 from interlock_demo.views.tui.app import make_app
 from interlock_demo.views.tui.widgets import ColumnPane, MessageLine, RunHeader
 from tests.helpers.headless import (

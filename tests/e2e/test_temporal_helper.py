@@ -55,7 +55,7 @@ from interlock import temporal as it
 from interlock.testing import StripeEmulator
 from interlock_demo.engine.temporal.probe import temporal_unavailable
 from interlock_demo.engine.temporal.runtime import TemporalRuntime
-from interlock_demo.settings import Paths
+from interlock_demo.settings.paths import Paths
 from tests.conftest import TEST_KEY
 from tests.helpers.approvals import APPROVERS
 from tests.helpers.gate_rig import AMOUNT, TIMING, Crash, GateWorld, gone_owner

@@ -14,7 +14,7 @@ import resource
 import sys
 
 from interlock_demo.engine import Engine, RunChoice
-from interlock_demo.settings import resolve
+from interlock_demo.settings.config import resolve
 from interlock_demo.views.http_api import RunApi
 
 

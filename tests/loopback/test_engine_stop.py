@@ -15,19 +15,19 @@ from pathlib import Path
 import pytest
 
 from interlock.testing import StripeEmulator
-from interlock_demo import settings
 from interlock_demo.engine import Engine, RunChoice
 from interlock_demo.engine import engine as engine_module
 from interlock_demo.engine.process import ProcessLauncher
 from interlock_demo.engine.supervisor import Supervisor
 from interlock_demo.errors import ColumnFailed
+from interlock_demo.settings.config import DemoConfig, resolve
 
 DEADLINE_S = 30.0
 
 
-def _config(tmp_path: Path, emulator: StripeEmulator) -> settings.DemoConfig:
+def _config(tmp_path: Path, emulator: StripeEmulator) -> DemoConfig:
     env = {"INTERLOCK_HOME": str(tmp_path / "home"), "PATH": ""}
-    return settings.resolve(mode="offline", stripe_base=emulator.url, env=env)
+    return resolve(mode="offline", stripe_base=emulator.url, env=env)
 
 
 def test_a_close_before_the_run_has_its_supervisor_starts_no_worker(
@@ -63,7 +63,7 @@ def test_a_close_before_the_run_has_its_supervisor_starts_no_worker(
 def test_a_wait_on_a_held_call_ends_when_the_run_is_stopped(tmp_path: Path) -> None:
     """A column waiting for a call the emulator holds (for seconds) stops waiting as soon
     as its run is stopped, and says so; unstopped, it waits out its limit."""
-    config = settings.resolve(mode="offline", env={"INTERLOCK_HOME": str(tmp_path), "PATH": ""})
+    config = resolve(mode="offline", env={"INTERLOCK_HOME": str(tmp_path), "PATH": ""})
     supervisor = Supervisor()
     launcher = ProcessLauncher(config, supervisor, None, None)
     held = threading.Event()

@@ -20,11 +20,12 @@ from typing import Any
 
 import pytest
 
-from interlock_demo import settings
 from interlock_demo.core.columns import OPTIONAL
 from interlock_demo.core.run import Run
 from interlock_demo.engine import Engine, RunChoice
 from interlock_demo.errors import PortInUseError
+from interlock_demo.settings.config import DemoConfig, resolve
+from interlock_demo.settings.modes import mode_named
 from interlock_demo.views.http_api import (
     FD_HEADROOM,
     LOG_ENTRIES_PER_MINUTE,
@@ -137,26 +138,24 @@ class HeldRuns:
             assert run.wait(WAIT_S)
 
 
-def mock_config(tmp_path: Path, **keys: str) -> settings.DemoConfig:
+def mock_config(tmp_path: Path, **keys: str) -> DemoConfig:
     """A mock-mode configuration that sees only `keys` (and no `stripe` CLI)."""
-    return settings.resolve(
-        mode="mock", env={"INTERLOCK_HOME": str(tmp_path / "home"), "PATH": "", **keys}
-    )
+    return resolve(mode="mock", env={"INTERLOCK_HOME": str(tmp_path / "home"), "PATH": "", **keys})
 
 
-def endpoint(engine: Engine, config: settings.DemoConfig, **kwargs: Any) -> RunApi:
+def endpoint(engine: Engine, config: DemoConfig, **kwargs: Any) -> RunApi:
     """The endpoint over `engine`, its POSTs changing a choice of `config` as a view would."""
     return RunApi(engine, choice=lambda: RunChoice(config), **kwargs)
 
 
 @pytest.fixture
-def config(tmp_path: Path) -> settings.DemoConfig:
+def config(tmp_path: Path) -> DemoConfig:
     """A mock-mode configuration that found no keys."""
     return mock_config(tmp_path)
 
 
 @pytest.fixture
-def engine(config: settings.DemoConfig) -> Iterator[Engine]:
+def engine(config: DemoConfig) -> Iterator[Engine]:
     """A mock-mode engine that found no keys."""
     eng = Engine(config)
     yield eng
@@ -164,7 +163,7 @@ def engine(config: settings.DemoConfig) -> Iterator[Engine]:
 
 
 @pytest.fixture
-def api(engine: Engine, config: settings.DemoConfig) -> Iterator[RunApi]:
+def api(engine: Engine, config: DemoConfig) -> Iterator[RunApi]:
     """The endpoint over `engine` on a free port, starting runs with `engine.start`."""
     server = endpoint(engine, config, port=0).start()
     yield server
@@ -186,7 +185,7 @@ def held(engine: Engine) -> Iterator[HeldRuns]:
 
 
 @pytest.fixture
-def held_client(engine: Engine, config: settings.DemoConfig, held: HeldRuns) -> Iterator[Client]:
+def held_client(engine: Engine, config: DemoConfig, held: HeldRuns) -> Iterator[Client]:
     """A client of an endpoint whose POSTs start held runs."""
     server = endpoint(engine, config, port=0, start_run=held).start()
     yield Client(server.port)
@@ -273,14 +272,14 @@ def test_post_keeps_what_it_does_not_name_of_the_views_choice(tmp_path: Path) ->
     """A POST changes only what its body names in the view's choice, read at each request:
     the view's engine stays, so mock on the view's Temporal is refused with the mode
     table's own words and nothing starts."""
-    offline = settings.resolve(mode="offline", env={"INTERLOCK_HOME": str(tmp_path), "PATH": ""})
+    offline = resolve(mode="offline", env={"INTERLOCK_HOME": str(tmp_path), "PATH": ""})
     choices = [RunChoice(dataclasses.replace(offline, engine="temporal"), optional=OPTIONAL)]
     eng = Engine(offline)
     server = RunApi(eng, choice=lambda: choices[-1], port=0).start()
     try:
         answer = Client(server.port).post({"scenario": "revoked", "mode": "mock"})
         assert answer.status == 400
-        assert answer.error.startswith(str(settings.mode_named("mock").refusal("temporal")))
+        assert answer.error.startswith(str(mode_named("mock").refusal("temporal")))
         choices.append(RunChoice(offline.with_mode("mock"), optional=OPTIONAL))
         run = started(Client(server.port).post({"scenario": "revoked"}), eng)
         assert run.wait(WAIT_S)
@@ -553,9 +552,7 @@ def test_every_answer_is_json_no_store_without_cors(held_client: Client, engine:
 # -- lifecycle ---------------------------------------------------------------------------------
 
 
-def test_port_in_use_names_the_port_and_the_flag(
-    engine: Engine, config: settings.DemoConfig
-) -> None:
+def test_port_in_use_names_the_port_and_the_flag(engine: Engine, config: DemoConfig) -> None:
     """Starting on a port another program listens on raises an error naming it and --http PORT."""
     with socket.socket() as other:
         other.bind(("127.0.0.1", 0))
@@ -570,9 +567,7 @@ def test_port_in_use_names_the_port_and_the_flag(
     assert not [t for t in threading.enumerate() if t.name == "http-api"]
 
 
-def test_serves_loopback_only_and_stop_frees_the_port(
-    engine: Engine, config: settings.DemoConfig
-) -> None:
+def test_serves_loopback_only_and_stop_frees_the_port(engine: Engine, config: DemoConfig) -> None:
     """It listens on 127.0.0.1 only, and after stop() its thread is gone and the port free."""
     server = endpoint(engine, config, port=0).start()
     port = server.port
@@ -633,7 +628,7 @@ def _read_until_closed(sock: socket.socket) -> bytes:
 
 
 @pytest.fixture
-def short_api(engine: Engine, config: settings.DemoConfig) -> Iterator[RunApi]:
+def short_api(engine: Engine, config: DemoConfig) -> Iterator[RunApi]:
     """The endpoint with half-second header and body timeouts and room for 4 connections."""
     server = endpoint(
         engine, config, port=0, max_connections=4, header_timeout_s=SHORT_S, body_timeout_s=SHORT_S

@@ -19,15 +19,10 @@ from interlock_demo.core.columns import (
 )
 from interlock_demo.engine import RunChoice
 from interlock_demo.errors import UsageError
-from interlock_demo.settings import (
-    ENV_RECEIPT_KEY,
-    MODES,
-    DemoConfig,
-    line_mark,
-    mode_named,
-    resolve,
-    worker_env,
-)
+from interlock_demo.settings.config import DemoConfig, resolve
+from interlock_demo.settings.environment import ENV_RECEIPT_KEY
+from interlock_demo.settings.modes import MODES, line_mark, mode_named
+from interlock_demo.settings.worker import worker_env
 from scenarios import TRUTH
 from workers.run import story
 

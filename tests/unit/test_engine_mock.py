@@ -20,7 +20,7 @@ from interlock import CrashPoint
 from interlock_demo.core.columns import OPTIONAL, ColumnKind
 from interlock_demo.core.run import Clock, Ids
 from interlock_demo.engine import Engine, RunChoice
-from interlock_demo.settings import resolve
+from interlock_demo.settings.config import resolve
 from scenarios import SWEEP_CRASH_POINTS, sweep_scenario
 from tests.helpers.headless import SWITCH, TABLE
 from tests.helpers.pacing import HoldingPacer

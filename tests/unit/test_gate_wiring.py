@@ -23,7 +23,10 @@ from interlock import (
     Timing,
 )
 from interlock.testing import InProcessPayments, PaymentsModel
-from interlock_demo.settings import MODES, resolve, support_approver, worker_env
+from interlock_demo.settings.approver import support_approver
+from interlock_demo.settings.config import resolve
+from interlock_demo.settings.modes import MODES
+from interlock_demo.settings.worker import worker_env
 from tests.helpers.approvals import APPROVERS
 from tests.helpers.gate_rig import AMOUNT, TIMING, GateWorld
 from workers.interlock import refund_gate

@@ -16,7 +16,8 @@ from interlock_demo.core.columns import OPTIONAL
 from interlock_demo.core.verdict import replay_note
 from interlock_demo.engine import Engine, RunChoice
 from interlock_demo.exit_codes import ExitCode
-from interlock_demo.settings import MODES, resolve
+from interlock_demo.settings.config import resolve
+from interlock_demo.settings.modes import MODES
 from interlock_demo.views.headless import run_headless
 from scenarios import TRUTH, Expectation
 

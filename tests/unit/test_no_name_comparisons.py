@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from interlock_demo.core.columns import COLUMN_KINDS
-from interlock_demo.settings import MODES
+from interlock_demo.settings.modes import MODES
 from scenarios import SCENARIOS, Outage
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,7 +16,7 @@ from interlock_demo.core.run import Run
 from interlock_demo.engine import Engine, RunChoice
 from interlock_demo.engine.temporal import probe
 from interlock_demo.reports import performance, results, sweep
-from interlock_demo.settings import resolve
+from interlock_demo.settings.config import resolve
 from interlock_demo.views.tui import screenshots
 
 MISSING = "the Temporal engine needs temporalio: pip install '.[temporal]'"

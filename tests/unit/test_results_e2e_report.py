@@ -20,7 +20,7 @@ from interlock_demo.engine import Engine, RunChoice
 from interlock_demo.exit_codes import ExitCode
 from interlock_demo.reports import e2e_report
 from interlock_demo.reports.e2e_report import CaseRun
-from interlock_demo.settings import resolve
+from interlock_demo.settings.config import resolve
 
 WHEN = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

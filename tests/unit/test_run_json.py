@@ -25,7 +25,7 @@ from interlock_demo.core.run import (
     WorkerInfo,
 )
 from interlock_demo.engine import Engine, RunChoice
-from interlock_demo.settings import resolve
+from interlock_demo.settings.config import resolve
 from scenarios import TRUTH
 from workers.protocol import GATE_CHECK, GATE_PREFIX, ColumnOutcome
 

@@ -5,8 +5,8 @@ runs). The rule, for each call that starts a process:
 
 - `subprocess.Popen`, `run`, `call`, `check_call`, `check_output` and
   `asyncio.create_subprocess_exec` / `_shell` (however imported or aliased) must pass
-  `env=`, and that value must be built by one of `HELPERS` (`interlock_demo.environment`,
-  and `settings.worker_env` for workers): a call to one, a dict that unpacks one
+  `env=`, and that value must be built by one of `HELPERS` (`interlock_demo.settings.environment`,
+  and `settings.worker.worker_env` for workers): a call to one, a dict that unpacks one
   (`{**child_env(), ...}`), one `| {...}`, or a name that every assignment in the same
   function sets so. Adding keys to it afterwards (`env["TERM"] = ...`) is allowed: that
   is what the child needs on top, for review to judge.
@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from interlock_demo.environment import (
+from interlock_demo.settings.environment import (
     ENV_RECEIPT_KEY,
     KEY_NAMES,
     bench_env,
@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("interlock_demo", "workers")
 HELPERS = frozenset({"child_env", "demo_env", "bench_env", "stripe_cli_env", "worker_env"})
 # Where the helpers live: the only modules that may build an environment from scratch.
-HELPER_MODULES = ("interlock_demo/environment.py", "interlock_demo/settings.py")
+HELPER_MODULES = ("interlock_demo/settings/environment.py", "interlock_demo/settings/worker.py")
 NEEDS_ENV = frozenset(
     {
         "subprocess.Popen",

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import IO
 
 from interlock_demo.engine.supervisor import kill_tree
-from interlock_demo.environment import child_env
 from interlock_demo.errors import DevServerError
-from interlock_demo.settings import PRIVATE_UMASK, open_private, private_dir
+from interlock_demo.settings.environment import child_env
+from interlock_demo.settings.private import PRIVATE_UMASK, open_private, private_dir
 
 _PR_SET_PDEATHSIG = 1
 # How many servers may share one INTERLOCK_HOME, each on its own database.

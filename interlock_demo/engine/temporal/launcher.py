@@ -37,7 +37,7 @@ from interlock_demo.engine.temporal.history import (
 from interlock_demo.engine.temporal.probe import refund_timeouts
 from interlock_demo.engine.temporal.runtime import NAMESPACE, TemporalRuntime
 from interlock_demo.errors import ColumnFailed
-from interlock_demo.settings import DemoConfig
+from interlock_demo.settings.config import DemoConfig
 from workers.protocol import ColumnOutcome
 from workers.protocol.case import Case
 from workers.protocol.words import EMULATOR, STRIPE, said_at

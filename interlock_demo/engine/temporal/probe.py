@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from interlock_demo.errors import UsageError
-from interlock_demo.settings import DemoConfig
+from interlock_demo.settings.config import DemoConfig
 
 if TYPE_CHECKING:
     from workers.temporal_workflows import RefundTimeouts

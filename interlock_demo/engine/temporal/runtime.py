@@ -17,7 +17,7 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 from interlock_demo.engine.temporal.devserver import DevServer, claim_database
 from interlock_demo.engine.temporal.probe import INSTALL_HINT, temporal_binary
 from interlock_demo.errors import DevServerError
-from interlock_demo.settings import Paths
+from interlock_demo.settings.paths import Paths
 
 if TYPE_CHECKING:
     from temporalio.client import Client

@@ -53,7 +53,9 @@ from interlock_demo.engine.temporal.probe import temporal_unavailable
 from interlock_demo.errors import BusyError, UsageError
 from interlock_demo.exit_codes import ExitCode
 from interlock_demo.layout import layout_for
-from interlock_demo.settings import TEMPORAL, DemoConfig, mode_named, open_private
+from interlock_demo.settings.config import DemoConfig
+from interlock_demo.settings.modes import TEMPORAL, mode_named
+from interlock_demo.settings.private import open_private
 from interlock_demo.views.tui.commands import DemoCommands, PaletteCommand
 from interlock_demo.views.tui.keys import KeyRow, KeysScreen
 from interlock_demo.views.tui.messages import RunChanged

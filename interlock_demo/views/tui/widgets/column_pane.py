@@ -29,7 +29,7 @@ from interlock import format_amount
 from interlock_demo.core.run import Column, ColumnState, RunEventKind, RunSnapshot, WorkerInfo
 from interlock_demo.core.verdict import AGENT, counting, replay_note
 from interlock_demo.exit_codes import describe_exit
-from interlock_demo.settings import line_mark, mode_named
+from interlock_demo.settings.modes import line_mark, mode_named
 from interlock_demo.views.tui.widgets.countdown import ClaimCountdown
 from interlock_demo.views.tui.widgets.story import PhaseLines, elide
 from interlock_demo.views.tui.widgets.verdict_strip import mark

@@ -15,7 +15,8 @@ from rich.cells import cell_len
 from rich.text import Text
 from textual.widget import Widget
 
-from interlock_demo.settings import MODES, DemoConfig
+from interlock_demo.settings.config import DemoConfig
+from interlock_demo.settings.modes import MODES
 from scenarios import SWITCHES
 
 _STRIPES = "▞▚"

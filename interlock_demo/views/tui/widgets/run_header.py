@@ -7,7 +7,7 @@ from textual.widgets import Static
 
 from interlock_demo.core.columns import COLUMN_KINDS, ColumnKind
 from interlock_demo.core.run import RunSnapshot
-from interlock_demo.settings import mode_named
+from interlock_demo.settings.modes import mode_named
 from scenarios import SCENARIOS
 
 

@@ -18,7 +18,7 @@ from interlock import format_amount
 from interlock_demo.core.columns import column_kind
 from interlock_demo.core.run import Column, RunSnapshot
 from interlock_demo.core.verdict import AGENT, HAND, counting, failed_check, replay, revoked
-from interlock_demo.settings import MODES
+from interlock_demo.settings.modes import MODES
 from scenarios import CURRENCY
 from workers.protocol import CHECK_APPROVAL
 from workers.protocol.words import MONEY_AT

@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from interlock import is_test_key
-from interlock_demo.environment import stripe_cli_env
 from interlock_demo.errors import KeyRefusedError
+from interlock_demo.settings.environment import stripe_cli_env
 
 _CONFIG_LINE = re.compile(r"""^\s*test_mode_api_key\s*=\s*['"]?([^'"\s]+)['"]?\s*$""", re.M)
 

@@ -1,11 +1,15 @@
-"""What a child process gets of our environment: an allow-list, and what that child needs.
+"""What a child process gets of our environment: one allow-list, and what each child needs.
 
-Every process the demo starts is given an environment built here (workers: by
-`settings.worker_env`, on top of `child_env`), never the whole of ours, so another
-program's token in the presenter's shell reaches none of them. `tests/unit/test_spawn_env.py`
-reads every spawn in the tree and fails on one that is not.
+Every process the demo starts is given an environment built here (a worker's: by
+`worker.worker_env`, on top of `child_env`), never the whole of ours, so another
+program's token in the presenter's shell reaches none of them.
+`tests/unit/test_spawn_env.py` reads every spawn in the tree and fails on one that is not.
+Each builder starts from `child_env`'s allow-list; what else any child may take from our
+environment is named beside it below, so all of it is read in one place.
 
 - `child_env`: the allow-list alone (a tool, the Temporal dev server, the worker check).
+- `worker.worker_env`: one worker launch: the allow-list, `PASSED_SETTINGS`, the settings
+  the engine resolved for it, and each secret only when that launch needs it.
 - `demo_env`: a child that is the demo itself (e2e-report's headless runs, a browser
   tab's app, `record`'s app): the demo's own settings, and the user's keys when it may
   run live.
@@ -21,8 +25,9 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-# What a child process may take from our environment: what Python, the SDKs, TLS and the
-# Temporal CLI need to run. Everything else (other programs' tokens) stays with us.
+# -- What may pass from our environment to a child, by who takes it ---------------------
+# Every child: what Python, the SDKs, TLS and the Temporal CLI need to run. Everything
+# else (other programs' tokens) stays with us.
 INHERITED = (
     "PATH",
     "HOME",
@@ -51,13 +56,24 @@ INHERITED = (
     "no_proxy",
 )
 INHERITED_PREFIXES = ("LC_",)
-# The demo's own settings (timings, the store, the receipt key, the model) all start so.
-DEMO_PREFIX = "INTERLOCK_"
+# A worker, on top: the settings it reads that the engine does not resolve itself, when
+# set (the timing is resolved: `DemoConfig.timing`, written whole by `Timing.to_env`),
+PASSED_SETTINGS = ("INTERLOCK_MODEL",)
+# and the receipt key, for the one column that signs receipts.
 ENV_RECEIPT_KEY = "INTERLOCK_RECEIPT_KEY"
-# The user's keys, under the names `keys.py` finds them by.
+# The demo itself or a benchmark: all of the demo's own settings (timings, the store,
+# the receipt key, the model), which start so.
+DEMO_PREFIX = "INTERLOCK_"
+# The demo itself when it may run live: the user's keys, under the names `keys.py` finds
+# them by, and where the `stripe` CLI keeps what `stripe login` saved (the Stripe key's
+# fallback), which the `stripe` CLI itself gets too.
 KEY_NAMES = ("STRIPE_SECRET_KEY", "ANTHROPIC_API_KEY")
-# Where the `stripe` CLI keeps what `stripe login` saved (the Stripe key's fallback).
 STRIPE_CLI_SETTINGS = ("XDG_CONFIG_HOME",)
+
+# -- Set by the demo for a worker -------------------------------------------------------
+# Where the journal lives when not in INTERLOCK_HOME: a PostgreSQL URL or a SQLite path
+# (the user may set it for us too: `config.resolve`).
+ENV_STORE = "INTERLOCK_STORE"
 
 
 def child_env(parent: Mapping[str, str] | None = None) -> dict[str, str]:
