@@ -42,7 +42,7 @@ from typing import Any
 
 from interlock._approvals import Approver, Approvers
 from interlock._claims import Owner
-from interlock._config import Switches, Timing
+from interlock._config import Timing
 from interlock._effects import StripeRefund
 from interlock._errors import InterlockError, PaymentsRejectedError, PaymentsUnsettledError
 from interlock._gate import REASON_WORLD_CHANGED, EventSink, Gate, Outcome
@@ -504,7 +504,6 @@ def refund_gate(
         store,
         StripeRefund(payments),
         timing=timing,
-        switches=Switches(),  # a server that moves money never emulates
         owner=owner,
         on_event=on_event,
         clock=clock,

@@ -3,7 +3,7 @@
 Give it a way to build a fresh world, and the world a way to build your `Effect` anew
 (`new_effect()`); it runs each cell in-process (the crash is simulated by stopping the
 worker at a crash point's gate event, as a SIGKILL would: `CRASH_POINTS`, each
-`interlock.CrashPoint` on a first send's path; the restart is a new `Gate` with a new
+`CrashPoint` on a first send's path; the restart is a new `Gate` with a new
 owner and a new effect, as a new process builds them; a fake clock makes every wait
 instant) and reports, per cell, whether the world ended as wanted (**right**), whether the
 outcome the gate reported agrees with it (**truthful**), and how many sends reached the
@@ -76,9 +76,10 @@ from typing import Any, Protocol
 
 from interlock._approvals import Approver, Approvers
 from interlock._claims import Owner
-from interlock._config import Switches, Timing
+from interlock._config import Timing
 from interlock._crash_points import CrashPoint
 from interlock._effects import Effect, Found, Observation, accepts
+from interlock._emulation import Emulate24h, NoLookup
 from interlock._errors import PaymentsRejectedError, PaymentsUnsettledError
 from interlock._events import Event, GateEvent, event_problem
 from interlock._gate import Gate, Outcome
@@ -119,9 +120,12 @@ __all__ = [
     "Cell",
     "CellResult",
     "Certification",
+    "CrashPoint",
     "EffectWorld",
+    "Emulate24h",
     "Fault",
     "InProcessPayments",
+    "NoLookup",
     "PaymentsModel",
     "Reply",
     "StripeEmulator",
@@ -466,7 +470,6 @@ def run_cell(
             journal,
             _Worker(provider),
             timing=TIMING,
-            switches=Switches(),
             owner=owner,
             signing_key=None,
             on_event=on_event,

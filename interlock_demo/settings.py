@@ -29,19 +29,18 @@ from interlock import (
     Approver,
     Approvers,
     ConfigError,
-    CrashPoint,
     PostgresStore,
     Store,
-    Switches,
     Timing,
     is_postgres_url,
     open_store,
 )
+from interlock.testing import CrashPoint
 from interlock_demo.core.columns import column_kind
 from interlock_demo.environment import ENV_RECEIPT_KEY, child_env
 from interlock_demo.errors import UsageError
 from interlock_demo.keys import Secret, find_anthropic_key, find_stripe_key
-from scenarios import SWITCHES
+from scenarios import SWITCHES, Switches
 from workers.texts import EMULATOR, MOCK, STRIPE
 
 DEMO_CLAIM_TTL_S = 15.0

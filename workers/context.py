@@ -20,15 +20,15 @@ from typing import Any, Protocol
 
 from interlock import (
     Approvers,
-    CrashPoint,
     Owner,
     Payments,
     Store,
-    Switches,
     Timing,
     format_amount,
     new_action_id,
 )
+from interlock.testing import CrashPoint
+from scenarios import Switches
 from workers.agent import Decision, Model, decide
 from workers.protocol import EventKind
 from workers.texts import STRIPE

@@ -16,7 +16,8 @@ Environment: `INTERLOCK_HOME`, `INTERLOCK_STORE` (the journal), `INTERLOCK_CRASH
 model), `INTERLOCK_STRIPE_BASE` (offline: the emulator's address), `STRIPE_SECRET_KEY`,
 `ANTHROPIC_API_KEY` (only when a real model is asked), `INTERLOCK_RECEIPT_KEY` (only
 interlock's), the whole timing (`worker_timing`: every `Timing.ENV_NAMES`) and the emulated
-switches that `interlock` reads. The engine gives it nothing else
+switches (`scenarios.Switches`: the interlock column wraps its effect in them). The engine
+gives it nothing else
 (`interlock_demo.settings.worker_env`).
 """
 
@@ -34,13 +35,13 @@ from typing import TYPE_CHECKING, Any
 
 from interlock import (
     ConfigError,
-    CrashPoint,
     Owner,
     Store,
-    Switches,
     Timing,
     open_store,
 )
+from interlock.testing import CrashPoint
+from scenarios import Switches
 from workers import stripe_sdk
 from workers.agent import AgentError, AnthropicModel, Model, ScriptedModel
 from workers.context import Case, ContextFactory, DecisionBox, Emit, WorkerContext

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from interlock import CrashPoint
+from interlock.testing import CrashPoint
 from workers import checked, interlock, standard
 from workers.context import WorkerContext
 from workers.protocol import ColumnOutcome, EventKind

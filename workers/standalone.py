@@ -28,7 +28,8 @@ if __name__ == "__main__":
     for _unused in ("requests", "httpx", "aiohttp"):
         sys.modules.setdefault(_unused, None)  # type: ignore[arg-type]
 
-from interlock import InterlockError, StoreError, Switches
+from interlock import InterlockError, StoreError
+from scenarios import Switches
 from workers.agent import AgentError
 from workers.context import Case, DecisionFile
 from workers.process import (

@@ -26,7 +26,8 @@ from datetime import timedelta
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.worker import Worker
 
-from interlock import InterlockError, Switches
+from interlock import InterlockError
+from scenarios import Switches
 from workers.process import (
     context_factory,
     emit,

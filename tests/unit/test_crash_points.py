@@ -1,4 +1,4 @@
-"""The crash points are one table, `interlock.CrashPoint`.
+"""The crash points are one table, `interlock.testing.CrashPoint`.
 
 A word that is not in it raises, naming the ones that are, wherever it comes in (the
 table itself, `INTERLOCK_CRASH`, a sweep scenario id, a certify cell); every point with a
@@ -12,11 +12,11 @@ from typing import Any, cast
 
 import pytest
 
-from interlock import ConfigError, CrashPoint, GateEvent, Owner, Timing
-from interlock.testing import CRASH_POINTS, Cell
-from scenarios import SWEEP_CRASH_POINTS, scenario
+from interlock import ConfigError, GateEvent, Owner, Timing
+from interlock.testing import CRASH_POINTS, Cell, CrashPoint
+from scenarios import SWEEP_CRASH_POINTS, Switches, scenario
 from tests.helpers.gate_rig import AMOUNT, Crash, GateWorld, gone_owner
-from workers.context import Case, Switches, WorkerContext
+from workers.context import Case, WorkerContext
 from workers.process import crash_point_from_env
 from workers.run import run_worker
 

@@ -24,6 +24,7 @@ from interlock import (
 )
 from interlock.testing import InProcessPayments, PaymentsModel
 from interlock_demo.settings import MODES, resolve, support_approver, worker_env
+from scenarios import Switches
 from tests.helpers.approvals import APPROVERS
 from tests.helpers.gate_rig import AMOUNT, TIMING, GateWorld
 from workers.interlock import refund_gate
@@ -133,7 +134,9 @@ def test_the_demos_receipts_name_where_the_lookup_read(mode: str) -> None:
         monotonic=world.clock.monotonic,
         approvers=APPROVERS,
     )
-    gate = refund_gate(world.store, world.payments, options, answerer=MODES[mode].answerer)
+    gate = refund_gate(
+        world.store, world.payments, options, answerer=MODES[mode].answerer, switches=Switches()
+    )
 
     outcome = gate.submit(world.decide(AMOUNT, lease.id))
 
