@@ -47,7 +47,6 @@ from interlock import (
     Refund,
     SQLiteStore,
     StripeRefund,
-    Switches,
     Timing,
     new_action_id,
     refunds_fingerprint,
@@ -220,7 +219,6 @@ def repeat(actions: int, workdir: Path) -> Repeat:
         store,
         StripeRefund(payments),
         timing=timing,
-        switches=Switches(),
         signing_key=None,
         approvers=UNSIGNED_APPROVALS,
     )

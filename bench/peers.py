@@ -47,7 +47,6 @@ from interlock import (  # noqa: E402
     PostgresStore,
     SQLiteStore,
     StripeRefund,
-    Switches,
     Timing,
 )
 from interlock.testing import InProcessPayments  # noqa: E402
@@ -67,7 +66,6 @@ class GateArm:
             self.store,
             StripeRefund(self.payments),
             timing=Timing(),
-            switches=Switches(),
             signing_key=None,
             approvers=UNSIGNED_APPROVALS,
         )
@@ -217,7 +215,6 @@ class PostgresGateArm(GateArm):
             self.store,
             StripeRefund(self.payments),
             timing=Timing(),
-            switches=Switches(),
             signing_key=None,
             approvers=UNSIGNED_APPROVALS,
         )

@@ -56,7 +56,6 @@ from interlock import (  # noqa: E402
     Settlement,
     SQLiteStore,
     StripeRefund,
-    Switches,
     Timing,
     new_action_id,
     refunds_fingerprint,
@@ -157,7 +156,6 @@ def gate_repeat(path: Path, workdir: Path, actions: int) -> tuple[float, float]:
         store,
         StripeRefund(payments),
         timing=Timing(),
-        switches=Switches(),
         signing_key=None,
         approvers=UNSIGNED_APPROVALS,
     )

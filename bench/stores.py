@@ -69,7 +69,6 @@ from interlock import (
     SQLiteStore,
     Store,
     StripeRefund,
-    Switches,
     Timing,
     new_action_id,
     refunds_fingerprint,
@@ -276,7 +275,6 @@ def bookkeeping(place: Place, actions: int, workdir: Path) -> Bookkeeping:
         store,
         StripeRefund(payments),
         timing=Timing(),
-        switches=Switches(),
         approvers=UNSIGNED_APPROVALS,
     )
     try:
@@ -323,7 +321,6 @@ def _worker(place: Place, count: int, barrier: Any, results: Any) -> None:
             store,
             StripeRefund(payments),
             timing=Timing(),
-            switches=Switches(),
             owner=Owner.current(f"bench-{os.getpid()}"),
             approvers=UNSIGNED_APPROVALS,
         )

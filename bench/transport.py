@@ -36,7 +36,6 @@ from interlock import (  # noqa: E402
     MemoryStore,
     StripePayments,
     StripeRefund,
-    Switches,
     Timing,
     make_stripe_client,
     new_action_id,
@@ -69,7 +68,6 @@ def main(argv: list[str] | None = None) -> int:
             store,
             StripeRefund(payments),
             timing=TIMING,
-            switches=Switches(),
             signing_key=b"k" * 32,
             approvers=UNSIGNED_APPROVALS,
         )

@@ -12,8 +12,7 @@ import typing as _typing
 
 from interlock._core.approvals import UNSIGNED_APPROVALS, Approver, Approvers
 from interlock._core.claims import Owner
-from interlock._core.config import Switches, Timing
-from interlock._core.crash_points import CrashPoint
+from interlock._core.config import Timing
 from interlock._core.effects import (
     ACTION_METADATA_KEY,
     CustomEffect,
@@ -102,7 +101,6 @@ __all__ = [  # noqa: RUF022 - sorted case-insensitively, as httpx does
     "Approvers",
     "Check",
     "ConfigError",
-    "CrashPoint",
     "CustomEffect",
     "Effect",
     "Event",
@@ -146,7 +144,6 @@ __all__ = [  # noqa: RUF022 - sorted case-insensitively, as httpx does
     "StripePayments",
     "StripeRefund",
     "StripeTransfer",
-    "Switches",
     "Timing",
     "Transfer",
     "Transfers",

@@ -18,7 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
-from interlock import ConfigError, CrashPoint, Switches
+from interlock import ConfigError
+from interlock.testing import CrashPoint
+from workers.protocol.switches import Switches
 
 # The demo's payments, approvals and words are in this currency; amounts are in its
 # smallest unit (cents).
@@ -73,7 +75,7 @@ class Outage(str, Enum):
 class Switch:
     """An emulated switch (docs/design.md §3) as the demo offers it, named in one place.
 
-    `field` is its `interlock.Switches` attribute. The library spells its environment name
+    `field` is its `Switches` attribute. `Switches` spells its environment name
     (`env`), which is also what a run's `emulated` lists and the truth table's row key;
     the command line's option (`flag`, `--emulate-24h`) and the bare words (`name`,
     `emulate-24h`: a case's suffix in e2e-report) follow from the field.

@@ -20,18 +20,18 @@ from typing import Any, Protocol
 
 from interlock import (
     Approvers,
-    CrashPoint,
     Owner,
     Payments,
     Store,
-    Switches,
     Timing,
     format_amount,
     new_action_id,
 )
+from interlock.testing import CrashPoint
 from workers.agent import Decision, Model, decide
 from workers.protocol import EventKind
 from workers.protocol.case import Case
+from workers.protocol.switches import Switches
 from workers.protocol.words import STRIPE
 
 # `WorkerContext.extra` key: a decision made and recorded before this worker ran, which

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from interlock import (
-    CrashPoint,
+    Effect,
     Event,
     Gate,
     GateEvent,
@@ -26,10 +26,12 @@ from interlock import (
     Store,
     StripeRefund,
 )
+from interlock.testing import CrashPoint, Emulate24h, NoLookup
 from workers.agent import Decision
 from workers.context import WorkerContext, ask_model
 from workers.protocol import ColumnOutcome, EventKind, event_fields, gate_kind
 from workers.protocol.case import Case
+from workers.protocol.switches import Switches
 from workers.protocol.words import MONEY_AT, gate_event_text, key_refused_reason
 
 # Whether it acts through a gate (and so reaches the gate's own crash points, `gate_only`).
@@ -38,7 +40,9 @@ GATED = True
 
 def run(ctx: WorkerContext) -> ColumnOutcome:
     """Recover this case's journaled action, or decide and submit a new one."""
-    gate = refund_gate(ctx.store, ctx.payments, gate_options(ctx), answerer=ctx.answerer)
+    gate = refund_gate(
+        ctx.store, ctx.payments, gate_options(ctx), answerer=ctx.answerer, switches=ctx.switches
+    )
     try:
         return _recover_or_submit(ctx, gate)
     except PaymentsAuthError as e:
@@ -46,20 +50,33 @@ def run(ctx: WorkerContext) -> ColumnOutcome:
         return key_refused(ctx, e, mine[-1] if mine else None)
 
 
-def refund_gate(store: Store, payments: Payments, options: GateOptions, *, answerer: str) -> Gate:
+def refund_gate(
+    store: Store, payments: Payments, options: GateOptions, *, answerer: str, switches: Switches
+) -> Gate:
     """The demo's refund gate: interlock's Stripe refund over `payments`, journaled in
     `store`. Every gate of the demo is this one (the worker's, Temporal's activity, the
-    engine's re-approval); they differ only in `options`. Its receipts say the refunds were
-    looked up where `answerer` (`STRIPE`, `EMULATOR`, `MOCK`) keeps them."""
-    return Gate.from_options(store, StripeRefund(payments, where=MONEY_AT[answerer]), options)
+    engine's re-approval); they differ only in `options` and in what the run emulates
+    (`switches`). Its receipts say the refunds were looked up where `answerer` (`STRIPE`,
+    `EMULATOR`, `MOCK`) keeps them."""
+    effect = StripeRefund(payments, where=MONEY_AT[answerer])
+    return Gate.from_options(store, emulating(effect, switches), options)
+
+
+def emulating(effect: Effect, switches: Switches) -> Effect:
+    """`effect` in the test doubles of `interlock.testing` that `switches` asks for, each
+    named as the run names it (its environment variable); `effect` itself when none."""
+    if switches.emulate_24h:
+        effect = Emulate24h(effect, name=Switches.ENV_NAMES["emulate_24h"])
+    if switches.no_lookup:
+        effect = NoLookup(effect, name=Switches.ENV_NAMES["no_lookup"])
+    return effect
 
 
 def gate_options(ctx: WorkerContext) -> GateOptions:
-    """A worker's gate options: its context's timing, switches, owner, clocks and sleep,
-    and its event lines and crash points (`gate_listener`)."""
+    """A worker's gate options: its context's timing, owner, clocks and sleep, and its
+    event lines and crash points (`gate_listener`)."""
     return GateOptions(
         timing=ctx.timing,
-        switches=ctx.switches,
         owner=ctx.owner,
         on_event=gate_listener(ctx),
         clock=ctx.clock,

@@ -16,8 +16,8 @@ Environment: `INTERLOCK_HOME`, `INTERLOCK_STORE` (the journal), `INTERLOCK_CRASH
 model), `INTERLOCK_STRIPE_BASE` (offline: the emulator's address), `STRIPE_SECRET_KEY`,
 `ANTHROPIC_API_KEY` (only when a real model is asked), `INTERLOCK_RECEIPT_KEY` (only
 interlock's), the whole timing (`worker_timing`: every `Timing.ENV_NAMES`) and the emulated
-switches that `interlock` reads. The engine gives it nothing else
-(`interlock_demo.settings.worker.worker_env`).
+switches (`workers.protocol.switches`: the interlock column wraps its effect in them). The
+engine gives it nothing else (`interlock_demo.settings.worker.worker_env`).
 """
 
 from __future__ import annotations
@@ -34,18 +34,18 @@ from typing import TYPE_CHECKING, Any
 
 from interlock import (
     ConfigError,
-    CrashPoint,
     Owner,
     Store,
-    Switches,
     Timing,
     open_store,
 )
+from interlock.testing import CrashPoint
 from workers import stripe_sdk
 from workers.agent import AgentError, AnthropicModel, Model, ScriptedModel
 from workers.context import ContextFactory, DecisionBox, Emit, WorkerContext
 from workers.protocol import EXIT_ORPHANED, EventKind
 from workers.protocol.case import AGENT_NONE, Case
+from workers.protocol.switches import Switches
 from workers.protocol.words import EMULATOR, STRIPE
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ import importlib
 from collections.abc import Callable
 from types import ModuleType
 
-from interlock import CrashPoint
+from interlock.testing import CrashPoint
 from workers.context import WorkerContext
 from workers.protocol import ColumnOutcome, EventKind
 from workers.protocol.words import outcome_text, said_at

@@ -28,7 +28,7 @@ if __name__ == "__main__":
     for _unused in ("requests", "httpx", "aiohttp"):
         sys.modules.setdefault(_unused, None)  # type: ignore[arg-type]
 
-from interlock import InterlockError, StoreError, Switches
+from interlock import InterlockError, StoreError
 from workers.agent import AgentError
 from workers.context import DecisionFile
 from workers.process import (
@@ -40,6 +40,7 @@ from workers.process import (
 )
 from workers.protocol import EXIT_ERROR, EXIT_STORE, EXIT_USAGE, EventKind
 from workers.protocol.case import Case, decision_path
+from workers.protocol.switches import Switches
 from workers.run import run_worker
 
 

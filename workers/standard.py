@@ -15,12 +15,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from interlock import (
-    CrashPoint,
     PaymentsAuthError,
     PaymentsRejectedError,
     PaymentsUnsettledError,
     format_amount,
 )
+from interlock.testing import CrashPoint
 from workers.agent import Decision
 from workers.context import WorkerContext, ask_model
 from workers.protocol import ColumnOutcome, EventKind

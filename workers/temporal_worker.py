@@ -26,7 +26,7 @@ from datetime import timedelta
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.worker import Worker
 
-from interlock import InterlockError, Switches
+from interlock import InterlockError
 from workers.process import (
     context_factory,
     emit,
@@ -35,6 +35,7 @@ from workers.process import (
     worker_timing,
 )
 from workers.protocol import EXIT_ERROR, EXIT_USAGE, EventKind
+from workers.protocol.switches import Switches
 from workers.temporal_workflows import CaseActivities, RefundCase
 
 # Heartbeats reach the server within this long of the event that sent them, so a dead

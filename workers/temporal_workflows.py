@@ -288,7 +288,9 @@ def _interlock_refund(ctx: WorkerContext, decision: Decision) -> ColumnOutcome:
     # The activity's context sleeps with a bare "waiting" heartbeat; ActivityGate's own
     # sleep beats with the gate's last event instead, over a plain sleep.
     options = replace(gate_options(ctx), sleep=time.sleep)
-    guard = ActivityGate(refund_gate(ctx.store, ctx.payments, options, answerer=ctx.answerer))
+    guard = ActivityGate(
+        refund_gate(ctx.store, ctx.payments, options, answerer=ctx.answerer, switches=ctx.switches)
+    )
     intent = refund_intent(ctx.case, decision, activity_action_id())
     try:
         outcome = gate_report(guard.send(intent))

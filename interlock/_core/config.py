@@ -1,4 +1,4 @@
-"""Timing and emulated switches, read from the environment and checked.
+"""Timing, read from the environment and checked.
 
 The gate must never take over a send that may still be in flight, so the Stripe timeout
 has to end at least `SAFETY_MARGIN_S` inside the claim: a claim outlives every request
@@ -42,8 +42,6 @@ ENV_CLAIM_TTL = "INTERLOCK_CLAIM_TTL"
 ENV_STRIPE_TIMEOUT = "INTERLOCK_STRIPE_TIMEOUT"
 ENV_CLAIM_GRACE = "INTERLOCK_CLAIM_GRACE"
 ENV_SEND_SLACK = "INTERLOCK_SEND_SLACK"
-ENV_EMULATE_24H = "INTERLOCK_EMULATE_24H"
-ENV_NO_LOOKUP = "INTERLOCK_NO_LOOKUP"
 
 
 @dataclass(frozen=True)
@@ -177,37 +175,6 @@ class Timing:
         return {name: repr(float(getattr(self, field))) for field, name in self.ENV_NAMES.items()}
 
 
-@dataclass(frozen=True)
-class Switches:
-    """Emulated conditions, for showing what the gate guards against.
-
-    `emulate_24h`: a retry behaves as if Stripe had pruned the idempotency key (the retry
-    uses a key Stripe has not seen). `no_lookup`: the gate skips the lookup of its own
-    earlier send. Every run that uses one must say so.
-
-    `ENV_NAMES` is the one spelling of each switch's name, by field: the environment
-    variable that turns it on, and how receipts and runs name it (`names`).
-    """
-
-    ENV_NAMES: ClassVar[Mapping[str, str]] = MappingProxyType(
-        {"emulate_24h": ENV_EMULATE_24H, "no_lookup": ENV_NO_LOOKUP}
-    )
-
-    emulate_24h: bool = False
-    no_lookup: bool = False
-
-    @property
-    def names(self) -> list[str]:
-        """The switches that are on, as their environment names."""
-        return [name for field, name in self.ENV_NAMES.items() if getattr(self, field)]
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> Switches:
-        """Switches from `INTERLOCK_EMULATE_24H` and `INTERLOCK_NO_LOOKUP` (1/true/yes)."""
-        env = os.environ if env is None else env
-        return cls(**{field: _flag(env, name) for field, name in cls.ENV_NAMES.items()})
-
-
 def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
     raw = env.get(name, "").strip()
     if not raw:
@@ -218,12 +185,3 @@ def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
         raise ConfigError(
             f"{name}={raw!r} is not a number of seconds; set it to a number such as {default:g}"
         ) from None
-
-
-def _flag(env: Mapping[str, str], name: str) -> bool:
-    raw = env.get(name, "").strip().lower()
-    if raw in ("", "0", "false", "no", "off"):
-        return False
-    if raw in ("1", "true", "yes", "on"):
-        return True
-    raise ConfigError(f"{name}={raw!r} is not a switch value; use 1 or 0")

@@ -95,6 +95,14 @@ class Effect(Protocol):
     sends in one (a gate stamps it on an intent that has none); and `accepts(intent)`,
     why it cannot send an intent as decided, or None when it can (read with `accepts`
     below: an effect without one accepts every intent of its kind).
+
+    A test double that emulates what the gate guards against (`interlock.testing`'s
+    `NoLookup` and `Emulate24h`, wrapped around a real effect) says so in three more
+    optional members, which a real effect never has: `emulated`, the names of what it
+    emulates, which every receipt records; `lookup_skipped`, why the gate goes without its
+    lookup of its own earlier send (its lookup check records `skipped: ...`); and
+    `idempotency_key(intent, attempt=, sends=)`, the key of a send instead of the action id
+    (`attempt`: the claim's take, from 1; `sends`: the sends before it in that take).
     """
 
     kind: str

@@ -59,7 +59,7 @@ from typing import Any, Literal
 
 from interlock._core.approvals import Approvers
 from interlock._core.claims import Owner
-from interlock._core.config import Switches, Timing
+from interlock._core.config import Timing
 from interlock._core.effects import AT_STRIPE, Effect, Found, Observation, accepts
 from interlock._core.errors import (
     ActionError,
@@ -186,13 +186,12 @@ class GateOptions:
 
     `Gate(store, effect, **options)` takes the same names with the same defaults;
     `Gate.from_options` builds one from this, and `gate.options` gives them back resolved
-    (the timing, switches, owner, signing key and monotonic clock the gate settled on), so
+    (the timing, owner, signing key and monotonic clock the gate settled on), so
     a helper that needs the same gate with another event sink or sleep (Temporal's
     `ActivityGate`) replaces those two and copies nothing else.
     """
 
     timing: Timing | None = None
-    switches: Switches | None = None
     owner: Owner | None = None
     # A secret: kept out of the repr, which logs and tracebacks print.
     signing_key: bytes | None = field(default=None, repr=False)
@@ -254,7 +253,6 @@ class Gate:
             store,
             effect,
             timing=options.timing,
-            switches=options.switches,
             owner=options.owner,
             signing_key=options.signing_key,
             on_event=options.on_event,
@@ -272,7 +270,6 @@ class Gate:
         effect: Effect,
         *,
         timing: Timing | None = None,
-        switches: Switches | None = None,
         owner: Owner | None = None,
         signing_key: bytes | None = None,
         on_event: EventSink | None = None,
@@ -313,7 +310,6 @@ class Gate:
                 "with make_stripe_client(key, timeout_s=timing.stripe_timeout_s) and give "
                 "the gate the same Timing."
             )
-        self.switches = switches if switches is not None else Switches.from_env()
         self.owner = owner if owner is not None else Owner.current()
         if approvers is None:
             approvers = Approvers.from_env()
@@ -336,7 +332,6 @@ class Gate:
         self._new_action_id = new_action_id
         self.options = GateOptions(
             timing=self.timing,
-            switches=self.switches,
             owner=self.owner,
             signing_key=self._key,
             on_event=on_event,
@@ -461,7 +456,7 @@ class Gate:
             if (
                 claim.sending
                 and not looked_once
-                and not self.switches.no_lookup
+                and self._lookup_skipped() is None
                 and claim.owner.is_gone()
             ):
                 looked_once = True
@@ -762,11 +757,11 @@ class Gate:
     def _lookup(
         self, intent: Intent, obs: Observation
     ) -> tuple[list[Check], Found | None, Found | None]:
-        """The lookup of our own earlier send (unless switched off): the checks, our own
-        send (matching the intent), and a send naming the action that does not match."""
-        if self.switches.no_lookup:
-            skipped = f"skipped: {Switches.ENV_NAMES['no_lookup']} is set"
-            return [Check("lookup", skipped, None, True)], None, None
+        """The lookup of our own earlier send (unless the effect skips it): the checks, our
+        own send (matching the intent), and a send naming the action that does not match."""
+        skipped = self._lookup_skipped()
+        if skipped is not None:
+            return [Check("lookup", f"skipped: {skipped}", None, True)], None, None
         # The effect's answer is checked here too: the gate owns what it adopts.
         own = self._matching(intent, obs.own)
         conflict = obs.conflict if own is None and obs.conflict is not None else None
@@ -786,6 +781,12 @@ class Gate:
             found=own.external_id if own else None,
         )
         return [check], own, conflict
+
+    def _lookup_skipped(self) -> str | None:
+        """Why the effect has the gate go without its lookup (`interlock.testing.NoLookup`),
+        or None: every effect that is not such a test double."""
+        skipped = getattr(self.effect, "lookup_skipped", None)
+        return None if skipped is None else str(skipped)
 
     @staticmethod
     def _matching(intent: Intent, found: Found | None) -> Found | None:
@@ -935,11 +936,14 @@ class Gate:
             )
 
     def _idempotency_key(self, intent: Intent, attempt: int, sends: int) -> str:
-        # INTERLOCK_EMULATE_24H: any send after the first behaves as if Stripe had pruned
-        # the key, so it goes out under a key Stripe has not seen.
-        if self.switches.emulate_24h and (attempt > 1 or sends > 0):
-            return f"{intent.action_id}:after-24h:{attempt}.{sends}"
-        return intent.action_id
+        # Every send of an action carries its id, so the provider replays the first one's
+        # answer. Only a test double that emulates a provider which pruned the key
+        # (`interlock.testing.Emulate24h`) says otherwise: it is given what it needs to
+        # tell the action's first send (attempt 1, no sends yet) from the later ones.
+        key = getattr(self.effect, "idempotency_key", None)
+        if key is None:
+            return intent.action_id
+        return str(key(intent, attempt=attempt, sends=sends))
 
     def _settle(
         self,
@@ -955,7 +959,8 @@ class Gate:
         extra: dict[str, Any] = {
             "context": dict(state.intent.context),
             "unsettled_answers": unsettled,
-            "emulated": self.switches.names,
+            # What a test double emulated, by name: no receipt of one passes for a real run.
+            "emulated": list(getattr(self.effect, "emulated", ())),
             "idempotency_key": idempotency_key,
         }
         try:

@@ -42,7 +42,7 @@ from typing import Any
 
 from interlock._core.approvals import Approver, Approvers
 from interlock._core.claims import Owner
-from interlock._core.config import Switches, Timing
+from interlock._core.config import Timing
 from interlock._core.effects import StripeRefund
 from interlock._core.errors import InterlockError, PaymentsRejectedError, PaymentsUnsettledError
 from interlock._core.gate import EventSink, Gate, Outcome
@@ -501,7 +501,6 @@ def refund_gate(
         store,
         StripeRefund(payments),
         timing=timing,
-        switches=Switches(),  # a server that moves money never emulates
         owner=owner,
         on_event=on_event,
         clock=clock,

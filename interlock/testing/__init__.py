@@ -3,7 +3,7 @@
 Give it a way to build a fresh world, and the world a way to build your `Effect` anew
 (`new_effect()`); it runs each cell in-process (the crash is simulated by stopping the
 worker at a crash point's gate event, as a SIGKILL would: `CRASH_POINTS`, each
-`interlock.CrashPoint` on a first send's path; the restart is a new `Gate` with a new
+`CrashPoint` on a first send's path; the restart is a new `Gate` with a new
 owner and a new effect, as a new process builds them; a fake clock makes every wait
 instant) and reports, per cell, whether the world ended as wanted (**right**), whether the
 outcome the gate reported agrees with it (**truthful**), and how many sends reached the
@@ -76,7 +76,7 @@ from typing import Any, Protocol
 
 from interlock._core.approvals import Approver, Approvers
 from interlock._core.claims import Owner
-from interlock._core.config import Switches, Timing
+from interlock._core.config import Timing
 from interlock._core.crash_points import CrashPoint
 from interlock._core.effects import Effect, Found, Observation, accepts
 from interlock._core.errors import PaymentsRejectedError, PaymentsUnsettledError
@@ -85,6 +85,7 @@ from interlock._core.gate import Gate, Outcome
 from interlock._core.journal import Intent, Store
 from interlock._core.leases import Lease
 from interlock._stores.memory import MemoryStore
+from interlock.testing.emulation import Emulate24h, NoLookup
 from interlock.testing.emulator import TOKEN_ENV, StripeEmulator, serve_emulator
 from interlock.testing.inprocess import InProcessPayments
 from interlock.testing.model import Fault, PaymentsModel, Reply, new_id
@@ -119,9 +120,12 @@ __all__ = [
     "Cell",
     "CellResult",
     "Certification",
+    "CrashPoint",
     "EffectWorld",
+    "Emulate24h",
     "Fault",
     "InProcessPayments",
+    "NoLookup",
     "PaymentsModel",
     "Reply",
     "StripeEmulator",
@@ -466,7 +470,6 @@ def run_cell(
             journal,
             _Worker(provider),
             timing=TIMING,
-            switches=Switches(),
             owner=owner,
             signing_key=None,
             on_event=on_event,

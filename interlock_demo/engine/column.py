@@ -19,8 +19,8 @@ import time
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from interlock import CrashPoint, InterlockError, Lease, Payments, Store, format_amount, verify
-from interlock.testing import UNSETTLED_REPORTS, PaymentsModel
+from interlock import InterlockError, Lease, Payments, Store, format_amount, verify
+from interlock.testing import UNSETTLED_REPORTS, CrashPoint, PaymentsModel
 from interlock_demo.core.columns import column_kind
 from interlock_demo.core.run import (
     ClaimWait,

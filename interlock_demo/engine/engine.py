@@ -296,7 +296,6 @@ class Engine:
                 payments,
                 GateOptions(
                     timing=config.timing,
-                    switches=config.switches,
                     owner=Owner.current("reapprove"),
                     on_event=lambda event: _reapprove_event(run, config, event),
                     clock=self.clock.wall,
@@ -304,6 +303,7 @@ class Engine:
                     approvers=Approvers.of(support),
                 ),
                 answerer=config.run_mode.answerer,
+                switches=config.switches,
             )
             outcome = gate.reapprove(str(refused), lease.id, approved_by="support")
             case = Case(

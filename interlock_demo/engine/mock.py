@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from interlock import Approvers, CrashPoint, Owner
-from interlock.testing import PaymentsModel
+from interlock import Approvers, Owner
+from interlock.testing import CrashPoint, PaymentsModel
 from interlock_demo.core.run import WorkerInfo
 from interlock_demo.engine.column import FAULTS_NEED_THE_EMULATOR, ColumnScript
 from interlock_demo.errors import ColumnFailed

@@ -18,8 +18,7 @@ import threading
 import time
 from pathlib import Path
 
-from interlock import CrashPoint
-from interlock.testing import Fault, PaymentsModel
+from interlock.testing import CrashPoint, Fault, PaymentsModel
 from interlock_demo.core.columns import column_kind
 from interlock_demo.core.run import WorkerInfo
 from interlock_demo.engine.column import (

@@ -40,8 +40,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from interlock import CrashPoint, Store
-from interlock.testing import UNSETTLED_REPORTS
+from interlock import Store
+from interlock.testing import UNSETTLED_REPORTS, CrashPoint
 from interlock_demo.core.columns import COLUMN_KINDS, OPTIONAL, column_kind, shown_columns
 from interlock_demo.core.run import Column, Run
 from interlock_demo.core.verdict import tally

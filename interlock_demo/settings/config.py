@@ -17,7 +17,6 @@ from interlock import (
     ConfigError,
     PostgresStore,
     Store,
-    Switches,
     Timing,
     is_postgres_url,
     open_store,
@@ -30,6 +29,7 @@ from interlock_demo.settings.paths import Paths
 from interlock_demo.settings.private import private_dir
 from interlock_demo.settings.timing import demo_timing
 from scenarios import SWITCHES
+from workers.protocol.switches import Switches
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from interlock import Approvers, CrashPoint
+from interlock import Approvers
+from interlock.testing import CrashPoint
 from interlock_demo.core.columns import column_kind
 from interlock_demo.settings.config import DemoConfig
 from interlock_demo.settings.environment import (

@@ -6,7 +6,7 @@ without its lookup.
 
 from __future__ import annotations
 
-from interlock import CrashPoint
+from interlock.testing import CrashPoint
 from scenarios import SWITCH_EMULATE_24H, SWITCH_NO_LOOKUP, Expectation, Outage, Scenario
 
 SCENARIO = Scenario(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from interlock import CrashPoint
+from interlock.testing import CrashPoint
 from scenarios import Expectation, Outage, Scenario
 
 SCENARIO = Scenario(

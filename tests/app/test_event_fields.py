@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from interlock import CrashPoint
+from interlock.testing import CrashPoint
 from interlock_demo.core.columns import OPTIONAL
 from interlock_demo.core.run import Run
 from interlock_demo.engine import Engine, RunChoice

@@ -36,7 +36,6 @@ from interlock import (
     SQLiteStore,
     StripePayments,
     StripeRefund,
-    Switches,
     Timing,
     make_stripe_client,
     new_action_id,
@@ -176,7 +175,6 @@ def test_processes_racing_with_kills_faults_and_hand_refunds_keep_every_rule(
         store,
         StripeRefund(payments),
         timing=TIMING,
-        switches=Switches(),
         owner=Owner.current("last"),
         approvers=UNSIGNED_APPROVALS,
     )

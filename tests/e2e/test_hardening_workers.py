@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from interlock import CrashPoint
+from interlock.testing import CrashPoint
 from interlock_demo.core.columns import OPTIONAL
 from interlock_demo.engine import Engine, RunChoice
 from interlock_demo.engine.process import ProcessLauncher

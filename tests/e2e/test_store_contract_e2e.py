@@ -128,7 +128,7 @@ def spawn_child(
 
 
 def _race_in_threads(store: Store, emulator: StripeEmulator) -> list[dict[str, object]]:
-    from interlock import Gate, StripeRefund, Switches, Timing
+    from interlock import Gate, StripeRefund, Timing
 
     barrier = threading.Barrier(2)
     reports: list[dict[str, object]] = []
@@ -140,7 +140,6 @@ def _race_in_threads(store: Store, emulator: StripeEmulator) -> list[dict[str, o
             store,
             StripeRefund(_payments(emulator)),
             timing=Timing(claim_ttl_s=8, stripe_timeout_s=3),
-            switches=Switches(),
             owner=Owner.current(worker_id),
             on_event=lambda event: events.append(event.kind),
             approvers=UNSIGNED_APPROVALS,

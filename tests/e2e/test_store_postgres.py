@@ -39,7 +39,6 @@ from interlock import (
     StoreError,
     StripePayments,
     StripeRefund,
-    Switches,
     new_action_id,
     open_store,
     refunds_fingerprint,
@@ -136,7 +135,6 @@ def _host_gate(
         store,
         StripeRefund(payments),
         timing=TIMING,
-        switches=Switches(),
         owner=owner,
         on_event=on_event,
         clock=lambda: time.time() + skew_s,
@@ -297,7 +295,6 @@ def test_a_serializable_default_isolation_changes_nothing_for_concurrent_submits
                 store,
                 StripeRefund(payments),
                 timing=TIMING,
-                switches=Switches(),
                 approvers=UNSIGNED_APPROVALS,
             )
             barrier.wait(DEADLINE_S)
@@ -994,7 +991,7 @@ def test_workers_share_one_server_connection_through_pgbouncer(
     def worker(name: str) -> None:
         store = PostgresStore(pgbouncer_dsn, schema=pg_schema)
         gate = Gate(
-            store, StripeRefund(payments), timing=TIMING, switches=Switches(),
+            store, StripeRefund(payments), timing=TIMING,
             owner=Owner(name, 4242, 0.0, "host-" + name),
             approvers=UNSIGNED_APPROVALS,
         )  # fmt: skip

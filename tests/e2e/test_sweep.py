@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from interlock import CrashPoint, Timing
+from interlock import Timing
+from interlock.testing import CrashPoint
 from interlock_demo.reports.sweep import Cell, interlock_failures, table
 from scenarios import (
     FAULTS,

@@ -34,7 +34,6 @@ from interlock import (
     SQLiteStore,
     StripePayments,
     StripeRefund,
-    Switches,
     Timing,
     make_stripe_client,
     new_action_id,
@@ -79,7 +78,6 @@ def _send(store: SQLiteStore, payments: Payments, payment_intent: str) -> Intent
         store,
         StripeRefund(payments),
         timing=TIMING,
-        switches=Switches(),
         signing_key=KEY,
         approvers=UNSIGNED_APPROVALS,
     )
@@ -214,7 +212,7 @@ def test_a_whole_store_is_clean_account_wide_beside_hand_refunds_and_older_ones(
         return time.time() + ACCOUNT_SKEW_MARGIN_S + 60
 
     gate_clock_ahead = Gate(
-        store, StripeRefund(stripe), timing=TIMING, switches=Switches(), signing_key=KEY,
+        store, StripeRefund(stripe), timing=TIMING, signing_key=KEY,
         clock=ahead,
         approvers=UNSIGNED_APPROVALS,
     )  # fmt: skip

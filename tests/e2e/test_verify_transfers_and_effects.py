@@ -31,7 +31,6 @@ from interlock import (
     SQLiteStore,
     StripePayments,
     StripeTransfer,
-    Switches,
     Timing,
     make_stripe_client,
     new_action_id,
@@ -76,7 +75,6 @@ def _transfer(store: SQLiteStore, payments: StripePayments, account: str) -> Int
         store,
         StripeTransfer(payments),
         timing=TIMING,
-        switches=Switches(),
         signing_key=KEY,
         approvers=APPROVERS,
     )
@@ -245,7 +243,6 @@ def _delivered(tmp_path: Path, deliveries: Deliveries) -> tuple[Path, Intent]:
         store,
         deliveries.effect(),
         timing=TIMING,
-        switches=Switches(),
         signing_key=KEY,
         approvers=APPROVERS,
     )

@@ -52,7 +52,6 @@ from interlock import (
     SQLiteStore,
     StripePayments,
     StripeRefund,
-    Switches,
     Timing,
     make_stripe_client,
     refunds_fingerprint,
@@ -79,7 +78,6 @@ class Rig:
             SQLiteStore(store),
             StripeRefund(self.payments),
             timing=TIMING,
-            switches=Switches(),
             on_event=self.on_event,
             approvers=UNSIGNED_APPROVALS,
         )

@@ -20,6 +20,7 @@ import psutil
 
 from interlock import (
     ACTION_METADATA_KEY,
+    Effect,
     Gate,
     Intent,
     Lease,
@@ -28,7 +29,6 @@ from interlock import (
     Refund,
     Store,
     StripeRefund,
-    Switches,
     Timing,
     new_action_id,
     refunds_fingerprint,
@@ -162,11 +162,12 @@ class GateWorld:
         *,
         crash_at: str | None = None,
         hooks: Mapping[str, Hook] | None = None,
-        switches: Switches | None = None,
+        emulate: Callable[[Effect], Effect] | None = None,
         signing_key: bytes | None = None,
         max_sends: int = 3,
     ) -> Gate:
-        """A gate for `owner` that logs its events, runs `hooks` and crashes at `crash_at`."""
+        """A gate for `owner` that logs its events, runs `hooks` and crashes at `crash_at`;
+        `emulate` wraps its effect (`interlock.testing.NoLookup`, `Emulate24h`)."""
 
         def on_event(event: GateEventSeen) -> None:
             kind, data = event.kind, event.data
@@ -180,11 +181,11 @@ class GateWorld:
             if kind == crash_at:
                 raise Crash(kind)
 
+        effect: Effect = StripeRefund(self.payments)
         return Gate(
             self.store,
-            StripeRefund(self.payments),
+            effect if emulate is None else emulate(effect),
             timing=TIMING,
-            switches=switches or Switches(),
             owner=owner,
             signing_key=signing_key,
             on_event=on_event,

@@ -26,7 +26,6 @@ from interlock import (
     SQLiteStore,
     StripePayments,
     StripeRefund,
-    Switches,
     Timing,
     make_stripe_client,
 )
@@ -49,7 +48,6 @@ def main(store_path: str, base_url: str, intent_json: str, stop_at: str | None =
         store,
         StripeRefund(StripePayments(client)),
         timing=Timing(claim_ttl_s=6, stripe_timeout_s=1),
-        switches=Switches(),
         on_event=on_event,
         approvers=UNSIGNED_APPROVALS,
     )

@@ -26,7 +26,6 @@ from interlock import (
     Owner,
     StripePayments,
     StripeRefund,
-    Switches,
     Timing,
     make_stripe_client,
     open_store,
@@ -61,7 +60,6 @@ def main(store_path: str, base_url: str, worker_id: str, intent_json: str) -> in
         store,
         _SaysRead(StripePayments(client)),
         timing=Timing(claim_ttl_s=8, stripe_timeout_s=3),
-        switches=Switches(),
         owner=Owner.current(worker_id),
         on_event=_on_event,
     )

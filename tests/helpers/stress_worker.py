@@ -25,7 +25,6 @@ from interlock import (
     SQLiteStore,
     StripePayments,
     StripeRefund,
-    Switches,
     Timing,
     make_stripe_client,
 )
@@ -54,7 +53,6 @@ def main(store_path: str, base_url: str, plan_path: str, worker_id: str, seed: s
         SQLiteStore(store_path),
         StripeRefund(StripePayments(client)),
         timing=Timing(claim_ttl_s=6, stripe_timeout_s=1),
-        switches=Switches(),
         owner=Owner.current(worker_id),
         approvers=UNSIGNED_APPROVALS,
     )

@@ -20,7 +20,6 @@ from interlock import (
     MemoryStore,
     StripePayments,
     StripeRefund,
-    Switches,
     Timing,
     make_stripe_client,
 )
@@ -36,7 +35,6 @@ def _gate(client: stripe.StripeClient, timing: Timing = PLAN) -> Gate:
         MemoryStore(),
         StripeRefund(StripePayments(client)),
         timing=timing,
-        switches=Switches(),
         signing_key=b"k" * 32,
         approvers=UNSIGNED_APPROVALS,
     )

@@ -33,7 +33,6 @@ from interlock import (
     REASON_WORLD_CHANGED,
     ActionError,
     Approver,
-    CrashPoint,
     Intent,
     Lease,
     MemoryStore,
@@ -49,7 +48,7 @@ from interlock import (
 from interlock._core.claims import Claim
 from interlock._core.leases import lease_currency
 from interlock._core.receipts import canonical_json
-from interlock.testing import CRASH_POINTS, InProcessPayments
+from interlock.testing import CRASH_POINTS, CrashPoint, InProcessPayments
 from tests.helpers.approvals import APPROVER, APPROVERS
 from tests.helpers.gate_rig import (
     AMOUNT,

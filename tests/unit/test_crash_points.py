@@ -1,4 +1,4 @@
-"""The crash points are one table, `interlock.CrashPoint`.
+"""The crash points are one table, `interlock.testing.CrashPoint`.
 
 A word that is not in it raises, naming the ones that are, wherever it comes in (the
 table itself, `INTERLOCK_CRASH`, a sweep scenario id, a certify cell); every point with a
@@ -12,13 +12,14 @@ from typing import Any, cast
 
 import pytest
 
-from interlock import ConfigError, CrashPoint, GateEvent, Owner, Timing
-from interlock.testing import CRASH_POINTS, Cell
+from interlock import ConfigError, GateEvent, Owner, Timing
+from interlock.testing import CRASH_POINTS, Cell, CrashPoint
 from scenarios import SWEEP_CRASH_POINTS, scenario
 from tests.helpers.gate_rig import AMOUNT, Crash, GateWorld, gone_owner
-from workers.context import Switches, WorkerContext
+from workers.context import WorkerContext
 from workers.process import crash_point_from_env
 from workers.protocol.case import Case
+from workers.protocol.switches import Switches
 from workers.run import run_worker
 
 EVERY_NAME = ", ".join(p.value for p in CrashPoint)

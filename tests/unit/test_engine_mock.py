@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from interlock import CrashPoint
+from interlock.testing import CrashPoint
 from interlock_demo.core.columns import OPTIONAL, ColumnKind
 from interlock_demo.core.run import Clock, Ids
 from interlock_demo.engine import Engine, RunChoice

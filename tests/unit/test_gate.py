@@ -12,6 +12,7 @@ import sqlite3
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from interlock import (
     REASON_WORLD_CHANGED,
     ActionError,
     ConfigError,
+    Effect,
     Gate,
     Intent,
     IntentError,
@@ -34,12 +36,11 @@ from interlock import (
     Store,
     StoreError,
     StripeRefund,
-    Switches,
     Timing,
     verify,
 )
 from interlock._core.claims import Claim
-from interlock.testing import InProcessPayments, PaymentsModel
+from interlock.testing import Emulate24h, InProcessPayments, NoLookup, PaymentsModel
 from tests.helpers.approvals import APPROVERS
 from tests.helpers.gate_rig import (
     AMOUNT,
@@ -75,11 +76,11 @@ class World(GateWorld):
         intent: Intent,
         at: str,
         owner: Owner | None = None,
-        switches: Switches | None = None,
+        emulate: Callable[[Effect], Effect] | None = None,
     ) -> Claim:
         """Submit `intent` and die at `at`; returns the claim the dead worker left."""
         with pytest.raises(Crash):
-            self.gate(owner or gone_owner(), crash_at=at, switches=switches).submit(intent)
+            self.gate(owner or gone_owner(), crash_at=at, emulate=emulate).submit(intent)
         state = self.store.action(intent.action_id)
         assert state is not None and state.claim is not None
         return state.claim
@@ -195,11 +196,11 @@ def test_the_lookup_check_says_where_the_effect_looked(where: str | None, looked
 
 def test_after_answer_with_emulated_24h_is_still_one_refund_adopted(world: World) -> None:
     """With the key emulated as pruned, the lookup alone keeps recovery from a second refund."""
-    switches = Switches(emulate_24h=True)
+    emulate = partial(Emulate24h, name="INTERLOCK_EMULATE_24H")
     intent = world.decide()
-    world.crash(intent, "after-answer", switches=switches)
+    world.crash(intent, "after-answer", emulate=emulate)
 
-    [outcome] = world.gate(Owner.current("restart"), switches=switches).recover()
+    [outcome] = world.gate(Owner.current("restart"), emulate=emulate).recover()
 
     assert outcome.status == "adopted"
     assert len(world.refunds()) == 1
@@ -210,11 +211,10 @@ def test_after_answer_with_emulated_24h_is_still_one_refund_adopted(world: World
 
 def test_emulated_24h_retry_uses_a_key_stripe_has_not_seen(world: World) -> None:
     """Under emulate-24h a recovery that must send does so under a fresh key (the switch bites)."""
-    switches = Switches(emulate_24h=True)
     intent = world.decide()
-    world.crash(intent, "before-send", switches=switches)
+    world.crash(intent, "before-send", emulate=Emulate24h)
 
-    world.gate(Owner.current("restart"), switches=switches).recover()
+    world.gate(Owner.current("restart"), emulate=Emulate24h).recover()
 
     [before_send] = world.of("restart", "before-send")
     assert before_send.data["idempotency_key"] != intent.action_id
@@ -223,12 +223,11 @@ def test_emulated_24h_retry_uses_a_key_stripe_has_not_seen(world: World) -> None
 
 def test_after_answer_with_no_lookup_refuses_and_verify_reports_the_refund(world: World) -> None:
     """Without the lookup recovery refuses its own refund, and verify() reports that refund."""
-    switches = Switches(no_lookup=True)
     intent = world.decide()
-    world.crash(intent, "after-answer", switches=switches)
+    world.crash(intent, "after-answer", emulate=NoLookup)
     [refund] = world.agent_refunds(intent.action_id)
 
-    [outcome] = world.gate(Owner.current("restart"), switches=switches).recover()
+    [outcome] = world.gate(Owner.current("restart"), emulate=NoLookup).recover()
 
     assert (outcome.status, outcome.reason) == ("refused", REASON_WORLD_CHANGED)
     assert len(world.refunds()) == 1

@@ -31,6 +31,7 @@ from tests.helpers.approvals import APPROVERS
 from tests.helpers.gate_rig import AMOUNT, TIMING, GateWorld
 from workers.interlock import refund_gate
 from workers.process import worker_timing
+from workers.protocol.switches import Switches
 
 # Every field off its default, and not one `%g` can spell (it keeps six digits).
 ODD = Timing(claim_ttl_s=17.123456789, stripe_timeout_s=3.3, grace_s=1.7, slack_s=2.9)
@@ -136,7 +137,9 @@ def test_the_demos_receipts_name_where_the_lookup_read(mode: str) -> None:
         monotonic=world.clock.monotonic,
         approvers=APPROVERS,
     )
-    gate = refund_gate(world.store, world.payments, options, answerer=MODES[mode].answerer)
+    gate = refund_gate(
+        world.store, world.payments, options, answerer=MODES[mode].answerer, switches=Switches()
+    )
 
     outcome = gate.submit(world.decide(AMOUNT, lease.id))
 

@@ -101,7 +101,10 @@ def added(root: Path, relative: str, source: str) -> Iterator[None]:
 
 
 # The contracts of pyproject.toml, by name.
-LAYERS = "The demo above the workers and the scenarios, all of them above the library"
+LAYERS = (
+    "The demo above the scenarios, the scenarios above the workers, all of them above the library"
+)
+SCENARIOS = "The scenarios name the workers' protocol only"
 PROTOCOL = "The demo reaches the workers through workers.protocol only, except its launchers"
 SHARED = "workers.protocol is shared, so it imports no worker code"
 HEADLESS = "core and engine are headless: they never reach textual, rich or the views"
@@ -123,11 +126,12 @@ PUBLIC = "interlock's public names hold no test double (interlock.testing may im
     [
         ("interlock/langchain.py", "def f():\n    import scenarios\n", (LAYERS,)),
         ("workers/standard.py", "from interlock_demo.errors import UsageError\n", (LAYERS,)),
+        ("workers/interlock.py", "def f():\n    import scenarios\n", (LAYERS,)),
         (
             "scenarios/__init__.py",
             "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from workers import run\n",
             # The demo imports the scenarios: through them, it would reach a worker.
-            (LAYERS, PROTOCOL),
+            (SCENARIOS, PROTOCOL),
         ),
         (
             "interlock_demo/views/tui/widgets/story.py",

@@ -31,7 +31,6 @@ from interlock import (
     MemoryStore,
     Owner,
     StripeRefund,
-    Switches,
     Timing,
     new_action_id,
     refunds_fingerprint,
@@ -66,7 +65,6 @@ class World:
             self.store,
             StripeRefund(self.payments),
             timing=Timing(6, 1),
-            switches=Switches(),
             # The guard's tests grant unsigned leases; the exact-approval test signs its own
             # with the tests' approver, whose key this list holds.
             approvers=Approvers([APPROVER.public_key], allow_unsigned=True),
@@ -383,7 +381,6 @@ def test_a_re_approval_killed_after_stripe_answered_is_adopted_on_the_re_run(
             store,
             StripeRefund(payments),
             timing=Timing(6, 1),
-            switches=Switches(),
             owner=owner,
             on_event=on_event,
             clock=clock,
@@ -480,7 +477,6 @@ def test_a_crash_in_the_send_after_the_approval_resumes_without_asking_again(
             store,
             StripeRefund(payments),
             timing=Timing(6, 1),
-            switches=Switches(),
             owner=owner,
             on_event=on_event,
             clock=clock,

@@ -115,3 +115,13 @@ def test_which_refunds_count_is_one_set_on_refund() -> None:
         refund = interlock.Refund("re_1", 100, status, "pi_1")
         assert refund.counts is (status in counting)
     assert "COUNTING_STATUSES" not in {f.name for f in dataclasses.fields(interlock.Refund)}
+
+
+def test_the_demos_switches_and_crash_points_are_not_the_librarys() -> None:
+    """A library user never meets the demo's emulated switches, and the crash points (a
+    supervisor's `IN_FLIGHT` among them) are `interlock.testing`'s, where certify uses them."""
+    import interlock.testing
+
+    assert not {"Switches", "CrashPoint"} & set(dir(interlock))
+    assert {"CrashPoint", "Emulate24h", "NoLookup"} <= set(interlock.testing.__all__)
+    assert interlock.testing.CrashPoint.IN_FLIGHT.held

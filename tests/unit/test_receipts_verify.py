@@ -36,7 +36,6 @@ from interlock import (
     SQLiteStore,
     Store,
     StripeRefund,
-    Switches,
     Timing,
     new_action_id,
     refunds_fingerprint,
@@ -128,7 +127,6 @@ def _world(store: Store, signing_key: bytes | None = None) -> World:
         store,
         StripeRefund(payments),
         timing=Timing(claim_ttl_s=6, stripe_timeout_s=1),
-        switches=Switches(),
         signing_key=signing_key,
         approvers=UNSIGNED_APPROVALS,
     )
@@ -677,7 +675,7 @@ def test_recovery_reports_an_unreadable_pending_row_and_goes_on(
     for _ in range(2):
         store = SQLiteStore(path)
         gate = Gate(store, StripeRefund(world.payments), timing=world.gate.timing,
-                    switches=Switches(), signing_key=KEY,
+                    signing_key=KEY,
                     approvers=UNSIGNED_APPROVALS)  # fmt: skip
         runs.append({o.action_id: o for o in gate.recover()})
         store.close()
@@ -738,7 +736,7 @@ def test_an_action_lost_with_the_wal_is_seen_through_its_refund_at_stripe(tmp_pa
     on_disk = path.read_bytes()
     world = World(payments, SQLiteStore(path), _world(MemoryStore()).gate)
     world.gate = Gate(world.store, StripeRefund(payments), timing=world.gate.timing,
-                      switches=Switches(), signing_key=KEY,
+                      signing_key=KEY,
                       approvers=UNSIGNED_APPROVALS)  # fmt: skip
     second = world.decide(payment_intent=first.target)
     assert world.gate.submit(second).status == "sent"

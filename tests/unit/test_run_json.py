@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from interlock import CrashPoint, GateEvent
-from interlock.testing import event_problem
+from interlock import GateEvent
+from interlock.testing import CrashPoint, event_problem
 from interlock_demo.core.columns import OPTIONAL
 from interlock_demo.core.run import (
     SCHEMA,

@@ -21,8 +21,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from interlock import CrashPoint
-from interlock.testing import PaymentsModel
+from interlock.testing import CrashPoint, PaymentsModel
 from interlock_demo.core.run import Run
 from interlock_demo.engine.column import ColumnScript
 from interlock_demo.engine.process import ProcessLauncher

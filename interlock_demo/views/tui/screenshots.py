@@ -21,7 +21,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from interlock import Switches
 from interlock_demo.core.columns import OPTIONAL
 from interlock_demo.core.run import ColumnState, Run
 from interlock_demo.errors import KeyRefusedError, ScreenshotError, UsageError
@@ -31,6 +30,7 @@ from interlock_demo.settings.environment import child_env
 from interlock_demo.stopping import Stopped, on_stop, stopped
 from interlock_demo.views.tui.svg import svg_keeping_spaces
 from scenarios import SCENARIOS
+from workers.protocol.switches import Switches
 
 if TYPE_CHECKING:
     from textual.pilot import Pilot

@@ -15,7 +15,8 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import Static
 
-from interlock import CrashPoint, GateEvent, format_amount
+from interlock import GateEvent, format_amount
+from interlock.testing import CrashPoint
 from interlock_demo.core.columns import column_kind
 from interlock_demo.core.run import Column, RunEventKind
 from interlock_demo.core.verdict import replay, revoked
