@@ -16,7 +16,7 @@ Stripe model and the emulator.
 import importlib as _importlib
 import typing as _typing
 
-from interlock._core.crash_points import CrashPoint
+from interlock.testing.crash_points import CrashPoint
 
 if _typing.TYPE_CHECKING:
     from interlock._core.events import event_problem

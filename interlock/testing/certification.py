@@ -77,7 +77,6 @@ from typing import Any, Protocol
 from interlock._core.approvals import Approver, Approvers
 from interlock._core.claims import Owner
 from interlock._core.config import Timing
-from interlock._core.crash_points import CrashPoint
 from interlock._core.effects import Effect, Found, Observation, accepts
 from interlock._core.errors import PaymentsRejectedError, PaymentsUnsettledError
 from interlock._core.events import Event, GateEvent
@@ -85,6 +84,7 @@ from interlock._core.gate import Gate, Outcome
 from interlock._core.journal import Intent, Store
 from interlock._core.leases import Lease
 from interlock._stores.memory import MemoryStore
+from interlock.testing.crash_points import CrashPoint
 
 # The provider's answers to the first send (see the module docstring).
 ANSWERS = ("ok", "lost", "late", "in-progress", "refused", "garbled")
