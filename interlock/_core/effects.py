@@ -96,13 +96,8 @@ class Effect(Protocol):
     why it cannot send an intent as decided, or None when it can (read with `accepts`
     below: an effect without one accepts every intent of its kind).
 
-    A test double that emulates what the gate guards against (`interlock.testing`'s
-    `NoLookup` and `Emulate24h`, wrapped around a real effect) says so in three more
-    optional members, which a real effect never has: `emulated`, the names of what it
-    emulates, which every receipt records; `lookup_skipped`, why the gate goes without its
-    lookup of its own earlier send (its lookup check records `skipped: ...`); and
-    `idempotency_key(intent, attempt=, sends=)`, the key of a send instead of the action id
-    (`attempt`: the claim's take, from 1; `sends`: the sends before it in that take).
+    What the gate guards against is emulated only by an `EmulatedEffect` (below); no
+    member of any other effect, whatever its name, changes the gate's lookup or its key.
     """
 
     kind: str
@@ -114,6 +109,56 @@ class Effect(Protocol):
     def send(self, intent: Intent, idempotency_key: str) -> Found:
         """Do it, with this idempotency key and metadata naming the action."""
         ...
+
+
+class EmulatedEffect:
+    """A real effect wrapped to emulate what the gate guards against: the base of
+    `interlock.testing`'s `NoLookup` and `Emulate24h`, never of a production effect.
+
+    The gate asks an effect these three things only when it is one of these, by class, so
+    a user's effect that happens to have an `idempotency_key` method or an `emulated`
+    attribute changes nothing. Wrappers stack: what one does not emulate, the effect it
+    wraps answers (its reads and sends, and `where`, `currency`, `accepts`, `deadline_s`,
+    `sent_on`..., which it has exactly when that effect has them).
+    """
+
+    def __init__(self, effect: Effect, name: str) -> None:
+        self.effect = effect
+        self.kind = effect.kind
+        inner = effect if isinstance(effect, EmulatedEffect) else None
+        # Every receipt records these names, so no receipt of an emulated run passes for
+        # a real one.
+        self.emulated: tuple[str, ...] = (*(inner.emulated if inner else ()), name)
+
+    def observe(self, intent: Intent) -> Observation:
+        """The wrapped effect's read."""
+        return self.effect.observe(intent)
+
+    def send(self, intent: Intent, idempotency_key: str) -> Found:
+        """The wrapped effect's send, under the key the gate gives."""
+        return self.effect.send(intent, idempotency_key)
+
+    def lookup_skipped(self) -> str | None:
+        """Why the gate goes without its lookup of its own earlier send (its lookup check
+        records `skipped: ...`), or None."""
+        inner = self.effect
+        return inner.lookup_skipped() if isinstance(inner, EmulatedEffect) else None
+
+    def idempotency_key(self, intent: Intent, *, attempt: int, sends: int) -> str:
+        """The key of a send (`attempt`: the claim's take, from 1; `sends`: the sends
+        before it in that take): the action id, unless an emulation says otherwise."""
+        inner = self.effect
+        if isinstance(inner, EmulatedEffect):
+            return inner.idempotency_key(intent, attempt=attempt, sends=sends)
+        return intent.action_id
+
+    def __getattr__(self, name: str) -> Any:
+        # Only what the class and the instance lack reaches here; `effect` itself is
+        # looked up in the instance's dict so that a half-built wrapper cannot recurse.
+        effect = self.__dict__.get("effect")
+        if effect is None:
+            raise AttributeError(name)
+        return getattr(effect, name)
 
 
 def accepts(effect: Effect, intent: Intent) -> str | None:

@@ -60,7 +60,14 @@ from typing import Any, Literal
 from interlock._core.approvals import Approvers
 from interlock._core.claims import Owner
 from interlock._core.config import Timing
-from interlock._core.effects import AT_STRIPE, Effect, Found, Observation, accepts
+from interlock._core.effects import (
+    AT_STRIPE,
+    Effect,
+    EmulatedEffect,
+    Found,
+    Observation,
+    accepts,
+)
 from interlock._core.errors import (
     ActionError,
     ConfigError,
@@ -783,10 +790,10 @@ class Gate:
         return [check], own, conflict
 
     def _lookup_skipped(self) -> str | None:
-        """Why the effect has the gate go without its lookup (`interlock.testing.NoLookup`),
-        or None: every effect that is not such a test double."""
-        skipped = getattr(self.effect, "lookup_skipped", None)
-        return None if skipped is None else str(skipped)
+        """Why the gate goes without its lookup (`interlock.testing.NoLookup`), or None: for
+        every effect that is not such a test double."""
+        effect = self.effect
+        return effect.lookup_skipped() if isinstance(effect, EmulatedEffect) else None
 
     @staticmethod
     def _matching(intent: Intent, found: Found | None) -> Found | None:
@@ -940,10 +947,10 @@ class Gate:
         # answer. Only a test double that emulates a provider which pruned the key
         # (`interlock.testing.Emulate24h`) says otherwise: it is given what it needs to
         # tell the action's first send (attempt 1, no sends yet) from the later ones.
-        key = getattr(self.effect, "idempotency_key", None)
-        if key is None:
-            return intent.action_id
-        return str(key(intent, attempt=attempt, sends=sends))
+        effect = self.effect
+        if isinstance(effect, EmulatedEffect):
+            return effect.idempotency_key(intent, attempt=attempt, sends=sends)
+        return intent.action_id
 
     def _settle(
         self,
@@ -960,7 +967,9 @@ class Gate:
             "context": dict(state.intent.context),
             "unsettled_answers": unsettled,
             # What a test double emulated, by name: no receipt of one passes for a real run.
-            "emulated": list(getattr(self.effect, "emulated", ())),
+            "emulated": (
+                list(self.effect.emulated) if isinstance(self.effect, EmulatedEffect) else []
+            ),
             "idempotency_key": idempotency_key,
         }
         try:

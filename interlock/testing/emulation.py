@@ -17,40 +17,11 @@ for a real one. They stack: `NoLookup(Emulate24h(effect))` emulates both.
 
 from __future__ import annotations
 
-from typing import Any
-
-from interlock._core.effects import Effect, Found, Observation
+from interlock._core.effects import Effect, EmulatedEffect
 from interlock._core.journal import Intent
 
 
-class _Emulating:
-    """An effect that is `effect` in everything but what it emulates: its reads and sends,
-    and its optional parts (`where`, `currency`, `accepts`, `deadline_s`, `sent_on`, ...),
-    which it has exactly when `effect` has them."""
-
-    def __init__(self, effect: Effect, name: str) -> None:
-        self.effect = effect
-        self.kind = effect.kind
-        self.emulated: tuple[str, ...] = (*getattr(effect, "emulated", ()), name)
-
-    def observe(self, intent: Intent) -> Observation:
-        """The wrapped effect's read."""
-        return self.effect.observe(intent)
-
-    def send(self, intent: Intent, idempotency_key: str) -> Found:
-        """The wrapped effect's send, under the key the gate gives."""
-        return self.effect.send(intent, idempotency_key)
-
-    def __getattr__(self, name: str) -> Any:
-        # Only what the class and the instance lack reaches here; `effect` itself is
-        # looked up in the instance's dict so that a half-built wrapper cannot recurse.
-        effect = self.__dict__.get("effect")
-        if effect is None:
-            raise AttributeError(name)
-        return getattr(effect, name)
-
-
-class NoLookup(_Emulating):
+class NoLookup(EmulatedEffect):
     """`effect` under a gate without its lookup of its own earlier send.
 
     The gate neither adopts nor takes a claim early on a send it finds; its lookup check
@@ -60,10 +31,14 @@ class NoLookup(_Emulating):
 
     def __init__(self, effect: Effect, *, name: str = "NoLookup") -> None:
         super().__init__(effect, name)
-        self.lookup_skipped = f"{name} is set"
+        self._name = name
+
+    def lookup_skipped(self) -> str | None:
+        """Always: this emulation is the gate without its lookup."""
+        return f"{self._name} is set"
 
 
-class Emulate24h(_Emulating):
+class Emulate24h(EmulatedEffect):
     """`effect` behind a provider that pruned the idempotency key of an action's first send.
 
     Any send after the first (a later take of the claim, or a resend within one) goes out

@@ -128,9 +128,51 @@ def test_a_wrapper_is_its_effect_in_everything_it_does_not_emulate() -> None:
     assert wrapped.accepts(Intent("a", "transfer", "acct_1", 1, "l", "fp", currency="usd"))
     assert isinstance(wrapped, ListsSends)
     assert wrapped.emulated == ("NoLookup", "Emulate24h")
-    assert wrapped.lookup_skipped == "NoLookup is set"
+    assert wrapped.lookup_skipped() == "NoLookup is set"
+    # The key, too, is the innermost emulation's that has one, through the outer wrapper.
+    assert (
+        NoLookup(Emulate24h(transfers)).idempotency_key(
+            Intent("a", "transfer", "acct_1", 1, "l", "fp"), attempt=2, sends=0
+        )
+        != "a"
+    )
 
     bare: Effect = NoLookup(_Bare(), name="quiet")
     assert not hasattr(bare, "where") and not hasattr(bare, "currency")
     assert not isinstance(bare, ListsSends)
     assert bare.send(Intent("a", "webhook", "t", 5, "l", "fp"), "k") == Found("wh_1", 5)
+
+
+class _NamesLikeAnEmulation(StripeRefund):
+    """A user's refund effect whose own members happen to share the emulations' names."""
+
+    emulated = ("something of its own",)
+    lookup_skipped = "a note of its own"
+
+    def idempotency_key(self, intent: Intent, *, attempt: int, sends: int) -> str:
+        return f"its-own-{attempt}-{sends}"
+
+
+def test_an_effect_that_is_not_an_emulation_cannot_change_the_key_or_skip_the_lookup() -> None:
+    """Only an `interlock.testing` emulation (by class) changes the gate's key or lookup: a
+    user's effect with members of the same names is looked up, resent under the action's
+    own id, and its receipts emulate nothing."""
+    world = GateWorld()
+    landed = _crash(world, "after-answer")
+    unsent = _crash(world, "before-send")
+    world.events.clear()
+    gate = world.gate(
+        Owner.current("restart"), emulate=lambda _: _NamesLikeAnEmulation(world.payments)
+    )
+
+    outcomes = {o.action_id: o for o in gate.recover()}
+
+    adopted = outcomes[landed.action_id]
+    assert adopted.status == "adopted" and adopted.receipt is not None
+    assert adopted.receipt.body["emulated"] == []
+    (lookup,) = [c for c in adopted.receipt.checks if c["name"] == "lookup"]
+    assert lookup["observed"] == adopted.external_id
+    assert outcomes[unsent.action_id].status == "sent"
+    keys = [e.data["idempotency_key"] for e in world.events if e.kind == "before-send"]
+    assert keys == [unsent.action_id]
+    assert verify(world.store, world.payments).ok

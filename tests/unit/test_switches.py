@@ -52,6 +52,6 @@ def test_a_worker_wraps_its_effect_in_what_its_run_emulates() -> None:
 
     assert isinstance(both, NoLookup) and isinstance(both.effect, Emulate24h)
     assert list(both.emulated) == Switches(emulate_24h=True, no_lookup=True).names
-    assert both.lookup_skipped == "INTERLOCK_NO_LOOKUP is set"
+    assert both.lookup_skipped() == "INTERLOCK_NO_LOOKUP is set"
     [only] = emulating(effect, Switches(emulate_24h=True)).emulated
     assert only == SWITCH_EMULATE_24H
