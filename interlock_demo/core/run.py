@@ -21,6 +21,7 @@ from enum import Enum
 from typing import Any, TypeVar
 
 from interlock import new_action_id
+from interlock.testing.crash_points import CrashPoint
 from interlock_demo.core.columns import column_kind
 from workers.protocol import ColumnOutcome
 
@@ -370,8 +371,7 @@ class WorkerInfo:
     """One worker process (or, in mock mode, one simulated worker)."""
 
     pid: int | None
-    # Its crash point's word (a `CrashPoint` is one): the run model knows no test doubles.
-    crash_point: str | None
+    crash_point: CrashPoint | None
     started_at: float
     exit_code: int | None = None
     ended_at: float | None = None
@@ -382,7 +382,7 @@ class WorkerInfo:
         data: dict[str, Any] = {
             "pid": self.pid,
             "exit_code": self.exit_code,
-            "crash_point": None if self.crash_point is None else str(self.crash_point),
+            "crash_point": None if self.crash_point is None else self.crash_point.value,
             "started_at": round(self.started_at, 3),
             "ended_at": None if self.ended_at is None else round(self.ended_at, 3),
         }
@@ -397,7 +397,7 @@ class WorkerInfo:
         ended_at = data["ended_at"]
         return cls(
             pid=_optional_int(data["pid"]),
-            crash_point=None if crash_point is None else str(crash_point),
+            crash_point=None if crash_point is None else CrashPoint(crash_point),
             started_at=float(data["started_at"]),
             exit_code=_optional_int(data["exit_code"]),
             ended_at=None if ended_at is None else float(ended_at),

@@ -124,7 +124,12 @@ PUBLIC = "interlock's public names hold no test double (interlock.testing may im
 @pytest.mark.parametrize(
     ("relative", "source", "contracts"),
     [
-        ("interlock/langchain.py", "def f():\n    import scenarios\n", (LAYERS,)),
+        (
+            "interlock/langchain.py",
+            "def f():\n    import scenarios\n",
+            # The scenarios name crash points, which are the testing kit's.
+            (LAYERS, INTEGRATIONS),
+        ),
         ("workers/standard.py", "from interlock_demo.errors import UsageError\n", (LAYERS,)),
         ("workers/interlock.py", "def f():\n    import scenarios\n", (LAYERS,)),
         (
