@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from interlock import GateEvent
+from interlock import ConfigError, GateEvent
 from interlock.testing import CrashPoint, event_problem
 from interlock_demo.core.columns import OPTIONAL
 from interlock_demo.core.run import (
@@ -206,3 +206,11 @@ def test_another_document_is_refused_in_words() -> None:
     """A document of another schema is a ValueError that says what to read instead."""
     with pytest.raises(ValueError, match=f"not an {SCHEMA} document"):
         RunSnapshot.from_json({"schema": "interlock-demo/run@0"})
+
+
+def test_a_worker_killed_at_an_unknown_crash_point_is_refused_in_words() -> None:
+    """A document naming a crash point no worker has is refused, naming the crash points."""
+    data = WorkerInfo(4242, CrashPoint.BEFORE_SEND, 0.5, exit_code=-9, ended_at=1.25).to_json()
+    data["crash_point"] = "before-lunch"
+    with pytest.raises(ConfigError, match="unknown crash point 'before-lunch'.*before-send"):
+        WorkerInfo.from_json(data)
