@@ -16,6 +16,7 @@ import pytest
 from interlock import StripePayments, make_stripe_client
 from interlock.testing import PaymentsModel, StripeEmulator
 from interlock.testing import model as model_module
+from tests.helpers import early_lint
 
 # NO_COLOR changes Textual's rendering and would break snapshot comparisons.
 os.environ.pop("NO_COLOR", None)
@@ -170,6 +171,11 @@ def _describe(child: Any) -> str:
         return f"pid {child.pid}"
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """mypy starts beside the suite when its test is selected (tests/helpers/early_lint.py)."""
+    early_lint.start(item.nodeid for item in session.items)
+
+
 # Last, so the leak report follows the summary (and reads the children every test left).
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -182,6 +188,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """
     import psutil
 
+    early_lint.stop()
     deadline = time.monotonic() + 5.0
 
     def left() -> float:

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import early_lint
+
 ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = [pytest.mark.lint, pytest.mark.timeout(300)]
@@ -33,9 +35,10 @@ def test_ruff_format_is_clean() -> None:
 
 
 def test_mypy_is_clean() -> None:
-    """mypy passes on the packages, strict on all of them."""
-    result = _run("mypy", "--no-error-summary")
-    assert result.returncode == 0, result.stdout + result.stderr
+    """mypy passes on the packages, strict on all of them (started beside the suite when
+    this test is selected: tests/helpers/early_lint.py)."""
+    code, output = early_lint.run(early_lint.MYPY, timeout=280)
+    assert code == 0, output
 
 
 def test_lint_imports_is_clean() -> None:

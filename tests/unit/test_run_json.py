@@ -212,5 +212,5 @@ def test_a_worker_killed_at_an_unknown_crash_point_is_refused_in_words() -> None
     """A document naming a crash point no worker has is refused, naming the crash points."""
     data = WorkerInfo(4242, CrashPoint.BEFORE_SEND, 0.5, exit_code=-9, ended_at=1.25).to_json()
     data["crash_point"] = "before-lunch"
-    with pytest.raises(ConfigError, match="unknown crash point 'before-lunch'.*before-send"):
+    with pytest.raises(ConfigError, match=r"unknown crash point 'before-lunch'.*before-send"):
         WorkerInfo.from_json(data)
