@@ -3,10 +3,16 @@ reported by the benchmark, never judged by a test)."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+import psutil
+import pytest
+
+from interlock import SQLiteStore
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench" / "scale.py"
@@ -56,3 +62,24 @@ def test_scale_refuses_sizes_out_of_order() -> None:
     assert done.returncode == 2
     assert done.stdout == ""
     assert "--sizes must be ascending positive integers" in done.stderr
+
+
+def test_verify_peak_rss_is_the_childs_own_not_the_benchmarks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run from a process holding 300 MB, verify of a small store still reports its own
+    peak: the figure the child read (VmHWM), never the parent's carried across exec."""
+    spec = importlib.util.spec_from_file_location("bench_scale", BENCH)
+    assert spec is not None and spec.loader is not None
+    scale = importlib.util.module_from_spec(spec)
+    # Its dataclasses look their module up by name while the module runs.
+    monkeypatch.setitem(sys.modules, spec.name, scale)
+    spec.loader.exec_module(scale)
+    store = tmp_path / "small.db"
+    SQLiteStore(store).close()
+    ballast = b"x" * (300 * 2**20)  # resident: every page written
+
+    _, peak = scale.verify_child(store)
+
+    assert psutil.Process().memory_info().rss > len(ballast)
+    assert peak < 150 * 2**20, f"verify of an empty store peaked at {peak / 2**20:.0f} MB"
