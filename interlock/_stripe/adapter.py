@@ -206,7 +206,9 @@ class DeadlineHTTPClient(stripe.HTTPClient):
         if timeout_s <= 0:
             raise ValueError("the Stripe timeout must be positive")
         self._timeout_s = timeout_s
-        self._ssl = ssl.create_default_context(cafile=stripe.ca_bundle_path)
+        # Built on the first https request: a worker against the loopback emulator (http)
+        # never needs it, and it is most of what building a client costs on its restart.
+        self._ssl: ssl.SSLContext | None = None
         self._lock = threading.Lock()
         self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
         self._pid = os.getpid()
@@ -217,6 +219,12 @@ class DeadlineHTTPClient(stripe.HTTPClient):
     def timeout_s(self) -> float:
         """The total deadline of one request, in seconds (fixed: a gate checked it)."""
         return self._timeout_s
+
+    def _context(self) -> ssl.SSLContext:
+        with self._lock:
+            if self._ssl is None:
+                self._ssl = ssl.create_default_context(cafile=stripe.ca_bundle_path)
+            return self._ssl
 
     def request(  # type: ignore[override]
         self,
@@ -251,7 +259,7 @@ class DeadlineHTTPClient(stripe.HTTPClient):
                     assert kept.deadline_sock is not None
                     if not resendable or kept.deadline_sock.received:
                         raise
-            conn = _Connection(host[1], host[2], self._ssl if https else None)
+            conn = _Connection(host[1], host[2], self._context() if https else None)
             conn.open(deadline, self._timeout_s)
             return self._exchange(host, conn, deadline, request)
         except (OSError, http.client.HTTPException) as e:

@@ -346,3 +346,76 @@ def test_a_forked_child_opens_its_own_connection(counting: CountingEmulator) -> 
     assert payments.get_payment(pi).id == pi
     assert counting.accepted == 2
     payments.close()
+
+
+def _self_signed(tmp_path: Any) -> tuple[str, str]:
+    """A certificate for 127.0.0.1 that no certificate authority signed, and its key."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return str(cert_path), str(key_path)
+
+
+def test_an_https_server_stripes_ca_bundle_does_not_vouch_for_is_refused(tmp_path: Any) -> None:
+    """Over https the client verifies the server against the stripe SDK's CA bundle (the
+    context is built on the first https request): a loopback server with a self-signed
+    certificate for its own address is refused, and no request reaches it."""
+    import ssl
+
+    cert, key = _self_signed(tmp_path)
+    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_context.load_cert_chain(cert, key)
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    handshakes: list[str] = []
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            try:
+                server_context.wrap_socket(conn, server_side=True).close()
+                handshakes.append("completed")
+            except (ssl.SSLError, OSError) as e:
+                handshakes.append(type(e).__name__)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    client = make_stripe_client(TEST_KEY, base_url=f"https://127.0.0.1:{port}", timeout_s=5)
+    try:
+        with pytest.raises(PaymentsUnsettledError, match="CERTIFICATE_VERIFY_FAILED"):
+            StripePayments(client).list_refunds("pi_1")
+    finally:
+        thread.join(WAIT_S)
+        listener.close()
+    assert handshakes and handshakes != ["completed"]
