@@ -7,7 +7,6 @@ send instead of sending twice, and writes a receipt of what it checked; `verify`
 the receipts against each other and against Stripe.
 """
 
-import importlib as _importlib
 import typing as _typing
 
 from interlock._core.approvals import UNSIGNED_APPROVALS, Approver, Approvers
@@ -45,6 +44,7 @@ from interlock._core.journal import (
     Settlement,
     Store,
 )
+from interlock._core.lazy import lazy_names as _lazy_names
 from interlock._core.leases import Lease
 from interlock._core.money import format_amount
 from interlock._core.payments import (
@@ -79,19 +79,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'interlock' has no attribute {name!r}")
-    loaded = _importlib.import_module(module)
-    # Every lazy name of that module at once, so the next lookup is a plain global.
-    globals().update({n: getattr(loaded, n) for n, m in _LAZY.items() if m == module})
-    return globals()[name]
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
-
+__getattr__, __dir__ = _lazy_names(__name__, _LAZY, globals())
 
 __all__ = [  # noqa: RUF022 - sorted case-insensitively, as httpx does
     "ACTION_METADATA_KEY",

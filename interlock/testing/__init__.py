@@ -13,9 +13,9 @@ Names load on first use, so a worker that needs only `CrashPoint` does not impor
 Stripe model and the emulator.
 """
 
-import importlib as _importlib
 import typing as _typing
 
+from interlock._core.lazy import lazy_names as _lazy_names
 from interlock.testing.crash_points import CrashPoint
 
 if _typing.TYPE_CHECKING:
@@ -69,19 +69,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'interlock.testing' has no attribute {name!r}")
-    loaded = _importlib.import_module(module)
-    # Every lazy name of that module at once, so the next lookup is a plain global.
-    globals().update({n: getattr(loaded, n) for n, m in _LAZY.items() if m == module})
-    return globals()[name]
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
-
+__getattr__, __dir__ = _lazy_names(__name__, _LAZY, globals())
 
 __all__ = [
     "ANSWERS",
