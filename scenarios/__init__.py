@@ -424,6 +424,21 @@ def _scripted() -> dict[str, Scenario]:
         for module in pkgutil.iter_modules(package.__path__)
         if not module.name.startswith("_")
     ]
+    return by_id(found)
+
+
+def by_id(found: list[Scenario]) -> dict[str, Scenario]:
+    """The scenarios by id, in the order of their keys; `ConfigError` when two share an id
+    or a key (a new scenario's module copied from another and not yet renamed)."""
+    for attribute in ("id", "key"):
+        seen: dict[str, Scenario] = {}
+        for s in found:
+            other = seen.setdefault(getattr(s, attribute), s)
+            if other is not s:
+                raise ConfigError(
+                    f"scenarios {other.id!r} and {s.id!r} in scenarios/scripted/ share the "
+                    f"{attribute} {getattr(s, attribute)!r}; give each its own"
+                )
     return {s.id: s for s in sorted(found, key=lambda s: s.key)}
 
 

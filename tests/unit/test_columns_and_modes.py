@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from interlock import ConfigError
 from interlock_demo.core.columns import (
     COLUMN_KINDS,
     OPTIONAL,
@@ -23,7 +24,7 @@ from interlock_demo.settings.config import DemoConfig, resolve
 from interlock_demo.settings.environment import ENV_RECEIPT_KEY
 from interlock_demo.settings.modes import MODES, line_mark, mode_named
 from interlock_demo.settings.worker import worker_env
-from scenarios import TRUTH
+from scenarios import SCENARIOS, TRUTH, by_id
 from workers.run import story
 
 STRIPE_KEY = "sk_test_madeUpForTheModeTable4242424242"
@@ -41,6 +42,18 @@ def test_every_truth_row_judges_exactly_the_tables_columns() -> None:
     """Every row of every scenario's truth table has each column of the table, and no other."""
     for rows in TRUTH.values():
         assert set(rows) == set(COLUMN_KINDS)
+
+
+@pytest.mark.parametrize("attribute", ["id", "key"])
+def test_two_scenario_modules_sharing_an_id_or_a_key_are_refused(attribute: str) -> None:
+    """A new scenario's module copied from another and not yet renamed is refused, naming
+    both, instead of one silently hiding the other (or two answering one key)."""
+    first, second = list(SCENARIOS.values())[:2]
+    copy = dataclasses.replace(second, **{attribute: getattr(first, attribute)})
+
+    with pytest.raises(ConfigError, match=f"share the {attribute}"):
+        by_id([first, copy])
+    assert list(by_id([second, first])) == [first.id, second.id]
 
 
 def test_every_column_has_its_worker_and_only_the_gated_one_runs_through_a_gate() -> None:
