@@ -1,5 +1,6 @@
 """`python -m interlock verify [--store] STORE`: check a store's receipt chain;
-`python -m interlock stripe-emulator [--port N]`: the loopback Stripe emulator alone.
+`python -m interlock stripe-emulator [--port N]`: the loopback Stripe emulator alone;
+`python -m interlock keygen DIR`: a new receipt signing key and the key list that trusts it.
 
 STORE is a SQLite file's path or a `postgresql://` URL, given as the argument, as
 `--store`, or in `INTERLOCK_STORE`; there is no default (the library keeps no folder of its
@@ -16,6 +17,11 @@ parsed (not JSON, nested too deeply, any size) is reported as a problem, never a
 The emulator (`interlock.testing.StripeEmulator`) serves on 127.0.0.1 until Ctrl-C,
 SIGTERM or SIGHUP (then exit 0) and prints its address and control token on stderr; point
 `INTERLOCK_STRIPE_BASE` (or `make_stripe_client(base_url=...)`) at it.
+
+`keygen` writes DIR/signing-key.pem (the gate's Ed25519 private key, mode 0600; it never
+overwrites one) and adds the public key to DIR/keys.json (creating it), then prints the
+key id, both paths and the two environment lines to set; never the key. Exit 0 when both
+are written, 2 when the key exists already or a file cannot be written or read.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -32,6 +39,7 @@ from interlock._core.approvals import Approvers
 from interlock._core.config import Timing
 from interlock._core.errors import ConfigError, StoreError
 from interlock._core.signals import Interrupted, stop_signals_interrupt
+from interlock._core.signing import ENV_SIGNING_KEY, ENV_VERIFY_KEYS, KeyList, SigningKey
 from interlock._core.verify import verify
 from interlock._stores.open import open_store
 from interlock._stores.postgres import PostgresStore, is_postgres_url
@@ -111,6 +119,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     emu = sub.add_parser("stripe-emulator", help="serve the loopback Stripe emulator alone")
     emu.add_argument("--port", type=int, help="port on 127.0.0.1 (default: a free one)")
+    kg = sub.add_parser(
+        "keygen", help="make a receipt signing key and add it to the key list verifiers trust"
+    )
+    kg.add_argument(
+        "dir",
+        metavar="DIR",
+        help="folder for signing-key.pem (new; keep it with the gate) and keys.json (public)",
+    )
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:
@@ -119,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
         from interlock.testing import serve_emulator
 
         return serve_emulator(args.port, prog="python -m interlock")
+    if args.command == "keygen":
+        return _keygen(Path(args.dir))
     if args.account_wide and not args.stripe:
         print("--account-wide reads Stripe: give --stripe too", file=sys.stderr)
         return 2
@@ -143,6 +161,35 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 3
+
+
+def _keygen(folder: Path) -> int:
+    """Write a new signing key and add its public half to the key list in `folder`."""
+    key_path, list_path = (folder / "signing-key.pem").absolute(), (folder / "keys.json").absolute()
+    key = SigningKey.generate()
+    saved = False
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # Read the list first: a broken keys.json must stop us before a key exists that
+        # no list trusts.
+        keys = KeyList.load(list_path) if list_path.exists() else KeyList()
+        keys.add(key.public)
+        key.save(key_path)
+        saved = True
+        keys.save(list_path)
+    except (ConfigError, OSError) as e:
+        words = f"{e.filename}: {e.strerror}" if isinstance(e, OSError) else str(e)
+        print(f"python -m interlock keygen: {words}; nothing was changed", file=sys.stderr)
+        if saved:
+            key_path.unlink()  # the list could not take it: leave no key nothing trusts
+        return 2
+    print(f"signing key {key.key_id}")
+    print(f"  private key: {key_path} (keep it with the gate only; never share it)")
+    print(f"  key list:    {list_path} (public: give it to whoever verifies receipts)")
+    print("set, for the gate and for verify:")
+    print(f"  export {ENV_SIGNING_KEY}={shlex.quote(str(key_path))}")
+    print(f"  export {ENV_VERIFY_KEYS}={shlex.quote(str(list_path))}")
+    return 0
 
 
 def _verify(location: str, key: str, args: argparse.Namespace) -> int:
