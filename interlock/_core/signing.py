@@ -51,6 +51,7 @@ ENV_VERIFY_KEYS: Final = "INTERLOCK_VERIFY_KEYS"
 """The path of the key list (JSON) a verifier trusts."""
 
 KEY_LIST_VERSION: Final = 1
+"""The version of keys.json this module reads and writes (its `v`)."""
 
 # COSE (RFC 9052 §3.1, RFC 9053 §2.2): header labels and the EdDSA algorithm id.
 _ALG, _CONTENT_TYPE, _KID = 1, 3, 4
