@@ -106,7 +106,9 @@ class TimestampAuthority:
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name="tsa", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.05,), name="tsa", daemon=True
+        )
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def reply(self, query: bytes) -> bytes:
