@@ -25,7 +25,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import datetime
-import fcntl
 import json
 import os
 import ssl
@@ -37,6 +36,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+try:
+    import fcntl
+except ImportError:  # Windows: FileAnchor says, when made, that it needs a POSIX system
+    fcntl = None  # type: ignore[assignment]
 
 from interlock._core.errors import InterlockError
 from interlock._core.heads import LogLeaf, TreeHead, parse_head
@@ -181,6 +185,11 @@ class FileAnchor:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self.name = f"file {self.path}"
+        if fcntl is None or not hasattr(os, "O_NOFOLLOW"):
+            raise AnchorError(
+                f"{self.name}: a file anchor needs a POSIX system (file locks and O_NOFOLLOW); "
+                "on this one use an HttpWitness"
+            )
 
     def publish(self, head: TreeHead, leaves: Sequence[LogLeaf]) -> None:
         """Append `head` with `leaves` unless this file holds it already."""

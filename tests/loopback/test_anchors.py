@@ -34,6 +34,7 @@ from interlock import (
     HttpWitness,
     TimestampAnchor,
 )
+from interlock._core import anchors
 from interlock._core.anchors import record
 from interlock._core.heads import LogLeaf, TreeHead, head_body
 from interlock.testing import TimestampAuthority, WitnessServer
@@ -203,6 +204,7 @@ def test_what_was_anchored_survives_a_new_anchor_on_the_same_storage(harness: Ha
 _CHILD = """
 import json, os, sys, time
 from interlock import FileAnchor
+from interlock._core import anchors
 from interlock._core.anchors import record
 from tests.loopback.test_anchors import _head, _leaves
 anchor = FileAnchor(sys.argv[1])
@@ -317,6 +319,15 @@ def test_a_damaged_record_before_the_last_is_reported_not_skipped(tmp_path: Path
     assert "restore it from a copy" in str(damaged.value)
     with pytest.raises(AnchorError, match="line 1"):
         anchor.publish(_head(3), [])
+
+
+def test_without_posix_file_locks_a_file_anchor_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where there is no flock (Windows), a file anchor is refused when made, in words."""
+    monkeypatch.setattr(anchors, "fcntl", None)
+    with pytest.raises(AnchorError, match="needs a POSIX system"):
+        FileAnchor(tmp_path / "heads.jsonl")
 
 
 def test_a_file_in_a_missing_folder_is_refused_in_words(tmp_path: Path) -> None:
@@ -543,5 +554,25 @@ def test_an_answer_that_is_not_a_timestamp_reply_is_refused(tmp_path: Path) -> N
     with WitnessServer() as witness, TimestampAuthority() as authority:
         anchor = TimestampAnchor(witness.url, tmp_path, certificates=authority.certificates)
         with pytest.raises(AnchorError, match="refused the request \\(HTTP 404"):
+            anchor.publish(_head(1), [])
+        assert anchor.heads() == []
+
+
+class _Refusing(TimestampAuthority):
+    """An authority that answers every query with a refusal (PKIStatus rejection)."""
+
+    def reply(self, query: bytes) -> bytes:
+        # TimeStampResp { PKIStatusInfo { rejection (2), { "no" } } } with no token.
+        words = b"\x0c\x02no"
+        text = b"\x30" + bytes([len(words)]) + words
+        info = b"\x02\x01\x02" + text
+        status = b"\x30" + bytes([len(info)]) + info
+        return b"\x30" + bytes([len(status)]) + status
+
+
+def test_a_refusal_from_the_authority_keeps_nothing(tmp_path: Path) -> None:
+    with _Refusing() as refusing:
+        anchor = TimestampAnchor(refusing.url, tmp_path, certificates=refusing.certificates)
+        with pytest.raises(AnchorError, match=r"size 1 does not verify.*not GRANTED"):
             anchor.publish(_head(1), [])
         assert anchor.heads() == []
