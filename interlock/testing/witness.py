@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import threading
 import time
 from http import HTTPStatus
@@ -36,19 +37,25 @@ MAX_BODY = 1 << 20
 class WitnessServer:
     """A witness on 127.0.0.1 (a free port), served from a thread while in `with`.
 
-    `url` is what `HttpWitness` takes; `records` is what it holds.
+    `url` is what `HttpWitness` takes; `records` is what it holds. Given `tls` (a server
+    context with its certificate loaded) it serves https, for testing the client's checks.
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str] | None = None, *, tls: ssl.SSLContext | None = None
+    ) -> None:
         self._file = FileAnchor(path) if path is not None else None
         self._lock = threading.Lock()
         self._held: list[AnchoredHead] = self._file.heads() if self._file else []
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
+        if tls is not None:
+            self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
         self._thread = threading.Thread(
             target=self._server.serve_forever, args=(0.05,), name="witness", daemon=True
         )
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        scheme = "https" if tls is not None else "http"
+        self.url = f"{scheme}://127.0.0.1:{self._server.server_address[1]}"
 
     @property
     def records(self) -> list[dict[str, Any]]:

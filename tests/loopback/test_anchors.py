@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import datetime
 import hashlib
 import http.client
+import ipaddress
 import json
 import os
 import signal
+import ssl
 import stat
 import subprocess
 import sys
@@ -25,6 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from interlock import (
     Anchor,
@@ -361,6 +368,64 @@ def test_plain_http_to_another_host_is_refused_before_any_connection(url: str) -
 )
 def test_https_anywhere_and_plain_http_on_this_machine_are_accepted(url: str) -> None:
     assert HttpWitness(url).name.startswith("witness ")
+
+
+def _tls(tmp_path: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """A server context for 127.0.0.1 signed by a private CA, and a client context trusting it."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "witness test CA")])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    server_key = ec.generate_private_key(ec.SECP256R1())
+    server = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+        .issuer_name(ca_name)
+        .public_key(server_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    pem = serialization.Encoding.PEM
+    (tmp_path / "server.pem").write_bytes(
+        server.public_bytes(pem)
+        + server_key.private_bytes(
+            pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    serving = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    serving.load_cert_chain(tmp_path / "server.pem")
+    trusting = ssl.create_default_context(cadata=ca.public_bytes(pem).decode())
+    return serving, trusting
+
+
+def test_https_is_verified_by_default(tmp_path: Path) -> None:
+    """A witness whose certificate the system does not trust is not talked to; given a
+    context that trusts its CA, it is."""
+    serving, trusting = _tls(tmp_path)
+    with WitnessServer(tls=serving) as server:
+        assert server.url.startswith("https://127.0.0.1:")
+        with pytest.raises(AnchorError, match=r"could not be reached.*CERTIFICATE_VERIFY_FAILED"):
+            HttpWitness(server.url).publish(_head(1), [])
+        assert server.records == []
+        trusted = HttpWitness(server.url, ssl_context=trusting)
+        trusted.publish(_head(1), _leaves(0, 1))
+        assert [h.head.size for h in trusted.heads()] == [1]
 
 
 def test_a_url_that_is_not_http_is_refused() -> None:
