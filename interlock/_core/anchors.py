@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import datetime
+import errno
 import json
 import os
 import ssl
@@ -233,8 +234,17 @@ class FileAnchor:
                 # A record torn by a crash: cut it off so the next one starts on its own line.
                 os.ftruncate(fd, complete)
             line = json.dumps(record(head, leaves, anchored_at, evidence), sort_keys=True)
-            os.write(fd, (line + "\n").encode())
-            os.fsync(fd)
+            data = (line + "\n").encode()
+            try:
+                if os.write(fd, data) != len(data):
+                    raise OSError(errno.ENOSPC, "the storage took only part of the record")
+                os.fsync(fd)
+            except OSError as e:
+                raise AnchorError(
+                    f"{self.name}: the head of size {head.size} could not be written "
+                    f"({e.strerror}); it is not anchored: fix the storage (space, permissions) "
+                    "and publish again, which cuts off any part written"
+                ) from None
             return True
         finally:
             os.close(fd)
@@ -248,7 +258,8 @@ class FileAnchor:
         data = b"".join(chunks)
         complete = data.rfind(b"\n") + 1
         held = []
-        for number, line in enumerate(data[:complete].splitlines(), start=1):
+        # Split on newlines alone: JSON escapes every other line break inside a record.
+        for number, line in enumerate(data[:complete].split(b"\n")[:-1], start=1):
             try:
                 held.append(parse_record(json.loads(line), self.name))
             except ValueError as e:

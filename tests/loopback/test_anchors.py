@@ -337,6 +337,29 @@ def test_without_posix_file_locks_a_file_anchor_says_so(
         FileAnchor(tmp_path / "heads.jsonl")
 
 
+def test_a_record_the_storage_took_only_part_of_is_an_error_and_cut_off_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk takes half a record: publish says the head is not anchored, the file
+    still reads, and publishing again (with room) writes the record whole."""
+    path = tmp_path / "heads.jsonl"
+    anchor = FileAnchor(path)
+    anchor.publish(_head(1), _leaves(0, 1))
+    write = os.write
+
+    def half(fd: int, data: bytes) -> int:
+        return write(fd, data[: len(data) // 2])
+
+    monkeypatch.setattr(os, "write", half)
+    with pytest.raises(AnchorError, match=r"size 2 could not be written.*publish again"):
+        anchor.publish(_head(2), _leaves(1, 2))
+    monkeypatch.setattr(os, "write", write)
+    assert [h.head.size for h in anchor.heads()] == [1]
+    anchor.publish(_head(2), _leaves(1, 2))
+    assert [h.head.size for h in anchor.heads()] == [1, 2]
+    assert len(path.read_text().splitlines()) == 2
+
+
 def test_a_file_in_a_missing_folder_is_refused_in_words(tmp_path: Path) -> None:
     anchor = FileAnchor(tmp_path / "no such folder" / "heads.jsonl")
     assert anchor.heads() == []
