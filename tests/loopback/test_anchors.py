@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import pytest
 from cryptography import x509
@@ -231,34 +232,39 @@ else:
 """
 
 
-def _publisher(path: Path, mode: str) -> subprocess.Popen[str]:
+@contextlib.contextmanager
+def _publisher(path: Path, mode: str) -> Iterator[tuple[IO[str], Callable[[], None]]]:
+    """A publishing process: its output (what it signals) and the SIGKILL for it. It is
+    killed and reaped on the way out whatever the test did, so none is left running."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen(
+    with subprocess.Popen(
         [sys.executable, "-c", _CHILD, str(path), mode],
         cwd=ROOT,
         env=env,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
-    )
+    ) as child:
+        assert child.stdout is not None
 
+        def kill() -> None:
+            child.send_signal(signal.SIGKILL)
+            assert child.wait() == -signal.SIGKILL
 
-def _kill(child: subprocess.Popen[str]) -> None:
-    child.send_signal(signal.SIGKILL)
-    assert child.wait() == -signal.SIGKILL
-    for pipe in (child.stdin, child.stdout):
-        if pipe is not None:
-            pipe.close()
+        try:
+            yield child.stdout, kill
+        finally:
+            child.kill()
+            child.wait()
 
 
 def test_a_publisher_killed_mid_record_leaves_a_readable_file(tmp_path: Path) -> None:
     """SIGKILL after half a record was written: the file reads as the whole records before
     it, and the next publisher's head lands whole."""
     path = tmp_path / "heads.jsonl"
-    child = _publisher(path, "torn")
-    assert child.stdout is not None
-    assert child.stdout.readline() == "torn\n"
-    _kill(child)
+    with _publisher(path, "torn") as (signals, kill):
+        assert signals.readline() == "torn\n"
+        kill()
     assert not path.read_bytes().endswith(b"\n")  # the torn record is there
     anchor = FileAnchor(path)
     assert [h.head.size for h in anchor.heads()] == [2]
@@ -274,12 +280,11 @@ def test_a_publisher_killed_at_any_point_of_a_publish_loses_no_acknowledged_head
     back, the heads are 1..k with no gap, and publishing k+1 (perhaps taken already) and
     k+2 works."""
     path = tmp_path / "heads.jsonl"
-    child = _publisher(path, "loop")
-    assert child.stdout is not None
     acknowledged = 0
-    while acknowledged < 30:
-        acknowledged = int(child.stdout.readline())
-    _kill(child)
+    with _publisher(path, "loop") as (signals, kill):
+        while acknowledged < 30:
+            acknowledged = int(signals.readline())
+        kill()
     anchor = FileAnchor(path)
     sizes = [h.head.size for h in anchor.heads()]
     assert sizes == list(range(1, len(sizes) + 1))
