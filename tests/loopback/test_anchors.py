@@ -223,6 +223,11 @@ if sys.argv[2] == "torn":
     os.write(fd, line[: len(line) // 2].encode())
     print("torn", flush=True)
     sys.stdin.read()  # killed here
+elif sys.argv[2] == "race":
+    print("ready", flush=True)
+    sys.stdin.read()
+    for size in range(1, 101):
+        anchor.publish(_head(size), _leaves(size - 1, size))
 else:
     size = 0
     while True:
@@ -296,6 +301,41 @@ def test_a_publisher_killed_at_any_point_of_a_publish_loses_no_acknowledged_head
 
 
 # -- the file ----------------------------------------------------------------------------
+
+
+def test_publishers_racing_on_one_file_append_each_head_once(tmp_path: Path) -> None:
+    """Four processes publishing the same log at once: every head lands exactly once, in
+    order, and none is refused (the file lock orders each check with its append)."""
+    path = tmp_path / "heads.jsonl"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    publishers = [
+        subprocess.Popen(
+            [sys.executable, "-c", _CHILD, str(path), "race"],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    try:
+        # Each says it is ready; then all are let go at once.
+        for publisher in publishers:
+            assert publisher.stdout is not None
+            assert publisher.stdout.readline() == "ready\n"
+        for publisher in publishers:
+            assert publisher.stdin is not None
+            publisher.stdin.close()
+        assert [publisher.wait() for publisher in publishers] == [0, 0, 0, 0]
+    finally:
+        for publisher in publishers:
+            publisher.kill()
+            publisher.wait()
+            if publisher.stdout is not None:
+                publisher.stdout.close()
+    assert [h.head.size for h in FileAnchor(path).heads()] == list(range(1, 101))
+    assert len(path.read_text().splitlines()) == 100
 
 
 def test_the_file_is_created_private(tmp_path: Path) -> None:
@@ -640,6 +680,22 @@ def test_a_replayed_reply_is_refused_by_its_nonce(tmp_path: Path) -> None:
 def test_certificates_that_are_not_pem_are_refused(tmp_path: Path) -> None:
     with pytest.raises(AnchorError, match="not PEM certificates"):
         TimestampAnchor("http://127.0.0.1:9", tmp_path, certificates=b"not a certificate")
+
+
+@pytest.mark.parametrize("body", [b"garbage", bytes.fromhex("3003020101"), b""])
+def test_the_authority_answers_what_is_not_a_query_with_words(
+    tsa: TimestampAuthority, body: bytes
+) -> None:
+    host, port = tsa.url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    connection.request(
+        "POST", "/", body=body, headers={"Content-Type": "application/timestamp-query"}
+    )
+    answer = connection.getresponse()
+    assert answer.status == 400
+    assert answer.read().startswith((b"not a timestamp query", b"send an application"))
+    connection.close()
+    assert tsa.issued == 0
 
 
 def test_an_answer_that_is_not_a_timestamp_reply_is_refused(tmp_path: Path) -> None:
