@@ -65,6 +65,14 @@ from interlock._stores.postgres import PostgresStore, is_postgres_url
 from interlock._stores.sqlite import SQLiteStore
 
 if _typing.TYPE_CHECKING:
+    from interlock._core.anchors import (
+        Anchor,
+        AnchoredHead,
+        AnchorError,
+        FileAnchor,
+        HttpWitness,
+        TimestampAnchor,
+    )
     from interlock._stripe.adapter import (
         StripePayments,
         make_stripe_client,
@@ -72,8 +80,16 @@ if _typing.TYPE_CHECKING:
 
 # Names whose module is imported on first use: the stripe SDK takes a large share of
 # `import interlock` (it loads requests, and aiohttp when installed), and a process that
-# only reads a store never calls Stripe.
+# only reads a store never calls Stripe. The anchors load urllib's HTTP client and TLS,
+# which a gate that publishes no head does not need.
+_ANCHORS = "interlock._core.anchors"
 _LAZY = {
+    "Anchor": _ANCHORS,
+    "AnchoredHead": _ANCHORS,
+    "AnchorError": _ANCHORS,
+    "FileAnchor": _ANCHORS,
+    "HttpWitness": _ANCHORS,
+    "TimestampAnchor": _ANCHORS,
     "make_stripe_client": "interlock._stripe.adapter",
     "StripePayments": "interlock._stripe.adapter",
 }
@@ -85,6 +101,9 @@ __all__ = [  # noqa: RUF022 - sorted case-insensitively, as httpx does
     "ACTION_METADATA_KEY",
     "ActionError",
     "ActionState",
+    "Anchor",
+    "AnchoredHead",
+    "AnchorError",
     "Approver",
     "Approvers",
     "Check",
@@ -92,11 +111,13 @@ __all__ = [  # noqa: RUF022 - sorted case-insensitively, as httpx does
     "CustomEffect",
     "Effect",
     "Event",
+    "FileAnchor",
     "format_amount",
     "Found",
     "Gate",
     "GateEvent",
     "GateOptions",
+    "HttpWitness",
     "Intent",
     "IntentError",
     "InterlockError",
@@ -132,6 +153,7 @@ __all__ = [  # noqa: RUF022 - sorted case-insensitively, as httpx does
     "StripePayments",
     "StripeRefund",
     "StripeTransfer",
+    "TimestampAnchor",
     "Timing",
     "Transfer",
     "Transfers",

@@ -7,7 +7,9 @@
   refunds, transfers and payouts in memory, in-process or over loopback HTTP for the real
   `stripe` SDK, with faults (`Fault`, `Reply`) a test arms;
 - `NoLookup` and `Emulate24h`: an effect wrapped to emulate a gate without its lookup, or
-  a retry after Stripe pruned the idempotency key. Test doubles, never for production.
+  a retry after Stripe pruned the idempotency key. Test doubles, never for production;
+- `WitnessServer` and `TimestampAuthority`: a loopback HTTP witness and a loopback RFC 3161
+  timestamp authority, for testing the anchors (`HttpWitness`, `TimestampAnchor`).
 
 Names load on first use, so a worker that needs only `CrashPoint` does not import the
 Stripe model and the emulator.
@@ -39,6 +41,8 @@ if _typing.TYPE_CHECKING:
     from interlock.testing.emulator import TOKEN_ENV, StripeEmulator, serve_emulator
     from interlock.testing.inprocess import InProcessPayments
     from interlock.testing.model import Fault, PaymentsModel, Reply, new_id
+    from interlock.testing.tsa import TimestampAuthority
+    from interlock.testing.witness import WitnessServer
 
 _CERTIFICATION = "interlock.testing.certification"
 _LAZY = {
@@ -66,6 +70,8 @@ _LAZY = {
     "PaymentsModel": "interlock.testing.model",
     "Reply": "interlock.testing.model",
     "new_id": "interlock.testing.model",
+    "TimestampAuthority": "interlock.testing.tsa",
+    "WitnessServer": "interlock.testing.witness",
 }
 
 
@@ -90,6 +96,8 @@ __all__ = [
     "PaymentsModel",
     "Reply",
     "StripeEmulator",
+    "TimestampAuthority",
+    "WitnessServer",
     "cells",
     "certify",
     "event_problem",
