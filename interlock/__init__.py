@@ -38,6 +38,7 @@ from interlock._core.errors import (
 )
 from interlock._core.events import Event, GateEvent
 from interlock._core.gate import REASON_WORLD_CHANGED, Gate, GateOptions, Outcome, new_action_id
+from interlock._core.heads import TreeHead
 from interlock._core.journal import (
     ActionState,
     Intent,
@@ -46,6 +47,7 @@ from interlock._core.journal import (
 )
 from interlock._core.lazy import lazy_names as _lazy_names
 from interlock._core.leases import Lease
+from interlock._core.log import LogStatus
 from interlock._core.money import format_amount
 from interlock._core.payments import (
     Payment,
@@ -58,6 +60,7 @@ from interlock._core.payments import (
     transfers_fingerprint,
 )
 from interlock._core.receipts import Check, Receipt
+from interlock._core.signing import KeyList, PublicKey, SigningKey
 from interlock._core.verify import VerifyResult, verify
 from interlock._stores.memory import MemoryStore
 from interlock._stores.open import open_store
@@ -123,9 +126,11 @@ __all__ = [  # noqa: RUF022 - sorted case-insensitively, as httpx does
     "InterlockError",
     "is_postgres_url",
     "is_test_key",
+    "KeyList",
     "Lease",
     "LeaseError",
     "ListsSends",
+    "LogStatus",
     "make_stripe_client",
     "MemoryStore",
     "new_action_id",
@@ -140,6 +145,7 @@ __all__ = [  # noqa: RUF022 - sorted case-insensitively, as httpx does
     "PaymentsRejectedError",
     "PaymentsUnsettledError",
     "PostgresStore",
+    "PublicKey",
     "REASON_WORLD_CHANGED",
     "Receipt",
     "Refund",
@@ -147,6 +153,7 @@ __all__ = [  # noqa: RUF022 - sorted case-insensitively, as httpx does
     "SchemaVersionError",
     "Sent",
     "Settlement",
+    "SigningKey",
     "SQLiteStore",
     "Store",
     "StoreError",
@@ -158,6 +165,7 @@ __all__ = [  # noqa: RUF022 - sorted case-insensitively, as httpx does
     "Transfer",
     "Transfers",
     "transfers_fingerprint",
+    "TreeHead",
     "UNSIGNED_APPROVALS",
     "verify",
     "VerifyResult",

@@ -1,5 +1,6 @@
-"""`python -m interlock verify [--store] STORE`: check a store's receipt chain;
-`python -m interlock stripe-emulator [--port N]`: the loopback Stripe emulator alone;
+"""`python -m interlock verify [--store] STORE`: check a store's receipts and their log;
+`python -m interlock proof ACTION [--store] STORE`: an action's receipt with its inclusion
+proof; `python -m interlock stripe-emulator [--port N]`: the loopback Stripe emulator alone;
 `python -m interlock keygen DIR`: a new receipt signing key and the key list that trusts it.
 
 STORE is a SQLite file's path or a `postgresql://` URL, given as the argument, as
@@ -13,6 +14,14 @@ checks Stripe against the receipts (the key from `STRIPE_SECRET_KEY`, the API at
 account; `--account-wide` adds the account's refunds (and its transfers, for a store that
 has transfer actions) since the store's first action. A value in the store that cannot be
 parsed (not JSON, nested too deeply, any size) is reported as a problem, never a traceback.
+Receipts are checked with the gate's public keys only (`--keys FILE`, default
+`INTERLOCK_VERIFY_KEYS`); `--anchor` (repeat it) compares the log with what an anchor
+holds: a `FileAnchor`'s file, an `HttpWitness`'s URL, or a `TimestampAnchor`'s folder with
+`--tsa-certs PEM`.
+
+`proof` prints what anyone can check with SHA-256 and Ed25519 alone (docs/receipts.md):
+the receipt's body and signature, its place in the log, the latest signed tree head and
+the inclusion proof against it. Exit 1 when the action has no receipt in a head yet.
 
 The emulator (`interlock.testing.StripeEmulator`) serves on 127.0.0.1 until Ctrl-C,
 SIGTERM or SIGHUP (then exit 0) and prints its address and control token on stderr; point
@@ -38,13 +47,21 @@ from typing import TYPE_CHECKING, Any
 from interlock._core.approvals import Approvers
 from interlock._core.config import Timing
 from interlock._core.errors import ConfigError, StoreError
+from interlock._core.log import inclusion
 from interlock._core.signals import Interrupted, stop_signals_interrupt
-from interlock._core.signing import ENV_SIGNING_KEY, ENV_VERIFY_KEYS, KeyList, SigningKey
-from interlock._core.verify import verify
+from interlock._core.signing import (
+    ENV_SIGNING_KEY,
+    ENV_VERIFY_KEYS,
+    KeyList,
+    SigningKey,
+    key_list_from_env,
+)
+from interlock._core.verify import VerifyResult, verify
 from interlock._stores.open import open_store
 from interlock._stores.postgres import PostgresStore, is_postgres_url
 
 if TYPE_CHECKING:
+    from interlock._core.anchors import Anchor
     from interlock._stripe.adapter import StripePayments
 
 ENV_STORE = "INTERLOCK_STORE"
@@ -117,6 +134,31 @@ def main(argv: list[str] | None = None) -> int:
         help="an approver's public key file (repeat for several; default: INTERLOCK_APPROVERS): "
         "every approval must carry a signature that verifies under one of them",
     )
+    v.add_argument(
+        "--keys",
+        metavar="FILE",
+        help="the gate's public keys (a key list from `keygen`; default: INTERLOCK_VERIFY_KEYS)",
+    )
+    v.add_argument(
+        "--anchor",
+        metavar="WHERE",
+        action="append",
+        default=[],
+        help="compare the log with an anchor (repeat for several): a FileAnchor's file, an "
+        "HttpWitness's http(s):// URL, or a TimestampAnchor's folder (with --tsa-certs)",
+    )
+    v.add_argument(
+        "--tsa-certs",
+        metavar="PEM",
+        help="the timestamp authority's certificates, for a TimestampAnchor's folder",
+    )
+    p = sub.add_parser("proof", help="an action's receipt with its inclusion proof")
+    p.add_argument("action", help="the action's id")
+    p.add_argument(
+        "store", nargs="?", help=f"path of the SQLite store or a postgresql:// URL (or {ENV_STORE})"
+    )
+    p.add_argument("--store", dest="store_option", metavar="PATH_OR_URL", help="the same")
+    p.add_argument("--json", action="store_true", help="print the proof as JSON")
     emu = sub.add_parser("stripe-emulator", help="serve the loopback Stripe emulator alone")
     emu.add_argument("--port", type=int, help="port on 127.0.0.1 (default: a free one)")
     kg = sub.add_parser(
@@ -137,6 +179,9 @@ def main(argv: list[str] | None = None) -> int:
         return serve_emulator(args.port, prog="python -m interlock")
     if args.command == "keygen":
         return _keygen(Path(args.dir))
+    if args.command == "proof":
+        location = _location(args)
+        return _proof(location, args) if location else 2
     if args.account_wide and not args.stripe:
         print("--account-wide reads Stripe: give --stripe too", file=sys.stderr)
         return 2
@@ -144,12 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.stripe and not key:
         print("--stripe needs a Stripe key: set STRIPE_SECRET_KEY", file=sys.stderr)
         return 2
-    location = args.store or args.store_option or os.environ.get(ENV_STORE)
+    location = _location(args)
     if not location:
-        print(NO_STORE, file=sys.stderr)
-        return 2
-    if not is_postgres_url(location) and not Path(location).is_file():
-        print(f"no interlock store at {location}: give the path of a store file", file=sys.stderr)
         return 2
     try:
         with stop_signals_interrupt():
@@ -192,6 +233,94 @@ def _keygen(folder: Path) -> int:
     return 0
 
 
+def _location(args: argparse.Namespace) -> str | None:
+    """The store the command names, or None (said on stderr) when it names none that exists."""
+    location: str | None = args.store or args.store_option or os.environ.get(ENV_STORE)
+    if not location:
+        print(NO_STORE, file=sys.stderr)
+        return None
+    if not is_postgres_url(location) and not Path(location).is_file():
+        print(f"no interlock store at {location}: give the path of a store file", file=sys.stderr)
+        return None
+    return location
+
+
+def _anchors(args: argparse.Namespace) -> list[Anchor]:
+    """The anchors `--anchor` names; `ConfigError` in words for one that cannot be used."""
+    from interlock._core.anchors import FileAnchor, HttpWitness, TimestampAnchor
+
+    anchors: list[Anchor] = []
+    for where in args.anchor:
+        if where.startswith(("http://", "https://")):
+            anchors.append(HttpWitness(where))
+        elif Path(where).is_dir():
+            if not args.tsa_certs:
+                raise ConfigError(
+                    f"--anchor {where} is a folder, a TimestampAnchor's: give the timestamp "
+                    "authority's certificates with --tsa-certs PEM"
+                )
+            try:
+                certificates = Path(args.tsa_certs).read_bytes()
+            except OSError as e:
+                raise ConfigError(f"--tsa-certs {args.tsa_certs}: cannot read it ({e})") from e
+            anchors.append(TimestampAnchor(None, where, certificates=certificates))
+        elif Path(where).is_file():
+            anchors.append(FileAnchor(where))
+        else:
+            raise ConfigError(
+                f"--anchor {where}: no such file or folder, and not an http(s):// URL"
+            )
+    return anchors
+
+
+def _proof(location: str, args: argparse.Namespace) -> int:
+    """Print an action's receipt with its inclusion proof; the exit code."""
+    try:
+        store = open_store(location, read_only=True)
+    except StoreError as e:
+        print(str(e), file=sys.stderr)
+        return 2
+    try:
+        state = store.action(args.action)
+        receipt = None if state is None else state.receipt
+        found = None if receipt is None else inclusion(store, receipt.seq)
+    finally:
+        store.close()
+    if receipt is None:
+        said = "is not in the store" if state is None else "has no receipt (not settled)"
+        print(f"action {_shown(args.action)} {said}", file=sys.stderr)
+        return 1
+    if found is None:
+        print(
+            f"action {_shown(args.action)}'s receipt is not in a signed tree head yet: a gate "
+            "puts it there at its next catch-up (recover(), or every log_every receipts)",
+            file=sys.stderr,
+        )
+        return 1
+    entry, stored, path = found
+    proof = {
+        "action_id": args.action,
+        "receipt": {"body": receipt.body_text, "signature": receipt.signature},
+        "leaf_index": entry.leaf,
+        "leaf_hash": receipt.hash,
+        "tree_head": {"body": stored.body_text, "signature": stored.signature},
+        "inclusion_proof": [h.hex() for h in path],
+    }
+    if args.json:
+        print(json.dumps(proof, indent=2))
+        return 0
+    print(f"action {_shown(args.action)}: receipt at log position {entry.leaf} of {stored.size}")
+    print(f"receipt body: {_shown(receipt.body_text)}")
+    print(f"receipt signature: {receipt.signature}")
+    print(f"leaf hash: {receipt.hash}")
+    print(f"tree head: {_shown(stored.body_text)}")
+    print(f"tree head signature: {stored.signature}")
+    print("inclusion proof:")
+    for h in path:
+        print(f"  {h.hex()}")
+    return 0
+
+
 def _verify(location: str, key: str, args: argparse.Namespace) -> int:
     """Check the store at `location` and print the result; the exit code (2: not a store)."""
     try:
@@ -202,13 +331,22 @@ def _verify(location: str, key: str, args: argparse.Namespace) -> int:
         return 2
     try:
         approvers = Approvers.load(*args.approvers) if args.approvers else Approvers.from_env()
+        keys = KeyList.load(args.keys) if args.keys else key_list_from_env()
+        anchors = _anchors(args)
     except ConfigError as e:
         store.close()
         print(str(e), file=sys.stderr)
         return 2
     payments = _stripe(key) if args.stripe else None
     try:
-        result = verify(store, payments, account_wide=args.account_wide, approvers=approvers)
+        result = verify(
+            store,
+            payments,
+            account_wide=args.account_wide,
+            approvers=approvers,
+            keys=keys,
+            anchors=anchors,
+        )
     finally:
         store.close()
         if payments is not None:
@@ -216,13 +354,32 @@ def _verify(location: str, key: str, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
-        state = "holds" if result.ok else "is BROKEN"
-        signed = "signed" if result.signed else "unsigned"
+        state = "hold" if result.ok else "are BROKEN"
         where = PostgresStore.describe(location)
-        print(f"{_shown(where)}: chain of {result.chain_length} receipts ({signed}) {state}")
+        print(f"{_shown(where)}: {result.chain_length} receipts ({_kinds(result)}) {state}")
+        print(f"  {_log_words(result)}")
         for problem in result.problems:
             print(f"  - {_shown(problem)}")
     return 0 if result.ok else 1
+
+
+def _kinds(result: VerifyResult) -> str:
+    words = {
+        "ed25519": "signed with the gate's Ed25519 key",
+        "hmac": "HMAC-signed before the log, checkable only with the secret",
+        "unsigned": "unsigned",
+    }
+    parts = [f"{n} {words[kind]}" for kind, n in sorted(result.formats.items()) if n]
+    return "; ".join(parts) or "none"
+
+
+def _log_words(result: VerifyResult) -> str:
+    text = f"log: {result.log_size} receipts under {result.heads} signed tree heads"
+    if result.unlogged:
+        text += f", {result.unlogged} not in the log yet"
+    if result.anchored:
+        text += f"; compared with {result.anchored} anchored heads"
+    return text
 
 
 if __name__ == "__main__":

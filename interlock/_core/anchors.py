@@ -414,15 +414,20 @@ class TimestampAnchor:
 
     def __init__(
         self,
-        url: str,
+        url: str | None,
         directory: str | os.PathLike[str],
         *,
         certificates: bytes,
         timeout_s: float = 5.0,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
-        self.url = _parse_url(url, "timestamp authority", plain_http_anywhere=True)
-        self.name = f"timestamp authority {self.url}"
+        """`url` None: only read what `directory` keeps (`verify --anchor`), publish nothing."""
+        self.url = (
+            None
+            if url is None
+            else _parse_url(url, "timestamp authority", plain_http_anywhere=True)
+        )
+        self.name = f"timestamp authority {self.url or Path(directory)}"
         self.timeout_s = timeout_s
         self._file = FileAnchor(Path(directory) / "heads.jsonl")
         self._opener = _opener(ssl_context)
@@ -446,6 +451,11 @@ class TimestampAnchor:
     def publish(self, head: TreeHead, leaves: Sequence[LogLeaf]) -> None:
         """Have the authority timestamp `head`, check the token, and keep it with `leaves`."""
         rc = self._client
+        if self.url is None:
+            raise AnchorError(
+                f"{self.name} was opened to read only (no authority's URL): give the URL to "
+                "publish heads"
+            )
         # Checked before asking the authority: a refused head costs no token.
         if not admit(self._file.heads(), head, self.name):
             return

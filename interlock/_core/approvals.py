@@ -23,7 +23,6 @@ Revoking needs no signature: taking authority away is always allowed.
 from __future__ import annotations
 
 import base64
-import hashlib
 import os
 import time
 import uuid
@@ -38,15 +37,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from interlock._core.errors import ConfigError, LeaseError
 from interlock._core.leases import Lease, approval_bytes
+from interlock._core.signing import key_id_of
 
 ENV_APPROVERS = "INTERLOCK_APPROVERS"
 """The approvers' public key files (PEM), separated by the path separator (`:`)."""
-
-
-def key_id_of(public_key: Ed25519PublicKey) -> str:
-    """The id a signature names its key by: `ed25519:` and 16 hex of the key's SHA-256."""
-    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    return "ed25519:" + hashlib.sha256(raw).hexdigest()[:16]
 
 
 class Approver:

@@ -115,6 +115,13 @@ class GateEvent(str, Enum):
         ("external_id",),
         "a re-approval found the unknown action's own refund: it is adopted, nothing sent",
     )
+    LOGGED = (
+        "logged",
+        ("size", "published", "problem"),
+        "the receipt log caught up after this action's settle (or at recovery, with no "
+        "action): `size` the new signed head's, `published` heads anchored, `problem` what "
+        "failed (the action's outcome stands; the next catch-up carries on)",
+    )
     RECOVER_ERROR = (
         "recover-error",
         ("error",),

@@ -51,11 +51,12 @@ claims, leases and receipts are in the store's clock, the one every process shar
 from __future__ import annotations
 
 import math
+import os
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from interlock._core.approvals import Approvers
 from interlock._core.claims import Owner
@@ -89,11 +90,45 @@ from interlock._core.journal import (
     Store,
 )
 from interlock._core.leases import approval_problem
-from interlock._core.receipts import Check, Receipt, receipt_key
+from interlock._core.log import LogKeeper, LogStatus
+from interlock._core.receipts import ENV_RECEIPT_KEY, Check, Receipt
+from interlock._core.signing import ENV_SIGNING_KEY, SigningKey, signing_key_from_env
+
+if TYPE_CHECKING:
+    from interlock._core.anchors import Anchor
 
 Status = Literal["sent", "adopted", "refused", "failed", "pending"]
 EventSink = Callable[[Event], None]
 """`on_event(event)`: every gate `Event`, its kind a `GateEvent` (which lists its fields)."""
+
+
+def _signing_key(key: object) -> SigningKey | None:
+    """The gate's receipt key: the one given, else `INTERLOCK_SIGNING_KEY`'s, else none. An
+    HMAC secret (bytes, or `INTERLOCK_RECEIPT_KEY` alone) is refused: whoever holds it can
+    rewrite every receipt, and the receipts it signed stay readable by `verify` as before."""
+    if isinstance(key, (bytes, str)):
+        raise ConfigError(
+            "signing_key is the gate's Ed25519 receipt key (interlock.SigningKey.load(path)), "
+            "not a shared secret: a secret that signs receipts lets every worker rewrite "
+            "them. Make one with `python -m interlock keygen DIR`; receipts signed with the "
+            "old secret stay readable (verify(hmac_key=...))"
+        )
+    if key is not None:
+        if not isinstance(key, SigningKey):
+            raise ConfigError(
+                f"signing_key must be an interlock.SigningKey, not {type(key).__name__}"
+            )
+        return key
+    loaded = signing_key_from_env()
+    if loaded is None and os.environ.get(ENV_RECEIPT_KEY):
+        raise ConfigError(
+            f"{ENV_RECEIPT_KEY} is set, but receipts are now signed with an Ed25519 key: "
+            f"make one with `python -m interlock keygen DIR` and set {ENV_SIGNING_KEY} to its "
+            f"signing-key.pem (and INTERLOCK_VERIFY_KEYS to its keys.json where you verify); "
+            f"keep {ENV_RECEIPT_KEY} only where verify reads receipts signed before"
+        )
+    return loaded
+
 
 REASON_WORLD_CHANGED = "the payment's refunds changed after the model decided"
 """The reason a refusal records when the refunds differ from those the decision saw."""
@@ -201,7 +236,7 @@ class GateOptions:
     timing: Timing | None = None
     owner: Owner | None = None
     # A secret: kept out of the repr, which logs and tracebacks print.
-    signing_key: bytes | None = field(default=None, repr=False)
+    signing_key: SigningKey | None = field(default=None, repr=False)
     on_event: EventSink | None = None
     clock: Callable[[], float] = time.time
     sleep: Callable[[float], None] = time.sleep
@@ -209,6 +244,9 @@ class GateOptions:
     new_action_id: Callable[[], str] = new_action_id
     monotonic: Callable[[], float] | None = None
     approvers: Approvers | None = None
+    anchors: Sequence[Anchor] = ()
+    log_every: int = 100
+    log_interval_s: float = 5.0
 
 
 @dataclass
@@ -269,6 +307,9 @@ class Gate:
             new_action_id=options.new_action_id,
             monotonic=options.monotonic,
             approvers=options.approvers,
+            anchors=options.anchors,
+            log_every=options.log_every,
+            log_interval_s=options.log_interval_s,
         )
 
     def __init__(
@@ -278,7 +319,7 @@ class Gate:
         *,
         timing: Timing | None = None,
         owner: Owner | None = None,
-        signing_key: bytes | None = None,
+        signing_key: SigningKey | None = None,
         on_event: EventSink | None = None,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
@@ -286,6 +327,9 @@ class Gate:
         new_action_id: Callable[[], str] = new_action_id,
         monotonic: Callable[[], float] | None = None,
         approvers: Approvers | None = None,
+        anchors: Sequence[Anchor] = (),
+        log_every: int = 100,
+        log_interval_s: float = 5.0,
     ) -> None:
         """`approvers` is the trust list of the approvers' public keys (`Approvers`): at every
         send and resend the gate refuses an approval whose signature does not verify under
@@ -301,7 +345,15 @@ class Gate:
         step, a resumed VM) cannot close the in-flight window early. Without it: the
         system's monotonic clock, whatever `sleep` is (a `sleep` of your own, one that logs
         or heartbeats, still waits in real time). A test that owns time with a fake clock
-        and a fake sleep passes its fake monotonic clock too."""
+        and a fake sleep passes its fake monotonic clock too.
+
+        `signing_key` is the gate's Ed25519 receipt key (`SigningKey`; without it,
+        `INTERLOCK_SIGNING_KEY` names its file; with neither, receipts are unsigned). Each
+        receipt is signed with it and goes into the receipt log: once `log_every` receipts
+        have come or `log_interval_s` seconds have passed (checked at each settle), and at
+        every `recover()`, the gate numbers the receipts not yet in the log, signs a tree
+        head and publishes it to each of `anchors` (a `FileAnchor` elsewhere, an
+        `HttpWitness`, a `TimestampAnchor`), which a store writer cannot rewrite."""
         self.store = store
         self.effect = effect
         self.timing = timing if timing is not None else Timing.from_env()
@@ -328,7 +380,7 @@ class Gate:
                 "approvals (tests, migration) pass approvers=interlock.UNSIGNED_APPROVALS"
             )
         self.approvers = approvers
-        self._key = signing_key if signing_key is not None else receipt_key()
+        self._key = _signing_key(signing_key)
         self._emit_to = on_event
         self._clock = clock
         self._sleep = sleep
@@ -348,6 +400,18 @@ class Gate:
             new_action_id=new_action_id,
             monotonic=monotonic,
             approvers=approvers,
+            anchors=tuple(anchors),
+            log_every=log_every,
+            log_interval_s=log_interval_s,
+        )
+        self.log = LogKeeper(
+            store,
+            self._key,
+            anchors,
+            every=log_every,
+            interval_s=log_interval_s,
+            clock=clock,
+            monotonic=monotonic,
         )
         """The options this gate was built with, resolved (see `GateOptions`)."""
 
@@ -400,6 +464,8 @@ class Gate:
         since every action would fail alike.
         """
         outcomes = []
+        # A dead worker's receipts may not be in the log yet, nor its heads anchored.
+        self.catch_up_log()
         for aid in self.store.pending(self.effect.kind):
             try:
                 state = self.store.action(aid)
@@ -413,6 +479,25 @@ class Gate:
                 self._emit(GateEvent.RECOVER_ERROR, action_id=aid, error=error)
                 outcomes.append(Outcome(aid, "pending", f"recovery failed: {error}"))
         return outcomes
+
+    def catch_up_log(self) -> LogStatus:
+        """Put every receipt not yet in the receipt log into it, sign a tree head and
+        publish the heads not yet anchored, now (see `LogKeeper`): for a timer of yours
+        that keeps the log current while no action settles."""
+        status = self.log.catch_up()
+        self._logged("", status)
+        return status
+
+    def _logged(self, action_id: str, status: LogStatus | None) -> None:
+        if status is None or (status.head is None and not status.published and not status.problem):
+            return
+        self._emit(
+            GateEvent.LOGGED,
+            action_id=action_id,
+            size=None if status.head is None else status.head.size,
+            published=status.published,
+            problem=status.problem,
+        )
 
     def recover_action(self, action_id: str, *, wait: bool = True) -> Outcome:
         """Finish one action: take its claim (waiting if needed) and run the send path.
@@ -997,6 +1082,7 @@ class Gate:
             external_id=verdict.external_id,
             receipt=receipt.hash,
         )
+        self._logged(aid, self.log.settled())
         return Outcome(
             aid,
             verdict.status,

@@ -31,9 +31,12 @@ from typing import Any, Literal, Protocol
 
 from interlock._core.claims import Claim, Owner
 from interlock._core.errors import UNREADABLE, ActionError, IntentError, LeaseError
+from interlock._core.heads import TreeHead
 from interlock._core.leases import Lease, approval_problem
+from interlock._core.log import LoggedReceipt, StoredHead, integrate
 from interlock._core.money import currency_problem
-from interlock._core.receipts import GENESIS_HASH, Check, Receipt, canonical_json, load_json, seal
+from interlock._core.receipts import Check, Receipt, canonical_json, load_json, seal
+from interlock._core.signing import SigningKey
 
 OutcomeStatus = Literal["sent", "adopted", "refused", "failed"]
 OUTCOME_STATUSES: tuple[OutcomeStatus, ...] = ("sent", "adopted", "refused", "failed")
@@ -361,9 +364,31 @@ class Store(Protocol):
         settlement: Settlement,
         checks: list[Check],
         extra: Mapping[str, Any],
-        receipt_key: bytes | None,
+        key: SigningKey | None,
     ) -> Receipt | None:
-        """Commit 3, fenced on `epoch`: outcome, receipt and lease spend; None if lost."""
+        """Commit 3, fenced on `epoch`: outcome, receipt (signed with `key`) and lease
+        spend; None if lost."""
+        ...
+
+    def integrate(self, key: SigningKey | None) -> TreeHead | None:
+        """Number the receipts not yet in the log and sign a tree head over them with
+        `key`; None when there are none, or another process is numbering them now."""
+        ...
+
+    def mark_anchored(self, size: int, at: float) -> None:
+        """Record that the head of `size` was published to every anchor."""
+        ...
+
+    def heads(self) -> Iterator[StoredHead]:
+        """Every tree head of the receipt log, smallest first."""
+        ...
+
+    def logged(self, start: int = 0) -> Iterator[LoggedReceipt]:
+        """The receipts in the log from place `start` on, in leaf order."""
+        ...
+
+    def unlogged_count(self) -> int:
+        """How many receipts are not in the log yet."""
         ...
 
     def action(self, action_id: str) -> ActionState | None:
@@ -546,9 +571,22 @@ class Tx(Protocol):
     def get_lease(self, lease_id: str) -> Lease | None: ...
     def put_lease(self, lease: Lease, *, new: bool) -> None: ...
     def journal(self, action_id: str, record: str, data: Mapping[str, Any]) -> None: ...
-    def last_receipt(self) -> tuple[int, str]: ...
+    def receipt_id(self) -> int:
+        """A new receipt's id: unique, taken without a store-wide lock (a gap is allowed:
+        a receipt's place in the log is given later, by `integrate`)."""
+        ...
+
     def add_receipt(self, receipt: Receipt) -> None: ...
     def get_receipt(self, seq: int) -> Receipt | None: ...
+    def lock_log(self) -> bool:
+        """Take the receipt log's lock for the rest of the transaction, without waiting."""
+        ...
+
+    def latest_head(self) -> StoredHead | None: ...
+    def unlogged(self, limit: int) -> list[tuple[int, str, str]]: ...
+    def set_leaves(self, places: Sequence[tuple[int, int]]) -> None: ...
+    def add_head(self, head: StoredHead) -> None: ...
+    def mark_anchored(self, size: int, at: float) -> None: ...
 
 
 class RuleStore:
@@ -769,9 +807,10 @@ class RuleStore:
         settlement: Settlement,
         checks: list[Check],
         extra: Mapping[str, Any],
-        receipt_key: bytes | None,
+        key: SigningKey | None,
     ) -> Receipt | None:
-        """Commit 3, fenced on `epoch`: outcome, receipt and lease spend; None if lost."""
+        """Commit 3, fenced on `epoch`: outcome, receipt (signed with `key`) and lease
+        spend; None if lost."""
         with self._write() as tx:
             row = tx.get_action(action_id)
             now = tx.now
@@ -807,7 +846,6 @@ class RuleStore:
                     released = replace(released, spent=lease.spent + spent)
                 if released != lease:
                     tx.put_lease(released, new=False)
-            seq, prev = tx.last_receipt()
             fields = {
                 "action_id": action_id,
                 "kind": intent.kind,
@@ -828,8 +866,7 @@ class RuleStore:
                 "at": now,
                 **dict(extra),
             }
-            text, digest, signature = seal(seq + 1, prev, fields, receipt_key)
-            receipt = Receipt(seq + 1, action_id, text, prev, digest, signature)
+            receipt = seal(tx.receipt_id(), fields, key)
             tx.add_receipt(receipt)
             row.settlement = settlement
             row.claim = replace(claim, expires_at=now, sending=False)
@@ -837,6 +874,17 @@ class RuleStore:
             tx.put_action(row, new=False)
             tx.journal(action_id, "outcome", settlement.to_dict())
             return receipt
+
+    def integrate(self, key: SigningKey | None) -> TreeHead | None:
+        """Number the receipts not yet in the log and sign a tree head over them with
+        `key`; None when there are none, or another process is numbering them now."""
+        with self._write() as tx:
+            return integrate(tx, key)
+
+    def mark_anchored(self, size: int, at: float) -> None:
+        """Record that the head of `size` was published to every anchor."""
+        with self._write() as tx:
+            tx.mark_anchored(size, at)
 
     def grant_lease(self, lease: Lease) -> Lease:
         """Store a new lease."""
@@ -878,4 +926,3 @@ class RuleStore:
 
 
 Clock = Callable[[], float]
-GENESIS = (0, GENESIS_HASH)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime
+import hashlib
 import json
 import math
 import os
@@ -35,7 +36,6 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from interlock._core.approvals import key_id_of
 from interlock._core.errors import ConfigError
 
 RECEIPT_TYPE: Final = "application/interlock-receipt+json"
@@ -59,6 +59,13 @@ _EDDSA = -8
 _SIGN1_TAG = 18
 
 _KEY_ID = re.compile(r"ed25519:[0-9a-f]{16}\Z")
+
+
+def key_id_of(public_key: Ed25519PublicKey) -> str:
+    """The id a signature names its key by: `ed25519:` and 16 hex of the key's SHA-256
+    (an approver's key and the gate's receipt key alike)."""
+    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return "ed25519:" + hashlib.sha256(raw).hexdigest()[:16]
 
 
 # -- a minimal deterministic CBOR encoder (RFC 8949 §4.2.1) ---------------------------

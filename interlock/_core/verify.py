@@ -1,4 +1,5 @@
-"""`verify()`: check the receipt chain, the store against it, and the provider against both.
+"""`verify()`: check the receipts and their log, the store against them, and the provider
+against both.
 
 It reports problems; it never repairs and never writes. The provider's list of what each
 effect sent is the evidence (Stripe's refunds and transfers, or a `CustomEffect`'s own
@@ -17,8 +18,9 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
+from interlock._core.anchors import AnchorError
 from interlock._core.approvals import Approvers
 from interlock._core.effects import ListsSends, Sent, StripeRefund, StripeTransfer
 from interlock._core.errors import UNREADABLE, ConfigError, PaymentsError, StoreError
@@ -29,8 +31,13 @@ from interlock._core.journal import (
     SettledAction,
     Store,
 )
+from interlock._core.log import log_problems
 from interlock._core.payments import Payments, Transfers
-from interlock._core.receipts import ChainCheck, load_json, receipt_key
+from interlock._core.receipts import ReceiptCheck, load_json, receipt_key
+from interlock._core.signing import KeyList, key_list_from_env
+
+if TYPE_CHECKING:
+    from interlock._core.anchors import Anchor, AnchoredHead
 
 # How far before the store's first action the account-wide listing starts. The intent is
 # stamped by the gate host's wall clock, a refund's `created` by Stripe's (whole seconds):
@@ -47,6 +54,18 @@ class VerifyResult:
     signed: bool
     problems: list[str] = field(default_factory=list)
     checked_refunds: int = 0
+    formats: dict[str, int] = field(default_factory=dict)
+    """How many receipts of each kind: `ed25519` (signed with the gate's key, checked with
+    the public key), `hmac` (written before signed receipts, checked with the secret),
+    `unsigned`."""
+    log_size: int = 0
+    """How many receipts are in the receipt log."""
+    unlogged: int = 0
+    """How many receipts are not in the log yet (a gate numbers them after their commits)."""
+    heads: int = 0
+    """How many signed tree heads the store holds."""
+    anchored: int = 0
+    """How many anchored heads were compared with the log (`anchors=`)."""
 
     @property
     def ok(self) -> bool:
@@ -61,6 +80,11 @@ class VerifyResult:
             "signed": self.signed,
             "problems": list(self.problems),
             "checked_refunds": self.checked_refunds,
+            "formats": dict(self.formats),
+            "log_size": self.log_size,
+            "unlogged": self.unlogged,
+            "heads": self.heads,
+            "anchored": self.anchored,
         }
 
 
@@ -128,16 +152,27 @@ def verify(
     payments: Payments | None = None,
     *,
     actions: Iterable[str] | None = None,
-    signing_key: bytes | None = None,
+    keys: KeyList | None = None,
+    hmac_key: bytes | None = None,
+    anchors: Iterable[Anchor] = (),
     account_wide: bool = False,
     effects: Iterable[ListsSends] = (),
     approvers: Approvers | None = None,
 ) -> VerifyResult:
-    """Check the receipt chain, the store against it, and the provider against both.
+    """Check the receipts and their log, the store against them, and the provider against
+    both.
 
-    The chain: hashes, order, signatures (with a key, an unsigned receipt is a
-    downgrade). The store as a whole: every settled action has its receipt and the
-    receipt records that outcome (a deleted tail shows here). Given `payments`, Stripe:
+    The receipts: each one's hash and Ed25519 signature under `keys` (the gate's public
+    keys with when each was valid, a `KeyList`; default: the file `INTERLOCK_VERIFY_KEYS`
+    names), so only the public key is needed; with keys, an unsigned receipt is a
+    downgrade. Receipts written before signed receipts are read as the chain they are:
+    order, gaps and HMAC signatures under `hmac_key` (default `INTERLOCK_RECEIPT_KEY`).
+    The log: every receipt numbered into it without a gap, the Merkle tree recomputed and
+    compared with every signed tree head, each head's signature; with `anchors`, each
+    head and receipt they hold, so a receipt removed or rewritten after it was anchored
+    is named even when the store's own heads were rebuilt. The store as a whole: every
+    settled action has its receipt and the receipt records that outcome (a deleted tail
+    shows here). Given `payments`, Stripe:
     every `sent`/`adopted` receipt names a refund that exists with that amount and
     metadata, every refund naming one of the actions is recorded by its receipt, and no
     refund on those payments names an action the store lacks. With `account_wide`, it
@@ -164,13 +199,22 @@ def verify(
     store writer's, or one altered after signing) is a problem, and so is every refund
     sent or adopted under it. Without approvers, signatures are not checked.
     """
-    key = signing_key if signing_key is not None else receipt_key()
+    secret = hmac_key if hmac_key is not None else receipt_key()
+    trusted = keys if keys is not None else key_list_from_env()
     damaged = store.integrity_problems()
     if damaged:
         # Nothing read from a damaged file can be trusted: report the damage alone.
         return VerifyResult(0, False, damaged, 0)
-    chain = ChainCheck(key)
+    chain = ReceiptCheck(trusted, secret)
     problems = _store_problems(store, chain)
+    held: list[AnchoredHead] = []
+    for anchor in anchors:
+        try:
+            held.extend(anchor.heads())
+        except AnchorError as e:
+            problems.append(f"the anchor {anchor.name} cannot be read: {e}")
+    log = log_problems(store, trusted, held)
+    problems.extend(log.problems)
     problems.extend(_record_problems(store))
     trust = approvers if approvers is not None else Approvers.from_env()
     if trust is not None:
@@ -188,10 +232,20 @@ def verify(
             wide, seen = _account_check(store, listers, set(scope), given)
             problems.extend(wide)
             checked += seen
-    return VerifyResult(chain.length, signed, chain.problems + problems, checked)
+    return VerifyResult(
+        chain.length,
+        signed,
+        chain.problems + problems,
+        checked,
+        formats=dict(chain.formats),
+        log_size=log.size,
+        unlogged=store.unlogged_count(),
+        heads=log.heads,
+        anchored=len(held),
+    )
 
 
-def _store_problems(store: Store, chain: ChainCheck) -> list[str]:
+def _store_problems(store: Store, chain: ReceiptCheck) -> list[str]:
     """Feed the chain its receipts and match each with the action settled by it.
 
     `store.settled()` comes in receipt order (actions without a receipt number first), so

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
 from interlock._core.journal import (
-    GENESIS,
     ActionHistory,
     ActionRow,
     Clock,
@@ -21,6 +20,7 @@ from interlock._core.journal import (
     Tx,
 )
 from interlock._core.leases import Lease
+from interlock._core.log import LoggedReceipt, StoredHead
 from interlock._core.receipts import Receipt
 
 
@@ -56,11 +56,8 @@ class _MemoryTx:
             JournalRecord(len(self.s._journal) + 1, action_id, self.now, record, dict(data))
         )
 
-    def last_receipt(self) -> tuple[int, str]:
-        if not self.s._receipts:
-            return GENESIS
-        last = self.s._receipts[-1]
-        return last.seq, last.hash
+    def receipt_id(self) -> int:
+        return self.s._receipts[-1].seq + 1 if self.s._receipts else 1
 
     def add_receipt(self, receipt: Receipt) -> None:
         self.s._receipts.append(receipt)
@@ -70,6 +67,28 @@ class _MemoryTx:
         if 0 < seq <= len(receipts) and receipts[seq - 1].seq == seq:
             return receipts[seq - 1]
         return next((r for r in receipts if r.seq == seq), None)
+
+    def lock_log(self) -> bool:
+        # Every write holds the store's one lock.
+        return True
+
+    def latest_head(self) -> StoredHead | None:
+        return self.s._heads[-1] if self.s._heads else None
+
+    def unlogged(self, limit: int) -> list[tuple[int, str, str]]:
+        placed = self.s._leaves
+        rows = [(r.seq, r.action_id, r.body_text) for r in self.s._receipts if r.seq not in placed]
+        return rows[:limit]
+
+    def set_leaves(self, places: Sequence[tuple[int, int]]) -> None:
+        for leaf, seq in places:
+            self.s._leaves[seq] = leaf
+
+    def add_head(self, head: StoredHead) -> None:
+        self.s._heads.append(head)
+
+    def mark_anchored(self, size: int, at: float) -> None:
+        self.s._heads = [replace(h, anchored_at=at) if h.size == size else h for h in self.s._heads]
 
 
 class MemoryStore(RuleStore):
@@ -87,6 +106,9 @@ class MemoryStore(RuleStore):
         self._journal: list[JournalRecord] = []
         self._receipts: list[Receipt] = []
         self._turns: dict[str, Turn] = {}
+        # The receipt log: each logged receipt's place (by id), and the tree heads.
+        self._leaves: dict[int, int] = {}
+        self._heads: list[StoredHead] = []
 
     @contextmanager
     def _write(self) -> Iterator[Tx]:
@@ -97,11 +119,21 @@ class MemoryStore(RuleStore):
                 list(self._journal),
                 list(self._receipts),
                 dict(self._turns),
+                dict(self._leaves),
+                list(self._heads),
             )
             try:
                 yield _MemoryTx(self, self._clock())
             except BaseException:
-                (self._actions, self._leases, self._journal, self._receipts, self._turns) = snapshot
+                (
+                    self._actions,
+                    self._leases,
+                    self._journal,
+                    self._receipts,
+                    self._turns,
+                    self._leaves,
+                    self._heads,
+                ) = snapshot
                 raise
             self.commits += 1
 
@@ -136,6 +168,27 @@ class MemoryStore(RuleStore):
         with self._lock:
             receipts = list(self._receipts)
         yield from receipts
+
+    def heads(self) -> Iterator[StoredHead]:
+        """Every tree head of the receipt log, smallest first."""
+        with self._lock:
+            heads = sorted(self._heads, key=lambda h: h.size)
+        yield from heads
+
+    def logged(self, start: int = 0) -> Iterator[LoggedReceipt]:
+        """The receipts in the log from place `start` on, in leaf order."""
+        with self._lock:
+            entries = [
+                LoggedReceipt(self._leaves[r.seq], r.seq, r.action_id, r.body_text)
+                for r in self._receipts
+                if self._leaves.get(r.seq, -1) >= start
+            ]
+        yield from sorted(entries, key=lambda e: e.leaf)
+
+    def unlogged_count(self) -> int:
+        """How many receipts are not in the log yet."""
+        with self._lock:
+            return sum(1 for r in self._receipts if r.seq not in self._leaves)
 
     def settled(self) -> Iterator[SettledAction]:
         """Every settled action with its receipt's sequence number, in the order of those

@@ -8,15 +8,17 @@ locking. What PostgreSQL adds:
   action's lock (a transaction-scoped advisory lock keyed by the action id, which a new
   action has no row for yet), then the action's row and its lease's row `FOR UPDATE`,
   then, taking a claim or marking `sending`, the target's turn `FOR UPDATE` (the turn's
-  holder is read without a lock), and commit 3 alone, last, the receipt chain's head (the
-  chain is one chain). Every write takes them in that order (action, lease, turn,
-  chain), so two writes never deadlock.
+  holder is read without a lock). Every write takes them in that order (action, lease,
+  turn), so two writes never deadlock. A receipt's id comes from a sequence, so commit 3
+  waits on no other settle; the receipt log's lock is taken only by `integrate`, without
+  waiting (a second sequencer leaves the batch to the first), and store open takes its
+  own lock only to create or migrate the tables.
 - **The database's clock.** It is read with `clock_timestamp()` after those locks, so
   hosts whose clocks disagree still agree on who holds a claim, and waiting for a lock
   never eats a claim's margin.
 - **Few round trips.** Statements go in pipeline mode: a write's first round trip
   carries BEGIN, its locks, its reads and the clock; its last carries every write, the
-  journal records (one INSERT) and COMMIT; commit 3 has one more, for the chain's head.
+  journal records (one INSERT) and COMMIT; commit 3 has one more, for the receipt's id.
 - **Recovery scans skip rows being changed.** A writer locks the action's row
   (`FOR UPDATE`) when it reads it; `pending()` reads `FOR KEY SHARE SKIP LOCKED`, so a
   recoverer never waits on a row another worker is changing: that worker holds it.
@@ -41,7 +43,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Literal
@@ -49,8 +51,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from interlock._core.claims import Owner
 from interlock._core.errors import StoreError
+from interlock._core.heads import TreeHead
 from interlock._core.journal import (
-    GENESIS,
     ActionRow,
     ActionState,
     ClaimAttempt,
@@ -62,7 +64,9 @@ from interlock._core.journal import (
     Tx,
 )
 from interlock._core.leases import Lease
+from interlock._core.log import StoredHead
 from interlock._core.receipts import Check, Receipt
+from interlock._core.signing import SigningKey
 from interlock._stores.sql import (
     POSTGRES,
     POSTGRES_SCHEMA,
@@ -73,6 +77,7 @@ from interlock._stores.sql import (
     Statement,
     Statements,
     action_row,
+    head_of,
     journal_row,
     receipt_of,
     turn_of,
@@ -138,9 +143,9 @@ _BEGIN_WRITE = "BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE"
 _BEGIN_READ = "BEGIN ISOLATION LEVEL READ COMMITTED, READ ONLY"
 
 
-def _lock_key(schema: str) -> int:
-    # One advisory lock per store: a signed 64-bit key derived from its schema.
-    digest = hashlib.sha256(f"interlock-store:{schema}".encode()).digest()
+def _lock_key(schema: str, what: str = "store") -> int:
+    # One advisory lock per store and use: a signed 64-bit key derived from its schema.
+    digest = hashlib.sha256(f"interlock-{what}:{schema}".encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
@@ -199,7 +204,6 @@ class _PostgresTx:
         self._started = False
         self._now: float | None = None
         self._leases: dict[str, Lease | None] = {}
-        self._head: tuple[int, str] | None = None
         self._writes: list[Statement] = []
         self._records: list[JournalRow] = []
 
@@ -336,20 +340,11 @@ class _PostgresTx:
             return
         self._trip([*writes, ("COMMIT", ())], last=True)
 
-    def last_receipt(self) -> tuple[int, str]:
-        if self._head is not None:
-            return self._head
-        # The chain is one chain: its head is locked (held to COMMIT) and read after the
-        # lock came, in a statement of its own so that it sees the last settle's receipt.
-        statements: list[Statement] = [(self.s._st.head, ())]
-        if self._write:
-            statements.insert(0, ("SELECT pg_advisory_xact_lock(%s)", (self.s._lock_key,)))
-        rows = self._trip(statements)[-1]
-        self._head = GENESIS if not rows else (int(rows[0][0]), str(rows[0][1]))
-        return self._head
+    def receipt_id(self) -> int:
+        (rows,) = self._trip([(self.s._st.next_id, ())])
+        return int(rows[0][0])
 
     def add_receipt(self, receipt: Receipt) -> None:
-        self._head = (receipt.seq, receipt.hash)
         self._writes.append(self.s._st.add_receipt(receipt))
 
     def get_receipt(self, seq: int) -> Receipt | None:
@@ -359,6 +354,27 @@ class _PostgresTx:
                 return receipt_of(args)
         (rows,) = self._trip([(st.receipt, (seq,))])
         return None if not rows else receipt_of(rows[0])
+
+    def lock_log(self) -> bool:
+        (rows,) = self._trip([("SELECT pg_try_advisory_xact_lock(%s)", (self.s._log_key,))])
+        return bool(rows[0][0])
+
+    def latest_head(self) -> StoredHead | None:
+        (rows,) = self._trip([(self.s._st.latest_head, ())])
+        return head_of(rows[0] if rows else None)
+
+    def unlogged(self, limit: int) -> list[tuple[int, str, str]]:
+        (rows,) = self._trip([(self.s._st.unlogged, (limit,))])
+        return [(int(r[0]), str(r[1]), str(r[2])) for r in rows]
+
+    def set_leaves(self, places: Sequence[tuple[int, int]]) -> None:
+        self._writes += [(self.s._st.set_leaf, place) for place in places]
+
+    def add_head(self, head: StoredHead) -> None:
+        self._writes.append(self.s._st.add_head(head))
+
+    def mark_anchored(self, size: int, at: float) -> None:
+        self._writes.append((self.s._st.set_anchored, (at, size)))
 
     def rollback(self) -> None:
         """End the transaction without keeping anything (quietly, on a lost connection)."""
@@ -513,6 +529,7 @@ class PostgresStore(SqlStore):
         self._st = Statements(POSTGRES, {t: f"{prefix}interlock_{t}" for t in TABLES})
         self._locking = _Locking(self._st)
         self._lock_key = _lock_key(self._schema_name)
+        self._log_key = _lock_key(self._schema_name, "receipt-log")
         self._action_lock_class = self._lock_key >> 32
 
     def _version(self, cur: Any) -> int | None:
@@ -535,11 +552,16 @@ class PostgresStore(SqlStore):
                 raise StoreError(
                     self.location, "is not an interlock store (no schema version); check the DSN"
                 )
-            # Nothing is migrated read-only: a version 2 store is read as it is (reading
-            # never needs the turns).
+            # Nothing is migrated read-only: a version 2 or 3 store is read as it is
+            # (reading never needs the turns; its receipts are not in a log).
             POSTGRES_SCHEMA.check(version, self.location, read_only=True)
+            self._has_log = version >= 4
             return
         with self._transaction(write=True) as cur:
+            # A store of this version opens without a lock: a restart never queues behind
+            # another process's open.
+            if self._version(cur) == SCHEMA_VERSION:
+                return
             # Two processes creating the tables at once would collide in the catalog.
             cur.execute("SELECT pg_advisory_xact_lock(%s)", (self._lock_key,))
             version = self._version(cur)
@@ -690,11 +712,11 @@ class PostgresStore(SqlStore):
         settlement: Settlement,
         checks: list[Check],
         extra: Mapping[str, Any],
-        receipt_key: bytes | None,
+        key: SigningKey | None,
     ) -> Receipt | None:
         """Commit 3 (see `Store.settle`), once more on a new connection if its own was lost;
         a lost COMMIT that was kept (settled under this epoch) answers with its receipt."""
-        args = (action_id, epoch, owner, settlement, checks, extra, receipt_key)
+        args = (action_id, epoch, owner, settlement, checks, extra, key)
         try:
             return super().settle(*args)
         except _ConnectionLost:
@@ -707,6 +729,21 @@ class PostgresStore(SqlStore):
             ):
                 return state.receipt
             return super().settle(*args)
+
+    def integrate(self, key: SigningKey | None) -> TreeHead | None:
+        """Number the unlogged receipts (see `Store.integrate`), once more on a new
+        connection if lost: a lost COMMIT that was kept leaves none to number again."""
+        try:
+            return super().integrate(key)
+        except _ConnectionLost:
+            return super().integrate(key)
+
+    def mark_anchored(self, size: int, at: float) -> None:
+        """Record a head as anchored (see `Store.mark_anchored`), once more if lost."""
+        try:
+            super().mark_anchored(size, at)
+        except _ConnectionLost:
+            super().mark_anchored(size, at)
 
     def grant_lease(self, lease: Lease) -> Lease:
         """Store a new lease (see `Store.grant_lease`), once more on a new connection if

@@ -34,6 +34,7 @@ from interlock._core.journal import (
     pages,
 )
 from interlock._core.leases import Lease
+from interlock._core.log import UNREADABLE_PLACE, LoggedReceipt, StoredHead
 from interlock._core.receipts import Receipt, canonical_json, load_json
 
 Args = tuple[Any, ...] | list[Any]
@@ -110,12 +111,14 @@ POSTGRES = Dialect(
     },
 )
 
-# The tables of both dialects (SQLite also indexes metadata in `action_metadata`).
-TABLES = ("meta", "actions", "journal", "leases", "receipts", "turns")
+# The tables of both dialects (SQLite also indexes metadata in `action_metadata`), and
+# PostgreSQL's sequence of receipt ids.
+TABLES = ("meta", "actions", "journal", "leases", "receipts", "turns", "heads", "receipt_ids")
 
 # The columns `ActionRow.from_columns` takes, after the intent's JSON text.
 ACTION_COLUMNS = "intent, claim, settlement, attempts, receipt_seq, unknown"
 _RECEIPT_COLUMNS = "seq, action_id, body, prev_hash, hash, signature"
+_HEAD_COLUMNS = "size, body, signature, frontier, anchored_at"
 _JOURNAL_COLUMNS = "seq, action_id, at, record, data"
 
 
@@ -150,11 +153,30 @@ class Statements:
         self.lease = sql("SELECT lease FROM {leases} WHERE lease_id=?")
         self.insert_lease = sql("INSERT INTO {leases} (lease, lease_id) VALUES (?, ?)")
         self.update_lease = sql("UPDATE {leases} SET lease=? WHERE lease_id=?")
-        self.head = sql("SELECT seq, hash FROM {receipts} ORDER BY seq DESC LIMIT 1")
+        self.last_id = sql("SELECT seq FROM {receipts} ORDER BY seq DESC LIMIT 1")
+        self.next_id = sql("SELECT nextval('{receipt_ids}')")
         self.insert_receipt = sql(
             f"INSERT INTO {{receipts}} ({_RECEIPT_COLUMNS}) VALUES (?,?,?,?,?,?)"
         )
         self.receipt = sql(f"SELECT {_RECEIPT_COLUMNS} FROM {{receipts}} WHERE seq=?")
+        # The receipt log: receipts not yet in it (oldest id first), their places once
+        # sequenced, and its signed heads.
+        self.unlogged = sql(
+            "SELECT seq, action_id, body FROM {receipts} WHERE leaf IS NULL ORDER BY seq LIMIT ?"
+        )
+        self.set_leaf = sql("UPDATE {receipts} SET leaf=? WHERE seq=? AND leaf IS NULL")
+        self.latest_head = sql(f"SELECT {_HEAD_COLUMNS} FROM {{heads}} ORDER BY size DESC LIMIT 1")
+        self.insert_head = sql(f"INSERT INTO {{heads}} ({_HEAD_COLUMNS}) VALUES (?,?,?,?,?)")
+        self.set_anchored = sql("UPDATE {heads} SET anchored_at=? WHERE size=?")
+        self.heads_page = sql(
+            f"SELECT {_HEAD_COLUMNS} FROM {{heads}} WHERE size > ? ORDER BY size LIMIT ?"
+        )
+        self.leaves_page = sql(
+            "SELECT leaf, seq, action_id, body FROM {receipts}"
+            " WHERE leaf IS NOT NULL AND leaf > ? ORDER BY leaf LIMIT ?"
+        )
+        self.unlogged_count = sql("SELECT count(*) FROM {receipts} WHERE leaf IS NULL")
+        self.receipts_count = sql("SELECT count(*) FROM {receipts}")
         self.history = sql(
             f"SELECT {_JOURNAL_COLUMNS} FROM {{journal}} WHERE action_id=? ORDER BY seq"
         )
@@ -267,6 +289,13 @@ class Statements:
             ),
         )
 
+    def add_head(self, head: StoredHead) -> Statement:
+        """The statement that stores a new tree head."""
+        return (
+            self.insert_head,
+            (head.size, head.body_text, head.signature, head.frontier, head.anchored_at),
+        )
+
     def journal(self, records: Sequence[JournalRow]) -> Statement:
         """One statement that writes a transaction's journal records, in order."""
         return (
@@ -296,6 +325,17 @@ def receipt_of(r: Sequence[Any]) -> Receipt:
     return Receipt(int(r[0]), *r[1:])
 
 
+def head_of(r: Sequence[Any] | None) -> StoredHead | None:
+    """A stored tree head from its row (`_HEAD_COLUMNS`), or None without one."""
+    if r is None:
+        return None
+    # As stored: a value edited by hand is the verifier's to report, never a crash here.
+    size = r[0] if isinstance(r[0], int) else UNREADABLE_PLACE
+    anchored = r[4] if isinstance(r[4], (int, float)) else None
+    signature = r[2] if isinstance(r[2], str) else None
+    return StoredHead(size, str(r[1]), signature, str(r[3]), anchored)
+
+
 def turn_of(target: str, r: Sequence[Any] | None) -> Turn | None:
     """A target's turn from its row (none without one, or with no holder)."""
     return None if r is None or not r[0] else Turn(target, str(r[0]), int(r[1]))
@@ -307,6 +347,8 @@ class SqlStore(RuleStore):
     read_only: bool
     _st: Statements
     _metadata_indexed: bool
+    # False for a store from before the receipt log, opened read-only (never migrated).
+    _has_log: bool = True
 
     def _rows(self, sql: str, args: Args = (), *, locking: bool = False) -> list[Any]:
         """The rows of one statement run on its own; `locking` when the statement locks
@@ -343,6 +385,30 @@ class SqlStore(RuleStore):
         for page in self._pages(self._st.receipts_page, 0):
             for r in page:
                 yield receipt_of(r)
+
+    def heads(self) -> Iterator[StoredHead]:
+        """Every tree head of the receipt log, smallest first, a batch at a time."""
+        if not self._has_log:
+            return
+        for page in self._pages(self._st.heads_page, -1):
+            for r in page:
+                head = head_of(r)
+                assert head is not None
+                yield head
+
+    def logged(self, start: int = 0) -> Iterator[LoggedReceipt]:
+        """The receipts in the log from place `start` on, in leaf order, a batch at a time."""
+        if not self._has_log:
+            return
+        for page in self._pages(self._st.leaves_page, start - 1):
+            for r in page:
+                leaf = r[0] if isinstance(r[0], int) else UNREADABLE_PLACE
+                yield LoggedReceipt(leaf, int(r[1]), str(r[2]), str(r[3]))
+
+    def unlogged_count(self) -> int:
+        """How many receipts are not in the log yet (all of a store from before it)."""
+        sql = self._st.unlogged_count if self._has_log else self._st.receipts_count
+        return int(self._rows(sql)[0][0])
 
     def settled(self) -> Iterator[SettledAction]:
         """Every settled action with its receipt's sequence number, in the order of those
@@ -387,6 +453,8 @@ class Schema:
     create: tuple[str, ...]
     migrations: Mapping[int, tuple[str, ...]]
     """Statements run, after `create`, on a store of this version or older."""
+    finish: tuple[str, ...] = ()
+    """Statements run last on every store created or migrated (indexes of added columns)."""
 
     def check(self, version: int | None, where: str, *, read_only: bool) -> None:
         """Refuse a store of a version this code does not read (`read_only`) or migrate."""
@@ -402,7 +470,7 @@ class Schema:
             for since in sorted(self.migrations):
                 if version <= since:
                     steps += self.migrations[since]
-        return steps
+        return steps + list(self.finish)
 
 
 # The tables both dialects keep, in SQLite's own spelling once formatted for it (SQLite
@@ -445,17 +513,34 @@ _TABLES_DDL = (
     body {text} NOT NULL,
     prev_hash {text} NOT NULL,
     hash {text} NOT NULL,
-    signature {text}
+    signature {text},
+    leaf {bigint}
+)""",
+    """CREATE TABLE IF NOT EXISTS {heads} (
+    size {bigint} PRIMARY KEY,
+    body {text} NOT NULL,
+    signature {text},
+    frontier {text} NOT NULL,
+    anchored_at {real}
 )""",
 )
+# The receipt log's place of each receipt (its leaf index, from 0): added to the receipts
+# of an older store, and numbered after a receipt's commit (`RuleStore.integrate`).
+_ADD_LEAF = "ALTER TABLE {receipts} ADD COLUMN leaf {bigint}"
+_LOG_INDEXES = (
+    "CREATE UNIQUE INDEX IF NOT EXISTS {index}receipts_leaf ON {receipts} (leaf)"
+    " WHERE leaf IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS {index}receipts_unlogged ON {receipts} (seq) WHERE leaf IS NULL",
+)
 
-# SQLite, version 4. Version 3 indexes intent metadata (`action_metadata`, written with
+# SQLite, version 5. Version 3 indexes intent metadata (`action_metadata`, written with
 # the intent) and settled actions by receipt; version 4 adds each target's turn (`turns`,
-# see `RuleStore`). Versions 1 to 3 are migrated in place; 2 and 3 are read as they are.
+# see `RuleStore`); version 5 the receipt log (each receipt's `leaf`, the signed `heads`).
+# Versions 1 to 4 are migrated in place; 2 to 4 are read as they are.
 SQLITE_SCHEMA = Schema(
-    version=4,
-    readable=frozenset({2, 3, 4}),
-    migratable=frozenset({1, 2, 3, 4}),
+    version=5,
+    readable=frozenset({2, 3, 4, 5}),
+    migratable=frozenset({1, 2, 3, 4, 5}),
     create=(
         *_TABLES_DDL,
         """CREATE TABLE IF NOT EXISTS action_metadata (
@@ -478,16 +563,26 @@ SQLITE_SCHEMA = Schema(
             " SELECT j.key, j.value, a.action_id FROM actions a,"
             " json_each(a.intent, '$.metadata') j",
         ),
+        4: (_ADD_LEAF,),
     },
+    finish=_LOG_INDEXES,
 )
 
-# PostgreSQL, version 3, its tables named with their schema. Version 3 adds the
-# per-target turns; version 2 is migrated in place (the tables' statements create what it
-# lacks) and read as it is.
+# PostgreSQL, version 4, its tables named with their schema. Version 3 adds the
+# per-target turns; version 4 the receipt log, and receipt ids drawn from a sequence (so a
+# settle takes no store-wide lock). Versions 2 and 3 are migrated in place (the tables'
+# statements create what they lack) and read as they are.
 POSTGRES_SCHEMA = Schema(
-    version=3,
-    readable=frozenset({2, 3}),
-    migratable=frozenset({2, 3}),
-    create=_TABLES_DDL,
-    migrations={},
+    version=4,
+    readable=frozenset({2, 3, 4}),
+    migratable=frozenset({2, 3, 4}),
+    create=(*_TABLES_DDL, "CREATE SEQUENCE IF NOT EXISTS {receipt_ids}"),
+    migrations={
+        3: (
+            _ADD_LEAF,
+            "SELECT setval('{receipt_ids}', (SELECT COALESCE(MAX(seq), 0) + 1 FROM {receipts}),"
+            " false)",
+        ),
+    },
+    finish=_LOG_INDEXES,
 )

@@ -15,7 +15,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -27,8 +27,9 @@ except ImportError:  # not on Windows: there, SQLite's busy handler alone orders
     fcntl = None  # type: ignore[assignment]
 
 from interlock._core.errors import StoreError
-from interlock._core.journal import GENESIS, ActionRow, Clock, Turn, Tx
+from interlock._core.journal import ActionRow, Clock, Turn, Tx
 from interlock._core.leases import Lease
+from interlock._core.log import StoredHead
 from interlock._core.receipts import Receipt
 from interlock._stores.sql import (
     SQLITE,
@@ -39,6 +40,7 @@ from interlock._stores.sql import (
     SqlStore,
     Statements,
     action_row,
+    head_of,
     journal_row,
     receipt_of,
     turn_of,
@@ -49,8 +51,8 @@ SCHEMA_VERSION = SQLITE_SCHEMA.version
 _TABLES_OF_EVERY_VERSION = ("meta", "actions", "journal", "leases", "receipts")
 _STATEMENTS = Statements(SQLITE, {t: t for t in (*TABLES, "action_metadata")})
 # Every commit on the send path reads the action with its lease, taking a claim and
-# marking `sending` also read its target's turn, and settling also reads the chain's
-# head: one statement brings all four (SQLite's write lock is the file's, so nothing is
+# marking `sending` also read its target's turn, and settling also takes the next receipt
+# id: one statement brings all four (SQLite's write lock is the file's, so nothing is
 # locked row by row). An intent that is not JSON (edited, or nested past SQLite's depth
 # limit) joins no lease and no turn rather than failing the statement, so the row is read
 # and its intent reported unreadable by the parse, for that action alone: a store error
@@ -58,7 +60,6 @@ _STATEMENTS = Statements(SQLITE, {t: t for t in (*TABLES, "action_metadata")})
 _GET_ACTION_SQL = """
 SELECT a.intent, a.claim, a.settlement, a.attempts, a.receipt_seq, a.unknown, l.lease,
     (SELECT seq FROM receipts ORDER BY seq DESC LIMIT 1),
-    (SELECT hash FROM receipts ORDER BY seq DESC LIMIT 1),
     {turn}
 FROM actions a LEFT JOIN leases l
     ON l.lease_id = CASE WHEN json_valid(a.intent) THEN json_extract(a.intent, '$.lease_id') END
@@ -95,7 +96,7 @@ class _SQLiteTx:
     """Rows in and out of one transaction, each statement run as it comes.
 
     Journal records are written in one statement when the transaction commits (`flush`);
-    the lease, the turn and the chain's head read with an action are kept for the rest
+    the lease, the turn and the last receipt id read with an action are kept for the rest
     of it.
     """
 
@@ -105,7 +106,7 @@ class _SQLiteTx:
         self._get_action = get_action
         self._leases: dict[str, str | None] = {}
         self._turns: dict[str, Turn | None] = {}
-        self._head: tuple[int, str] | None = None
+        self._last_id: int | None = None
         self._records: list[JournalRow] = []
 
     def _run(self, sql: str, args: Args = ()) -> Any:
@@ -117,8 +118,9 @@ class _SQLiteTx:
             return None
         row = action_row(r)
         self._leases[row.intent.lease_id] = r[6]
-        self._head = GENESIS if r[7] is None else (int(r[7]), str(r[8]))
-        self._turns[row.intent.target] = turn_of(row.intent.target, r[9:11])
+        # Writers take the file's lock in turn: the last id is the last committed one.
+        self._last_id = 0 if r[7] is None else int(r[7])
+        self._turns[row.intent.target] = turn_of(row.intent.target, r[8:10])
         return row
 
     def put_action(self, row: ActionRow, *, new: bool) -> None:
@@ -160,19 +162,38 @@ class _SQLiteTx:
             self.c.execute(*_STATEMENTS.journal(self._records))
             self._records.clear()
 
-    def last_receipt(self) -> tuple[int, str]:
-        if self._head is None:
-            r = self._run(_STATEMENTS.head)
-            self._head = GENESIS if r is None else (int(r[0]), str(r[1]))
-        return self._head
+    def receipt_id(self) -> int:
+        if self._last_id is None:
+            r = self._run(_STATEMENTS.last_id)
+            self._last_id = 0 if r is None else int(r[0])
+        return self._last_id + 1
 
     def add_receipt(self, receipt: Receipt) -> None:
-        self._head = (receipt.seq, receipt.hash)
+        self._last_id = receipt.seq
         self.c.execute(*_STATEMENTS.add_receipt(receipt))
 
     def get_receipt(self, seq: int) -> Receipt | None:
         r = self._run(_STATEMENTS.receipt, (seq,))
         return None if r is None else receipt_of(r)
+
+    def lock_log(self) -> bool:
+        # The write transaction holds the file's one write lock.
+        return True
+
+    def latest_head(self) -> StoredHead | None:
+        return head_of(self._run(_STATEMENTS.latest_head))
+
+    def unlogged(self, limit: int) -> list[tuple[int, str, str]]:
+        return [tuple(r) for r in self.c.execute(_STATEMENTS.unlogged, (limit,)).fetchall()]
+
+    def set_leaves(self, places: Sequence[tuple[int, int]]) -> None:
+        self.c.executemany(_STATEMENTS.set_leaf, places)
+
+    def add_head(self, head: StoredHead) -> None:
+        self.c.execute(*_STATEMENTS.add_head(head))
+
+    def mark_anchored(self, size: int, at: float) -> None:
+        self.c.execute(_STATEMENTS.set_anchored, (at, size))
 
 
 class SQLiteStore(SqlStore):
@@ -307,10 +328,11 @@ class SQLiteStore(SqlStore):
                         str(self.path),
                         "is not an interlock store (no schema version); give the path of a store",
                     )
-                # Nothing is migrated read-only: a version 2 or 3 store is read as it is
-                # (reading never needs the turns).
+                # Nothing is migrated read-only: a version 2 to 4 store is read as it is
+                # (reading never needs the turns; its receipts are not in a log).
                 SQLITE_SCHEMA.check(version, str(self.path), read_only=True)
                 self._metadata_indexed = version >= 3
+                self._has_log = version >= 5
                 if version < 4:
                     self._get_action = _GET_ACTION_BEFORE_TURNS
                 missing = set(_TABLES_OF_EVERY_VERSION) - self._tables()
@@ -322,7 +344,7 @@ class SQLiteStore(SqlStore):
                     )
                 return
             # Read the version before creating anything: a store of another version is
-            # refused as it is, not altered first (versions 1 to 3 are migrated in place;
+            # refused as it is, not altered first (versions 1 to 4 are migrated in place;
             # the schema's statements create what a version lacks).
             SQLITE_SCHEMA.check(version, str(self.path), read_only=False)
             self._conn.execute("BEGIN IMMEDIATE")
