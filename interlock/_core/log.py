@@ -124,8 +124,8 @@ def integrate(tx: LogTx, key: SigningKey | None, limit: int = BATCH) -> TreeHead
 class LogReader(Protocol):
     """What `log_problems` and `inclusion` read of a store."""
 
-    def heads(self) -> Iterator[StoredHead]:
-        """Every tree head, smallest first."""
+    def heads(self, after: int = -1) -> Iterator[StoredHead]:
+        """The tree heads larger than `after`, smallest first."""
         ...
 
     def logged(self) -> Iterator[LoggedReceipt]:
@@ -397,6 +397,8 @@ class LogKeeper:
         self._since = 0
         self._last = monotonic()
         self._lock = threading.Lock()
+        # The size of the last head this keeper saw anchored: heads are scanned from it.
+        self._anchored = -1
 
     def settled(self) -> LogStatus | None:
         """A receipt was committed: catch up if it is time (None: not yet)."""
@@ -421,9 +423,9 @@ class LogKeeper:
         if not self.anchors:
             return 0, None
         published = 0
-        previous = 0
+        previous = max(self._anchored, 0)
         try:
-            for stored in list(self.store.heads()):
+            for stored in list(self.store.heads(self._anchored)):
                 if stored.anchored_at is None:
                     head = stored.head
                     leaves = []
@@ -437,7 +439,7 @@ class LogKeeper:
                         anchor.publish(head, leaves)
                     self.store.mark_anchored(stored.size, self._clock())
                     published += 1
-                previous = stored.size
+                previous = self._anchored = stored.size
         except (InterlockError, ValueError) as e:
             return published, f"a tree head was not anchored: {e}"
         return published, None
