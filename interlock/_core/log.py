@@ -347,6 +347,7 @@ class LogStore(LogReader, Protocol):
 
     def integrate(self, key: SigningKey | None) -> TreeHead | None: ...
     def mark_anchored(self, size: int, at: float) -> None: ...
+    def latest_head(self) -> StoredHead | None: ...
     def logged(self, start: int = 0) -> Iterator[LoggedReceipt]: ...
 
 
@@ -399,6 +400,23 @@ class LogKeeper:
         self._lock = threading.Lock()
         # The size of the last head this keeper saw anchored: heads are scanned from it.
         self._anchored = -1
+        # The latest head's hash as this keeper last saw it (read once, then its own).
+        self._latest: str | None = None
+        self._read_latest = False
+
+    def latest_hash(self) -> str | None:
+        """The hash of the latest signed tree head this keeper knows of, for a send's
+        metadata (None: the log has no head yet, or it cannot be read now)."""
+        if not self._read_latest:
+            try:
+                stored = self.store.latest_head()
+                latest = None if stored is None else stored.head.hash
+            except (InterlockError, ValueError):
+                return self._latest
+            with self._lock:
+                self._read_latest = True
+                self._latest = self._latest or latest
+        return self._latest
 
     def settled(self) -> LogStatus | None:
         """A receipt was committed: catch up if it is time (None: not yet)."""
@@ -414,8 +432,11 @@ class LogKeeper:
             self._last = self._monotonic()
         try:
             head = self.store.integrate(self.key)
-        except InterlockError as e:
+        except (InterlockError, ValueError) as e:
             return LogStatus(None, 0, f"the receipt log was not extended: {e}")
+        if head is not None:
+            with self._lock:
+                self._latest, self._read_latest = head.hash, True
         published, problem = self._publish()
         return LogStatus(head, published, problem)
 
