@@ -16,6 +16,9 @@ from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from pycose.keys.curves import Ed25519
+from pycose.keys.okp import OKPKey
+from pycose.messages.sign1message import Sign1Message
 
 from interlock import SigningKey
 from tests.unit.test_receipt_log import KEY, World, _keys
@@ -113,6 +116,22 @@ def test_a_proof_checks_with_sha256_and_ed25519_alone(tmp_path: Path) -> None:
         raise AssertionError("another key's check passed")
     except InvalidSignature:
         pass
+
+
+def test_the_proofs_cose_exports_verify_in_pycose(tmp_path: Path) -> None:
+    """The proof's COSE_Sign1 exports of the receipt and the head are the same signatures:
+    an independent COSE library decodes and verifies them with the public key."""
+    world = World(tmp_path, sends=2)
+    world.store.close()
+    done = _cli("proof", world.actions[0], str(world.path), "--json")
+    proof = json.loads(done.stdout)
+    for part in ("receipt", "tree_head"):
+        message = Sign1Message.decode(base64.urlsafe_b64decode(proof[part]["cose_sign1"]))
+        assert message.payload == proof[part]["body"].encode()
+        message.key = OKPKey(crv=Ed25519, x=KEY.public.raw)
+        assert message.verify_signature()
+        message.key = OKPKey(crv=Ed25519, x=SigningKey.generate().public.raw)
+        assert not message.verify_signature()
 
 
 def test_proof_of_what_has_no_logged_receipt_says_so(tmp_path: Path) -> None:
