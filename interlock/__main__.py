@@ -49,6 +49,7 @@ from interlock._core.approvals import Approvers
 from interlock._core.config import Timing
 from interlock._core.errors import ConfigError, StoreError
 from interlock._core.log import inclusion
+from interlock._core.merkle import leaf_hash
 from interlock._core.receipts import load_json
 from interlock._core.signals import Interrupted, stop_signals_interrupt
 from interlock._core.signing import (
@@ -321,7 +322,8 @@ def _proof(location: str, args: argparse.Namespace) -> int:
         "action_id": args.action,
         "receipt": _signed(receipt.body_text, receipt.signature, RECEIPT_TYPE),
         "leaf_index": entry.leaf,
-        "leaf_hash": receipt.hash,
+        # The RFC 9162 leaf hash, which a receipt written before the log does not store.
+        "leaf_hash": leaf_hash(receipt.body_text.encode()).hex(),
         "tree_head": _signed(stored.body_text, stored.signature, HEAD_TYPE),
         "inclusion_proof": [h.hex() for h in path],
     }
@@ -331,7 +333,7 @@ def _proof(location: str, args: argparse.Namespace) -> int:
     print(f"action {_shown(args.action)}: receipt at log position {entry.leaf} of {stored.size}")
     print(f"receipt body: {_shown(receipt.body_text)}")
     print(f"receipt signature: {receipt.signature}")
-    print(f"leaf hash: {receipt.hash}")
+    print(f"leaf hash: {proof['leaf_hash']}")
     print(f"tree head: {_shown(stored.body_text)}")
     print(f"tree head signature: {stored.signature}")
     print("inclusion proof:")
