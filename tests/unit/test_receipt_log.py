@@ -13,7 +13,7 @@ import json
 import sqlite3
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -34,7 +34,7 @@ from interlock import (
     refunds_fingerprint,
     verify,
 )
-from interlock._core.anchors import FileAnchor
+from interlock._core.anchors import Anchor, FileAnchor
 from interlock._core.effects import GRANT_METADATA_KEY, HEAD_METADATA_KEY
 from interlock._core.log import make_head
 from interlock._core.merkle import Frontier, leaf_hash, verify_inclusion
@@ -198,8 +198,14 @@ class World:
     sent through it; `sql` edits the store's file the way a writer of it would."""
 
     def __init__(
-        self, tmp_path: Path, key: SigningKey = KEY, sends: int = 5, clock: Clock | None = None
+        self,
+        tmp_path: Path,
+        key: SigningKey = KEY,
+        sends: int = 5,
+        clock: Clock | None = None,
+        others: Sequence[Anchor] = (),
     ) -> None:
+        """`others`: anchors the gate publishes to beside the file (`anchor`)."""
         self.path = tmp_path / "journal.sqlite3"
         self.payments = InProcessPayments()
         self.clock = clock
@@ -208,6 +214,7 @@ class World:
         )
         (tmp_path / "elsewhere").mkdir()
         self.anchor = FileAnchor(tmp_path / "elsewhere" / "heads.jsonl")
+        self.others = tuple(others)
         self.key = key
         self.gate = self._gate(key)
         self.actions = [self.send() for _ in range(sends)]
@@ -219,7 +226,7 @@ class World:
             timing=Timing(claim_ttl_s=6, stripe_timeout_s=1),
             signing_key=key,
             approvers=UNSIGNED_APPROVALS,
-            anchors=[self.anchor],
+            anchors=[self.anchor, *self.others],
             log_every=1,
             **(
                 {}
@@ -427,7 +434,7 @@ def test_a_store_written_before_the_log_is_read_then_migrated(tmp_path: Path) ->
 
     world = World.__new__(World)
     world.path, world.payments, world.store = path, InProcessPayments(), SQLiteStore(path)
-    world.clock = None
+    world.clock, world.others = None, ()
     (tmp_path / "elsewhere").mkdir()
     world.anchor = FileAnchor(tmp_path / "elsewhere" / "heads.jsonl")
     world.gate = world._gate(KEY)
