@@ -230,6 +230,10 @@ class ReceiptCheck:
         payload = str(r.body_text).encode()
         if leaf_hash(payload).hex() != r.hash:
             self.problems.append(f"{where}: its body does not match its hash (edited)")
+        if r.prev_hash != "":
+            self.problems.append(
+                f"{where}: its stored previous hash is not its body's (format 2 has none)"
+            )
         if not isinstance(body, dict):
             return
         if body.get("signed") is True:

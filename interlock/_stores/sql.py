@@ -390,7 +390,7 @@ class SqlStore(RuleStore):
         """Every tree head of the receipt log, smallest first, a batch at a time."""
         if not self._has_log:
             return
-        for page in self._pages(self._st.heads_page, -1):
+        for page in self._pages(self._st.heads_page, -(2**63)):
             for r in page:
                 head = head_of(r)
                 assert head is not None
