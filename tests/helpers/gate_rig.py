@@ -27,6 +27,7 @@ from interlock import (
     MemoryStore,
     Owner,
     Refund,
+    SigningKey,
     Store,
     StripeRefund,
     Timing,
@@ -163,7 +164,7 @@ class GateWorld:
         crash_at: str | None = None,
         hooks: Mapping[str, Hook] | None = None,
         emulate: Callable[[Effect], Effect] | None = None,
-        signing_key: bytes | None = None,
+        signing_key: SigningKey | None = None,
         max_sends: int = 3,
     ) -> Gate:
         """A gate for `owner` that logs its events, runs `hooks` and crashes at `crash_at`;
