@@ -230,12 +230,12 @@ class ReceiptCheck:
         payload = str(r.body_text).encode()
         if leaf_hash(payload).hex() != r.hash:
             self.problems.append(f"{where}: its body does not match its hash (edited)")
+        if not isinstance(body, dict):
+            return
         if r.prev_hash != "":
             self.problems.append(
                 f"{where}: its stored previous hash is not its body's (format 2 has none)"
             )
-        if not isinstance(body, dict):
-            return
         if body.get("signed") is True:
             self._count("ed25519")
             if self.keys is None:

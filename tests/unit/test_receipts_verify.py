@@ -452,6 +452,21 @@ def test_an_edited_chained_receipt_rehashed_breaks_the_chain(tmp_path: Path) -> 
            "(reordered or dropped)" in problems, problems  # fmt: skip
 
 
+@pytest.mark.parametrize("body", ["[1, 2]", "{not json"])
+def test_a_chained_receipt_body_that_cannot_be_read_is_a_problem_not_a_crash(
+    tmp_path: Path, body: str
+) -> None:
+    """A format 1 body that is not a JSON object is named as that, and the receipt after
+    it no longer follows the chain."""
+    first, second, third, fourth = _v4_receipts(tmp_path)
+
+    problems = _problems([first, replace(second, body_text=body), third, fourth], hmac_key=HMAC_KEY)
+
+    assert f"receipt 2 ({second.action_id}): its body is not a JSON object" in problems
+    assert any(p.startswith("receipt 3 ") and "does not follow" in p for p in problems)
+    assert not any("format 2" in p for p in problems), problems
+
+
 def test_reordered_chained_receipts_are_reported(tmp_path: Path) -> None:
     """Two format 1 receipts swapped in the chain are reported as out of order."""
     a, b, c, d = _v4_receipts(tmp_path)
