@@ -202,6 +202,12 @@ def log_problems(
                 f"{where}: the log's first {stored.size} receipts no longer hash to its root "
                 "(a receipt under it was removed or rewritten after it was signed)"
             )
+        elif not gap and stored.frontier != frontier.to_text():
+            # The next head is computed from the latest head's frontier, not the leaves.
+            problems.append(
+                f"{where}: its stored frontier is not the one of the log's first "
+                f"{stored.size} receipts (edited by hand: a head computed from it is wrong)"
+            )
         previous = head
 
     while pending is not None and pending.size <= 0:

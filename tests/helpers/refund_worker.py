@@ -3,7 +3,7 @@
     python tests/helpers/refund_worker.py STORE BASE_URL INTENT_JSON [STOP_AT]
 
 It opens the SQLite store, builds a gate over the real `stripe` SDK pointed at the
-emulator (key from `STRIPE_SECRET_KEY`, receipts signed with `INTERLOCK_RECEIPT_KEY`,
+emulator (key from `STRIPE_SECRET_KEY`, receipts signed with `INTERLOCK_SIGNING_KEY`'s key,
 Timing(6, 1)) and submits the intent. With STOP_AT (a gate event) it prints
 `STOP_AT ACTION_ID` when the gate emits that event and blocks there, inside the gate, for
 the test to SIGKILL it. Otherwise it prints the outcome as one JSON line once the gate
