@@ -792,8 +792,12 @@ class Gate:
         what the first `sending` journaled, so its key never meets other parameters."""
         if drive.state.attempts > 1:
             for record in self.store.history(drive.intent.action_id):
-                evidence = record.data.get("evidence") if record.record == "sending" else None
-                if isinstance(evidence, dict):
+                if record.record == "sending":
+                    # An earlier epoch's (a `sending` of an older version carries none: its
+                    # send had none either).
+                    evidence = record.data.get("evidence")
+                    if not isinstance(evidence, dict):
+                        return {}
                     return {str(k): str(v) for k, v in evidence.items()}
         evidence = {}
         if drive.approval is not None:

@@ -211,13 +211,17 @@ def test_500_after_commit_is_replayed_so_the_lookup_adopts(rig: Rig) -> None:
     assert outcome.status == "adopted"
     assert rig.creates() == 1
     _assert_one_truthful_refund(rig, outcome)
-    # The key now replays the 500: resending could never have settled this action.
+    # The key now replays the 500: resending could never have settled this action. (A
+    # resend carries what the first create carried, evidence included; other parameters
+    # under the key would be an idempotency error instead.)
+    (sent,) = rig.payments.list_refunds(intent.target)
+    assert sent.metadata[ACTION_METADATA_KEY] == intent.action_id
     with pytest.raises(PaymentsUnsettledError) as replay:
         rig.payments.create_refund(
             intent.target,
             intent.amount,
             idempotency_key=intent.action_id,
-            metadata={ACTION_METADATA_KEY: intent.action_id},
+            metadata=dict(sent.metadata),
         )
     assert replay.value.http_status == 500
 

@@ -532,3 +532,30 @@ def test_a_resend_carries_the_evidence_of_the_first_attempt(tmp_path: Path) -> N
     assert recovered.status == "sent"
     (refund,) = world.payments.list_refunds(pi)
     assert {k: refund.metadata[k] for k in first} == first
+
+
+def test_a_resend_of_an_action_an_older_version_marked_sending_carries_no_evidence(
+    tmp_path: Path,
+) -> None:
+    """An action whose commit 2 an older version wrote (its `sending` record has no
+    evidence, and neither had its send) is resent with none: the same parameters under
+    its key as the first attempt may have carried."""
+    clock = Clock()
+    world = World(tmp_path, sends=1, clock=clock)
+    pi = world.payments.create_payment(5000).id
+    now = clock()
+    lease = Lease(f"lease_{uuid.uuid4().hex[:8]}", "refund", pi, 1000, now + 3600, "t", now)
+    world.store.grant_lease(lease)
+    fingerprint = refunds_fingerprint(world.payments.list_refunds(pi))
+    intent = Intent(new_action_id(), "refund", pi, 1000, lease.id, fingerprint)
+    old = remote_owner("older-version")
+    epoch = world.store.begin(intent, old, TTL, GRACE).epoch
+    assert world.store.mark_sending(intent.action_id, epoch, TTL).status == "ok"
+    clock.sleep(TTL + GRACE + 1)
+
+    recovered = world._gate(KEY).recover_action(intent.action_id, wait=True)
+
+    assert recovered.status == "sent"
+    (refund,) = world.payments.list_refunds(pi)
+    assert GRANT_METADATA_KEY not in refund.metadata
+    assert HEAD_METADATA_KEY not in refund.metadata
