@@ -451,7 +451,8 @@ class ServerCpu:
 
         with psycopg.connect(dsn, autocommit=True) as conn:
             pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
-        self._master = psutil.Process(pid).parent()
+            # Read while the backend lives: it exits when the connection closes.
+            self._master = psutil.Process(pid).parent()
         self._start: dict[int, tuple[Any, float]] = {}
 
     def start(self) -> None:
