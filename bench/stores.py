@@ -49,7 +49,9 @@ in a fresh schema (PostgreSQL) or a fresh file (SQLite, WAL, synchronous=FULL).
    connection) and the server's other processes, per action. `postgres ceiling from
    CPU:` the best N=8 over N=1 throughput the machine's CPUs allow at N=1's CPU per
    action (N=1's busy CPUs into all of them, at most 8x), then on 4 and 8 CPUs, and
-   `postgres scaling over its CPU ceiling` (target at least 0.8). The bookkeeping part
+   `postgres scaling over its CPU ceiling` (target at least 0.8). `postgres CPUs used by
+   the run` at N=1 and N=8 says how much of the machine the run got: on a shared machine
+   other work takes the rest, and the ceiling assumes every CPU. The bookkeeping part
    counts the log's commits apart (`receipt-log commits per action`): they are a
    batch's, not an action's. The script also runs on a library from before the receipt
    log (then unsigned, without heads), for before/after figures.
@@ -859,6 +861,12 @@ def main(argv: list[str] | None = None) -> int:
                     f"{s.cpu_workers_s / s.actions * 1000:.2f}, their backends "
                     f"{s.cpu_backends_s / s.actions * 1000:.2f}, rest of the server "
                     f"{s.cpu_server_rest_s / s.actions * 1000:.2f}; load average {s.load})"
+                )
+                # What the run got of the machine: below all its CPUs, other work had the rest.
+                say(
+                    f"postgres CPUs used by the run at N={s.processes}: "
+                    f"{s.cpu_per_action_s * s.throughput:.2f} of {os.cpu_count()} (workers and "
+                    f"server; load average {s.load})"
                 )
         if pg1 is not None:
             cpus = os.cpu_count() or 1
