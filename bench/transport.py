@@ -34,6 +34,7 @@ from interlock import (  # noqa: E402
     Intent,
     Lease,
     MemoryStore,
+    SigningKey,
     StripePayments,
     StripeRefund,
     Timing,
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             store,
             StripeRefund(payments),
             timing=TIMING,
-            signing_key=b"k" * 32,
+            signing_key=SigningKey.generate(),
             approvers=UNSIGNED_APPROVALS,
         )
         intents = []
