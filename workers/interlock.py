@@ -34,6 +34,12 @@ from workers.protocol.case import Case
 from workers.protocol.switches import Switches
 from workers.protocol.words import MONEY_AT, gate_event_text, key_refused_reason
 
+# How many receipts the gate numbers into its receipt log at a time: every one. A demo run
+# has one action (and maybe a re-approval) per column, so the library's batching (100
+# receipts, or 5 s) would leave the run's receipt out of the log and its anchor when the
+# card is read; the cost of a head per receipt is a few milliseconds, invisible here.
+LOG_EVERY = 1
+
 # Whether it acts through a gate (and so reaches the gate's own crash points, `gate_only`).
 GATED = True
 
@@ -73,8 +79,9 @@ def emulating(effect: Effect, switches: Switches) -> Effect:
 
 
 def gate_options(ctx: WorkerContext) -> GateOptions:
-    """A worker's gate options: its context's timing, owner, clocks and sleep, and its
-    event lines and crash points (`gate_listener`)."""
+    """A worker's gate options: its context's timing, owner, clocks and sleep, its event
+    lines and crash points (`gate_listener`), its receipt key and anchors, and a receipt
+    log extended at every receipt (`LOG_EVERY`)."""
     return GateOptions(
         timing=ctx.timing,
         owner=ctx.owner,
@@ -83,6 +90,9 @@ def gate_options(ctx: WorkerContext) -> GateOptions:
         sleep=ctx.sleep,
         monotonic=ctx.monotonic,
         approvers=ctx.approvers,
+        signing_key=ctx.signing_key,
+        anchors=ctx.anchors,
+        log_every=LOG_EVERY,
     )
 
 
