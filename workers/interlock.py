@@ -1,7 +1,8 @@
 """The interlock column: the refund behind `interlock.Gate`, and recovery on restart.
 
-1. Recover: the case's journaled actions without an outcome go through
-   `gate.recover_action` (it finds its own refund at Stripe, or re-checks and sends).
+1. Recover: on a restart the receipt log is caught up first (a receipt the killed worker
+   committed but did not number); the case's journaled actions without an outcome go
+   through `gate.recover_action` (it finds its own refund at Stripe, or re-checks and sends).
 2. Or, with nothing journaled, ask the model and `gate.submit` the refund it decided.
 
 The gate journals, claims, looks up, checks and sends; this worker only turns its
@@ -99,6 +100,11 @@ def gate_options(ctx: WorkerContext) -> GateOptions:
 def _recover_or_submit(ctx: WorkerContext, gate: Gate) -> ColumnOutcome:
     case = ctx.case
     mine = ctx.store.actions(case.metadata)
+    if mine:
+        # A restart: the worker before may have died between its receipt's commit and
+        # numbering it into the log (or anchoring its head), as `gate.recover()` knows;
+        # this worker recovers its case's actions one by one, so it catches up itself.
+        gate.catch_up_log()
     # Each of the case's few actions is read on its own: the store's pending list may be long.
     states = [(aid, ctx.store.action(aid)) for aid in mine]
     pending = [aid for aid, state in states if state is not None and state.settlement is None]
