@@ -34,7 +34,8 @@ worker dies right after its receipt's commit (`after-outcome`), in a journal of 
 then a writer of that journal who holds the gate's key rewrites the refund's receipt to
 `refused`, signs it again and signs every tree head again (`reports.rewrite`). Interlock's
 cell is right only if `verify()` with the public key list and the anchor names that receipt
-as altered after it was anchored (`caught`); its problems are in the JSON (`problems`).
+as altered after it was anchored, while without the anchor every signature, hash and tree
+head holds (`caught`); its problems are in the JSON (`problems`).
 """
 
 from __future__ import annotations
@@ -358,9 +359,11 @@ def _rewritten(cell: Cell, run: Run, config: DemoConfig) -> Cell:
     if outcome is None or not outcome.action_id or outcome.status not in ("sent", "adopted"):
         # Nothing was refunded: there is no refund's receipt to rewrite.
         return dataclasses.replace(cell, caught=False, problems=("no refund's receipt",))
-    result = rewrite_and_verify(config, outcome.action_id)
+    anchored, alone = rewrite_and_verify(config, outcome.action_id)
     return dataclasses.replace(
-        cell, caught=caught(result, outcome.action_id), problems=tuple(result.problems)
+        cell,
+        caught=caught(anchored, alone, outcome.action_id),
+        problems=tuple(anchored.problems),
     )
 
 
