@@ -36,6 +36,7 @@ are written, 2 when the key exists already or a file cannot be written or read.
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import shlex
@@ -48,12 +49,17 @@ from interlock._core.approvals import Approvers
 from interlock._core.config import Timing
 from interlock._core.errors import ConfigError, StoreError
 from interlock._core.log import inclusion
+from interlock._core.merkle import leaf_hash
+from interlock._core.receipts import load_json
 from interlock._core.signals import Interrupted, stop_signals_interrupt
 from interlock._core.signing import (
     ENV_SIGNING_KEY,
     ENV_VERIFY_KEYS,
+    HEAD_TYPE,
+    RECEIPT_TYPE,
     KeyList,
     SigningKey,
+    cose_sign1,
     key_list_from_env,
 )
 from interlock._core.verify import VerifyResult, verify
@@ -273,6 +279,20 @@ def _anchors(args: argparse.Namespace) -> list[Anchor]:
     return anchors
 
 
+def _signed(body: str, signature: str | None, content_type: str) -> dict[str, str | None]:
+    """A signed body as the proof shows it, with its COSE_Sign1 export (base64url): the same
+    signature, which any COSE library checks with the public key."""
+    shown: dict[str, str | None] = {"body": body, "signature": signature}
+    key_id = load_json(body).get("key_id")
+    if signature is not None and isinstance(key_id, str):
+        try:
+            message = cose_sign1(body.encode(), signature, key_id, content_type)
+        except ValueError:
+            return shown  # a stored signature that is not one: verify names it
+        shown["cose_sign1"] = base64.urlsafe_b64encode(message).decode()
+    return shown
+
+
 def _proof(location: str, args: argparse.Namespace) -> int:
     """Print an action's receipt with its inclusion proof; the exit code."""
     try:
@@ -300,10 +320,11 @@ def _proof(location: str, args: argparse.Namespace) -> int:
     entry, stored, path = found
     proof = {
         "action_id": args.action,
-        "receipt": {"body": receipt.body_text, "signature": receipt.signature},
+        "receipt": _signed(receipt.body_text, receipt.signature, RECEIPT_TYPE),
         "leaf_index": entry.leaf,
-        "leaf_hash": receipt.hash,
-        "tree_head": {"body": stored.body_text, "signature": stored.signature},
+        # The RFC 9162 leaf hash, which a receipt written before the log does not store.
+        "leaf_hash": leaf_hash(receipt.body_text.encode()).hex(),
+        "tree_head": _signed(stored.body_text, stored.signature, HEAD_TYPE),
         "inclusion_proof": [h.hex() for h in path],
     }
     if args.json:
@@ -312,7 +333,7 @@ def _proof(location: str, args: argparse.Namespace) -> int:
     print(f"action {_shown(args.action)}: receipt at log position {entry.leaf} of {stored.size}")
     print(f"receipt body: {_shown(receipt.body_text)}")
     print(f"receipt signature: {receipt.signature}")
-    print(f"leaf hash: {receipt.hash}")
+    print(f"leaf hash: {proof['leaf_hash']}")
     print(f"tree head: {_shown(stored.body_text)}")
     print(f"tree head signature: {stored.signature}")
     print("inclusion proof:")

@@ -37,6 +37,11 @@ from interlock._core.payments import (
 
 # The metadata key that names the interlock action on every refund the gate sends.
 ACTION_METADATA_KEY = "interlock_action"
+# What else a send's metadata carries, from its first attempt on (docs/receipts.md): the
+# digest of the approval the gate checked, and the hash of the latest signed tree head of
+# the receipt log, so the provider's list (another trust domain) vouches for the log.
+GRANT_METADATA_KEY = "interlock_grant"
+HEAD_METADATA_KEY = "interlock_head"
 # Where an effect's sends are looked up, in a receipt's words, unless it says otherwise.
 AT_STRIPE = "at Stripe"
 
@@ -456,6 +461,8 @@ class Sent:
     target: str | None
     counts: bool = True
     status: str = "succeeded"
+    head: str | None = None
+    """The tree head's hash its metadata carries (`HEAD_METADATA_KEY`), if any."""
 
 
 @runtime_checkable
@@ -486,9 +493,13 @@ def _not_listed(kind: str, how: str) -> ConfigError:
 
 def _refund_sent(r: Refund) -> Sent:
     return Sent(
-        r.id, r.amount, r.metadata.get(ACTION_METADATA_KEY), r.payment_intent, r.counts, r.status
+        r.id, r.amount, r.metadata.get(ACTION_METADATA_KEY), r.payment_intent, r.counts, r.status,
+        r.metadata.get(HEAD_METADATA_KEY),
     )  # fmt: skip
 
 
 def _transfer_sent(t: Transfer) -> Sent:
-    return Sent(t.id, t.amount, t.metadata.get(ACTION_METADATA_KEY), t.destination or None)
+    return Sent(
+        t.id, t.amount, t.metadata.get(ACTION_METADATA_KEY), t.destination or None,
+        head=t.metadata.get(HEAD_METADATA_KEY),
+    )  # fmt: skip

@@ -63,6 +63,8 @@ from interlock._core.claims import Owner
 from interlock._core.config import Timing
 from interlock._core.effects import (
     AT_STRIPE,
+    GRANT_METADATA_KEY,
+    HEAD_METADATA_KEY,
     Effect,
     EmulatedEffect,
     Found,
@@ -277,6 +279,9 @@ class _Drive:
     in_flight_until: float | None = None
     # The digest of the approval the last check verified: commit 2 sends under it only.
     approval: str | None = None
+    # What the send's metadata carries besides the action: fixed at the first commit 2
+    # and journaled with it, so every attempt sends the same parameters under its key.
+    evidence: dict[str, str] | None = None
 
     @property
     def intent(self) -> Intent:
@@ -747,8 +752,10 @@ class Gate:
         create got an answer that may hide a send; look again, never send.
         """
         aid, epoch = drive.intent.action_id, drive.epoch
+        if drive.evidence is None:
+            drive.evidence = self._evidence(drive)
         sending = self.store.mark_sending(
-            aid, epoch, self.timing.renewal_s, approval=drive.approval
+            aid, epoch, self.timing.renewal_s, approval=drive.approval, evidence=drive.evidence
         )
         marked_at = self._monotonic()
         if sending.status == "claim_lost":
@@ -779,6 +786,23 @@ class Gate:
         checks.append(claim_check)
         return None
 
+    def _evidence(self, drive: _Drive) -> dict[str, str]:
+        """The approval's digest and the latest tree head's hash, for the send's metadata:
+        a later attempt of the action (a recovery: an earlier epoch may have sent) takes
+        what the first `sending` journaled, so its key never meets other parameters."""
+        if drive.state.attempts > 1:
+            for record in self.store.history(drive.intent.action_id):
+                evidence = record.data.get("evidence") if record.record == "sending" else None
+                if isinstance(evidence, dict):
+                    return {str(k): str(v) for k, v in evidence.items()}
+        evidence = {}
+        if drive.approval is not None:
+            evidence[GRANT_METADATA_KEY] = drive.approval
+        head = self.log.latest_hash()
+        if head is not None:
+            evidence[HEAD_METADATA_KEY] = head
+        return evidence
+
     def _send(self, drive: _Drive, checks: list[Check]) -> Outcome | None:
         """The call, and commit 3 on an answer that settles it.
 
@@ -796,8 +820,11 @@ class Gate:
             amount=intent.amount,
             currency=intent.currency,
         )
+        sent = intent
+        if drive.evidence:
+            sent = replace(intent, metadata={**intent.metadata, **drive.evidence})
         try:
-            found = self.effect.send(intent, key)
+            found = self.effect.send(sent, key)
         except PaymentsRejectedError as e:
             self._emit(
                 GateEvent.ANSWER, action_id=aid, ok=False, code=e.code, message=e.provider_message

@@ -62,7 +62,9 @@ def parse_head(body_text: str, signature: str | None) -> TreeHead:
     """A tree head from its stored body and signature; `ValueError` saying what is wrong."""
     try:
         body = json.loads(body_text)
-    except ValueError:
+    except (ValueError, RecursionError):
+        # Nested past the parser's limit is as unreadable as any other text that is not
+        # JSON: a reader of the store reports it, never stops on it.
         raise ValueError("its body is not JSON") from None
     if not isinstance(body, dict) or body.get("kind") != HEAD_KIND:
         raise ValueError("its body is not an interlock tree head")

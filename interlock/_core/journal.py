@@ -340,12 +340,21 @@ class Store(Protocol):
         ...
 
     def mark_sending(
-        self, action_id: str, epoch: int, ttl_s: float, *, approval: str | None = None
+        self,
+        action_id: str,
+        epoch: int,
+        ttl_s: float,
+        *,
+        approval: str | None = None,
+        evidence: Mapping[str, str] | None = None,
     ) -> SendingAttempt:
         """Commit 2: `sending`, the lease reservation and the claim's renewal, all or none.
 
         `approval`: the `Lease.digest()` of the lease the gate checked; the lease stored
-        now must be that one, or commit 2 is refused (a row swapped since the check)."""
+        now must be that one, or commit 2 is refused (a row swapped since the check).
+        `evidence`: what the send's metadata carries besides the action (the approval's
+        digest, the latest tree head's hash), journaled with `sending` so that every later
+        attempt of the action sends the very same parameters under its key."""
         ...
 
     def mark_unknown(self, action_id: str, reason: str) -> None:
@@ -379,8 +388,12 @@ class Store(Protocol):
         """Record that the head of `size` was published to every anchor."""
         ...
 
-    def heads(self) -> Iterator[StoredHead]:
-        """Every tree head of the receipt log, smallest first."""
+    def heads(self, after: int = -1) -> Iterator[StoredHead]:
+        """The tree heads of the receipt log larger than `after`, smallest first."""
+        ...
+
+    def latest_head(self) -> StoredHead | None:
+        """The receipt log's largest tree head (None: none yet)."""
         ...
 
     def logged(self, start: int = 0) -> Iterator[LoggedReceipt]:
@@ -724,7 +737,13 @@ class RuleStore:
         )
 
     def mark_sending(
-        self, action_id: str, epoch: int, ttl_s: float, *, approval: str | None = None
+        self,
+        action_id: str,
+        epoch: int,
+        ttl_s: float,
+        *,
+        approval: str | None = None,
+        evidence: Mapping[str, str] | None = None,
     ) -> SendingAttempt:
         """Commit 2: `sending`, the lease reservation and the claim's renewal, all or none;
         with `approval`, only under the very lease the gate checked (see `Store`)."""
@@ -771,7 +790,10 @@ class RuleStore:
                 tx.put_lease(lease.with_reservation(action_id, intent.amount), new=False)
             row.claim = replace(claim, expires_at=max(claim.expires_at, now + ttl_s), sending=True)
             tx.put_action(row, new=False)
-            tx.journal(action_id, "sending", {"expires_at": row.claim.expires_at, "epoch": epoch})
+            record: dict[str, Any] = {"expires_at": row.claim.expires_at, "epoch": epoch}
+            if evidence:
+                record["evidence"] = dict(evidence)
+            tx.journal(action_id, "sending", record)
             return SendingAttempt("ok", claim=row.claim, left_s=row.claim.expires_at - now)
 
     def mark_unknown(self, action_id: str, reason: str) -> None:
@@ -878,6 +900,10 @@ class RuleStore:
     def integrate(self, key: SigningKey | None) -> TreeHead | None:
         """Number the receipts not yet in the log and sign a tree head over them with
         `key`; None when there are none, or another process is numbering them now."""
+        # Most calls find nothing new: a read says so without a write transaction.
+        with self._read() as tx:
+            if not tx.unlogged(1):
+                return None
         with self._write() as tx:
             return integrate(tx, key)
 
@@ -885,6 +911,11 @@ class RuleStore:
         """Record that the head of `size` was published to every anchor."""
         with self._write() as tx:
             tx.mark_anchored(size, at)
+
+    def latest_head(self) -> StoredHead | None:
+        """The receipt log's largest tree head (None: none yet)."""
+        with self._read() as tx:
+            return tx.latest_head()
 
     def grant_lease(self, lease: Lease) -> Lease:
         """Store a new lease."""

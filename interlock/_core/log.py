@@ -124,8 +124,8 @@ def integrate(tx: LogTx, key: SigningKey | None, limit: int = BATCH) -> TreeHead
 class LogReader(Protocol):
     """What `log_problems` and `inclusion` read of a store."""
 
-    def heads(self) -> Iterator[StoredHead]:
-        """Every tree head, smallest first."""
+    def heads(self, after: int = -1) -> Iterator[StoredHead]:
+        """The tree heads larger than `after`, smallest first."""
         ...
 
     def logged(self) -> Iterator[LoggedReceipt]:
@@ -201,6 +201,12 @@ def log_problems(
             problems.append(
                 f"{where}: the log's first {stored.size} receipts no longer hash to its root "
                 "(a receipt under it was removed or rewritten after it was signed)"
+            )
+        elif not gap and stored.frontier != frontier.to_text():
+            # The next head is computed from the latest head's frontier, not the leaves.
+            problems.append(
+                f"{where}: its stored frontier is not the one of the log's first "
+                f"{stored.size} receipts (edited by hand: a head computed from it is wrong)"
             )
         previous = head
 
@@ -347,6 +353,7 @@ class LogStore(LogReader, Protocol):
 
     def integrate(self, key: SigningKey | None) -> TreeHead | None: ...
     def mark_anchored(self, size: int, at: float) -> None: ...
+    def latest_head(self) -> StoredHead | None: ...
     def logged(self, start: int = 0) -> Iterator[LoggedReceipt]: ...
 
 
@@ -397,6 +404,25 @@ class LogKeeper:
         self._since = 0
         self._last = monotonic()
         self._lock = threading.Lock()
+        # The size of the last head this keeper saw anchored: heads are scanned from it.
+        self._anchored = -1
+        # The latest head's hash as this keeper last saw it (read once, then its own).
+        self._latest: str | None = None
+        self._read_latest = False
+
+    def latest_hash(self) -> str | None:
+        """The hash of the latest signed tree head this keeper knows of, for a send's
+        metadata (None: the log has no head yet, or it cannot be read now)."""
+        if not self._read_latest:
+            try:
+                stored = self.store.latest_head()
+                latest = None if stored is None else stored.head.hash
+            except (InterlockError, ValueError):
+                return self._latest
+            with self._lock:
+                self._read_latest = True
+                self._latest = self._latest or latest
+        return self._latest
 
     def settled(self) -> LogStatus | None:
         """A receipt was committed: catch up if it is time (None: not yet)."""
@@ -412,8 +438,11 @@ class LogKeeper:
             self._last = self._monotonic()
         try:
             head = self.store.integrate(self.key)
-        except InterlockError as e:
+        except (InterlockError, ValueError) as e:
             return LogStatus(None, 0, f"the receipt log was not extended: {e}")
+        if head is not None:
+            with self._lock:
+                self._latest, self._read_latest = head.hash, True
         published, problem = self._publish()
         return LogStatus(head, published, problem)
 
@@ -421,9 +450,9 @@ class LogKeeper:
         if not self.anchors:
             return 0, None
         published = 0
-        previous = 0
+        previous = max(self._anchored, 0)
         try:
-            for stored in list(self.store.heads()):
+            for stored in list(self.store.heads(self._anchored)):
                 if stored.anchored_at is None:
                     head = stored.head
                     leaves = []
@@ -437,7 +466,7 @@ class LogKeeper:
                         anchor.publish(head, leaves)
                     self.store.mark_anchored(stored.size, self._clock())
                     published += 1
-                previous = stored.size
+                previous = self._anchored = stored.size
         except (InterlockError, ValueError) as e:
             return published, f"a tree head was not anchored: {e}"
         return published, None

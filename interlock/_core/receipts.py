@@ -232,6 +232,10 @@ class ReceiptCheck:
             self.problems.append(f"{where}: its body does not match its hash (edited)")
         if not isinstance(body, dict):
             return
+        if r.prev_hash != "":
+            self.problems.append(
+                f"{where}: its stored previous hash is not its body's (format 2 has none)"
+            )
         if body.get("signed") is True:
             self._count("ed25519")
             if self.keys is None:

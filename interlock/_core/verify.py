@@ -15,6 +15,7 @@ remaining action names is seen as well (docs/design.md §4).
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -456,6 +457,7 @@ def _cross_check(
             continue
         targets.setdefault((state.intent.target, state.intent.kind), []).append(aid)
     checked = 0
+    vouched: list[tuple[Sent, _Words]] = []
     for (target, kind), aids in sorted(targets.items()):
         lister = listers.get(kind)
         if lister is None:
@@ -482,6 +484,8 @@ def _cross_check(
             named = sent.action
             if named is None or not sent.counts:
                 continue
+            if sent.head is not None and named in facts:
+                vouched.append((sent, w))
             if named in facts:
                 problems.extend(_sent_recorded(sent, named, facts[named], w))
                 continue
@@ -501,7 +505,24 @@ def _cross_check(
                 )
             elif other.intent.target != target:
                 problems.append(_elsewhere(sent, named, other.intent.target, w))
+    problems.extend(_heads_vouched(store, vouched))
     return problems, checked
+
+
+def _heads_vouched(store: Store, vouched: list[tuple[Sent, _Words]]) -> list[str]:
+    """Each tree head a send's metadata carries must be one the store's log still holds:
+    the provider's list, in another trust domain, remembers the head the gate named when
+    it sent, so heads rewritten after that send (even with the signing key) show here."""
+    if not vouched:
+        return []
+    held = {hashlib.sha256(h.body_text.encode()).hexdigest() for h in store.heads()}
+    return [
+        f"{w.noun} {sent.external_id} ({sent.amount}) {w.at} names action {sent.action} and "
+        f"the log's tree head {sent.head}, which the store's log no longer holds: its heads "
+        "were rewritten after that send"
+        for sent, w in vouched
+        if sent.head not in held
+    ]
 
 
 def _account_check(

@@ -169,10 +169,12 @@ class MemoryStore(RuleStore):
             receipts = list(self._receipts)
         yield from receipts
 
-    def heads(self) -> Iterator[StoredHead]:
-        """Every tree head of the receipt log, smallest first."""
+    def heads(self, after: int = -1) -> Iterator[StoredHead]:
+        """The tree heads of the receipt log larger than `after`, smallest first."""
         with self._lock:
-            heads = sorted(self._heads, key=lambda h: h.size)
+            heads = sorted(
+                (h for h in self._heads if after < 0 or h.size > after), key=lambda h: h.size
+            )
         yield from heads
 
     def logged(self, start: int = 0) -> Iterator[LoggedReceipt]:

@@ -669,12 +669,20 @@ class PostgresStore(SqlStore):
             return super().take_claim(action_id, owner, ttl_s, grace_s, found_own=found_own)
 
     def mark_sending(
-        self, action_id: str, epoch: int, ttl_s: float, *, approval: str | None = None
+        self,
+        action_id: str,
+        epoch: int,
+        ttl_s: float,
+        *,
+        approval: str | None = None,
+        evidence: Mapping[str, str] | None = None,
     ) -> SendingAttempt:
         """Commit 2 (see `Store.mark_sending`), once more on a new connection if its own was
         lost; a lost COMMIT that was kept is answered from the row."""
         try:
-            return super().mark_sending(action_id, epoch, ttl_s, approval=approval)
+            return super().mark_sending(
+                action_id, epoch, ttl_s, approval=approval, evidence=evidence
+            )
         except _ConnectionLost:
             state = self.action(action_id)
             claim = None if state is None else state.claim
@@ -688,7 +696,9 @@ class PostgresStore(SqlStore):
                 now = self.now()
                 if claim.live(now):
                     return SendingAttempt("ok", claim=claim, left_s=claim.expires_at - now)
-            return super().mark_sending(action_id, epoch, ttl_s, approval=approval)
+            return super().mark_sending(
+                action_id, epoch, ttl_s, approval=approval, evidence=evidence
+            )
 
     def mark_unknown(self, action_id: str, reason: str) -> None:
         """Mark unknown (see `Store.mark_unknown`), once more on a new connection if lost."""

@@ -36,9 +36,12 @@ GUARDED_REFUND = textwrap.dedent(
     payments = InProcessPayments()
     store = interlock.SQLiteStore(sys.argv[1])
     support = interlock.Approver.generate("support")
+    key = interlock.SigningKey.generate()
+    trusted = interlock.KeyList()
+    trusted.add(key.public)
     gate = interlock.Gate(
-        store, interlock.StripeRefund(payments), signing_key=b"k" * 32,
-        approvers=interlock.Approvers.of(support),
+        store, interlock.StripeRefund(payments), signing_key=key,
+        approvers=interlock.Approvers.of(support), log_every=1,
     )
     payment = payments.create_payment(10_000)
     lease = support.grant(kind="refund", target=payment.id, cap=2_000, expires_in_s=3600)
@@ -50,11 +53,12 @@ GUARDED_REFUND = textwrap.dedent(
     first = gate.submit(intent)
     again = gate.submit(intent)  # the same decision again: its recorded outcome, no send
     refunds = payments.list_refunds(payment.id)
-    result = interlock.verify(store, payments, signing_key=b"k" * 32)
+    result = interlock.verify(store, payments, keys=trusted)
     print(json.dumps({
         "first": first.status, "again": again.status,
         "same_refund": first.external_id == again.external_id,
         "refunds": [r.amount for r in refunds], "verify_ok": result.ok,
+        "formats": result.formats, "log_size": result.log_size,
         "demo_importable": __import__("importlib.util").util.find_spec("interlock_demo")
         is not None,
     }))
@@ -148,5 +152,7 @@ def test_the_library_wheel_installs_alone_and_guards_a_refund(
         "same_refund": True,
         "refunds": [2_000],
         "verify_ok": True,
+        "formats": {"ed25519": 1},
+        "log_size": 1,
         "demo_importable": False,
     }

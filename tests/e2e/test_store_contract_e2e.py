@@ -1,15 +1,17 @@
 """The store contract where it needs a server or processes: on PostgreSQL, and a race.
 
-Every test of `tests/unit/test_store_contract.py` runs here again on PostgreSQL (a pgserver
-for the session, or INTERLOCK_TEST_PG_DSN): the same rules over its rows, locks and
-transactions. Then two recoverers race for one abandoned action on each backend, as real
-processes (threads for memory, which lives in one process), against the loopback emulator;
-and sibling decisions (one decision made twice in one model turn) run at once, on threads
-and as processes one of which is SIGKILLed mid-send, through the real `stripe` SDK.
+Every test of `tests/unit/test_store_contract.py`, and the receipt log's contract in
+`tests/unit/test_receipt_log.py`, runs here again on PostgreSQL (a pgserver for the
+session, or INTERLOCK_TEST_PG_DSN): the same rules over its rows, locks and transactions.
+Then two recoverers race for one abandoned action on each backend, as real processes
+(threads for memory, which lives in one process), against the loopback emulator; and
+sibling decisions (one decision made twice in one model turn) run at once, on threads and
+as processes one of which is SIGKILLed mid-send, through the real `stripe` SDK.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import socket
 import threading
@@ -42,11 +44,21 @@ from tests.e2e.test_store_processes import HELPERS, Child
 from tests.helpers.approvals import APPROVER, APPROVERS
 from tests.helpers.gate_rig import TIMING
 from tests.helpers.siblings import submit_siblings
+from tests.unit import test_receipt_log as receipt_log
 from tests.unit import test_store_contract as contract
 from tests.unit.test_store_contract import AMOUNT, GRACE, Backend, _lease, open_backend
 
 # The contract's tests, collected here too: they take `backend`, which here is PostgreSQL.
 globals().update({n: f for n, f in vars(contract).items() if n.startswith("test_")})
+# And the receipt log's contract: those of its tests that take `backend` (its attacks on a
+# SQLite file, which take `world`, run in the unit tier alone).
+globals().update(
+    {
+        n: f
+        for n, f in vars(receipt_log).items()
+        if n.startswith("test_") and "backend" in inspect.signature(f).parameters
+    }
+)
 
 
 @pytest.fixture(params=["postgres"])

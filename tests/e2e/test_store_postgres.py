@@ -498,7 +498,9 @@ def test_a_connection_killed_mid_transaction_is_settled_once_on_a_new_one(
     owner = Owner.current("killed")
     epoch = store.begin(intent, owner, 60.0, 2.0).epoch
     assert store.mark_sending(intent.action_id, epoch, 60.0).status == "ok"
-    # Another transaction inserts receipt 1 and holds it: commit 3 blocks on that key.
+    # Another transaction inserts the receipts with the next two ids of the store's
+    # sequence and holds them: commit 3 takes the first and blocks on that key, its retry
+    # the second (a sequence never gives an id twice, so ids may have gaps).
     blocker = psycopg.connect(pg_dsn, autocommit=True)
     got: list[object] = []
     verdict = Settlement("sent", None, "re_killed", 2_000)
@@ -511,11 +513,18 @@ def test_a_connection_killed_mid_transaction_is_settled_once_on_a_new_one(
             got.append(e)
 
     try:
+        row = blocker.execute(
+            f'SELECT last_value, is_called FROM "{pg_schema}".interlock_receipt_ids'
+        ).fetchone()
+        assert row is not None
+        first = int(row[0]) + 1 if row[1] else int(row[0])
         blocker.execute("BEGIN")
-        blocker.execute(
-            f'INSERT INTO "{pg_schema}".interlock_receipts'
-            " (seq, action_id, body, prev_hash, hash) VALUES (1, 'x', '{}', '0', '0')"
-        )
+        for seq in (first, first + 1):
+            blocker.execute(
+                f'INSERT INTO "{pg_schema}".interlock_receipts'
+                " (seq, action_id, body, prev_hash, hash) VALUES (%s, 'x', '{}', '', '0')",
+                (seq,),
+            )
         t = threading.Thread(target=settle)
         t.start()
         prefix = f'INSERT INTO "{pg_schema}".interlock_receipts'
@@ -532,7 +541,8 @@ def test_a_connection_killed_mid_transaction_is_settled_once_on_a_new_one(
     finally:
         blocker.close()
 
-    assert len(got) == 1 and getattr(got[0], "seq", None) == 1, got
+    assert len(got) == 1 and getattr(got[0], "seq", None) == first + 1, got
+    assert [r.seq for r in store.receipts()] == [first + 1]
     state = store.action(intent.action_id)
     assert state is not None and state.settlement is not None and state.receipt is not None
     stored = store.lease(lease.id)
@@ -668,7 +678,8 @@ def test_schema_is_created_in_its_own_schema_and_versioned(
             f'SELECT value FROM "{pg_schema}".interlock_meta WHERE key=%s', ("schema_version",)
         ).fetchone()
     assert tables == {
-        f"interlock_{t}" for t in ("meta", "actions", "journal", "leases", "receipts", "turns")
+        f"interlock_{t}"
+        for t in ("meta", "actions", "journal", "leases", "receipts", "turns", "heads")
     }
     assert version == (str(SCHEMA_VERSION),)
 
@@ -676,8 +687,9 @@ def test_schema_is_created_in_its_own_schema_and_versioned(
 def test_a_version_2_store_gets_its_turns_in_place_and_is_read_as_it_is_read_only(
     store: PostgresStore, pg_dsn: str, pg_schema: str
 ) -> None:
-    """A version 2 store (no turns table) is read as it is read-only, and opened for
-    writing gets the turns table and version 3; its actions go on as before."""
+    """A version 2 store (no turns table, no receipt log) is read as it is read-only, and
+    opened for writing gets the turns table, the log and the current version; its actions
+    go on as before."""
     lease = _lease(store, "pi_v2")
     intent = _intent(lease)
     owner = Owner("v2-worker", 1, 0.0, "another-host.invalid")
@@ -685,6 +697,10 @@ def test_a_version_2_store_gets_its_turns_in_place_and_is_read_as_it_is_read_onl
     store.close()
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(f'DROP TABLE "{pg_schema}".interlock_turns')
+        # The log came with version 4: its heads, each receipt's place, the receipt ids.
+        conn.execute(f'DROP TABLE "{pg_schema}".interlock_heads')
+        conn.execute(f'ALTER TABLE "{pg_schema}".interlock_receipts DROP COLUMN leaf')
+        conn.execute(f'DROP SEQUENCE "{pg_schema}".interlock_receipt_ids')
         conn.execute(f"UPDATE \"{pg_schema}\".interlock_meta SET value='2'")
 
     reader = PostgresStore.open_read_only(pg_dsn, schema=pg_schema)
@@ -807,7 +823,7 @@ def test_a_dsn_is_shown_without_its_password(dsn: str, shown: str) -> None:
 def test_verify_command_reads_a_postgres_store_by_url(
     store: PostgresStore, pg_dsn: str, pg_schema: str
 ) -> None:
-    """`python -m interlock verify URL` checks the chain read-only; a schema that holds no
+    """`python -m interlock verify URL` checks the receipts read-only; a schema that holds no
     store exits 2 and is not created."""
     lease = _lease(store, "pi_cli")
     owner = Owner.current()
@@ -826,7 +842,10 @@ def test_verify_command_reads_a_postgres_store_by_url(
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
-    assert "chain of 2 receipts (unsigned) holds" in done.stdout
+    assert done.stdout == (
+        f"{PostgresStore.describe(url)}: 2 receipts (2 unsigned) hold\n"
+        "  log: 0 receipts under 0 signed tree heads, 2 not in the log yet\n"
+    )
 
     empty = url.replace(pg_schema, pg_schema + "_none")
     done = subprocess.run(

@@ -1,4 +1,5 @@
-"""`python -m interlock verify` as its own process: exit 0, 1 or 2, JSON, signatures, the
+"""`python -m interlock verify` as its own process: exit 0, 1 or 2, JSON, signatures (the
+gate's public key list, and the secret of receipts written before the log), the
 store named by argument, option or environment (never guessed), and the store it checks
 left as it was (read-only, never written, no file beside it).
 """
@@ -22,27 +23,36 @@ from interlock.__main__ import ENV_STORE
 from tests.unit.test_receipts_verify import (
     DEEP,
     EDITED_COLUMNS,
+    HMAC_KEY,
     HUGE,
-    KEY,
+    KEYS,
     ROOT,
     _edit_id,
     _sends_on_one_payment,
     _store_with_receipts,
+    _v4_store,
 )
 
 
 def _cli(
     *args: str,
     home: Path | None = None,
-    key: str | None = None,
+    keys: Path | None = None,
+    secret: bytes | None = None,
     store: str | None = None,
     cwd: Path = ROOT,
 ) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("INTERLOCK_RECEIPT_KEY", ENV_STORE)}
+    """The command in its own process, with only the keys given here in its environment:
+    `keys` as INTERLOCK_VERIFY_KEYS, `secret` (of format 1 receipts) as
+    INTERLOCK_RECEIPT_KEY."""
+    outside = ("INTERLOCK_RECEIPT_KEY", "INTERLOCK_VERIFY_KEYS", "INTERLOCK_SIGNING_KEY", ENV_STORE)
+    env = {k: v for k, v in os.environ.items() if k not in outside}
     if home is not None:
         env["INTERLOCK_HOME"] = str(home)
-    if key is not None:
-        env["INTERLOCK_RECEIPT_KEY"] = key
+    if keys is not None:
+        env["INTERLOCK_VERIFY_KEYS"] = str(keys)
+    if secret is not None:
+        env["INTERLOCK_RECEIPT_KEY"] = secret.decode()
     if store is not None:
         env[ENV_STORE] = store
     return subprocess.run(
@@ -55,18 +65,34 @@ def _cli(
     )
 
 
-def test_cli_exits_0_on_an_intact_chain(tmp_path: Path) -> None:
-    """`python -m interlock verify STORE` exits 0 and says the chain holds."""
+def _key_list(tmp_path: Path) -> Path:
+    """The gate's public key list (KEYS) as a file, as `keygen` writes it."""
+    path = tmp_path / "keys.json"
+    KEYS.save(path)
+    return path
+
+
+def _holds(path: Path, n: int = 3) -> str:
+    """What the command prints of a store of `n` unsigned receipts not yet in the log."""
+    return (
+        f"{path}: {n} receipts ({n} unsigned) hold\n"
+        f"  log: 0 receipts under 0 signed tree heads, {n} not in the log yet\n"
+    )
+
+
+def test_cli_exits_0_on_intact_receipts(tmp_path: Path) -> None:
+    """`python -m interlock verify STORE` exits 0 and says the receipts hold, and what of
+    them is in the log."""
     path = tmp_path / "journal.sqlite3"
     _store_with_receipts(path)
 
     done = _cli("verify", str(path))
 
     assert done.returncode == 0, done.stderr
-    assert done.stdout == f"{path}: chain of 3 receipts (unsigned) holds\n"
+    assert done.stdout == _holds(path)
 
 
-def test_cli_exits_1_on_a_tampered_chain_and_prints_the_problem(tmp_path: Path) -> None:
+def test_cli_exits_1_on_a_tampered_receipt_and_prints_the_problem(tmp_path: Path) -> None:
     """An edited receipt makes the command exit 1 and print what is wrong."""
     path = tmp_path / "journal.sqlite3"
     receipts = _store_with_receipts(path)
@@ -82,17 +108,21 @@ def test_cli_exits_1_on_a_tampered_chain_and_prints_the_problem(tmp_path: Path) 
 
     assert done.returncode == 1
     assert done.stdout.splitlines() == [
-        f"{path}: chain of 3 receipts (unsigned) is BROKEN",
+        f"{path}: 3 receipts (3 unsigned) are BROKEN",
+        "  log: 0 receipts under 0 signed tree heads, 3 not in the log yet",
         f"  - receipt 2 ({receipts[1].action_id}): its body does not match its hash (edited)",
     ]
 
 
 def test_cli_json_and_signatures(tmp_path: Path) -> None:
-    """`--json` prints the result; a signed chain verifies with the key from the environment."""
+    """`--json` prints the result; signed receipts in the log verify with the key list
+    from the environment or `--keys`, and not without one."""
     path = tmp_path / "journal.sqlite3"
-    _store_with_receipts(path, signing_key=KEY)
+    _sends_on_one_payment(path, 3)
+    keys = _key_list(tmp_path)
 
-    signed = _cli("verify", "--json", str(path), key=KEY.decode())
+    signed = _cli("verify", "--json", str(path), keys=keys)
+    option = _cli("verify", "--json", "--keys", str(keys), str(path))
     keyless = _cli("verify", "--json", str(path))
 
     assert signed.returncode == 0, signed.stderr
@@ -102,9 +132,41 @@ def test_cli_json_and_signatures(tmp_path: Path) -> None:
         "signed": True,
         "problems": [],
         "checked_refunds": 0,
+        "formats": {"ed25519": 3},
+        "log_size": 3,
+        "unlogged": 0,
+        "heads": 3,
+        "anchored": 0,
     }
+    assert option.returncode == 0 and option.stdout == signed.stdout, option.stderr
     assert keyless.returncode == 1
-    assert len(json.loads(keyless.stdout)["problems"]) == 3
+    problems = json.loads(keyless.stdout)["problems"]
+    assert len(problems) == 6, problems  # each receipt and each head: no key list to check
+    assert all("no key list was given" in p for p in problems), problems
+    text = _cli("verify", str(path), keys=keys)
+    assert text.stdout == (
+        f"{path}: 3 receipts (3 signed with the gate's Ed25519 key) hold\n"
+        "  log: 3 receipts under 3 signed tree heads\n"
+    )
+
+
+def test_cli_reads_a_store_written_before_the_log_with_its_secret(tmp_path: Path) -> None:
+    """A version 4 store's HMAC-signed chain holds with INTERLOCK_RECEIPT_KEY, and is
+    broken without it, or under another secret."""
+    path = _v4_store(tmp_path)
+
+    done = _cli("verify", str(path), secret=HMAC_KEY)
+    keyless = _cli("verify", str(path))
+    wrong = _cli("verify", str(path), secret=b"another key")
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (
+        f"{path}: 4 receipts (4 HMAC-signed before the log, checkable only with the secret) "
+        "hold\n  log: 0 receipts under 0 signed tree heads, 4 not in the log yet\n"
+    )
+    assert keyless.returncode == 1
+    assert keyless.stdout.count("no INTERLOCK_RECEIPT_KEY was given") == 4
+    assert wrong.returncode == 1 and wrong.stdout.count(": bad signature") == 4
 
 
 def test_cli_takes_the_store_from_the_option_or_the_environment(tmp_path: Path) -> None:
@@ -119,7 +181,7 @@ def test_cli_takes_the_store_from_the_option_or_the_environment(tmp_path: Path) 
 
     assert option.returncode == 0, option.stderr
     assert env.returncode == 0, env.stderr
-    assert option.stdout == env.stdout == f"{path}: chain of 3 receipts (unsigned) holds\n"
+    assert option.stdout == env.stdout == _holds(path)
     assert both.returncode == 2 and "not allowed with" in both.stderr
 
 
@@ -282,7 +344,7 @@ def test_cli_escapes_control_characters_from_the_store(tmp_path: Path) -> None:
     done = _cli("verify", str(path))
 
     assert done.returncode == 1
-    assert "is BROKEN" in done.stdout.splitlines()[0]
+    assert done.stdout.splitlines()[0].endswith(" are BROKEN")
     assert not any(c != "\n" and not c.isprintable() for c in done.stdout), done.stdout
     assert "\\x1b[1A" in done.stdout
 
@@ -306,9 +368,9 @@ def test_cli_reports_a_value_it_cannot_parse_in_any_column_as_damaged(
                 )
     conn.close()
 
-    done = _cli("verify", str(path), key=KEY.decode())
+    done = _cli("verify", str(path), keys=_key_list(tmp_path))
 
     assert done.returncode == 1, done.stderr[-2000:]
     assert "Traceback" not in done.stderr and not done.stderr, done.stderr[-2000:]
-    assert "is BROKEN" in done.stdout.splitlines()[0]
+    assert done.stdout.splitlines()[0].endswith(" are BROKEN")
     assert intent.action_id in done.stdout

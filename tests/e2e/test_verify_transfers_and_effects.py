@@ -26,8 +26,10 @@ from interlock import (
     Found,
     Gate,
     Intent,
+    KeyList,
     Lease,
     Sent,
+    SigningKey,
     SQLiteStore,
     StripePayments,
     StripeTransfer,
@@ -42,7 +44,9 @@ from tests.conftest import TEST_KEY
 from tests.helpers.approvals import APPROVER, APPROVERS
 
 ROOT = Path(__file__).resolve().parents[2]
-KEY = b"receipt-key-for-tests"
+KEY = SigningKey.generate()
+KEYS = KeyList()
+KEYS.add(KEY.public)
 TIMING = Timing(claim_ttl_s=6, stripe_timeout_s=1)
 AMOUNT = 2_500
 
@@ -86,17 +90,19 @@ def _transfer(store: SQLiteStore, payments: StripePayments, account: str) -> Int
 def _problems(path: Path, payments: StripePayments, *, account_wide: bool) -> list[str]:
     store = SQLiteStore.open_read_only(path)
     try:
-        return verify(store, payments, signing_key=KEY, account_wide=account_wide).problems
+        return verify(store, payments, keys=KEYS, account_wide=account_wide).problems
     finally:
         store.close()
 
 
 def _cli(path: Path, emu: StripeEmulator, *flags: str) -> subprocess.CompletedProcess[str]:
+    keys = path.parent / "keys.json"
+    KEYS.save(keys)
     env = {
         **os.environ,
         "STRIPE_SECRET_KEY": TEST_KEY,
         "INTERLOCK_STRIPE_BASE": emu.url,
-        "INTERLOCK_RECEIPT_KEY": KEY.decode(),
+        "INTERLOCK_VERIFY_KEYS": str(keys),
     }
     return subprocess.run(
         [sys.executable, "-m", "interlock", "verify", str(path), "--stripe", *flags],
@@ -124,7 +130,9 @@ def test_a_sound_transfer_store_is_reported_sound(emu: StripeEmulator, tmp_path:
     for flags in ((), ("--account-wide",)):
         done = _cli(path, emu, *flags)
         assert done.returncode == 0, done.stdout + done.stderr
-        assert done.stdout.endswith("holds\n"), done.stdout
+        lines = done.stdout.splitlines()
+        assert lines[0] == f"{path}: 2 receipts (2 signed with the gate's Ed25519 key) hold"
+        assert len(lines) == 2 and lines[1].startswith("  log: "), done.stdout
 
 
 def test_a_second_transfer_naming_an_action_is_reported_on_its_account_and_account_wide(
@@ -254,7 +262,7 @@ def _delivered(tmp_path: Path, deliveries: Deliveries) -> tuple[Path, Intent]:
 def _custom_problems(path: Path, effect: CustomEffect, *, account_wide: bool) -> list[str]:
     store = SQLiteStore.open_read_only(path)
     try:
-        return verify(store, effects=[effect], signing_key=KEY, account_wide=account_wide).problems
+        return verify(store, effects=[effect], keys=KEYS, account_wide=account_wide).problems
     finally:
         store.close()
 
@@ -296,7 +304,7 @@ def test_a_custom_effect_that_cannot_list_its_sends_is_reported_not_checked(
     unlisted = _custom_problems(path, deliveries.effect(listed=False), account_wide=False)
     store = SQLiteStore.open_read_only(path)
     try:
-        nothing = verify(store, _NoPayments(), signing_key=KEY).problems
+        nothing = verify(store, _NoPayments(), keys=KEYS).problems
     finally:
         store.close()
 

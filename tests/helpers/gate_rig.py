@@ -27,6 +27,7 @@ from interlock import (
     MemoryStore,
     Owner,
     Refund,
+    SigningKey,
     Store,
     StripeRefund,
     Timing,
@@ -163,11 +164,13 @@ class GateWorld:
         crash_at: str | None = None,
         hooks: Mapping[str, Hook] | None = None,
         emulate: Callable[[Effect], Effect] | None = None,
-        signing_key: bytes | None = None,
+        signing_key: SigningKey | None = None,
         max_sends: int = 3,
+        log_every: int = 100,
     ) -> Gate:
         """A gate for `owner` that logs its events, runs `hooks` and crashes at `crash_at`;
-        `emulate` wraps its effect (`interlock.testing.NoLookup`, `Emulate24h`)."""
+        `emulate` wraps its effect (`interlock.testing.NoLookup`, `Emulate24h`); it numbers
+        its receipts into the log every `log_every` settles."""
 
         def on_event(event: GateEventSeen) -> None:
             kind, data = event.kind, event.data
@@ -194,6 +197,7 @@ class GateWorld:
             max_sends=max_sends,
             monotonic=self.clock.monotonic,
             approvers=APPROVERS,
+            log_every=log_every,
         )
 
     def refunds(self) -> list[Refund]:

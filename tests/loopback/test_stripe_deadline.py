@@ -18,6 +18,7 @@ from interlock import (
     ConfigError,
     Gate,
     MemoryStore,
+    SigningKey,
     StripePayments,
     StripeRefund,
     Timing,
@@ -35,7 +36,7 @@ def _gate(client: stripe.StripeClient, timing: Timing = PLAN) -> Gate:
         MemoryStore(),
         StripeRefund(StripePayments(client)),
         timing=timing,
-        signing_key=b"k" * 32,
+        signing_key=SigningKey.generate(),
         approvers=UNSIGNED_APPROVALS,
     )
 

@@ -14,7 +14,6 @@ shared with the unit tests: `tests/helpers/gate_rig.py`.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import shutil
 import sqlite3
@@ -34,12 +33,14 @@ from interlock import (
     ActionError,
     Approver,
     Intent,
+    KeyList,
     Lease,
     MemoryStore,
     Outcome,
     Owner,
     PaymentsUnsettledError,
     Refund,
+    SigningKey,
     SQLiteStore,
     new_action_id,
     refunds_fingerprint,
@@ -47,6 +48,7 @@ from interlock import (
 )
 from interlock._core.claims import Claim
 from interlock._core.leases import lease_currency
+from interlock._core.merkle import leaf_hash
 from interlock._core.receipts import canonical_json
 from interlock.testing import CRASH_POINTS, CrashPoint, InProcessPayments
 from tests.helpers.approvals import APPROVER, APPROVERS
@@ -1171,27 +1173,35 @@ def test_siblings_end_as_they_would_one_after_the_other(
 # -- tampering with a SQLite store --------------------------------------------------------
 
 HISTORY_LENGTH = 5
+RECEIPT_SIGNING_KEY = SigningKey.generate()
 
 
 @dataclass(frozen=True)
 class History:
-    """An honest SQLite store file with a chain of receipts, and the payments it names."""
+    """An honest SQLite store file whose receipts are each numbered into the log as they
+    settle, and the payments it names; `keys` trusts the key that signed them (None:
+    unsigned)."""
 
     path: Path
     payments: InProcessPayments
-    signing_key: bytes | None
+    keys: KeyList | None
 
 
-def _honest_history(directory: Path, signing_key: bytes | None) -> History:
+def _honest_history(directory: Path, signing_key: SigningKey | None) -> History:
     world = World(lambda clock: SQLiteStore(directory / "journal.db", clock=clock))
     lease = world.grant(PAYMENT)
     for _ in range(HISTORY_LENGTH):
-        world.gate(Owner.current("honest"), signing_key=signing_key).submit(
+        world.gate(Owner.current("honest"), signing_key=signing_key, log_every=1).submit(
             world.decide(1_000, lease.id)
         )
-    assert verify(world.store, world.payments, signing_key=signing_key).ok
+    keys = None
+    if signing_key is not None:
+        keys = KeyList()
+        keys.add(signing_key.public)
+    result = verify(world.store, world.payments, keys=keys)
+    assert result.ok and result.log_size == HISTORY_LENGTH, result.problems
     world.store.close()
-    return History(directory / "journal.db", world.payments, signing_key)
+    return History(directory / "journal.db", world.payments, keys)
 
 
 @pytest.fixture(scope="module")
@@ -1199,7 +1209,7 @@ def histories(tmp_path_factory: pytest.TempPathFactory) -> dict[str, History]:
     """One honest unsigned and one honest signed history, built once for the module."""
     return {
         "unsigned": _honest_history(tmp_path_factory.mktemp("unsigned"), None),
-        "signed": _honest_history(tmp_path_factory.mktemp("signed"), b"receipt-key"),
+        "signed": _honest_history(tmp_path_factory.mktemp("signed"), RECEIPT_SIGNING_KEY),
     }
 
 
@@ -1210,7 +1220,7 @@ def _edit(conn: sqlite3.Connection, seq: int, rehash: bool) -> None:
     text = canonical_json(body)
     conn.execute("UPDATE receipts SET body=? WHERE seq=?", (text, seq))
     if rehash:
-        digest = hashlib.sha256(text.encode()).hexdigest()
+        digest = leaf_hash(text.encode()).hex()
         conn.execute("UPDATE receipts SET hash=? WHERE seq=?", (digest, seq))
 
 
@@ -1240,8 +1250,8 @@ class Tamper:
 
 tampers = st.one_of(
     st.builds(Tamper, st.just("edit"), st.integers(1, HISTORY_LENGTH), st.just(0)),
-    # A re-hashed edit of the last receipt is the documented limit of an unsigned chain.
-    st.builds(Tamper, st.just("edit-rehash"), st.integers(1, HISTORY_LENGTH - 1), st.just(0)),
+    # Even the last receipt, re-hashed and unsigned: the log's head signs its leaf hash.
+    st.builds(Tamper, st.just("edit-rehash"), st.integers(1, HISTORY_LENGTH), st.just(0)),
     st.builds(Tamper, st.just("delete"), st.integers(2, HISTORY_LENGTH - 1), st.just(0)),
     st.builds(Tamper, st.just("renumber"), st.integers(1, HISTORY_LENGTH), st.just(0)),
     st.tuples(st.integers(1, HISTORY_LENGTH), st.integers(1, HISTORY_LENGTH))
@@ -1259,7 +1269,8 @@ tampers = st.one_of(
 def test_verify_fails_on_any_edited_dropped_or_reordered_receipt(
     histories: dict[str, History], tamper: Tamper, signed: bool
 ) -> None:
-    """Editing, dropping from the middle or reordering receipts in the SQLite file fails verify."""
+    """Editing, dropping from the middle or reordering receipts in the SQLite file fails
+    verify, signed or not: each receipt's hash and id, and the log's heads over them."""
     history = histories["signed" if signed else "unsigned"]
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "journal.db"
@@ -1281,8 +1292,8 @@ def test_verify_fails_on_any_edited_dropped_or_reordered_receipt(
 
         store = SQLiteStore(path)
         try:
-            chain_only = verify(store, signing_key=history.signing_key)
-            with_stripe = verify(store, history.payments, signing_key=history.signing_key)
+            chain_only = verify(store, keys=history.keys)
+            with_stripe = verify(store, history.payments, keys=history.keys)
         finally:
             store.close()
     assert not chain_only.ok
@@ -1292,7 +1303,8 @@ def test_verify_fails_on_any_edited_dropped_or_reordered_receipt(
 def test_signed_tail_edit_with_a_recomputed_hash_fails_verify(
     histories: dict[str, History],
 ) -> None:
-    """With signing, even the last receipt edited and re-hashed is caught (its signature breaks)."""
+    """With signing, the last receipt edited and re-hashed is caught by its signature
+    alone, besides the log's head over it."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "journal.db"
         shutil.copyfile(histories["signed"].path, path)
@@ -1302,7 +1314,13 @@ def test_signed_tail_edit_with_a_recomputed_hash_fails_verify(
         store = SQLiteStore(path)
         try:
             last = list(store.receipts())[-1]
-            result = verify(store, signing_key=b"receipt-key")
+            result = verify(store, keys=histories["signed"].keys)
         finally:
             store.close()
-    assert result.problems == [f"receipt {HISTORY_LENGTH} ({last.action_id}): bad signature"]
+    assert result.problems == [
+        f"receipt {HISTORY_LENGTH} ({last.action_id}): its signature does not match its body "
+        f"under key {RECEIPT_SIGNING_KEY.key_id} (altered, or signed by someone else)",
+        f"tree head of size {HISTORY_LENGTH}: the log's first {HISTORY_LENGTH} receipts no "
+        "longer hash to its root (a receipt under it was removed or rewritten after it was "
+        "signed)",
+    ]

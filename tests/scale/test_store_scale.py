@@ -4,6 +4,7 @@ reads the store a batch at a time with memory bounded."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 import tracemalloc
@@ -20,6 +21,7 @@ from interlock import (
     new_action_id,
     verify,
 )
+from interlock._core.receipts import GENESIS_HASH, seal_chained
 from interlock._stores.sqlite import SCHEMA_VERSION
 
 OWNER = Owner("scale-worker", 1, 0.0, "test-host")
@@ -67,11 +69,31 @@ def _plans(store: SQLiteStore, call: object) -> list[str]:
     ]
 
 
+def _drop_the_log(conn: sqlite3.Connection) -> None:
+    """Make a store's receipts look as the code before the receipt log (schema 5) wrote
+    them: chained format 1 receipts (unsigned, as `_settle` wrote them), no place in a log
+    and no tree heads."""
+    prev = GENESIS_HASH
+    rows = conn.execute("SELECT seq, body FROM receipts ORDER BY seq").fetchall()
+    for seq, body in rows:
+        fields = {k: v for k, v in json.loads(body).items() if k not in ("v", "signed", "key_id")}
+        text, digest, _ = seal_chained(seq, prev, fields, None)
+        conn.execute(
+            "UPDATE receipts SET body=?, prev_hash=?, hash=? WHERE seq=?", (text, prev, digest, seq)
+        )
+        prev = digest
+    conn.execute("DROP INDEX receipts_leaf")
+    conn.execute("DROP INDEX receipts_unlogged")
+    conn.execute("ALTER TABLE receipts DROP COLUMN leaf")
+    conn.execute("DROP TABLE heads")
+
+
 def _downgrade_to_version_2(path: Path) -> None:
     """Make a store look as version 2 wrote it: no metadata index, no receipt index, no
-    turns."""
+    turns, no receipt log."""
     conn = sqlite3.connect(path)
     with conn:
+        _drop_the_log(conn)
         conn.execute("DROP TABLE turns")
         conn.execute("DROP TABLE action_metadata")
         conn.execute("DROP INDEX actions_receipt")
@@ -118,7 +140,7 @@ def test_a_version_2_store_is_migrated_in_place_and_read_as_it_is_read_only(
 
     read_only = SQLiteStore.open_read_only(path)
     assert read_only.actions({"case": "case-3"}) == [ids[3]]
-    assert verify(read_only, signing_key=None).ok
+    assert verify(read_only).ok
     read_only.close()
     version = sqlite3.connect(path).execute("SELECT value FROM meta").fetchone()
     assert version == ("2",)
@@ -129,7 +151,7 @@ def test_a_version_2_store_is_migrated_in_place_and_read_as_it_is_read_only(
     more = _settle(migrated, 2, case="later")
     assert migrated.actions({"case": "later-1"}) == [more[1]]
     assert [s.action_id for s in migrated.settled()] == ids + more
-    assert verify(migrated, signing_key=None).ok
+    assert verify(migrated).ok
     migrated.close()
     version = sqlite3.connect(path).execute("SELECT value FROM meta").fetchone()
     assert version == (str(SCHEMA_VERSION),)
@@ -150,6 +172,7 @@ def test_a_version_3_store_gets_its_turns_in_place_and_is_read_as_it_is_read_onl
     store.close()
     conn = sqlite3.connect(path)
     with conn:
+        _drop_the_log(conn)
         conn.execute("DROP TABLE turns")
         conn.execute("UPDATE meta SET value='3' WHERE key='schema_version'")
     conn.close()
@@ -158,7 +181,7 @@ def test_a_version_3_store_gets_its_turns_in_place_and_is_read_as_it_is_read_onl
     assert [s.action_id for s in read_only.settled()] == ids
     state = read_only.action(older.action_id)
     assert state is not None and state.claim is not None and state.claim.epoch == epoch
-    assert verify(read_only, signing_key=None).ok
+    assert verify(read_only).ok
     read_only.close()
 
     migrated = SQLiteStore(path)
@@ -180,7 +203,7 @@ def test_verify_keeps_memory_bounded_as_receipts_grow(tmp_path: Path) -> None:
         _settle(store, n)
         tracemalloc.start()
         try:
-            result = verify(store, signing_key=None)
+            result = verify(store)
             return tracemalloc.get_traced_memory()[1]
         finally:
             tracemalloc.stop()
@@ -206,7 +229,7 @@ def test_a_receipt_number_that_cannot_be_read_is_one_action_s_problem_not_a_casc
     conn.close()
 
     store = SQLiteStore.open_read_only(path)
-    result = verify(store, signing_key=None)
+    result = verify(store)
     store.close()
 
     assert sorted(result.problems) == [

@@ -27,11 +27,13 @@ from interlock import (
     Gate,
     Intent,
     IntentError,
+    KeyList,
     MemoryStore,
     Outcome,
     Owner,
     PaymentsUnsettledError,
     Refund,
+    SigningKey,
     SQLiteStore,
     Store,
     StoreError,
@@ -54,6 +56,14 @@ from tests.helpers.gate_rig import (
 )
 
 CAP = 2_000
+KEY = SigningKey.generate()
+
+
+def _trusting(key: SigningKey) -> KeyList:
+    """A key list naming `key` alone."""
+    trusted = KeyList()
+    trusted.add(key.public)
+    return trusted
 
 
 class World(GateWorld):
@@ -1032,31 +1042,66 @@ def test_timing_refuses_a_renewal_past_the_one_day_cap() -> None:
     assert timing.renewal_s <= day and timing.renewal_s >= timing.send_window_s
 
 
-def test_signed_receipts_verify_with_their_key_only(world: World) -> None:
-    """Receipts signed with a key verify with that key, and fail with another or with none."""
-    gate = world.gate(Owner.current("first"), signing_key=b"key-one")
-    gate.submit(world.decide(1_000))
-    gate.submit(world.decide(1_000))
-
-    good = verify(world.store, world.payments, signing_key=b"key-one")
-    bad = verify(world.store, world.payments, signing_key=b"key-two")
-    none = verify(world.store, world.payments)
-
-    assert good.ok and good.signed and good.chain_length == 2
-    assert len(bad.problems) == 2 and all("bad signature" in p for p in bad.problems)
-    assert not none.ok and all("signed, but no INTERLOCK_RECEIPT_KEY" in p for p in none.problems)
-
-
-def test_receipt_key_from_the_environment_signs_and_verifies(
+def test_signed_receipts_verify_with_their_key_only(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With INTERLOCK_RECEIPT_KEY set the gate signs and verify() checks with it."""
-    monkeypatch.setenv("INTERLOCK_RECEIPT_KEY", "env-key")
+    """Receipts signed with the gate's key verify under its public key alone, and fail
+    under a key list that does not name it or with none."""
+    monkeypatch.delenv("INTERLOCK_VERIFY_KEYS", raising=False)
+    gate = world.gate(Owner.current("first"), signing_key=KEY)
+    gate.submit(world.decide(1_000))
+    gate.submit(world.decide(1_000))
+
+    good = verify(world.store, world.payments, keys=_trusting(KEY))
+    bad = verify(world.store, world.payments, keys=_trusting(SigningKey.generate()))
+    none = verify(world.store, world.payments)
+
+    assert good.ok and good.signed and good.chain_length == 2, good.problems
+    assert good.formats == {"ed25519": 2}
+    assert len(bad.problems) == 2
+    assert all(f"signed by key {KEY.key_id}, which the key list does not name" in p
+               for p in bad.problems)  # fmt: skip
+    assert len(none.problems) == 2
+    assert all("but no key list was given to check it" in p for p in none.problems)
+
+
+def test_receipt_keys_from_the_environment_sign_and_verify(
+    world: World, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """With INTERLOCK_SIGNING_KEY naming the key's file the gate signs, and with
+    INTERLOCK_VERIFY_KEYS naming a key list verify() checks with it."""
+    KEY.save(tmp_path / "signing-key.pem")
+    _trusting(KEY).save(tmp_path / "keys.json")
+    monkeypatch.setenv("INTERLOCK_SIGNING_KEY", str(tmp_path / "signing-key.pem"))
+    monkeypatch.setenv("INTERLOCK_VERIFY_KEYS", str(tmp_path / "keys.json"))
     outcome = world.gate(Owner.current("first")).submit(world.decide())
 
     assert outcome.receipt is not None and outcome.receipt.signed
+    assert outcome.receipt.body["key_id"] == KEY.key_id
     assert verify(world.store, world.payments).ok
-    assert not verify(world.store, world.payments, signing_key=b"other").ok
+    assert not verify(world.store, world.payments, keys=_trusting(SigningKey.generate())).ok
+
+
+def test_a_receipt_secret_alone_stops_the_gate_in_words(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """INTERLOCK_RECEIPT_KEY (the HMAC secret receipts were signed with before) without a
+    signing key: the gate refuses to start, and says how to make and set the key."""
+    monkeypatch.delenv("INTERLOCK_SIGNING_KEY", raising=False)
+    monkeypatch.setenv("INTERLOCK_RECEIPT_KEY", "env-key")
+
+    with pytest.raises(ConfigError) as refused:
+        world.gate(Owner.current("first"))
+
+    words = str(refused.value)
+    assert "INTERLOCK_RECEIPT_KEY is set, but receipts are now signed with an Ed25519 key" in words
+    assert "keygen" in words and "INTERLOCK_SIGNING_KEY" in words
+
+
+def test_a_secret_as_the_signing_key_stops_the_gate_in_words(world: World) -> None:
+    """Bytes as `signing_key` (how the HMAC secret was given) are refused in words."""
+    with pytest.raises(ConfigError, match="not a shared secret"):
+        world.gate(Owner.current("first"), signing_key=b"key-one")  # type: ignore[arg-type]
 
 
 def test_unsigned_receipts_say_so(world: World) -> None:

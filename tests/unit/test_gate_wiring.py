@@ -3,6 +3,7 @@ worker process whole and exact, through one serialization."""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import inspect
 import stat
@@ -10,15 +11,18 @@ from dataclasses import fields
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
 from interlock import (
     UNSIGNED_APPROVALS,
     Approvers,
     ConfigError,
+    FileAnchor,
     Gate,
     GateOptions,
     MemoryStore,
     Owner,
+    SigningKey,
     StripeRefund,
     Timing,
 )
@@ -48,18 +52,24 @@ def test_gate_options_are_the_gates_keywords_with_the_same_defaults() -> None:
     assert {f.name: f.default for f in fields(GateOptions)} == params
 
 
-def test_a_gate_rebuilt_from_its_options_has_the_same_options() -> None:
-    """`Gate.from_options(store, effect, gate.options)` is the same gate, its settings resolved."""
+def test_a_gate_rebuilt_from_its_options_has_the_same_options(tmp_path: Path) -> None:
+    """`Gate.from_options(store, effect, gate.options)` is the same gate, its settings
+    resolved; the options' repr never shows the signing key's private bytes."""
     store, effect = MemoryStore(), StripeRefund(InProcessPayments(PaymentsModel()))
+    key = SigningKey.generate()
+    anchor = FileAnchor(tmp_path / "heads.jsonl")
     gate = Gate(
         store,
         effect,
         timing=ODD,
         owner=Owner.current("wiring"),
-        signing_key=b"MadeUp-receipt-key",
+        signing_key=key,
         max_sends=1,
         new_action_id=lambda: "act_fixed",
         approvers=UNSIGNED_APPROVALS,
+        anchors=[anchor],
+        log_every=7,
+        log_interval_s=2.5,
     )
 
     again = Gate.from_options(store, effect, gate.options)
@@ -67,7 +77,13 @@ def test_a_gate_rebuilt_from_its_options_has_the_same_options() -> None:
     assert again.options == gate.options
     assert (again.options.max_sends, again.options.new_action_id()) == (1, "act_fixed")
     assert again.options.timing == ODD and again.options.monotonic is not None
-    assert "MadeUp" not in repr(gate.options)
+    assert again.options.signing_key is key and again.options.anchors == (anchor,)
+    assert (again.options.log_every, again.options.log_interval_s) == (7, 2.5)
+    key.save(tmp_path / "signing-key.pem")
+    pem = (tmp_path / "signing-key.pem").read_text()
+    raw = key._key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
+    private = [pem.splitlines()[1], raw.hex(), base64.urlsafe_b64encode(raw).decode().rstrip("=")]
+    assert not any(text in repr(gate.options) for text in private)
 
 
 def test_timing_names_every_field_and_round_trips_through_the_environment() -> None:

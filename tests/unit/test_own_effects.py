@@ -22,6 +22,7 @@ from interlock import (
     Intent,
     MemoryStore,
     PaymentsRejectedError,
+    SigningKey,
     StripeTransfer,
     Timing,
     Transfers,
@@ -117,14 +118,14 @@ def test_a_custom_send_that_may_outlast_the_plan_is_refused_before_anything_runs
             MemoryStore(),
             _webhook(31),
             timing=timing,
-            signing_key=b"k" * 32,
+            signing_key=SigningKey.generate(),
             approvers=UNSIGNED_APPROVALS,
         )
     assert Gate(
         MemoryStore(),
         _webhook(30),
         timing=timing,
-        signing_key=b"k" * 32,
+        signing_key=SigningKey.generate(),
         approvers=UNSIGNED_APPROVALS,
     )
 

@@ -13,13 +13,14 @@ import json
 import sqlite3
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
 from interlock import (
     UNSIGNED_APPROVALS,
+    Event,
     Gate,
     Intent,
     KeyList,
@@ -33,7 +34,8 @@ from interlock import (
     refunds_fingerprint,
     verify,
 )
-from interlock._core.anchors import FileAnchor
+from interlock._core.anchors import Anchor, FileAnchor
+from interlock._core.effects import GRANT_METADATA_KEY, HEAD_METADATA_KEY
 from interlock._core.log import make_head
 from interlock._core.merkle import Frontier, leaf_hash, verify_inclusion
 from interlock._core.receipts import canonical_json
@@ -195,12 +197,24 @@ class World:
     """A gate over a SQLite store with its log anchored in a file elsewhere, five refunds
     sent through it; `sql` edits the store's file the way a writer of it would."""
 
-    def __init__(self, tmp_path: Path, key: SigningKey = KEY, sends: int = 5) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        key: SigningKey = KEY,
+        sends: int = 5,
+        clock: Clock | None = None,
+        others: Sequence[Anchor] = (),
+    ) -> None:
+        """`others`: anchors the gate publishes to beside the file (`anchor`)."""
         self.path = tmp_path / "journal.sqlite3"
         self.payments = InProcessPayments()
-        self.store = SQLiteStore(self.path)
+        self.clock = clock
+        self.store = (
+            SQLiteStore(self.path) if clock is None else SQLiteStore(self.path, clock=clock)
+        )
         (tmp_path / "elsewhere").mkdir()
         self.anchor = FileAnchor(tmp_path / "elsewhere" / "heads.jsonl")
+        self.others = tuple(others)
         self.key = key
         self.gate = self._gate(key)
         self.actions = [self.send() for _ in range(sends)]
@@ -212,13 +226,22 @@ class World:
             timing=Timing(claim_ttl_s=6, stripe_timeout_s=1),
             signing_key=key,
             approvers=UNSIGNED_APPROVALS,
-            anchors=[self.anchor],
+            anchors=[self.anchor, *self.others],
             log_every=1,
+            **(
+                {}
+                if self.clock is None
+                else {
+                    "clock": self.clock,
+                    "sleep": self.clock.sleep,
+                    "monotonic": self.clock.monotonic,
+                }
+            ),
         )
 
     def send(self) -> str:
         pi = self.payments.create_payment(5000).id
-        now = time.time()
+        now = time.time() if self.clock is None else self.clock()
         lease = Lease(f"lease_{uuid.uuid4().hex[:8]}", "refund", pi, 1000, now + 3600, "t", now)
         self.store.grant_lease(lease)
         fingerprint = refunds_fingerprint(self.payments.list_refunds(pi))
@@ -411,6 +434,7 @@ def test_a_store_written_before_the_log_is_read_then_migrated(tmp_path: Path) ->
 
     world = World.__new__(World)
     world.path, world.payments, world.store = path, InProcessPayments(), SQLiteStore(path)
+    world.clock, world.others = None, ()
     (tmp_path / "elsewhere").mkdir()
     world.anchor = FileAnchor(tmp_path / "elsewhere" / "heads.jsonl")
     world.gate = world._gate(KEY)
@@ -435,3 +459,76 @@ def test_proof_of_inclusion_checks_with_sha256_alone(world: World) -> None:
     leaf = leaf_hash(state.receipt.body_text.encode())
     assert verify_inclusion(leaf, entry.leaf, head.size, path, bytes.fromhex(head.root))
     assert not verify_inclusion(leaf, entry.leaf + 1, head.size, path, bytes.fromhex(head.root))
+
+
+# -- Stripe vouches for the log ------------------------------------------------------------
+
+
+def test_each_send_carries_the_grant_and_the_latest_head_and_verify_reads_them(
+    world: World,
+) -> None:
+    """Every refund after the first head carries the approval's digest and the latest
+    head's hash in its metadata; when a writer holding the key rebuilds the heads, Stripe's
+    list names the heads the store no longer holds (no anchor needed)."""
+    targets = [_target(world.store, aid) for aid in world.actions]
+    refunds = [r for pi in targets for r in world.payments.list_refunds(pi)]
+    heads = [r.metadata.get(HEAD_METADATA_KEY) for r in refunds]
+    assert heads.count(None) == 1, heads  # the first send: no head existed yet
+    assert all(len(r.metadata.get(GRANT_METADATA_KEY, "")) == 64 for r in refunds)
+    result = verify(world.store, world.payments, keys=_keys(), anchors=[world.anchor])
+    assert result.ok, result.problems
+
+    world.rewrite(2, KEY, amount=999)
+    world.rebuild_heads(KEY)
+    store = SQLiteStore.open_read_only(world.path)
+    try:
+        problems = verify(store, world.payments, keys=_keys()).problems
+    finally:
+        store.close()
+    vouched = [p for p in problems if "which the store's log no longer holds" in p]
+    assert len(vouched) == 4, problems
+
+
+def _target(store: Store, action_id: str) -> str:
+    state = store.action(action_id)
+    assert state is not None
+    return state.intent.target
+
+
+class _Crash(BaseException):
+    """A worker dying at an event (BaseException: nothing in the gate catches it)."""
+
+
+def test_a_resend_carries_the_evidence_of_the_first_attempt(tmp_path: Path) -> None:
+    """A worker dies after commit 2, before its call; meanwhile the log gets a new head.
+    The recovering worker sends with the evidence the first attempt journaled, not the new
+    head: a key never meets two sets of parameters."""
+    # The dead worker's `sending` claim is waited out on a fake clock, in no real time.
+    clock = Clock()
+    world = World(tmp_path, sends=2, clock=clock)
+    pi = world.payments.create_payment(5000).id
+    now = clock()
+    lease = Lease(f"lease_{uuid.uuid4().hex[:8]}", "refund", pi, 1000, now + 3600, "t", now)
+    world.store.grant_lease(lease)
+    fingerprint = refunds_fingerprint(world.payments.list_refunds(pi))
+    intent = Intent(new_action_id(), "refund", pi, 1000, lease.id, fingerprint)
+
+    def die_before_send(event: Event) -> None:
+        if event.kind == "before-send":
+            raise _Crash()
+
+    dying = world._gate(KEY)
+    dying._emit_to = die_before_send
+    with pytest.raises(_Crash):
+        dying.submit(intent)
+    ((first,),) = [
+        [h.data["evidence"] for h in world.store.history(intent.action_id) if h.record == "sending"]
+    ]
+    world.send()  # another action settles: the log's latest head moves on
+    assert world.gate.log.latest_hash() != first[HEAD_METADATA_KEY]
+
+    recovered = world._gate(KEY).recover_action(intent.action_id, wait=True)
+
+    assert recovered.status == "sent"
+    (refund,) = world.payments.list_refunds(pi)
+    assert {k: refund.metadata[k] for k in first} == first

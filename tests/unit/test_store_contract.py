@@ -46,6 +46,7 @@ from interlock import (
     refunds_fingerprint,
     verify,
 )
+from interlock._core.merkle import leaf_hash
 from interlock.testing import InProcessPayments
 from tests.helpers.approvals import APPROVER, APPROVERS
 from tests.helpers.gate_rig import (
@@ -565,7 +566,9 @@ def test_sibling_submits_on_threads_refund_once(backend: Backend, n: int) -> Non
 
 
 def test_settle_writes_outcome_receipt_and_spend_together(backend: Backend) -> None:
-    """Commit 3: the outcome, a chained receipt, the spend; the reservation is released."""
+    """Commit 3: the outcome, a receipt, the spend; the reservation is released. Receipt
+    ids are unique and grow (PostgreSQL's sequence may leave gaps); a receipt links to
+    none before it: its place is the log's, given after the commit."""
     clock = Clock()
     store = backend.make(clock)
     lease = _lease(store, clock())
@@ -586,9 +589,15 @@ def test_settle_writes_outcome_receipt_and_spend_together(backend: Backend) -> N
         assert state.receipt == receipt and state.claim is not None
         assert not state.claim.sending and not state.claim.live(clock())
 
-    assert [r.seq for r in receipts] == [1, 2]
-    assert receipts[1].prev_hash == receipts[0].hash
+    assert receipts[0].seq < receipts[1].seq
+    for r in receipts:
+        body = json.loads(r.body_text)
+        assert (body["v"], body["signed"], body["key_id"], r.signature) == (2, False, None, None)
+        assert "seq" not in body and "prev_hash" not in body and r.prev_hash == ""
+        assert r.hash == leaf_hash(r.body_text.encode()).hex()
+        assert (body["x"], body["action_id"]) == (1, r.action_id)
     assert list(store.receipts()) == receipts
+    assert store.unlogged_count() == 2 and list(store.logged()) == []
     stored = store.lease(lease.id)
     assert stored is not None and (stored.spent, dict(stored.reservations)) == (500, {})
     assert store.pending() == []
