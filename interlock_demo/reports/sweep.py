@@ -32,10 +32,11 @@ for it. Every card is read once the held call has ended at Stripe.
 Offline, the crash sweep has one row more, `store rewritten` (`REWRITE_ROW`): a run whose
 worker dies right after its receipt's commit (`after-outcome`), in a journal of its own;
 then a writer of that journal who holds the gate's key rewrites the refund's receipt to
-`refused`, signs it again and signs every tree head again (`reports.rewrite`). Interlock's
-cell is right only if `verify()` with the public key list and the anchor names that receipt
-as altered after it was anchored, while without the anchor every signature, hash and tree
-head holds (`caught`); its problems are in the JSON (`problems`).
+`refused`, signs it again and builds the receipt log again under a head signed with the
+key (`reports.rewrite`). Interlock's cell is right only if `verify()` with the public key
+list and the anchor names that receipt as altered after it was anchored, while without the
+anchor every signature, hash and tree head holds (`caught`); its problems are in the JSON
+(`problems`).
 """
 
 from __future__ import annotations
