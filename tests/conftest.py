@@ -34,6 +34,8 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         "INTERLOCK_NO_LOOKUP",
         "INTERLOCK_CRASH",
         "INTERLOCK_RECEIPT_KEY",
+        "INTERLOCK_SIGNING_KEY",
+        "INTERLOCK_VERIFY_KEYS",
         "INTERLOCK_STORE",
         "INTERLOCK_APPROVERS",
     ):

@@ -19,9 +19,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from interlock import (
+    Anchor,
     Approvers,
     Owner,
     Payments,
+    SigningKey,
     Store,
     Timing,
     format_amount,
@@ -136,6 +138,11 @@ class WorkerContext:
     # The approvers whose signed approvals the gate acts under; None: the public keys
     # INTERLOCK_APPROVERS names (a worker process is given those, never a private key).
     approvers: Approvers | None = None
+    # The gate's receipt key (None: the key `INTERLOCK_SIGNING_KEY` names, if any) and
+    # where its receipt log's tree heads are anchored: only the interlock column's worker
+    # is given the key (its process loads it from the file the engine names).
+    signing_key: SigningKey | None = None
+    anchors: tuple[Anchor, ...] = ()
 
 
 # Builds a column's worker context for one run from the case, its decision box, how it

@@ -1,7 +1,8 @@
 """The interlock column: the refund behind `interlock.Gate`, and recovery on restart.
 
-1. Recover: the case's journaled actions without an outcome go through
-   `gate.recover_action` (it finds its own refund at Stripe, or re-checks and sends).
+1. Recover: on a restart the receipt log is caught up first (a receipt the killed worker
+   committed but did not number); the case's journaled actions without an outcome go
+   through `gate.recover_action` (it finds its own refund at Stripe, or re-checks and sends).
 2. Or, with nothing journaled, ask the model and `gate.submit` the refund it decided.
 
 The gate journals, claims, looks up, checks and sends; this worker only turns its
@@ -33,6 +34,12 @@ from workers.protocol import ColumnOutcome, EventKind, event_fields, gate_kind
 from workers.protocol.case import Case
 from workers.protocol.switches import Switches
 from workers.protocol.words import MONEY_AT, gate_event_text, key_refused_reason
+
+# How many receipts the gate numbers into its receipt log at a time: every one. A demo run
+# has one action (and maybe a re-approval) per column, so the library's batching (100
+# receipts, or 5 s) would leave the run's receipt out of the log and its anchor when the
+# card is read; the cost of a head per receipt is a few milliseconds, invisible here.
+LOG_EVERY = 1
 
 # Whether it acts through a gate (and so reaches the gate's own crash points, `gate_only`).
 GATED = True
@@ -73,8 +80,9 @@ def emulating(effect: Effect, switches: Switches) -> Effect:
 
 
 def gate_options(ctx: WorkerContext) -> GateOptions:
-    """A worker's gate options: its context's timing, owner, clocks and sleep, and its
-    event lines and crash points (`gate_listener`)."""
+    """A worker's gate options: its context's timing, owner, clocks and sleep, its event
+    lines and crash points (`gate_listener`), its receipt key and anchors, and a receipt
+    log extended at every receipt (`LOG_EVERY`)."""
     return GateOptions(
         timing=ctx.timing,
         owner=ctx.owner,
@@ -83,12 +91,20 @@ def gate_options(ctx: WorkerContext) -> GateOptions:
         sleep=ctx.sleep,
         monotonic=ctx.monotonic,
         approvers=ctx.approvers,
+        signing_key=ctx.signing_key,
+        anchors=ctx.anchors,
+        log_every=LOG_EVERY,
     )
 
 
 def _recover_or_submit(ctx: WorkerContext, gate: Gate) -> ColumnOutcome:
     case = ctx.case
     mine = ctx.store.actions(case.metadata)
+    if mine:
+        # A restart: the worker before may have died between its receipt's commit and
+        # numbering it into the log (or anchoring its head), as `gate.recover()` knows;
+        # this worker recovers its case's actions one by one, so it catches up itself.
+        gate.catch_up_log()
     # Each of the case's few actions is read on its own: the store's pending list may be long.
     states = [(aid, ctx.store.action(aid)) for aid in mine]
     pending = [aid for aid, state in states if state is not None and state.settlement is None]

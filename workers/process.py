@@ -14,10 +14,12 @@ Both process entries use it: `workers.standalone` (one run of one case) and
 Environment: `INTERLOCK_HOME`, `INTERLOCK_STORE` (the journal), `INTERLOCK_CRASH`,
 `INTERLOCK_AGENT` (`scripted`, `anthropic`, or `none`: act on a saved decision, no
 model), `INTERLOCK_STRIPE_BASE` (offline: the emulator's address), `STRIPE_SECRET_KEY`,
-`ANTHROPIC_API_KEY` (only when a real model is asked), `INTERLOCK_RECEIPT_KEY` (only
-interlock's), the whole timing (`worker_timing`: every `Timing.ENV_NAMES`) and the emulated
-switches (`workers.protocol.switches`: the interlock column wraps its effect in them). The
-engine gives it nothing else (`interlock_demo.settings.worker.worker_env`).
+`ANTHROPIC_API_KEY` (only when a real model is asked), `INTERLOCK_SIGNING_KEY` (the path
+of the gate's receipt key: only interlock's), the whole timing (`worker_timing`: every
+`Timing.ENV_NAMES`) and the emulated switches (`workers.protocol.switches`: the interlock
+column wraps its effect in them). The gate anchors its receipt log in
+`anchor_path(INTERLOCK_HOME)`. The engine gives it nothing else
+(`interlock_demo.settings.worker.worker_env`).
 """
 
 from __future__ import annotations
@@ -33,8 +35,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from interlock import (
+    Anchor,
     ConfigError,
+    FileAnchor,
     Owner,
+    SigningKey,
     Store,
     Timing,
     open_store,
@@ -44,7 +49,7 @@ from workers import stripe_sdk
 from workers.agent import AgentError, AnthropicModel, Model, ScriptedModel
 from workers.context import ContextFactory, DecisionBox, Emit, WorkerContext
 from workers.protocol import EXIT_ORPHANED, EventKind
-from workers.protocol.case import AGENT_NONE, Case
+from workers.protocol.case import AGENT_NONE, ENV_SIGNING_KEY, Case, anchor_path
 from workers.protocol.switches import Switches
 from workers.protocol.words import EMULATOR, STRIPE
 
@@ -145,8 +150,10 @@ def context_factory(
     """How this process builds a worker context for a case: its journal, payments, timing,
     switches and crash point, a model from `INTERLOCK_AGENT`, an owner named after the
     column and the pid, the wall clock, and who answers (the emulator when
-    `INTERLOCK_STRIPE_BASE` is set, else Stripe)."""
+    `INTERLOCK_STRIPE_BASE` is set, else Stripe), and the gate's receipt key and anchor
+    (`receipt_signing`)."""
     crash = _crash_hook(crash_at)
+    signing_key, anchors = receipt_signing()
 
     def make(
         case: Case, box: DecisionBox, emit_: Emit, sleep: Callable[[float], None]
@@ -166,9 +173,25 @@ def context_factory(
             sleep=sleep,
             answerer=EMULATOR if os.environ.get("INTERLOCK_STRIPE_BASE") else STRIPE,
             crash_point=crash_at,
+            signing_key=signing_key,
+            anchors=anchors,
         )
 
     return make
+
+
+def receipt_signing(
+    env: Mapping[str, str] | None = None,
+) -> tuple[SigningKey | None, tuple[Anchor, ...]]:
+    """The gate's receipt key, loaded from the file `INTERLOCK_SIGNING_KEY` names (None
+    when unset: only the interlock column's worker is given it), and its anchor: the
+    file `anchor_path(INTERLOCK_HOME)`, whose folder the engine made."""
+    env = os.environ if env is None else env
+    path = env.get(ENV_SIGNING_KEY)
+    if not path:
+        return None, ()
+    home = Path(env.get("INTERLOCK_HOME", ".interlock"))
+    return SigningKey.load(path), (FileAnchor(anchor_path(home)),)
 
 
 def _watch_supervisor() -> None:

@@ -288,9 +288,14 @@ def _interlock_refund(ctx: WorkerContext, decision: Decision) -> ColumnOutcome:
     # The activity's context sleeps with a bare "waiting" heartbeat; ActivityGate's own
     # sleep beats with the gate's last event instead, over a plain sleep.
     options = replace(gate_options(ctx), sleep=time.sleep)
-    guard = ActivityGate(
-        refund_gate(ctx.store, ctx.payments, options, answerer=ctx.answerer, switches=ctx.switches)
+    gate = refund_gate(
+        ctx.store, ctx.payments, options, answerer=ctx.answerer, switches=ctx.switches
     )
+    if ctx.store.actions(ctx.case.metadata):
+        # A retried activity: the attempt before may have died between its receipt's
+        # commit and numbering it into the log (as the standalone worker's restart does).
+        gate.catch_up_log()
+    guard = ActivityGate(gate)
     intent = refund_intent(ctx.case, decision, activity_action_id())
     try:
         outcome = gate_report(guard.send(intent))

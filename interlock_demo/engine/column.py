@@ -19,7 +19,16 @@ import time
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from interlock import InterlockError, Lease, Payments, Store, format_amount, verify
+from interlock import (
+    Anchor,
+    AnchorError,
+    InterlockError,
+    Lease,
+    Payments,
+    Store,
+    format_amount,
+    verify,
+)
 from interlock.testing import UNSETTLED_REPORTS, CrashPoint, PaymentsModel
 from interlock_demo.core.columns import column_kind
 from interlock_demo.core.run import (
@@ -38,6 +47,7 @@ from interlock_demo.errors import ColumnFailed, UsageError
 from interlock_demo.network import live_failure_line
 from interlock_demo.settings.approver import SUPPORT, support_approver
 from interlock_demo.settings.config import DemoConfig
+from interlock_demo.settings.receipt_key import receipt_anchors, verify_keys
 from scenarios import (
     CURRENCY,
     FAULTS,
@@ -458,7 +468,7 @@ class ColumnScript:
 
     def _card(self) -> None:
         assert self.case is not None
-        fill_card(self.run, self.column, self.payments, self.store, self.case)
+        fill_card(self.run, self.column, self.payments, self.store, self.case, self.config)
 
 
 def fill_card(
@@ -467,11 +477,15 @@ def fill_card(
     payments: Payments,
     store: Store,
     case: Case,
+    config: DemoConfig,
     *,
     reapproved: bool = False,
 ) -> None:
     """Fill the column's result card from Stripe (and, for interlock, its journal).
 
+    Interlock's `verify()` reads only the public key list (`verify_keys`) and the anchor
+    (`receipt_anchors`); the card also says where the run's receipt is in the receipt log
+    and whether an anchored head covers it (`receipt_log_facts`).
     After a re-approval the truth table no longer applies, so `as_predicted` stays.
     """
     assert col.wanted is not None
@@ -482,11 +496,17 @@ def fill_card(
     receipt = verified = None
     if column_kind(col.name).signs_receipts:
         actions = store.actions(case.metadata)
+        seq = None
         for aid in actions:
             state = store.action(aid)
             if state is not None and state.receipt is not None:
                 receipt = state.receipt.to_dict()
-        result = verify(store, payments, actions=actions).to_dict()
+                seq = state.receipt.seq
+        anchors = receipt_anchors(config, store)
+        result = verify(
+            store, payments, actions=actions, keys=verify_keys(config), anchors=anchors
+        ).to_dict()
+        result.update(receipt_log_facts(store, anchors, seq))
         verified = result
         want_ok = SWITCH_NO_LOOKUP not in run.emulated
         if exp is not None and result["ok"] != want_ok:
@@ -504,3 +524,29 @@ def fill_card(
         col.state = ColumnState.DONE
 
     run.update(col.name, fill)
+
+
+def receipt_log_facts(
+    store: Store, anchors: tuple[Anchor, ...], seq: int | None
+) -> dict[str, int | bool | None]:
+    """Where receipt `seq` is in the receipt log and whether the anchors hold it.
+
+    `log_place`: its place counted from 1 (its leaf index + 1), None when it is not in
+    the log (yet: a worker killed before it numbered it leaves it for the next gate's
+    catch-up); `receipt_anchored`: whether every anchor holds a head that covers it.
+    """
+    place = None
+    if seq is not None:
+        # The run's receipt is near the log's end, but a place is only found by reading
+        # from the start: the store keeps no index from receipt to place.
+        place = next((e.leaf + 1 for e in store.logged() if e.seq == seq), None)
+    anchored = place is not None and bool(anchors)
+    for anchor in anchors if anchored else ():
+        try:
+            held = anchor.heads()
+        except AnchorError:
+            anchored = False  # verify() names what cannot be read
+            break
+        assert place is not None
+        anchored = anchored and any(h.head.size >= place for h in held)
+    return {"log_place": place, "receipt_anchored": anchored}

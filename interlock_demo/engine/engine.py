@@ -68,9 +68,10 @@ from interlock_demo.errors import BusyError
 from interlock_demo.settings.approver import SUPPORT, support_approver
 from interlock_demo.settings.config import DemoConfig
 from interlock_demo.settings.modes import TEMPORAL
+from interlock_demo.settings.receipt_key import receipt_anchors, receipt_key
 from interlock_demo.settings.worker import EMULATOR_KEY
 from scenarios import CURRENCY, LEASE_CAP, REFUND_AMOUNT, SCENARIOS, Scenario, scenario
-from workers.interlock import refund_gate
+from workers.interlock import LOG_EVERY, refund_gate
 from workers.protocol import ColumnOutcome, event_fields, gate_kind
 from workers.protocol.case import Case
 from workers.protocol.words import gate_event_text
@@ -301,6 +302,9 @@ class Engine:
                     clock=self.clock.wall,
                     new_action_id=self.ids.action_id,
                     approvers=Approvers.of(support),
+                    signing_key=receipt_key(config),
+                    anchors=receipt_anchors(config, store),
+                    log_every=LOG_EVERY,
                 ),
                 answerer=config.run_mode.answerer,
                 switches=config.switches,
@@ -333,7 +337,7 @@ class Engine:
                 )
 
             run.update(gated, record)
-            fill_card(run, col, payments, store, case, reapproved=True)
+            fill_card(run, col, payments, store, case, config, reapproved=True)
         finally:
             if owned is not None:
                 owned.close()

@@ -19,6 +19,7 @@ from interlock_demo.core.run import WorkerInfo
 from interlock_demo.engine.column import FAULTS_NEED_THE_EMULATOR, ColumnScript
 from interlock_demo.errors import ColumnFailed
 from interlock_demo.settings.approver import support_approver
+from interlock_demo.settings.receipt_key import receipt_anchors, receipt_key
 from scenarios import REFUND_AMOUNT
 from workers.agent import ScriptedModel
 from workers.context import MemoryBox, SimulatedCrash, WorkerContext
@@ -120,6 +121,9 @@ class MockLauncher:
             crash_point=crash_point,
             # The engine's own approver: a mock worker runs in its process, with no files.
             approvers=Approvers.of(support_approver(script.config)),
+            # This process's receipt key and the run's anchor in memory, as the approver's.
+            signing_key=receipt_key(script.config),
+            anchors=receipt_anchors(script.config, script.store),
         )
         self._on_event(
             script, {"kind": EventKind.START, "text": f"{col.name} worker started (simulated)"}

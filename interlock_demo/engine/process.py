@@ -30,6 +30,7 @@ from interlock_demo.engine.supervisor import Supervisor, WorkerProcess, WorkerSt
 from interlock_demo.errors import ColumnFailed
 from interlock_demo.settings.config import DemoConfig
 from interlock_demo.settings.private import open_private
+from interlock_demo.settings.receipt_key import prepare_receipt_signing
 from interlock_demo.settings.worker import worker_env
 from workers.protocol import EventKind
 from workers.protocol.case import Case, decision_path
@@ -128,6 +129,8 @@ class ProcessLauncher:
         case_file = self.case_file(case)
         with open_private(case_file, "w") as f:
             f.write(json.dumps(case.to_dict()))
+        if column_kind(script.column.name).signs_receipts:
+            prepare_receipt_signing(config.paths)
         env = worker_env(
             config,
             self.stripe_base,

@@ -28,16 +28,29 @@ the other workers) naming the key problem; support then fixes the key and the wo
 once more, and the cell's final report is what that run settles. Both reports are in the
 cell (`reports`). The standard worker's restart reads nothing, so no read fault is armed
 for it. Every card is read once the held call has ended at Stripe.
+
+Offline, the crash sweep has one row more, `store rewritten` (`REWRITE_ROW`): a run whose
+worker dies right after its receipt's commit (`after-outcome`), in a journal of its own;
+then a writer of that journal who holds the gate's key rewrites the refund's receipt to
+`refused`, signs it again and builds the receipt log again under a head signed with the
+key (`reports.rewrite`). Interlock's cell is right only if `verify()` with the public key
+list and the anchor names that receipt as altered after it was anchored, while without the
+anchor every signature, hash and tree head holds (`caught`); its problems are in the JSON
+(`problems`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import shutil
 import sys
+import tempfile
 import threading
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TextIO
 
 from interlock import Store
@@ -47,8 +60,10 @@ from interlock_demo.core.run import Column, Run
 from interlock_demo.core.verdict import tally
 from interlock_demo.engine import Engine, RunChoice
 from interlock_demo.exit_codes import ExitCode
+from interlock_demo.reports.rewrite import REWRITTEN_TO, caught, rewrite_and_verify
 from interlock_demo.settings.config import DemoConfig
 from interlock_demo.settings.modes import TEMPORAL
+from interlock_demo.settings.paths import Paths
 from interlock_demo.stopping import Stopped, on_stop
 from scenarios import (
     FAULTS,
@@ -64,6 +79,13 @@ from workers.protocol import EventKind
 # Runs at once: each run is three columns of worker processes on a 2-core machine.
 DEFAULT_PARALLEL = 3
 
+REWRITE_ROW = "store rewritten"
+"""The row whose journal is rewritten after its run by a writer holding the gate's key."""
+# Its run: the worker dies between its receipt's commit and numbering it into the log, so
+# the restarted worker's catch-up is what logs and anchors the receipt that is rewritten.
+REWRITE_CRASH_POINT = CrashPoint.AFTER_OUTCOME
+REWRITE_OUTAGE = "none"
+
 
 @dataclass(frozen=True)
 class Cell:
@@ -72,6 +94,9 @@ class Cell:
     `reported` is the column's last report; `reports` every worker's, in order. `lease`
     (interlock only): the approval's cap, spent and reserved cents, read from the store;
     `verified` (interlock only): whether `verify()` with the Stripe reader found no problem.
+    `tamper` names the row when the journal was rewritten after the run (`REWRITE_ROW`);
+    then interlock's `caught` says whether `verify()` with the anchor named the rewritten
+    receipt, and `problems` are what that `verify()` found.
     """
 
     crash_point: CrashPoint | None
@@ -88,6 +113,9 @@ class Cell:
     reports: tuple[str, ...] = ()
     lease: dict[str, int] | None = None
     verified: bool | None = None
+    tamper: str | None = None
+    caught: bool | None = None
+    problems: tuple[str, ...] = ()
 
     @property
     def overspent(self) -> bool:
@@ -98,7 +126,9 @@ class Cell:
 
     @property
     def axis(self) -> str:
-        """What the row varies: the fault, or the crash point."""
+        """What the row varies: the fault, or the crash point (the rewrite's row names it)."""
+        if self.tamper is not None:
+            return f"{self.tamper} ({self.crash_point})"
         return self.fault if self.fault is not None else str(self.crash_point)
 
     def to_json(self) -> dict[str, Any]:
@@ -117,6 +147,9 @@ class Cell:
             "reason": self.reason,
             "lease": self.lease,
             "verified": self.verified,
+            "tamper": self.tamper,
+            "caught": self.caught,
+            "problems": list(self.problems),
             "error": self.error,
         }
 
@@ -247,13 +280,25 @@ def run_sweep(
                 progress.write(f"[{len(results):2d}/{len(plan)}] {row:<20} {outage:<12} {marks}\n")
                 progress.flush()
 
+    rewriting = faults is None and config.run_mode.emulator
     pool = ThreadPoolExecutor(max_workers=len(engines), thread_name_prefix="sweep")
     store: Store | None = None
+    rewritten: list[Cell] = []
     try:
         with on_stop(halt):
             store = config.open_store()
             for future in [pool.submit(one, cell) for cell in plan]:
                 future.result()
+            if rewriting and not halted.is_set():
+                rewritten = _rewrite_row(config, engines, lock, halted)
+                if progress is not None and rewritten:
+                    marks = " ".join(
+                        f"{c.column}:{'ok' if c.ok else 'WRONG'}"
+                        + ("" if c.caught is not False else "/NOT-CAUGHT")
+                        for c in rewritten
+                    )
+                    progress.write(f"[rewrite] {REWRITE_ROW:<20} {REWRITE_OUTAGE:<12} {marks}\n")
+                    progress.flush()
     except Stopped as stop:
         # The runs going end as their workers die; wait for them before counting.
         pool.shutdown(cancel_futures=True)
@@ -269,7 +314,58 @@ def run_sweep(
             engine.close()
         if store is not None:
             store.close()
-    return [cell for key in plan for cell in results[key]]
+    return [cell for key in plan for cell in results[key]] + rewritten
+
+
+def _rewrite_row(
+    config: DemoConfig, engines: list[Engine], lock: threading.Lock, halted: threading.Event
+) -> list[Cell]:
+    """The `store rewritten` row: its run in a journal and home of their own (a temporary
+    folder in the demo's, removed after), the rewrite, and `verify()` with the anchor.
+
+    The journal is always a SQLite file there, whatever `config.store` is: the rewrite is
+    done in the file, and no other cell's journal may be rewritten.
+    """
+    home = Path(tempfile.mkdtemp(prefix="sweep-rewrite-", dir=config.paths.prepare().demo))
+    try:
+        own = dataclasses.replace(config, paths=Paths(home), store=None)
+        engine = Engine(own)
+        with lock:
+            if halted.is_set():
+                return []
+            engines.append(engine)  # a stop now kills its workers too
+        try:
+            sc = sweep_scenario(REWRITE_CRASH_POINT, REWRITE_OUTAGE)  # type: ignore[arg-type]
+            run = engine.run(RunChoice(own, sc.id, optional=OPTIONAL))
+        finally:
+            engine.close()
+        if halted.is_set():
+            return []
+        store = own.open_store()
+        try:
+            cells = cells_of(run, REWRITE_CRASH_POINT, REWRITE_OUTAGE, store=store)
+        finally:
+            store.close()
+        return [_rewritten(cell, run, own) for cell in cells]
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def _rewritten(cell: Cell, run: Run, config: DemoConfig) -> Cell:
+    """`cell` of the rewrite's run; interlock's after its receipt was rewritten."""
+    cell = dataclasses.replace(cell, tamper=REWRITE_ROW)
+    if not column_kind(cell.column).signs_receipts or cell.error:
+        return cell
+    outcome = run.column(cell.column).outcome
+    if outcome is None or not outcome.action_id or outcome.status not in ("sent", "adopted"):
+        # Nothing was refunded: there is no refund's receipt to rewrite.
+        return dataclasses.replace(cell, caught=False, problems=("no refund's receipt",))
+    anchored, alone = rewrite_and_verify(config, outcome.action_id)
+    return dataclasses.replace(
+        cell,
+        caught=caught(anchored, alone, outcome.action_id),
+        problems=tuple(anchored.problems),
+    )
 
 
 def table(cells: list[Cell]) -> str:
@@ -315,8 +411,13 @@ def _cell_text(cell: Cell) -> str:
         lease = f", LEASE OVERSPENT ({cell.lease['spent'] + cell.lease['reserved']} cents)"
     if cell.verified is False:
         lease += ", verify() found problems"
+    if cell.caught is False:
+        lease += ", the rewrite was NOT caught"
     reports = " → ".join(_shown(r) for r in cell.reports or (cell.reported,))
-    return f"{verdict}{truth}{lease}: {_money(cell.got)}; reported {reports}"
+    text = f"{verdict}{truth}{lease}: {_money(cell.got)}; reported {reports}"
+    if cell.caught:
+        text += f"; receipt rewritten to {REWRITTEN_TO}, re-signed: caught by the anchor"
+    return text
 
 
 def _shown(report: str) -> str:
@@ -325,13 +426,18 @@ def _shown(report: str) -> str:
 
 
 def interlock_failures(cells: list[Cell]) -> list[Cell]:
-    """Cells where interlock is wrong or untruthful, its lease was overspent, or `verify()`
-    found a problem."""
+    """Cells where interlock is wrong or untruthful, its lease was overspent, `verify()`
+    found a problem in its run, or a rewrite of its journal was not caught."""
     return [
         c
         for c in cells
         if column_kind(c.column).signs_receipts
-        and (not (c.ok and c.truthful) or c.overspent or c.verified is False)
+        and (
+            not (c.ok and c.truthful)
+            or c.overspent
+            or c.verified is False
+            or (c.tamper is not None and not c.caught)
+        )
     ]
 
 
@@ -351,9 +457,10 @@ def main_sweep(
         )
         return ExitCode.USAGE
     rows = f"{len(SWEEP_FAULTS)} faults" if faults else f"{len(SWEEP_CRASH_POINTS)} crash points"
+    rewrite = f" + the {REWRITE_ROW!r} row" if not faults and config.run_mode.emulator else ""
     sys.stderr.write(
         f"sweep: {rows} x {len(SWEEP_OUTAGES)} outages x "
-        f"{len(COLUMN_KINDS)} columns, {config.mode} mode, {parallel} runs at a time\n"
+        f"{len(COLUMN_KINDS)} columns{rewrite}, {config.mode} mode, {parallel} runs at a time\n"
     )
     try:
         cells = run_sweep(

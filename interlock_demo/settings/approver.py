@@ -33,10 +33,10 @@ def paths_support_approver(paths: Paths) -> Approver:
     """Support's approver under `paths` (see `support_approver`), made there once."""
     if not paths.approver_key.exists():
         fresh = Approver.generate(SUPPORT)
-        _place(paths.approver_key, fresh.save)
+        place_private(paths.approver_key, fresh.save)
     approver = Approver.load(SUPPORT, paths.approver_key)
     if not paths.approvers.exists():
-        _place(paths.approvers, lambda path: _write_private(path, approver.public_pem()))
+        place_private(paths.approvers, lambda path: write_private(path, approver.public_pem()))
     return approver
 
 
@@ -45,14 +45,16 @@ def _mock_support() -> Approver:
     return Approver.generate(SUPPORT)
 
 
-def _write_private(path: Path, data: bytes) -> None:
+def write_private(path: Path, data: bytes) -> None:
+    """Write `data` to a new 0600 file at `path`."""
     with open_private(path, "wb") as f:
         f.write(data)
 
 
-def _place(path: Path, write: Callable[[Path], object]) -> None:
+def place_private(path: Path, write: Callable[[Path], object]) -> None:
     """Write a new private file whole under another name, then link it into place unless
-    another engine placed one first (so no reader ever sees half a key)."""
+    another engine placed one first (so no reader ever sees half a key). A link already
+    at `path` is left as it is (`os.link` never follows it): the reader refuses it."""
     private_dir(path.parent)
     fresh = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.new")
     write(fresh)

@@ -59,11 +59,15 @@ INHERITED_PREFIXES = ("LC_",)
 # A worker, on top: the settings it reads that the engine does not resolve itself, when
 # set (the timing is resolved: `DemoConfig.timing`, written whole by `Timing.to_env`),
 PASSED_SETTINGS = ("INTERLOCK_MODEL",)
-# and the receipt key, for the one column that signs receipts.
-ENV_RECEIPT_KEY = "INTERLOCK_RECEIPT_KEY"
-# The demo itself or a benchmark: all of the demo's own settings (timings, the store,
-# the receipt key, the model), which start so.
+# (The receipt key is the demo's own, made under INTERLOCK_HOME: `settings.receipt_key`;
+# the one column that signs receipts is told its path.)
+# The demo itself or a benchmark: all of the demo's own settings (timings, the store, the
+# model), which start so,
 DEMO_PREFIX = "INTERLOCK_"
+# but not the settings of the presenter's own gates' receipt keys: the demo signs with its
+# own key and verifies with its public key list, whatever these say, and a child gate
+# given an HMAC secret from before signed receipts would refuse to start.
+NOT_PASSED = ("INTERLOCK_RECEIPT_KEY", "INTERLOCK_SIGNING_KEY", "INTERLOCK_VERIFY_KEYS")
 # The demo itself when it may run live: the user's keys, under the names `keys.py` finds
 # them by, and where the `stripe` CLI keeps what `stripe login` saved (the Stripe key's
 # fallback), which the `stripe` CLI itself gets too.
@@ -87,14 +91,16 @@ def demo_env(
 ) -> dict[str, str]:
     """The environment of a child that is the demo itself.
 
-    The allow-list, every `INTERLOCK_*` setting (the child resolves its timings, store and
-    receipt key as we would, and gives its workers only what each needs), `INTERLOCK_HOME`
+    The allow-list, every `INTERLOCK_*` setting but `NOT_PASSED` (the child resolves its
+    timings and store as we would, and gives its workers only what each needs), `INTERLOCK_HOME`
     set to `home` when given, and with `keys` the user's keys and where `stripe login`
     keeps one: only for a child that may run live (a browser tab's app can switch modes).
     """
     parent = os.environ if parent is None else parent
     env = child_env(parent)
-    env.update({k: v for k, v in parent.items() if k.startswith(DEMO_PREFIX)})
+    env.update(
+        {k: v for k, v in parent.items() if k.startswith(DEMO_PREFIX) and k not in NOT_PASSED}
+    )
     if home is not None:
         env["INTERLOCK_HOME"] = str(home)
     if keys:
@@ -104,10 +110,8 @@ def demo_env(
 
 def bench_env(parent: Mapping[str, str] | None = None) -> dict[str, str]:
     """A benchmark's environment: the demo's settings (it reads the timings and the store),
-    no key, and not the receipt key (no benchmark signs with the user's)."""
-    env = demo_env(parent=parent)
-    env.pop(ENV_RECEIPT_KEY, None)
-    return env
+    no key, and no receipt key setting (`NOT_PASSED`: no benchmark signs with the user's)."""
+    return demo_env(parent=parent)
 
 
 def stripe_cli_env(parent: Mapping[str, str] | None = None) -> dict[str, str]:

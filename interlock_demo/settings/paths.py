@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from interlock_demo.settings.private import create_private_journal, private_dir
+from workers.protocol.case import anchor_path
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,24 @@ class Paths:
         return self.demo / "approvers.pem"
 
     @property
+    def signing_key(self) -> Path:
+        """The gate's private receipt key (PEM): of the workers, only the interlock column's
+        is told where it is (`INTERLOCK_SIGNING_KEY`); the engine's own gate (a
+        re-approval) signs with it too; `verify()` never reads it."""
+        return self.demo / "receipt-signing-key.pem"
+
+    @property
+    def verify_keys(self) -> Path:
+        """The receipt key's public key list (keys.json's format): what `verify()` reads."""
+        return self.demo / "receipt-keys.json"
+
+    @property
+    def anchor(self) -> Path:
+        """Where the gate anchors its receipt log's tree heads: a folder apart from the
+        journal's (`workers.protocol.case.anchor_path`, which the worker reads too)."""
+        return anchor_path(self.demo)
+
+    @property
     def logs(self) -> Path:
         """Workers' stderr and other logs."""
         return self.demo / "logs"
@@ -61,7 +80,7 @@ class Paths:
         private_dir(self.demo)
         if self.demo.stat().st_mode & 0o077:
             self.demo.chmod(0o700)
-        for folder in (self.cases, self.logs):
+        for folder in (self.cases, self.logs, self.anchor.parent):
             private_dir(folder)
         if not self.store.exists():
             create_private_journal(self.store)

@@ -11,7 +11,6 @@ from interlock.testing import CrashPoint
 from interlock_demo.core.columns import column_kind
 from interlock_demo.settings.config import DemoConfig
 from interlock_demo.settings.environment import (
-    ENV_RECEIPT_KEY,
     ENV_STORE,
     PASSED_SETTINGS,
     child_env,
@@ -35,10 +34,14 @@ def worker_env(
     The allow-list (`child_env`), the settings the worker reads, and each secret only
     where this launch needs it: the Stripe key (every worker calls Stripe); the
     Anthropic key only when it will ask the model (`asks_model`: no decision saved
-    yet), so a live restart that acts on a saved decision never holds it; the receipt
-    key only for the interlock column, the only one that signs receipts.
+    yet), so a live restart that acts on a saved decision never holds it; the path of
+    the gate's receipt key (`INTERLOCK_SIGNING_KEY`, `Paths.signing_key`, made by the
+    launcher: `prepare_receipt_signing`) only for the interlock column, the only one that
+    signs receipts. An `INTERLOCK_RECEIPT_KEY` or `INTERLOCK_SIGNING_KEY` of ours is not
+    on the allow-list: it reaches no worker.
     """
-    from workers.protocol.case import AGENT_NONE  # the worker's word for "no model"
+    # The worker's word for "no model", and the library's setting naming the key file.
+    from workers.protocol.case import AGENT_NONE, ENV_SIGNING_KEY
 
     parent = os.environ if parent is None else parent
     env = child_env(parent)
@@ -58,8 +61,8 @@ def worker_env(
         env[name] = "1"
     if crash_point is not None:
         env["INTERLOCK_CRASH"] = crash_point.value
-    if column_kind(column).signs_receipts and parent.get(ENV_RECEIPT_KEY):
-        env[ENV_RECEIPT_KEY] = parent[ENV_RECEIPT_KEY]
+    if column_kind(column).signs_receipts:
+        env[ENV_SIGNING_KEY] = str(config.paths.signing_key)
     if config.run_mode.needs_keys:
         assert config.stripe_key is not None and config.anthropic_key is not None
         env["STRIPE_SECRET_KEY"] = config.stripe_key.value

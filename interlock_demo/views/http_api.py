@@ -643,9 +643,8 @@ class RunApi:
 
     def _secrets(self) -> list[str]:
         config = self._choice().config
-        found = [s.value for s in (config.stripe_key, config.anthropic_key) if s is not None]
-        receipt = os.environ.get("INTERLOCK_RECEIPT_KEY")
-        return [*found, receipt] if receipt else found
+        # (The gate's receipt key is a PEM file only its gate reads, never in an error.)
+        return [s.value for s in (config.stripe_key, config.anthropic_key) if s is not None]
 
 
 def _shown(value: Any) -> str:

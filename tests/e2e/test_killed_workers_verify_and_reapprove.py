@@ -24,9 +24,12 @@ import pytest
 from interlock import (
     ACTION_METADATA_KEY,
     UNSIGNED_APPROVALS,
+    FileAnchor,
     Gate,
     Intent,
+    KeyList,
     Lease,
+    SigningKey,
     SQLiteStore,
     StripePayments,
     StripeRefund,
@@ -41,7 +44,11 @@ from tests.conftest import TEST_KEY
 from tests.e2e.test_store_processes import LINE_TIMEOUT_S, ROOT, Child
 
 WORKER = str(ROOT / "tests" / "helpers" / "refund_worker.py")
-KEY = b"receipt-key-for-killed-workers"
+# The gate's receipt key (the workers load it from its file) and the public key list
+# verify() is given: it never sees the private key.
+KEY = SigningKey.generate()
+KEYS = KeyList()
+KEYS.add(KEY.public)
 AMOUNT = 2000
 TIMING = Timing(claim_ttl_s=6, stripe_timeout_s=1)
 
@@ -56,9 +63,13 @@ def spawn() -> Iterator[list[Child]]:
 
 
 @pytest.fixture
-def payments(emulator: StripeEmulator, monkeypatch: pytest.MonkeyPatch) -> Iterator[StripePayments]:
+def payments(
+    emulator: StripeEmulator, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> Iterator[StripePayments]:
     """The test's own Stripe reader over the emulator; workers sign receipts with KEY."""
-    monkeypatch.setenv("INTERLOCK_RECEIPT_KEY", KEY.decode())  # the workers inherit the environment
+    key_file = tmp_path / "signing-key.pem"
+    KEY.save(key_file)
+    monkeypatch.setenv("INTERLOCK_SIGNING_KEY", str(key_file))  # the workers inherit it
     client = StripePayments(make_stripe_client(TEST_KEY, timeout_s=1, base_url=emulator.url))
     yield client
     client.close()  # its kept-alive connection holds an emulator thread until closed
@@ -135,6 +146,7 @@ def test_reapprove_of_an_unknown_action_killed_after_its_500_adopts_the_refund_t
             signing_key=KEY,
             on_event=lambda e: events.append((e.kind, dict(e.data))),
             approvers=UNSIGNED_APPROVALS,
+            log_every=1,
         )
         outcome = gate.reapprove(intent.action_id, again.id, "support")
 
@@ -156,8 +168,59 @@ def test_reapprove_of_an_unknown_action_killed_after_its_500_adopts_the_refund_t
         assert spent is not None and spent.spent == AMOUNT and not spent.reservations
         unused = store.lease(again.id)
         assert unused is not None and unused.spent == 0 and not unused.reservations
-        result = verify(store, payments, signing_key=KEY)
+        result = verify(store, payments, keys=KEYS)
         assert result.ok, result.problems
+        assert (result.signed, result.unlogged) == (True, 0), "reapprove's settle logged it"
+    finally:
+        store.close()
+
+
+def test_a_receipt_left_unlogged_by_a_sigkill_is_logged_and_anchored_by_the_next_recover(
+    tmp_path: Path, emulator: StripeEmulator, payments: StripePayments, spawn: list[Child]
+) -> None:
+    """A worker settles a $20 refund, its receipt signed, and is SIGKILLed before its gate
+    numbered it into the receipt log (it numbers a batch at a time): verify() with only the
+    public keys finds it signed and unlogged, and no problem. The next gate, as the demo
+    builds it (every receipt logged, an anchor elsewhere), catches the log up in recover()
+    before anything else: the receipt is in the log, its head anchored, verify() clean."""
+    payment = payments.create_payment(5000)
+    path = tmp_path / "journal.sqlite3"
+    store = SQLiteStore(path)
+    try:
+        lease = _grant(store, payment.id, "one", AMOUNT)
+        intent = _decide(payments, payment.id, lease.id)
+        worker = _worker(spawn, tmp_path, emulator, path, intent)
+        assert json.loads(worker.line())["status"] == "sent"
+        _sigkill(worker)
+
+        before = verify(store, payments, keys=KEYS)
+        assert before.ok, before.problems
+        assert (before.signed, before.formats) == (True, {"ed25519": 1})
+        assert (before.unlogged, before.log_size, before.heads) == (1, 0, 0)
+
+        (tmp_path / "anchor").mkdir()
+        anchor = FileAnchor(tmp_path / "anchor" / "heads.jsonl")
+        events: list[tuple[str, dict[str, Any]]] = []
+        gate = Gate(
+            store,
+            StripeRefund(payments),
+            timing=TIMING,
+            signing_key=KEY,
+            on_event=lambda e: events.append((e.kind, dict(e.data))),
+            approvers=UNSIGNED_APPROVALS,
+            anchors=[anchor],
+            log_every=1,
+        )
+        assert gate.recover() == []
+        assert ("logged", {"size": 1, "published": 1, "problem": None}) in [
+            (k, {f: d.get(f) for f in ("size", "published", "problem")}) for k, d in events
+        ], events
+
+        after = verify(store, payments, keys=KEYS, anchors=[anchor])
+        assert after.ok, after.problems
+        assert (after.unlogged, after.log_size, after.heads, after.anchored) == (0, 1, 1, 1)
+        [held] = anchor.heads()
+        assert [leaf.action_id for leaf in held.leaves] == [intent.action_id]
     finally:
         store.close()
 
@@ -199,7 +262,7 @@ def test_verify_names_the_refund_of_an_action_lost_with_the_wal_after_a_sigkill(
     for suffix in ("", "-wal", "-shm"):
         shutil.copyfile(f"{path}{suffix}", whole / f"{path.name}{suffix}")
     copy = SQLiteStore.open_read_only(whole / path.name)
-    kept = verify(copy, payments, signing_key=KEY)
+    kept = verify(copy, payments, keys=KEYS)
     copy.close()
     assert kept.ok, kept.problems
 
@@ -208,7 +271,7 @@ def test_verify_names_the_refund_of_an_action_lost_with_the_wal_after_a_sigkill(
     reader = SQLiteStore.open_read_only(path)
     try:
         assert reader.actions() == [first.action_id], "the second action went with the -wal"
-        result = verify(reader, payments, signing_key=KEY)
+        result = verify(reader, payments, keys=KEYS)
     finally:
         reader.close()
 
@@ -220,7 +283,13 @@ def test_verify_names_the_refund_of_an_action_lost_with_the_wal_after_a_sigkill(
     assert [p for p in result.problems if lost in p] != [], result.problems
     assert [p for p in result.problems if first.action_id in p] == [], result.problems
 
-    env = {**os.environ, "STRIPE_SECRET_KEY": TEST_KEY, "INTERLOCK_STRIPE_BASE": emulator.url}
+    KEYS.save(tmp_path / "keys.json")  # the command checks with the public keys alone
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "INTERLOCK_SIGNING_KEY"},
+        "STRIPE_SECRET_KEY": TEST_KEY,
+        "INTERLOCK_STRIPE_BASE": emulator.url,
+        "INTERLOCK_VERIFY_KEYS": str(tmp_path / "keys.json"),
+    }
     done = subprocess.run(
         [sys.executable, "-m", "interlock", "verify", str(path), "--stripe"],
         capture_output=True,

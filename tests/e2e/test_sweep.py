@@ -16,7 +16,7 @@ import pytest
 
 from interlock import Timing
 from interlock.testing import CrashPoint
-from interlock_demo.reports.sweep import Cell, interlock_failures, table
+from interlock_demo.reports.sweep import REWRITE_ROW, Cell, interlock_failures, table
 from scenarios import (
     FAULTS,
     SWEEP_CRASH_POINTS,
@@ -153,6 +153,19 @@ def test_an_overspent_lease_or_a_verify_problem_fails_interlock() -> None:
     assert "LEASE OVERSPENT" in table([over])
 
 
+def test_a_rewritten_store_is_right_only_when_the_anchor_caught_it() -> None:
+    """The rewrite's row: interlock's cell fails unless verify() with the anchor named the
+    rewritten receipt, whatever the money; its table cell says which."""
+    base = {"fault": None, "crash_point": CrashPoint.AFTER_OUTCOME, "tamper": REWRITE_ROW}
+    found = _cell("interlock", verified=True, caught=True, **base)
+    missed = _cell("interlock", verified=True, caught=False, **base)
+    other = _cell("standard", **base)
+    assert interlock_failures([found, missed, other]) == [missed]
+    assert "caught by the anchor" in table([found])
+    assert "the rewrite was NOT caught" in table([missed])
+    assert table([found]).splitlines()[2].startswith(f"| {REWRITE_ROW} (after-outcome) | none |")
+
+
 def test_the_table_shows_pending_as_unknown_and_every_report() -> None:
     """A pending report claims nothing and reads as unknown; each worker's report is shown."""
     text = table([_cell("interlock", reports=("pending", "adopted"))])
@@ -193,14 +206,27 @@ def test_offline_sweep_interlock_right_and_truthful_everywhere(tmp_path: Path) -
     result = _sweep(tmp_path, "--offline", "--json", "--parallel", PARALLEL)
     assert result.returncode == 0, _why(result)
     doc = json.loads(result.stdout)
-    cells = doc["cells"]
+    everything = doc["cells"]
+    cells = [c for c in everything if c["tamper"] is None]
+    rewritten = [c for c in everything if c["tamper"] is not None]
     assert len(cells) == len(SWEEP_CRASH_POINTS) * len(SWEEP_OUTAGES) * 3
-    assert all(c["error"] is None for c in cells), [c for c in cells if c["error"]]
-    assert all(c["fault"] is None for c in cells)
-    interlock = [c for c in cells if c["column"] == "interlock"]
+    assert all(c["error"] is None for c in everything), [c for c in everything if c["error"]]
+    assert all(c["fault"] is None for c in everything)
+    interlock = [c for c in everything if c["column"] == "interlock"]
     assert all(c["ok"] and c["truthful"] for c in interlock), [
         c for c in interlock if not (c["ok"] and c["truthful"])
     ]
+    # The store rewritten after its run by a writer holding the key: the anchor names the
+    # rewritten receipt, though the journal's own signatures and heads all verify.
+    assert [c["column"] for c in rewritten] == ["standard", "interlock", "checked"]
+    [caught] = [c for c in rewritten if c["column"] == "interlock"]
+    assert (caught["tamper"], caught["crash_point"], caught["reported"]) == (
+        REWRITE_ROW,
+        "after-outcome",
+        "sent",
+    )
+    assert caught["verified"] is True and caught["caught"] is True, caught
+    assert [p for p in caught["problems"] if "altered after it was anchored" in p], caught
     key = _by_key(cells)
     # The standard agent refunds twice when support refunded by hand during the outage.
     standard = key[("before-send", "hand-refund", "standard")]

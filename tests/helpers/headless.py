@@ -28,6 +28,8 @@ SCRUBBED = (
     "INTERLOCK_NO_LOOKUP",
     "INTERLOCK_CRASH",
     "INTERLOCK_RECEIPT_KEY",
+    "INTERLOCK_SIGNING_KEY",
+    "INTERLOCK_VERIFY_KEYS",
     "INTERLOCK_HOME",
     "INTERLOCK_STORE",
     "INTERLOCK_APPROVERS",
@@ -204,6 +206,7 @@ def check_interlock_receipt(col: dict[str, Any]) -> None:
     assert col["verify"]["ok"] is True
     assert col["verify"]["problems"] == []
     assert col["verify"]["chain_length"] >= 1
+    check_receipt_logged(col)
     assert col["receipt"]["outcome"] == col["outcome"]["status"]
     assert col["receipt"]["action_id"] == col["outcome"]["action_id"]
     if col["outcome"]["status"] == "adopted":
@@ -212,9 +215,23 @@ def check_interlock_receipt(col: dict[str, Any]) -> None:
         assert own["metadata"]["interlock_action"] == col["outcome"]["action_id"]
 
 
+def check_receipt_logged(col: dict[str, Any]) -> None:
+    """Interlock's column: its receipts are signed with the gate's Ed25519 key and checked
+    with the public key list, the run's receipt is in the receipt log (counted from 1, within
+    the log's size; the log is every run's in INTERLOCK_HOME) and an anchored head covers
+    it, as the card says ("signed · in the log at N · anchored")."""
+    v = col["verify"]
+    assert v["signed"] is True and set(v["formats"]) == {"ed25519"}, v
+    assert v["unlogged"] == 0 and v["log_size"] == v["formats"]["ed25519"], v
+    assert 1 <= v["log_place"] <= v["log_size"], v
+    assert v["receipt_anchored"] is True and v["anchored"] >= 1, v
+
+
 def check_no_lookup_refusal(col: dict[str, Any]) -> None:
-    """Interlock's column with no lookup: refused, and `verify()` names the refund it lacks."""
+    """Interlock's column with no lookup: refused, and `verify()` names the refund it lacks
+    (the receipt itself is signed, logged and anchored all the same)."""
     assert col["receipt"]["outcome"] == "refused"
+    check_receipt_logged(col)
     assert col["verify"]["ok"] is False
     (own,) = [r for r in col["stripe"]["refunds"] if r["by"] == "agent"]
     assert own["metadata"]["interlock_action"] == col["outcome"]["action_id"]

@@ -3,8 +3,10 @@
     python tests/helpers/refund_worker.py STORE BASE_URL INTENT_JSON [STOP_AT]
 
 It opens the SQLite store, builds a gate over the real `stripe` SDK pointed at the
-emulator (key from `STRIPE_SECRET_KEY`, receipts signed with `INTERLOCK_SIGNING_KEY`'s key,
-Timing(6, 1)) and submits the intent. With STOP_AT (a gate event) it prints
+emulator (key from `STRIPE_SECRET_KEY`, receipts signed with the key the file
+`INTERLOCK_SIGNING_KEY` holds and numbered into the receipt log at the library's default
+pace, so a worker killed soon after its settle leaves its receipt unlogged; Timing(6, 1))
+and submits the intent. With STOP_AT (a gate event) it prints
 `STOP_AT ACTION_ID` when the gate emits that event and blocks there, inside the gate, for
 the test to SIGKILL it. Otherwise it prints the outcome as one JSON line once the gate
 returns and waits for one line on stdin: `close` closes the store and exits 0 (the last

@@ -21,7 +21,6 @@ from interlock_demo.core.columns import (
 from interlock_demo.engine import RunChoice
 from interlock_demo.errors import UsageError
 from interlock_demo.settings.config import DemoConfig, resolve
-from interlock_demo.settings.environment import ENV_RECEIPT_KEY
 from interlock_demo.settings.modes import MODES, line_mark, mode_named
 from interlock_demo.settings.worker import worker_env
 from scenarios import SCENARIOS, TRUTH, by_id
@@ -112,15 +111,21 @@ def test_each_engine_has_its_own_pane_titles() -> None:
 
 
 def test_the_receipt_key_goes_only_to_the_column_that_signs_receipts(tmp_path: Path) -> None:
-    """A worker launch gets `INTERLOCK_RECEIPT_KEY` exactly when its column signs receipts."""
+    """A worker launch is told where the demo's receipt key is (`INTERLOCK_SIGNING_KEY`)
+    exactly when its column signs receipts; the presenter's own receipt key settings reach
+    none."""
     config = _config(tmp_path, "offline")
-    parent = {ENV_RECEIPT_KEY: "a-receipt-key"}
-    given = {
-        name: ENV_RECEIPT_KEY
-        in worker_env(config, None, column=name, asks_model=False, parent=parent)
+    parent = {"INTERLOCK_RECEIPT_KEY": "a-receipt-key", "INTERLOCK_SIGNING_KEY": "/theirs.pem"}
+    envs = {
+        name: worker_env(config, None, column=name, asks_model=False, parent=parent)
         for name in COLUMN_KINDS
     }
-    assert given == {k.name: k.signs_receipts for k in COLUMN_KINDS.values()}
+    given = {name: env.get("INTERLOCK_SIGNING_KEY") for name, env in envs.items()}
+    assert given == {
+        k.name: str(config.paths.signing_key) if k.signs_receipts else None
+        for k in COLUMN_KINDS.values()
+    }
+    assert [name for name, env in envs.items() if "INTERLOCK_RECEIPT_KEY" in env] == []
     with pytest.raises(UsageError, match="unknown column 'nope'"):
         worker_env(config, None, column="nope", asks_model=False, parent=parent)
 

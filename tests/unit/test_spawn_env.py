@@ -34,7 +34,6 @@ from pathlib import Path
 import pytest
 
 from interlock_demo.settings.environment import (
-    ENV_RECEIPT_KEY,
     KEY_NAMES,
     bench_env,
     child_env,
@@ -497,23 +496,29 @@ PARENT = {
     "ANTHROPIC_API_KEY": "sk-ant-madeUp",
     "XDG_CONFIG_HOME": "/home/presenter/.cfg",
     "INTERLOCK_CLAIM_TTL": "6",
-    ENV_RECEIPT_KEY: "a-receipt-key",
+    # The presenter's own receipt key settings: the demo keeps its own (settings.receipt_key).
+    "INTERLOCK_RECEIPT_KEY": "a-receipt-key",
+    "INTERLOCK_SIGNING_KEY": "/home/presenter/signing-key.pem",
+    "INTERLOCK_VERIFY_KEYS": "/home/presenter/keys.json",
 }
 
 
 def test_the_demo_child_gets_its_settings_and_the_keys_only_when_asked() -> None:
+    """A child that is the demo takes its INTERLOCK_ settings, but not the presenter's own
+    receipt key settings (an old HMAC secret would stop its gate), and the user's keys only
+    when it may run live."""
     plain = demo_env(home=Path("/tmp/h"), parent=PARENT)
     assert plain == {
         "PATH": "/usr/bin",
         "HOME": "/home/presenter",
         "INTERLOCK_CLAIM_TTL": "6",
-        ENV_RECEIPT_KEY: "a-receipt-key",
         "INTERLOCK_HOME": "/tmp/h",
     }
     live = demo_env(keys=True, parent=PARENT)
     assert {k: live[k] for k in KEY_NAMES} == {k: PARENT[k] for k in KEY_NAMES}
     assert live["XDG_CONFIG_HOME"] == PARENT["XDG_CONFIG_HOME"]
     assert "GITHUB_TOKEN" not in live
+    assert [k for k in live if "RECEIPT" in k or "SIGNING" in k or "VERIFY_KEYS" in k] == []
 
 
 def test_a_benchmark_and_a_tool_get_no_key() -> None:

@@ -17,6 +17,9 @@ AGENT_NONE = "none"
 # The model a worker asks when its environment names none (`ENV_MODEL`).
 DEFAULT_MODEL = "claude-sonnet-4-5"
 ENV_MODEL = "INTERLOCK_MODEL"
+# The library's setting that names the gate's receipt key file (a path, never the key):
+# the engine sets it for the interlock column's worker only.
+ENV_SIGNING_KEY = "INTERLOCK_SIGNING_KEY"
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,13 @@ class Case:
     def metadata(self) -> dict[str, str]:
         """What the agent's refunds carry in their metadata."""
         return {"case": self.case_id, "column": self.column}
+
+
+def anchor_path(home: Path) -> Path:
+    """The file under `home` where the interlock column's gate anchors its receipt log's
+    tree heads: a folder of its own, apart from the journal's, so a writer of the journal
+    (or of its folder's files) does not rewrite it with the journal."""
+    return home / "anchor" / "heads.jsonl"
 
 
 def decision_path(home: Path, case: Case) -> Path:

@@ -120,6 +120,9 @@ def gate_event_text(event: Event, *, answerer: str = STRIPE) -> str | None:
         return f"unknown: {d.get('reason')}; from now on only looked up, never resent"
     if kind is GateEvent.RECOVER_ERROR:
         return f"recovery of {short} failed: {d.get('error')}; going on with the others"
+    if kind is GateEvent.LOGGED and d.get("problem"):
+        # A head signed and anchored is the usual, shown on the card; a failure is not.
+        return f"receipt log: {d.get('problem')}"
     return None
 
 

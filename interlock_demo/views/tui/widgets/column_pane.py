@@ -521,21 +521,38 @@ def _card(
 def _verify(
     text: Text, verify: dict[str, Any] | None, prefix: str, receipts: int, *, compact: bool
 ) -> None:
-    """verify()'s line: whether the receipt chain holds, and its problems. The card counts
-    this run's receipts; the chain verify() checks is every run's in INTERLOCK_HOME
-    (`interlock verify` prints its length)."""
+    """verify()'s line: whether the receipts and their log hold, this run's receipt's place
+    in the log (`log_words`), and the problems. The card counts this run's receipts; the
+    log verify() checks is every run's in INTERLOCK_HOME (`interlock verify` prints its
+    size)."""
     if not verify:
         return
-    vmark = "✓" if verify["ok"] else "✗"
-    holds = "holds" if verify["ok"] else "BROKEN"
-    signed = "signed" if verify["signed"] else "unsigned"
-    line = f"verify(): {vmark} chain {holds}"
-    if not compact:
+    ok = verify["ok"]
+    vmark = "✓" if ok else "✗"
+    style = "bold green" if ok else "bold red"
+    if compact:
+        broken = "" if ok else "BROKEN · "
+        text.append(f"{prefix}verify(): {vmark} {broken}{log_words(verify)}\n", style=style)
+    else:
+        holds = "holds" if ok else "BROKEN"
         plural = "" if receipts == 1 else "s"
-        line += f" ({signed}) · this run: {receipts} receipt{plural}"
-    text.append(f"{prefix}{line}\n", style="bold green" if verify["ok"] else "bold red")
+        line = f"verify(): {vmark} {holds} · this run: {receipts} receipt{plural}"
+        text.append(f"{prefix}{line}\n", style=style)
+        text.append(f"{prefix}  {log_words(verify)}\n", style=style)
     for problem in verify["problems"]:
         text.append(f"{prefix}  - {problem}\n", style="red")
+
+
+def log_words(verify: dict[str, Any]) -> str:
+    """`signed · in the log at N · anchored`: whether the receipts are signed with the
+    gate's key (checked with its public key alone), this run's receipt's place in the
+    receipt log (counted from 1), and whether an anchored head covers it; each said the
+    other way when it is not so."""
+    signed = "signed" if verify["signed"] else "unsigned"
+    place = verify.get("log_place")
+    where = "not in the log yet" if place is None else f"in the log at {place}"
+    anchored = "anchored" if verify.get("receipt_anchored") else "not anchored"
+    return f"{signed} · {where} · {anchored}"
 
 
 def _signer(checks: list[dict[str, Any]]) -> str | None:
