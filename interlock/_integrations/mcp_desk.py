@@ -36,9 +36,9 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from interlock._core.approvals import Approver, Approvers
 from interlock._core.claims import Owner
@@ -50,7 +50,11 @@ from interlock._core.journal import ActionState, Intent, Store
 from interlock._core.leases import Lease, lease_currency
 from interlock._core.money import format_amount
 from interlock._core.payments import Payment, Payments, refunds_fingerprint
+from interlock._core.signing import SigningKey
 from interlock._integrations.words import REFUNDED, desk_words
+
+if TYPE_CHECKING:
+    from interlock._core.anchors import Anchor
 
 
 class DeskError(InterlockError, ValueError):
@@ -246,7 +250,11 @@ class RefundDesk:
         on_event: EventSink | None = None,
         clock: Callable[[], float] = time.time,
         approvers: Approvers | None = None,
+        signing_key: SigningKey | None = None,
+        anchors: Sequence[Anchor] = (),
     ) -> None:
+        """`signing_key` and `anchors`: the gate's receipt key and where its receipt log's
+        heads are published (see `Gate`)."""
         self.payments = payments
         self.store = store
         self._log = log or (lambda _text: None)
@@ -259,6 +267,8 @@ class RefundDesk:
             on_event=on_event,
             clock=clock,
             approvers=approvers,
+            signing_key=signing_key,
+            anchors=anchors,
         )
         # (session, payment) -> fingerprint of the refunds get_payment showed that session,
         # oldest read first (bounded by MAX_READS)
@@ -272,8 +282,9 @@ class RefundDesk:
     def recover(self) -> list[Outcome]:
         """Finish this server's journaled refunds that have no outcome yet, without waiting.
 
-        Runs on start and before every tool call: an unknown answer is looked up at Stripe
-        (and settled when its refund shows) while the claim rules allow, never sent twice.
+        Runs on start and before every tool call: the receipt log catches up first; an
+        unknown answer is looked up at Stripe (and settled when its refund shows) while the
+        claim rules allow, never sent twice.
         Skipped while another call is at the gate; it runs again before the next call.
         """
         if not self._gate_lock.acquire(blocking=False):
@@ -284,6 +295,11 @@ class RefundDesk:
             self._gate_lock.release()
 
     def _recover(self) -> list[Outcome]:
+        # The receipts settled since (this server's, or a killed one's) go into the log and
+        # its heads to the anchors: by the next call, not after `log_every` more refunds.
+        logged = self.gate.catch_up_log()
+        if logged.problem is not None:
+            self._log(f"receipt log: {logged.problem}")
         outcomes = []
         for aid in self.store.pending():
             state = self.store.action(aid)
@@ -495,8 +511,11 @@ def refund_gate(
     on_event: EventSink | None,
     clock: Callable[[], float],
     approvers: Approvers | None = None,
+    signing_key: SigningKey | None = None,
+    anchors: Sequence[Anchor] = (),
 ) -> Gate:
-    """The gate every refund of the desk goes through (`approvers`: see `Gate`)."""
+    """The gate every refund of the desk goes through (`approvers`, `signing_key`,
+    `anchors`: see `Gate`)."""
     return Gate(
         store,
         StripeRefund(payments),
@@ -509,6 +528,8 @@ def refund_gate(
         # an MCP client's patience; the next call or a restart carries on.
         max_sends=1,
         approvers=approvers,
+        signing_key=signing_key,
+        anchors=anchors,
     )
 
 

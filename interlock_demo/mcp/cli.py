@@ -25,7 +25,16 @@ from interlock_demo.exit_codes import ExitCode
 from interlock_demo.stopping import Stopped
 
 if TYPE_CHECKING:
-    from interlock import Approver, Approvers, Event, Payment, Payments, SQLiteStore
+    from interlock import (
+        Approver,
+        Approvers,
+        Event,
+        FileAnchor,
+        Payment,
+        Payments,
+        SigningKey,
+        SQLiteStore,
+    )
 
 OFFLINE_PAYMENT = 10_000
 OFFLINE_CAP = 2_000
@@ -252,6 +261,8 @@ def _serve(args: argparse.Namespace) -> int:
             log=log,
             on_event=on_event,
             approvers=_trusted(),
+            signing_key=_receipt_key(),
+            anchors=(_anchor(),),
         )
         desk.recover()
         where = "the loopback Stripe emulator" if args.mcp_offline else "Stripe test mode"
@@ -346,6 +357,27 @@ def _trusted() -> Approvers:
     if not paths.approvers.exists():
         paths_support_approver(paths)  # made once, by whichever demo command runs first
     return Approvers.load(paths.approvers)
+
+
+def _receipt_key() -> SigningKey:
+    """The demo's receipt key (made once under INTERLOCK_HOME, 0600): the server's receipts
+    are signed with it, never with a key from the presenter's environment."""
+    from interlock_demo.settings.paths import Paths
+    from interlock_demo.settings.receipt_key import paths_receipt_key
+
+    return paths_receipt_key(Paths.from_env())
+
+
+def _anchor() -> FileAnchor:
+    """Where the server's receipt log is anchored: a folder of its own beside its journal,
+    apart from the journal's file (the demo's runs have theirs)."""
+    from interlock import FileAnchor
+    from interlock_demo.settings.paths import Paths
+    from interlock_demo.settings.private import private_dir
+
+    folder = Path(Paths.from_env().home) / "mcp" / "anchor"
+    private_dir(folder)
+    return FileAnchor(folder / "heads.jsonl")
 
 
 def _open_store() -> SQLiteStore | None:

@@ -25,7 +25,7 @@ import pytest
 from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
 from mcp.types import CallToolResult
 
-from interlock import ACTION_METADATA_KEY, Refund
+from interlock import ACTION_METADATA_KEY, FileAnchor, KeyList, Refund, SQLiteStore, verify
 from interlock.mcp import WORLD_CHANGED_WORDS
 from interlock.testing import InProcessPayments, StripeEmulator
 
@@ -57,7 +57,7 @@ def connect(emulator: StripeEmulator, payment: str, tmp_path: Path) -> Callable[
     """Opens an MCP session with a fresh server process approved for $20 on `payment`."""
 
     @asynccontextmanager
-    async def session() -> AsyncIterator[ClientSession]:
+    async def session(**env: str) -> AsyncIterator[ClientSession]:
         params = StdioServerParameters(
             command=sys.executable,
             args=[
@@ -72,7 +72,7 @@ def connect(emulator: StripeEmulator, payment: str, tmp_path: Path) -> Callable[
                 "--cap",
                 str(AMOUNT),
             ],
-            env=_server_env(),
+            env={**_server_env(), **env},
             cwd=str(REPO),
         )
         with (tmp_path / "server-stderr.log").open("a") as errlog:
@@ -163,6 +163,32 @@ async def test_a_retried_call_after_a_lost_answer_refunds_once(
     assert data(again)["retry"] is True and data(again)["refund_id"] == at_stripe[0].id
     assert "nothing was sent again" in text(again)
     assert at_stripe[0].metadata[ACTION_METADATA_KEY] == data(first)["action_id"]
+
+
+async def test_the_servers_receipts_are_signed_with_the_demos_key_and_anchored(
+    connect: Callable[[], Any], emulator: StripeEmulator, payment: str
+) -> None:
+    """A presenter's old receipt secret in the server's environment stops nothing: the
+    receipt is signed with the demo's key, put in the log at the next call, anchored in
+    the server's own anchor, and verify with only the public key list and that anchor
+    holds."""
+    async with connect(INTERLOCK_RECEIPT_KEY="a-presenters-old-secret") as client:
+        await client.call_tool("get_payment", {"payment_intent": payment})
+        first = await refund(client, payment)
+        assert data(first)["status"] == "sent", text(first)
+        await client.call_tool("get_payment", {"payment_intent": payment})
+    home = Path(os.environ["INTERLOCK_HOME"])
+    store = SQLiteStore.open_read_only(home / "mcp" / "interlock.sqlite3")
+    try:
+        result = verify(
+            store,
+            keys=KeyList.load(home / "demo" / "receipt-keys.json"),
+            anchors=[FileAnchor(home / "mcp" / "anchor" / "heads.jsonl")],
+        )
+    finally:
+        store.close()
+    assert result.ok, result.problems
+    assert (result.formats, result.log_size, result.anchored) == ({"ed25519": 1}, 1, 1)
 
 
 async def test_a_retry_through_a_restarted_server_refunds_once(
