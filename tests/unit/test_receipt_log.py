@@ -239,13 +239,17 @@ class World:
             ),
         )
 
-    def send(self) -> str:
+    def decide(self) -> Intent:
+        """A $10 refund decided on a new $50 payment, under an approval of its own."""
         pi = self.payments.create_payment(5000).id
         now = time.time() if self.clock is None else self.clock()
         lease = Lease(f"lease_{uuid.uuid4().hex[:8]}", "refund", pi, 1000, now + 3600, "t", now)
         self.store.grant_lease(lease)
         fingerprint = refunds_fingerprint(self.payments.list_refunds(pi))
-        intent = Intent(new_action_id(), "refund", pi, 1000, lease.id, fingerprint)
+        return Intent(new_action_id(), "refund", pi, 1000, lease.id, fingerprint)
+
+    def send(self) -> str:
+        intent = self.decide()
         assert self.gate.submit(intent).status == "sent"
         return intent.action_id
 
@@ -506,12 +510,8 @@ def test_a_resend_carries_the_evidence_of_the_first_attempt(tmp_path: Path) -> N
     # The dead worker's `sending` claim is waited out on a fake clock, in no real time.
     clock = Clock()
     world = World(tmp_path, sends=2, clock=clock)
-    pi = world.payments.create_payment(5000).id
-    now = clock()
-    lease = Lease(f"lease_{uuid.uuid4().hex[:8]}", "refund", pi, 1000, now + 3600, "t", now)
-    world.store.grant_lease(lease)
-    fingerprint = refunds_fingerprint(world.payments.list_refunds(pi))
-    intent = Intent(new_action_id(), "refund", pi, 1000, lease.id, fingerprint)
+    intent = world.decide()
+    pi = intent.target
 
     def die_before_send(event: Event) -> None:
         if event.kind == "before-send":
@@ -542,12 +542,8 @@ def test_a_resend_of_an_action_an_older_version_marked_sending_carries_no_eviden
     its key as the first attempt may have carried."""
     clock = Clock()
     world = World(tmp_path, sends=1, clock=clock)
-    pi = world.payments.create_payment(5000).id
-    now = clock()
-    lease = Lease(f"lease_{uuid.uuid4().hex[:8]}", "refund", pi, 1000, now + 3600, "t", now)
-    world.store.grant_lease(lease)
-    fingerprint = refunds_fingerprint(world.payments.list_refunds(pi))
-    intent = Intent(new_action_id(), "refund", pi, 1000, lease.id, fingerprint)
+    intent = world.decide()
+    pi = intent.target
     old = remote_owner("older-version")
     epoch = world.store.begin(intent, old, TTL, GRACE).epoch
     assert world.store.mark_sending(intent.action_id, epoch, TTL).status == "ok"
