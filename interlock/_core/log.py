@@ -34,6 +34,11 @@ if TYPE_CHECKING:
 # The place a store gives a leaf or a head whose stored number cannot be read.
 UNREADABLE_PLACE = -1
 
+# How far a head's time may fall behind the head below it before verify calls it an old
+# head reused: a host's wall clock stepped back (NTP) moves a head back by seconds; a head
+# dated into the past (a retired key's holder signing under an earlier date) by far more.
+HEAD_CLOCK_SLACK_S = 300.0
+
 # How many receipts one integration numbers at most: a bounded transaction, however long
 # the log went without one (the next call takes the rest).
 BATCH = 10_000
@@ -153,10 +158,10 @@ def _head_problem(
         return str(e)
     if head.size != stored.size:
         return f"its body says size {head.size} (a head moved to another place)"
-    if previous is not None and head.at < previous.at:
+    if previous is not None and head.at < previous.at - HEAD_CLOCK_SLACK_S:
         return (
-            f"signed at {head.at:.3f}, before the smaller head of size {previous.size} "
-            "(an old head reused)"
+            f"signed at {_when(head.at)}, before the smaller head of size {previous.size} "
+            f"({_when(previous.at)}): an old head reused"
         )
     if keys is None:
         if head.signature is not None:

@@ -386,15 +386,26 @@ def test_a_reused_head_is_named(world: World) -> None:
     )
 
 
-def test_a_head_signed_before_the_one_below_it_is_an_old_head_reused(world: World) -> None:
-    """A writer with the key signs a head for the latest size dated before the head under
-    it (to pass off an old state): refused."""
-    ((frontier,),) = world.sql("SELECT frontier FROM heads WHERE size=5")
+def _redate_last_head(world: World, at: float) -> None:
+    """The latest head signed again with the key, over the same root, dated `at`."""
     root = bytes.fromhex(json.loads(world.sql("SELECT body FROM heads WHERE size=5")[0][0])["root"])
-    old = make_head(5, root, 1.0, KEY)
-    world.sql("UPDATE heads SET body=?, signature=? WHERE size=5", (old.body_text, old.signature))
+    head = make_head(5, root, at, KEY)
+    world.sql("UPDATE heads SET body=?, signature=? WHERE size=5", (head.body_text, head.signature))
+
+
+def test_a_head_signed_before_the_one_below_it_is_an_old_head_reused(world: World) -> None:
+    """A writer with the key signs a head for the latest size dated long before the head
+    under it (a retired key's holder passing it off as old): refused."""
+    _redate_last_head(world, 1.0)
     assert any("an old head reused" in p for p in world.verify(anchored=False))
-    del frontier
+
+
+def test_a_head_behind_the_one_below_it_by_a_clock_step_is_not_an_old_head(world: World) -> None:
+    """A host whose wall clock stepped back a few seconds (NTP) between two heads signs the
+    later one earlier: not reported (a head dated into the past is, by minutes or more)."""
+    ((body,),) = world.sql("SELECT body FROM heads WHERE size=4")
+    _redate_last_head(world, json.loads(str(body))["at"] - 30)
+    assert world.verify(anchored=False) == []
 
 
 def test_a_rotated_key_keeps_old_receipts_valid_and_refuses_it_after(tmp_path: Path) -> None:
