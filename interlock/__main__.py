@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command; returns the exit code."""
     parser = _Parser(prog="python -m interlock", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    v = sub.add_parser("verify", help="check the receipt chain of a store")
+    v = sub.add_parser("verify", help="check a store's receipts and their log")
     named = v.add_mutually_exclusive_group()
     named.add_argument(
         "store", nargs="?", help=f"path of the SQLite store or a postgresql:// URL (or {ENV_STORE})"

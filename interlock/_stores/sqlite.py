@@ -289,7 +289,7 @@ class SQLiteStore(SqlStore):
         """SQLite's `quick_check` of every page, as problems (none when the file is sound).
 
         It reads the whole file, so it runs in `verify()`, not on open: the send path does
-        not need it. Every page a send depends on (the action, its lease, the chain's head)
+        not need it. Every page a send depends on (the action, its lease, its target's turn)
         is read, and checked by SQLite as it is read, in commits 1 and 2, before the call;
         a corrupt one raises `StoreError` there and nothing is sent.
         """
