@@ -328,6 +328,11 @@ class _Anchored:
         )
 
 
+def _error(e: Exception) -> str:
+    """An error in words: a library's own as it says itself, any other with its kind."""
+    return str(e) if isinstance(e, InterlockError) else f"{type(e).__name__}: {e}"
+
+
 def _when(at: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
 
@@ -441,10 +446,11 @@ class LogKeeper:
         with self._lock:
             self._since = 0
             self._last = self._monotonic()
+        # The refund before it stands, whatever breaks here: reported, tried again next time.
         try:
             head = self.store.integrate(self.key)
-        except (InterlockError, ValueError) as e:
-            return LogStatus(None, 0, f"the receipt log was not extended: {e}")
+        except Exception as e:
+            return LogStatus(None, 0, f"the receipt log was not extended: {_error(e)}")
         if head is not None:
             with self._lock:
                 self._latest, self._read_latest = head.hash, True
@@ -472,6 +478,6 @@ class LogKeeper:
                     self.store.mark_anchored(stored.size, self._clock())
                     published += 1
                 previous = self._anchored = stored.size
-        except (InterlockError, ValueError) as e:
-            return published, f"a tree head was not anchored: {e}"
+        except Exception as e:
+            return published, f"a tree head was not anchored: {_error(e)}"
         return published, None

@@ -139,7 +139,8 @@ class Frontier:
         """The frontier `to_text` wrote; `ValueError` saying what is wrong otherwise."""
         try:
             data = json.loads(text)
-        except (ValueError, TypeError):
+        except (ValueError, TypeError, RecursionError):
+            # Nested past the parser's limit is text that is not a frontier like any other.
             raise ValueError("a frontier's text is not JSON") from None
         if not isinstance(data, dict) or set(data) != {"size", "hashes"}:
             raise ValueError('a frontier\'s text is JSON {"size": n, "hashes": [hex, ...]}')

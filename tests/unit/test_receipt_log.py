@@ -566,3 +566,21 @@ def test_a_resend_of_an_action_an_older_version_marked_sending_carries_no_eviden
     (refund,) = world.payments.list_refunds(pi)
     assert GRANT_METADATA_KEY not in refund.metadata
     assert HEAD_METADATA_KEY not in refund.metadata
+
+
+def test_a_log_that_cannot_be_extended_never_fails_the_refund(world: World) -> None:
+    """A frontier damaged in the store (nested past the parser's limit) stops the log from
+    growing: the next refund is still sent and reported, the receipt is committed outside
+    the log, the gate says why in its `logged` event, and verify names the head."""
+    deep = "[" * 100_000 + "]" * 100_000
+    world.sql("UPDATE heads SET frontier=? WHERE size=5", (deep,))
+    problems: list[str] = []
+    world.gate._emit_to = lambda e: problems.append(str(e.data.get("problem") or ""))
+
+    aid = world.send()
+
+    assert any("the receipt log was not extended" in p for p in problems), problems
+    state = world.store.action(aid)
+    assert state is not None and state.receipt is not None
+    assert world.store.unlogged_count() == 1
+    assert any("frontier" in p for p in world.verify(anchored=False))
