@@ -43,9 +43,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # run as a script from anywhere in a checkout
-    sys.path.insert(0, str(ROOT))
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+for _path in (ROOT, BENCH):  # run as a script from anywhere in a checkout
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+
+from gate_overhead import decision  # noqa: E402
 
 from interlock import (  # noqa: E402
     UNSIGNED_APPROVALS,
@@ -104,20 +108,7 @@ def gate_receipt(key: SigningKey) -> tuple[str, str]:
         signing_key=key,
         approvers=UNSIGNED_APPROVALS,
     )
-    payment = payments.create_payment(5000)
-    now = time.time()
-    lease = f"lease-{payment.id}"
-    store.grant_lease(Lease(lease, "refund", payment.id, AMOUNT, now + 3600, "bench", now))
-    intent = Intent(
-        action_id=new_action_id(),
-        kind="refund",
-        target=payment.id,
-        amount=AMOUNT,
-        lease_id=lease,
-        fingerprint=refunds_fingerprint([]),
-        metadata={"case": f"case-{payment.id}", "column": "interlock"},
-        created_at=now,
-    )
+    intent = decision(payments, store)
     outcome = gate.submit(intent)
     state = store.action(intent.action_id)
     receipt = None if state is None else state.receipt
