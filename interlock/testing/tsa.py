@@ -18,7 +18,7 @@ import hashlib
 import secrets
 import threading
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from types import TracebackType
 from typing import Any
 
@@ -26,6 +26,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from interlock.testing.loopback import LoopbackServer
 
 try:
     from asn1crypto import cms, core, tsp
@@ -104,12 +106,8 @@ class TimestampAuthority:
         self.certificates = self._ca.public_bytes(serialization.Encoding.PEM)
         self.issued = 0
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, args=(0.05,), name="tsa", daemon=True
-        )
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._serving = LoopbackServer(_handler(self), "tsa")
+        self.url = self._serving.url
 
     def reply(self, query: bytes) -> bytes:
         """The DER timestamp reply to a DER timestamp query (`ValueError` if it is not one)."""
@@ -204,7 +202,7 @@ class TimestampAuthority:
         return der
 
     def __enter__(self) -> TimestampAuthority:
-        self._thread.start()
+        self._serving.start()
         return self
 
     def __exit__(
@@ -213,9 +211,7 @@ class TimestampAuthority:
         error: BaseException | None,
         trace: TracebackType | None,
     ) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join()
+        self._serving.stop()
 
 
 def _handler(authority: TimestampAuthority) -> type[BaseHTTPRequestHandler]:

@@ -16,7 +16,7 @@ import ssl
 import threading
 import time
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from types import TracebackType
 from typing import Any
 
@@ -29,6 +29,7 @@ from interlock._core.anchors import (
     record,
 )
 from interlock._core.heads import LogLeaf, TreeHead
+from interlock.testing.loopback import LoopbackServer
 
 # A body larger than this is refused: a test witness holds heads, not uploads.
 MAX_BODY = 1 << 20
@@ -47,15 +48,8 @@ class WitnessServer:
         self._file = FileAnchor(path) if path is not None else None
         self._lock = threading.Lock()
         self._held: list[AnchoredHead] = self._file.heads() if self._file else []
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self._server.daemon_threads = True
-        if tls is not None:
-            self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, args=(0.05,), name="witness", daemon=True
-        )
-        scheme = "https" if tls is not None else "http"
-        self.url = f"{scheme}://127.0.0.1:{self._server.server_address[1]}"
+        self._serving = LoopbackServer(_handler(self), "witness", tls=tls)
+        self.url = self._serving.url
 
     @property
     def records(self) -> list[dict[str, Any]]:
@@ -75,7 +69,7 @@ class WitnessServer:
             return True
 
     def __enter__(self) -> WitnessServer:
-        self._thread.start()
+        self._serving.start()
         return self
 
     def __exit__(
@@ -84,9 +78,7 @@ class WitnessServer:
         error: BaseException | None,
         trace: TracebackType | None,
     ) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join()
+        self._serving.stop()
 
 
 def _handler(witness: WitnessServer) -> type[BaseHTTPRequestHandler]:
