@@ -355,10 +355,12 @@ class Gate:
         `signing_key` is the gate's Ed25519 receipt key (`SigningKey`; without it,
         `INTERLOCK_SIGNING_KEY` names its file; with neither, receipts are unsigned). Each
         receipt is signed with it and goes into the receipt log: once `log_every` receipts
-        have come or `log_interval_s` seconds have passed (checked at each settle), and at
-        every `recover()`, the gate numbers the receipts not yet in the log, signs a tree
-        head and publishes it to each of `anchors` (a `FileAnchor` elsewhere, an
-        `HttpWitness`, a `TimestampAnchor`), which a store writer cannot rewrite."""
+        have come, `log_interval_s` seconds after the first receipt not yet in it (a timer
+        thread does it while no action settles, and `on_event` then hears of it from that
+        thread), at every `recover()` and at `close()`, the gate numbers the receipts not
+        yet in the log, signs a tree head and publishes it to each of `anchors` (a
+        `FileAnchor` elsewhere, an `HttpWitness`, a `TimestampAnchor`), which a store
+        writer cannot rewrite."""
         self.store = store
         self.effect = effect
         self.timing = timing if timing is not None else Timing.from_env()
@@ -417,6 +419,7 @@ class Gate:
             interval_s=log_interval_s,
             clock=clock,
             monotonic=monotonic,
+            report=lambda status: self._logged("", status),
         )
         """The options this gate was built with, resolved (see `GateOptions`)."""
 
@@ -487,11 +490,16 @@ class Gate:
 
     def catch_up_log(self) -> LogStatus:
         """Put every receipt not yet in the receipt log into it, sign a tree head and
-        publish the heads not yet anchored, now (see `LogKeeper`): for a timer of yours
-        that keeps the log current while no action settles."""
+        publish the heads not yet anchored, now (see `LogKeeper`)."""
         status = self.log.catch_up()
         self._logged("", status)
         return status
+
+    def close(self) -> None:
+        """Stop the receipt log's timer and put every receipt not yet in the log into it:
+        call it before closing the store. The gate still works after it, its log caught
+        up every `log_every` receipts and at `recover()`."""
+        self._logged("", self.log.close())
 
     def _logged(self, action_id: str, status: LogStatus | None) -> None:
         if status is None or (status.head is None and not status.published and not status.problem):

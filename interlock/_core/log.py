@@ -378,10 +378,13 @@ class LogStatus:
 
 
 class LogKeeper:
-    """A gate's part in the receipt log. After its settles, once `every` receipts have
-    come or `interval_s` seconds have passed since its last catch-up, it numbers the
+    """A gate's part in the receipt log. Once `every` receipts have settled, or
+    `interval_s` seconds after the first receipt not yet in the log, it numbers the
     receipts not in the log, signs a head and publishes every head not yet anchored;
-    `catch_up()` does it at once (`recover()` calls it, and so can a timer of the user's).
+    `catch_up()` does it at once (`recover()` calls it). While no action settles, a
+    one-shot timer thread, armed by the first receipt left out of the log, does it when
+    its `interval_s` are up, and reports the result to `report` from that thread; `close()`
+    stops the timer and catches up what is left, so no receipt waits for the next settle.
 
     The order keeps the log and its anchors honest across a crash at any point: a head is
     committed in the store before any anchor sees it (an anchor never holds a head the
@@ -401,9 +404,12 @@ class LogKeeper:
         interval_s: float = 5.0,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
+        report: Callable[[LogStatus], None] | None = None,
     ) -> None:
         if every < 1:
             raise ValueError(f"log_every must be at least 1 receipt, not {every}")
+        if not interval_s > 0:
+            raise ValueError(f"log_interval_s must be a number of seconds above 0, not {interval_s}")
         self.store = store
         self.key = key
         self.anchors = tuple(anchors)
@@ -419,6 +425,9 @@ class LogKeeper:
         # The latest head's hash as this keeper last saw it (read once, then its own).
         self._latest: str | None = None
         self._read_latest = False
+        self._report = report
+        self._timer: threading.Timer | None = None
+        self._closed = False
 
     def latest_hash(self) -> str | None:
         """The hash of the latest signed tree head this keeper knows of, for a send's
@@ -435,17 +444,46 @@ class LogKeeper:
         return self._latest
 
     def settled(self) -> LogStatus | None:
-        """A receipt was committed: catch up if it is time (None: not yet)."""
+        """A receipt was committed: catch up if it is time (None: not yet; the timer will)."""
         with self._lock:
             self._since += 1
-            due = self._since >= self.every or self._monotonic() - self._last >= self.interval_s
+            waited = self._monotonic() - self._last
+            due = self._since >= self.every or waited >= self.interval_s
+            if not due and self._timer is None and not self._closed:
+                # Real seconds whatever clock the gate was given: the timer bounds how
+                # long a receipt waits, in the world, to enter the log.
+                timer = threading.Timer(self.interval_s, self._timed)
+                timer.daemon = True
+                timer.name = "interlock-receipt-log"
+                self._timer = timer
+                timer.start()
         return self.catch_up() if due else None
+
+    def close(self) -> LogStatus | None:
+        """Stop the timer and put the receipts it was waiting for into the log now (None:
+        there were none). Later settles catch up only when `every` receipts have come."""
+        with self._lock:
+            self._closed = True
+            pending = self._since > 0
+        return self.catch_up() if pending else None
+
+    def _timed(self) -> None:
+        with self._lock:
+            # Cancelled too late: a catch-up or close() came first and took its receipts.
+            if self._timer is not threading.current_thread() or self._closed:
+                return
+        status = self.catch_up()
+        if self._report is not None:
+            self._report(status)
 
     def catch_up(self) -> LogStatus:
         """Number the receipts not in the log, sign a head, publish unanchored heads."""
         with self._lock:
             self._since = 0
             self._last = self._monotonic()
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
         # The refund before it stands, whatever breaks here: reported, tried again next time.
         try:
             head = self.store.integrate(self.key)

@@ -428,6 +428,7 @@ class PostgresStore(SqlStore):
         self._connect_timeout_s = connect_timeout_s
         self._lock = threading.RLock()
         self._conn: Any = None
+        self._closed = False
         self._metadata_indexed = False
         with self._lock:
             try:
@@ -459,6 +460,10 @@ class PostgresStore(SqlStore):
         # A connection lost earlier (the server restarted, a pooler dropped it) is replaced
         # here, between transactions, never in the middle of one.
         if self._conn is None or self._conn.closed or self._conn.broken:
+            # Closed by its owner: a late caller (a gate's log timer) must not open a new
+            # connection nobody will close.
+            if self._closed:
+                raise StoreError(self.location, "the store was closed; open it again to use it")
             if self._conn is not None:
                 with suppress(Exception):
                     self._conn.close()
@@ -777,8 +782,9 @@ class PostgresStore(SqlStore):
         return []
 
     def close(self) -> None:
-        """Close the connection."""
+        """Close the connection; the store is not used again."""
         with self._lock:
+            self._closed = True
             if self._conn is not None:
                 with suppress(Exception):
                     self._conn.close()

@@ -45,7 +45,7 @@ from interlock import (
     verify,
 )
 from interlock._stores.postgres import SCHEMA_VERSION, redact_dsn
-from interlock.testing import StripeEmulator
+from interlock.testing import InProcessPayments, StripeEmulator
 from tests.e2e.test_store_contract_e2e import _payments
 from tests.e2e.test_store_processes import ROOT
 from tests.helpers import headless
@@ -657,6 +657,44 @@ def test_a_connection_the_server_closed_while_idle_is_replaced_at_once(
 
     assert receipt is not None and receipt.seq == 1
     assert took < 5.0, took
+
+
+def test_a_closed_store_opens_no_connection_for_a_late_caller(pg_dsn: str, pg_schema: str) -> None:
+    """A gate's log catching up after its owner closed the store (its timer, or a
+    `close()` after the store's) is refused in words and opens no session behind the
+    owner's back; the receipt stays out of the log for the next gate's `recover()`."""
+    store = PostgresStore(pg_dsn, schema=pg_schema)
+    try:
+        payments = InProcessPayments()
+        problems: list[str] = []
+        gate = Gate(
+            store,
+            StripeRefund(payments),
+            timing=TIMING,
+            approvers=UNSIGNED_APPROVALS,
+            log_interval_s=3600,
+            on_event=lambda e: problems.append(str(e.data.get("problem") or "")),
+        )
+        pi = payments.create_payment(10_000).id
+        lease = _lease(store, pi)
+        fingerprint = refunds_fingerprint(payments.list_refunds(pi))
+        intent = Intent(new_action_id(), "refund", pi, 2_000, lease.id, fingerprint)
+        assert gate.submit(intent).status == "sent"
+        store.close()
+
+        gate.close()
+
+        assert any("the store was closed" in p for p in problems), problems
+        with pytest.raises(StoreError, match="the store was closed"):
+            store.unlogged_count()
+        assert store._conn is None
+    finally:
+        store.close()
+    again = PostgresStore(pg_dsn, schema=pg_schema)
+    try:
+        assert again.unlogged_count() == 1
+    finally:
+        again.close()
 
 
 # -- schema, version, read-only -----------------------------------------------------------

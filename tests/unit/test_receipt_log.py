@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -188,6 +189,144 @@ def test_the_gate_logs_and_anchors_after_its_settles(backend: Backend, tmp_path:
     result = verify(store, payments, keys=_keys(), anchors=[anchor])
     assert result.ok, result.problems
     assert (result.log_size, result.anchored) == (2, 1)
+
+
+def _idle_gate(
+    store: Store,
+    payments: InProcessPayments,
+    interval_s: float,
+    on_event: Callable[[Event], None] | None = None,
+    anchors: Sequence[Anchor] = (),
+) -> Gate:
+    """A gate on real clocks whose log waits for 100 receipts or `interval_s` seconds."""
+    return Gate(
+        store,
+        StripeRefund(payments),
+        timing=Timing(claim_ttl_s=6, stripe_timeout_s=1),
+        signing_key=KEY,
+        approvers=UNSIGNED_APPROVALS,
+        anchors=anchors,
+        log_interval_s=interval_s,
+        on_event=on_event,
+    )
+
+
+def _refund(store: Store, payments: InProcessPayments, gate: Gate) -> str:
+    """A $10 refund of a new $50 payment under an approval of its own, sent."""
+    pi = payments.create_payment(5000).id
+    now = time.time()
+    lease = Lease(f"lease_{uuid.uuid4().hex[:8]}", "refund", pi, 1000, now + 3600, "t", now)
+    store.grant_lease(lease)
+    intent = Intent(
+        new_action_id(), "refund", pi, 1000, lease.id, refunds_fingerprint(payments.list_refunds(pi))
+    )
+    assert gate.submit(intent).status == "sent"
+    return intent.action_id
+
+
+def _log_timers() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name == "interlock-receipt-log"}
+
+
+def test_a_lone_receipt_enters_the_log_while_the_gate_is_idle(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """One refund and then nothing: the receipt does not wait for a 100th settle or the
+    next `recover()`; the gate's timer logs it and anchors the head after `log_interval_s`,
+    and `on_event` hears of it from the timer's thread."""
+    store = backend.make()
+    payments = InProcessPayments()
+    (tmp_path / "elsewhere").mkdir()
+    anchor = FileAnchor(tmp_path / "elsewhere" / "heads.jsonl")
+    logged = threading.Event()
+    seen: list[tuple[Event, str]] = []
+
+    def on_event(event: Event) -> None:
+        if event.kind.value == "logged":
+            seen.append((event, threading.current_thread().name))
+            logged.set()
+
+    gate = _idle_gate(store, payments, 0.2, on_event, anchors=[anchor])
+    _refund(store, payments, gate)
+    assert logged.wait(60), "no tree head while the gate was idle"
+
+    ((event, thread),) = seen
+    assert thread == "interlock-receipt-log"
+    assert (event.data["size"], event.data["published"], event.data["problem"]) == (1, 1, None)
+    assert store.unlogged_count() == 0
+    assert [a.head.size for a in anchor.heads()] == [1]
+    result = verify(store, payments, keys=_keys(), anchors=[anchor])
+    assert result.ok and (result.log_size, result.anchored) == (1, 1), result.problems
+
+
+def test_close_logs_the_receipts_the_timer_waited_for_and_stops_it(backend: Backend) -> None:
+    """`gate.close()` before the interval is up: the waiting receipts go into the log at
+    once, and the timer's thread is gone (it logs nothing after, and holds no store)."""
+    store = backend.make()
+    payments = InProcessPayments()
+    before = _log_timers()
+    gate = _idle_gate(store, payments, 3600)
+    _refund(store, payments, gate)
+    _refund(store, payments, gate)
+    (timer,) = _log_timers() - before
+    assert store.unlogged_count() == 2
+
+    gate.close()
+
+    timer.join(60)
+    assert not timer.is_alive()
+    assert store.unlogged_count() == 0
+    assert [h.head.size for h in store.heads()] == [2]
+    # Still a working gate: its later receipts are logged by `recover()`, not by a timer.
+    _refund(store, payments, gate)
+    assert _log_timers() - before == set()
+    gate.recover()
+    assert [h.head.size for h in store.heads()] == [2, 3]
+
+
+def test_timers_and_settles_of_two_gates_at_once_log_every_receipt_once(
+    backend: Backend,
+) -> None:
+    """Two gates on one store, each driven by four threads, their timers firing every few
+    milliseconds between and during settles: after close, every receipt is in the log
+    exactly once, the heads only grow, and verify finds nothing wrong."""
+    store = backend.make()
+    payments = InProcessPayments()
+    problems: list[str] = []
+
+    def on_event(event: Event) -> None:
+        if event.kind.value == "logged" and event.data["problem"]:
+            problems.append(str(event.data["problem"]))
+
+    gates = [_idle_gate(store, payments, 0.005, on_event) for _ in range(2)]
+    actions: list[str] = []
+    errors: list[BaseException] = []
+
+    def drive(gate: Gate) -> None:
+        try:
+            for _ in range(6):
+                actions.append(_refund(store, payments, gate))
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=drive, args=(g,)) for g in gates for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    for gate in gates:
+        gate.close()
+
+    assert problems == []
+    assert store.unlogged_count() == 0
+    places = sorted(e.leaf for e in store.logged())
+    assert places == list(range(len(actions))) == list(range(48))
+    assert sorted(e.action_id for e in store.logged()) == sorted(actions)
+    sizes = [h.head.size for h in store.heads()]
+    assert sizes == sorted(set(sizes)) and sizes[-1] == 48
+    result = verify(store, payments, keys=_keys())
+    assert result.ok and result.log_size == 48, result.problems
 
 
 # -- the attacks: a store writer, with and without the gate's key --------------------------
