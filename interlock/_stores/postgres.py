@@ -45,6 +45,7 @@ import hashlib
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
@@ -113,6 +114,28 @@ class _Locking:
             " ON CONFLICT (target) DO NOTHING"
         )
         self.turn = st.turn + " FOR UPDATE"
+        target_of = "(SELECT intent::jsonb ->> 'target' FROM {actions} WHERE action_id=?)"
+        self.make_turn_of_action = st.sql(
+            f"INSERT INTO {{turns}} (target, action_id, epoch) SELECT {target_of}, '', 0"
+            f" WHERE {target_of} IS NOT NULL ON CONFLICT (target) DO NOTHING"
+        )
+        self.turn_of_action = st.sql(
+            f"SELECT action_id, epoch, target FROM {{turns}} WHERE target = {target_of} FOR UPDATE"
+        )
+
+
+@dataclass(frozen=True)
+class _FirstTrip:
+    """What a write takes in its first round trip besides the action's lock, its row and
+    its lease: its target's turn (the target given, or the action's own) and a receipt
+    id, which it would otherwise fetch in trips of their own."""
+
+    turn_of: str | None = None
+    turn_of_action: bool = False
+    receipt_id: bool = False
+
+
+_NOTHING_MORE = _FirstTrip()
 
 
 def redact_dsn(dsn: str) -> str:
@@ -198,9 +221,14 @@ class _PostgresTx:
     the round trip sent again: nothing had been sent on it.
     """
 
-    def __init__(self, store: PostgresStore, *, write: bool) -> None:
+    def __init__(
+        self, store: PostgresStore, *, write: bool, first: _FirstTrip = _NOTHING_MORE
+    ) -> None:
         self.s = store
         self._write = write
+        self._first = first
+        self._turns: dict[str, Turn | None] = {}
+        self._receipt_id: int | None = None
         self._started = False
         self._now: float | None = None
         self._leases: dict[str, Lease | None] = {}
@@ -264,16 +292,36 @@ class _PostgresTx:
     def get_action(self, action_id: str) -> ActionRow | None:
         st, locking = self.s._st, self.s._locking
         if self._write and not self._started:
-            lock_args = self.s._action_lock(action_id)
-            _, action, lease, clock = self._trip(
+            # Locks in the one order every write takes them: the action, its lease, its
+            # target's turn; the clock last, so that waiting for them eats no margin.
+            first = self._first
+            more: list[Statement] = []
+            if first.turn_of is not None:
+                more += [(locking.make_turn, (first.turn_of,)), (locking.turn, (first.turn_of,))]
+            elif first.turn_of_action:
+                more += [
+                    (locking.make_turn_of_action, (action_id, action_id)),
+                    (locking.turn_of_action, (action_id,)),
+                ]
+            if first.receipt_id:
+                more.append((st.next_id, ()))
+            _, action, lease, *got, clock = self._trip(
                 [
-                    (_ACTION_LOCK_SQL, lock_args),
+                    (_ACTION_LOCK_SQL, self.s._action_lock(action_id)),
                     (locking.action, (action_id,)),
                     (locking.lease_of_action, (action_id,)),
+                    *more,
                     (_CLOCK_SQL, ()),
                 ]
             )
             self._clocked(clock)
+            if first.turn_of is not None:
+                self._turns[first.turn_of] = turn_of(first.turn_of, got[1][0] if got[1] else None)
+            elif first.turn_of_action and got[1]:
+                *held, target = got[1][0]
+                self._turns[str(target)] = turn_of(str(target), held)
+            if first.receipt_id:
+                self._receipt_id = int(got[-1][0][0])
             if lease:
                 self._leases[str(lease[0][0])] = Lease.from_text(str(lease[0][0]), lease[0][1])
         else:
@@ -295,6 +343,8 @@ class _PostgresTx:
         # The row is made first if missing, so that FOR UPDATE has a row to lock: two
         # writers that both found none would otherwise both take the turn.
         # The clock is read again after the lock: waiting for it must eat no claim's margin.
+        if target in self._turns:
+            return self._turns[target]
         locking = self.s._locking
         _, rows, clock = self._trip(
             [(locking.make_turn, (target,)), (locking.turn, (target,)), (_CLOCK_SQL, ())]
@@ -341,6 +391,8 @@ class _PostgresTx:
         self._trip([*writes, ("COMMIT", ())], last=True)
 
     def receipt_id(self) -> int:
+        if self._receipt_id is not None:
+            return self._receipt_id
         (rows,) = self._trip([(self.s._st.next_id, ())])
         return int(rows[0][0])
 
@@ -429,6 +481,8 @@ class PostgresStore(SqlStore):
         self._lock = threading.RLock()
         self._conn: Any = None
         self._closed = False
+        # What the next write's first round trip takes besides its action (see `_planned`).
+        self._first = _NOTHING_MORE
         self._metadata_indexed = False
         with self._lock:
             try:
@@ -583,11 +637,22 @@ class PostgresStore(SqlStore):
         return (self._action_lock_class, action_id)
 
     @contextmanager
+    def _planned(self, first: _FirstTrip) -> Iterator[None]:
+        """The writes of one rule (its run again on a new connection included) take
+        `first` in their first round trip: a trip for each saved."""
+        with self._lock:
+            self._first = first
+            try:
+                yield
+            finally:
+                self._first = _NOTHING_MORE
+
+    @contextmanager
     def _write(self) -> Iterator[Tx]:
         if self.read_only:
             raise StoreError(self.location, "opened read-only; nothing can be written")
         with self._lock:
-            tx = _PostgresTx(self, write=True)
+            tx = _PostgresTx(self, write=True, first=self._first)
             try:
                 yield tx
                 tx.commit()
@@ -649,29 +714,30 @@ class PostgresStore(SqlStore):
             return super().action(action_id)
 
     def lease(self, lease_id: str) -> Lease | None:
-        """One lease (see `Store.lease`), read again on a new connection if lost."""
-        try:
-            return super().lease(lease_id)
-        except _ConnectionLost:
-            return super().lease(lease_id)
+        """One lease (see `Store.lease`): its read and its COMMIT in one round trip, sent
+        again on a new connection if lost."""
+        rows = self._rows(self._st.lease, (lease_id,))
+        return Lease.from_text(lease_id, rows[0][0]) if rows else None
 
     def begin(self, intent: Intent, owner: Owner, ttl_s: float, grace_s: float) -> ClaimAttempt:
         """Commit 1 (see `Store.begin`), once more on a new connection if its own was lost:
         a kept first run left a claim of this owner, which it takes again, a new epoch."""
-        try:
-            return super().begin(intent, owner, ttl_s, grace_s)
-        except _ConnectionLost:
-            return super().begin(intent, owner, ttl_s, grace_s)
+        with self._planned(_FirstTrip(turn_of=intent.target)):
+            try:
+                return super().begin(intent, owner, ttl_s, grace_s)
+            except _ConnectionLost:
+                return super().begin(intent, owner, ttl_s, grace_s)
 
     def take_claim(
         self, action_id: str, owner: Owner, ttl_s: float, grace_s: float, *, found_own: bool = False
     ) -> ClaimAttempt:
         """Take a claim (see `Store.take_claim`), once more on a new connection if its own
         was lost (a kept first run's claim is this owner's: taken again, a new epoch)."""
-        try:
-            return super().take_claim(action_id, owner, ttl_s, grace_s, found_own=found_own)
-        except _ConnectionLost:
-            return super().take_claim(action_id, owner, ttl_s, grace_s, found_own=found_own)
+        with self._planned(_FirstTrip(turn_of_action=True)):
+            try:
+                return super().take_claim(action_id, owner, ttl_s, grace_s, found_own=found_own)
+            except _ConnectionLost:
+                return super().take_claim(action_id, owner, ttl_s, grace_s, found_own=found_own)
 
     def mark_sending(
         self,
@@ -684,26 +750,27 @@ class PostgresStore(SqlStore):
     ) -> SendingAttempt:
         """Commit 2 (see `Store.mark_sending`), once more on a new connection if its own was
         lost; a lost COMMIT that was kept is answered from the row."""
-        try:
-            return super().mark_sending(
-                action_id, epoch, ttl_s, approval=approval, evidence=evidence
-            )
-        except _ConnectionLost:
-            state = self.action(action_id)
-            claim = None if state is None else state.claim
-            if (
-                state is not None
-                and state.settlement is None
-                and claim is not None
-                and claim.epoch == epoch
-                and claim.sending
-            ):
-                now = self.now()
-                if claim.live(now):
-                    return SendingAttempt("ok", claim=claim, left_s=claim.expires_at - now)
-            return super().mark_sending(
-                action_id, epoch, ttl_s, approval=approval, evidence=evidence
-            )
+        with self._planned(_FirstTrip(turn_of_action=True)):
+            try:
+                return super().mark_sending(
+                    action_id, epoch, ttl_s, approval=approval, evidence=evidence
+                )
+            except _ConnectionLost:
+                state = self.action(action_id)
+                claim = None if state is None else state.claim
+                if (
+                    state is not None
+                    and state.settlement is None
+                    and claim is not None
+                    and claim.epoch == epoch
+                    and claim.sending
+                ):
+                    now = self.now()
+                    if claim.live(now):
+                        return SendingAttempt("ok", claim=claim, left_s=claim.expires_at - now)
+                return super().mark_sending(
+                    action_id, epoch, ttl_s, approval=approval, evidence=evidence
+                )
 
     def mark_unknown(self, action_id: str, reason: str) -> None:
         """Mark unknown (see `Store.mark_unknown`), once more on a new connection if lost."""
@@ -732,18 +799,19 @@ class PostgresStore(SqlStore):
         """Commit 3 (see `Store.settle`), once more on a new connection if its own was lost;
         a lost COMMIT that was kept (settled under this epoch) answers with its receipt."""
         args = (action_id, epoch, owner, settlement, checks, extra, key)
-        try:
-            return super().settle(*args)
-        except _ConnectionLost:
-            state = self.action(action_id)
-            if (
-                state is not None
-                and state.settlement is not None
-                and state.claim is not None
-                and state.claim.epoch == epoch
-            ):
-                return state.receipt
-            return super().settle(*args)
+        with self._planned(_FirstTrip(receipt_id=True)):
+            try:
+                return super().settle(*args)
+            except _ConnectionLost:
+                state = self.action(action_id)
+                if (
+                    state is not None
+                    and state.settlement is not None
+                    and state.claim is not None
+                    and state.claim.epoch == epoch
+                ):
+                    return state.receipt
+                return super().settle(*args)
 
     def integrate(self, key: SigningKey | None) -> TreeHead | None:
         """Number the unlogged receipts (see `Store.integrate`), once more on a new

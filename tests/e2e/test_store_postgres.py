@@ -404,7 +404,7 @@ def test_the_clock_is_read_after_the_turns_lock(
         t.start()
         _wait_for(
             "the writer to wait on the turn",
-            lambda: _waiting_backends(pg_dsn, "SELECT action_id, epoch FROM") != [],
+            lambda: _waiting_backends(pg_dsn, "SELECT action_id, epoch") != [],
         )
         released_at = _db_now(pg_dsn)
         blocker.execute("COMMIT")
