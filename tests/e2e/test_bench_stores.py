@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +33,9 @@ def test_bench_reports_both_stores_side_by_side(pg_dsn: str, tmp_path: Path) -> 
                 line.startswith(f"{backend} N={n}: ") and line.endswith(f"errors 0 of {total}")
                 for line in lines
             ), (backend, n)
+    # Counted, not timed: each commit's locks and clock in one trip, its writes and COMMIT
+    # in another, the approval's read with its COMMIT in one.
+    assert any(re.match(r"postgresql round trips per action: 7\b", line) for line in lines), lines
     assert "sqlite durability: journal_mode=wal synchronous=FULL" in lines
     assert "postgresql durability: synchronous_commit=on fsync=on" in lines
     assert any(line.startswith("postgres throughput N=1: ") for line in lines)
