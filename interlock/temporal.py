@@ -172,7 +172,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 from urllib.parse import quote
@@ -301,10 +301,11 @@ class ActivityGate:
     """A `Gate` for Temporal activities: heartbeats while it waits, errors Temporal sorts.
 
     Wraps the gate it is given: make one per worker (`ActivityGate(Gate(store, effect,
-    timing=...))`). Every `send` runs a copy of that gate with all of its options but
-    two, its event sink and its sleep, which also heartbeat, so concurrent activities
-    heartbeat their own details; the given `on_event` still receives every gate event,
-    before the heartbeat that carries it.
+    timing=...))`). Every `send` runs a copy of that gate (`Gate.with_events`) with all of
+    its options and its receipt log but two, its event sink and its sleep, which also
+    heartbeat, so concurrent activities heartbeat their own details; the given `on_event`
+    still receives every gate event, before the heartbeat that carries it, and the log's
+    timer reports to it alone.
     """
 
     def __init__(self, gate: Gate) -> None:
@@ -328,12 +329,9 @@ class ActivityGate:
         options = self.gate.options
         beats = _Heartbeats(options.on_event, options.sleep)
         # The wrapped gate's resolved monotonic clock stays: the heartbeating sleep waits
-        # in real time exactly when the given one does.
-        gate = Gate.from_options(
-            self.gate.store,
-            self.gate.effect,
-            replace(options, on_event=beats.event, sleep=beats.sleep),
-        )
+        # in real time exactly when the given one does. Its receipt log stays too: one per
+        # worker, whose timer never heartbeats (it runs after the activity has returned).
+        gate = self.gate.with_events(beats.event, beats.sleep)
         try:
             outcome = gate.submit(intent)
         except ActionError as e:

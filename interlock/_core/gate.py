@@ -317,6 +317,17 @@ class Gate:
             log_interval_s=options.log_interval_s,
         )
 
+    def with_events(self, on_event: EventSink | None, sleep: Callable[[float], None]) -> Gate:
+        """This gate with another event sink and sleep (a Temporal activity's heartbeats):
+        the same store, effect and options, and the same receipt log, so its settles count
+        toward this gate's `log_every` and the log's timer reports to this gate's
+        `on_event`, outside any one call."""
+        gate = Gate.from_options(
+            self.store, self.effect, replace(self.options, on_event=on_event, sleep=sleep)
+        )
+        gate.log = self.log
+        return gate
+
     def __init__(
         self,
         store: Store,

@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -209,6 +210,57 @@ def test_sent_returns_the_outcome_and_heartbeats_each_step() -> None:
     settled = next(d for _, d in act.beats if d["event"] == "settled")
     assert settled["status"] == "sent" and settled["external_id"] == refund.id
     assert it.outcome_data(outcome)["external_id"] == refund.id
+
+
+def test_activities_share_the_workers_receipt_log_and_its_timer_never_heartbeats() -> None:
+    """Every send runs a copy of the wrapped gate, but the receipt log is the worker's: two
+    activities' settles reach `log_every=2` together, and the log's timer, firing after an
+    activity returned, reports to the wrapped gate's `on_event`, never to a heartbeat
+    (outside an activity that raises, in the timer's thread)."""
+    world = World()
+    logged: list[tuple[int | None, str]] = []
+    timer_logged = threading.Event()
+    broken: list[BaseException | None] = []
+
+    def on_event(event: interlock.Event) -> None:
+        if event.kind.value == "logged":
+            logged.append((event.data["size"], threading.current_thread().name))
+            if threading.current_thread().name == "interlock-receipt-log":
+                timer_logged.set()
+
+    gate = it.ActivityGate(
+        Gate(
+            world.store,
+            StripeRefund(world.payments),
+            timing=TIMING,
+            owner=Owner.current("activity"),
+            on_event=on_event,
+            clock=world.clock,
+            sleep=world.clock.sleep,
+            monotonic=world.clock.monotonic,
+            approvers=APPROVERS,
+            log_every=2,
+            log_interval_s=0.05,
+        )
+    )
+    hook = threading.excepthook
+    threading.excepthook = lambda args: broken.append(args.exc_value)
+    try:
+        for n in (1, 2):
+            act = Activity(world, activity_id=str(n))
+            world.lease = world.grant(AMOUNT)
+            assert act.send(gate, world.intent(act.action_id)).status == "sent"
+        assert logged[0] == (2, threading.main_thread().name), logged
+        act = Activity(world, activity_id="3")
+        world.lease = world.grant(AMOUNT)
+        assert act.send(gate, world.intent(act.action_id)).status == "sent"
+        assert timer_logged.wait(60), logged
+    finally:
+        threading.excepthook = hook
+
+    assert broken == []
+    assert logged[-1] == (3, "interlock-receipt-log")
+    assert world.store.unlogged_count() == 0
 
 
 def test_the_wrapped_gates_options_hold_in_the_activity() -> None:
