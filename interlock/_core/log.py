@@ -409,7 +409,9 @@ class LogKeeper:
         if every < 1:
             raise ValueError(f"log_every must be at least 1 receipt, not {every}")
         if not interval_s > 0:
-            raise ValueError(f"log_interval_s must be a number of seconds above 0, not {interval_s}")
+            raise ValueError(
+                f"log_interval_s must be a number of seconds above 0, not {interval_s}"
+            )
         self.store = store
         self.key = key
         self.anchors = tuple(anchors)
@@ -426,6 +428,8 @@ class LogKeeper:
         self._latest: str | None = None
         self._read_latest = False
         self._report = report
+        # An interval past what a thread can wait (inf: "never by time") has no timer.
+        self._timed_too = interval_s <= threading.TIMEOUT_MAX
         self._timer: threading.Timer | None = None
         self._closed = False
 
@@ -449,7 +453,7 @@ class LogKeeper:
             self._since += 1
             waited = self._monotonic() - self._last
             due = self._since >= self.every or waited >= self.interval_s
-            if not due and self._timer is None and not self._closed:
+            if not due and self._timer is None and not self._closed and self._timed_too:
                 # Real seconds whatever clock the gate was given: the timer bounds how
                 # long a receipt waits, in the world, to enter the log.
                 timer = threading.Timer(self.interval_s, self._timed)

@@ -218,7 +218,12 @@ def _refund(store: Store, payments: InProcessPayments, gate: Gate) -> str:
     lease = Lease(f"lease_{uuid.uuid4().hex[:8]}", "refund", pi, 1000, now + 3600, "t", now)
     store.grant_lease(lease)
     intent = Intent(
-        new_action_id(), "refund", pi, 1000, lease.id, refunds_fingerprint(payments.list_refunds(pi))
+        new_action_id(),
+        "refund",
+        pi,
+        1000,
+        lease.id,
+        refunds_fingerprint(payments.list_refunds(pi)),
     )
     assert gate.submit(intent).status == "sent"
     return intent.action_id
@@ -282,6 +287,37 @@ def test_close_logs_the_receipts_the_timer_waited_for_and_stops_it(backend: Back
     assert _log_timers() - before == set()
     gate.recover()
     assert [h.head.size for h in store.heads()] == [2, 3]
+
+
+@pytest.mark.parametrize("interval_s", [float("inf"), 1e12])
+def test_an_interval_no_thread_can_wait_means_no_timer(backend: Backend, interval_s: float) -> None:
+    """`log_interval_s=inf` (never by time) or past what a thread can wait: no timer is
+    armed, nothing breaks in a thread, and the receipt waits for `log_every` or
+    `recover()`."""
+    store = backend.make()
+    payments = InProcessPayments()
+    broken: list[BaseException | None] = []
+    hook = threading.excepthook
+    threading.excepthook = lambda args: broken.append(args.exc_value)
+    try:
+        before = _log_timers()
+        gate = _idle_gate(store, payments, interval_s)
+        _refund(store, payments, gate)
+        assert _log_timers() - before == set()
+    finally:
+        threading.excepthook = hook
+    assert broken == [] and store.unlogged_count() == 1
+    gate.recover()
+    assert store.unlogged_count() == 0
+
+
+@pytest.mark.parametrize("interval_s", [0, -1, float("nan")])
+def test_an_interval_that_is_not_a_positive_number_is_refused(
+    backend: Backend, interval_s: float
+) -> None:
+    """A zero, negative or NaN `log_interval_s` is refused in words at the gate's start."""
+    with pytest.raises(ValueError, match="log_interval_s must be a number of seconds above 0"):
+        _idle_gate(backend.make(), InProcessPayments(), interval_s)
 
 
 def test_timers_and_settles_of_two_gates_at_once_log_every_receipt_once(
