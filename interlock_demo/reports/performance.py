@@ -94,6 +94,16 @@ def run_bench(bench: Bench) -> list[str]:
     return out.splitlines()
 
 
+# What every benchmark line ends with (bench/common.py): the load its figures were
+# measured under. The table states the figures; each benchmark's output below it keeps it.
+_LOAD = re.compile(r"; load average [^)]*")
+
+
+def without_load(lines: list[str]) -> list[str]:
+    """The benchmark's lines less the load average beside each figure."""
+    return [_LOAD.sub("", line) for line in lines]
+
+
 def figure(lines: list[str], label: str) -> str:
     """The text after `label: ` on the first line that starts with it (less the target it
     names: the table has a column for that), else a dash."""
@@ -154,6 +164,7 @@ def _emulator(lines: list[str], op: str) -> str:
 
 def table(out: Mapping[str, list[str]], temporal: Temporal | None, stores: bool) -> list[str]:
     """The performance table: each figure before, measured now, and its target."""
+    out = {key: without_load(lines) for key, lines in out.items()}
     gate, peers = out["gate"], out["peers"]
     recovery, scale, emulator = out["recovery"], out["scale"], out["emulator"]
 
@@ -256,7 +267,8 @@ def render(
         "counts do not)._",
         "",
         "Every figure comes from a benchmark below, run as its own process; each prints one "
-        "figure a line, as the median with its range over repeated, interleaved runs. "
+        "figure a line, as the median with its range over repeated, interleaved runs, and "
+        "the load average it was measured under (kept in each benchmark's output below). "
         "Ratios to one durable commit are measured in the same run, so they hold across "
         "machines better than milliseconds do.",
         "",
