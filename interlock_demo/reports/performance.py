@@ -198,10 +198,12 @@ def table(out: Mapping[str, list[str]], temporal: Temporal | None, stores: bool)
             "at most 3.5x one commit on a quiet machine",
         ),
         (
-            "same, against DBOS 3.4 (SQLite WAL, same process, interleaved)",
+            "same, against DBOS 3.4 and Temporal (SQLite, same process, interleaved)",
             BEFORE["peers"],
             f"gate {figure(peers, 'gate')}; DBOS one step {figure(peers, 'DBOS one step')}; "
-            f"three steps {figure(peers, 'DBOS three steps')}",
+            f"three steps {figure(peers, 'DBOS three steps')}; Temporal one plain activity "
+            f"{figure(peers, 'temporal one plain activity')}; the gate in a Temporal activity "
+            f"{figure(peers, 'gate in a temporal activity')}",
             "stay the fastest",
         ),
         (
