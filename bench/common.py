@@ -4,11 +4,13 @@
   work), so every figure a benchmark prints carries the load average (1, 5 and 15 minutes)
   read when it was measured; a figure without it cannot be told from a quiet machine's.
 - `run_interlock(workdir, argv)`: `python -m interlock ARGV` in a child process that reads
-  its own CPU time, wall time and peak RSS before it exits. A parent cannot read a child's
-  peak: `wait4`'s and `RUSAGE_CHILDREN`'s `ru_maxrss` carry the peak of the process the
-  child was forked from across exec, so a bench holding 300 MB saw verify of a 1k-action
-  store "use" 310 MB. VmHWM in /proc/self/status is the high-water mark of the memory the
-  child has since its exec: its own.
+  its own CPU time, wall time and peak RSS before it exits. No `ru_maxrss` is the child's
+  own: Linux carries the peak of the process it was forked from across exec, into
+  `wait4`'s and `RUSAGE_CHILDREN`'s and into the child's own `getrusage(RUSAGE_SELF)` (a
+  bench holding 300 MB saw verify of a 1k-action store "use" 310 MB; a bare interpreter
+  started from it reads 311 MB of RUSAGE_SELF and 9 MB of VmHWM). VmHWM in
+  /proc/self/status is the high-water mark of the memory the child has had since its
+  exec: its own.
 """
 
 from __future__ import annotations
