@@ -20,11 +20,9 @@ median over all columns of all runs, with its range:
 - `restarts apart`: how far apart one run's three restarts were (how "at once" they were);
 - `claim wait`: the waits subtracted above.
 
-Every line ends with the load average right after the runs (bench/common.py): the
-machine is shared. Timings are reported, never judged; it exits 1 when a run did not end
-as the truth table says (its figures would mean nothing), 2 on bad usage. Unless set in
-the environment, the timings are the short ones the tests use (claim 6 s, Stripe timeout
-1 s).
+Timings are reported, never judged; it exits 1 when a run did not end as the truth table
+says (its figures would mean nothing), 2 on bad usage. Unless set in the environment, the
+timings are the short ones the tests use (claim 6 s, Stripe timeout 1 s).
 """
 
 from __future__ import annotations
@@ -41,13 +39,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-BENCH = Path(__file__).resolve().parent
-ROOT = BENCH.parent
-for _path in (ROOT, BENCH):  # run as a script from anywhere in a checkout
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
-
-from common import with_load  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script from anywhere in a checkout
+    sys.path.insert(0, str(ROOT))
 
 from interlock.testing import (  # noqa: E402
     PaymentsModel,
@@ -240,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             engine.close()
     for line in report(samples, args.runs, scenarios, timing):
-        print(with_load(line))
+        print(line)
     return 0
 
 

@@ -94,9 +94,10 @@ def run_bench(bench: Bench) -> list[str]:
     return out.splitlines()
 
 
-# What every benchmark line ends with (bench/common.py): the load its figures were
-# measured under. The table states the figures; each benchmark's output below it keeps it.
-_LOAD = re.compile(r"; load average [^)]*")
+# What every benchmark line ends with (bench/common.py's `; load average 1.23 0.98 0.80`,
+# or `; load 0.85`): the load its figures were measured under. The table states the
+# figures; each benchmark's output below it keeps the load.
+_LOAD = re.compile(r"; load (?:average )?\d[^);]*")
 
 
 def without_load(lines: list[str]) -> list[str]:

@@ -14,7 +14,6 @@ from tests.helpers.headless import ROOT, SCRUBBED, run
 pytestmark = pytest.mark.e2e
 
 BENCH = ROOT / "bench" / "recovery.py"
-LOAD = re.compile(r"(.*); load average \d+\.\d\d \d+\.\d\d \d+\.\d\d")
 RUN_DEADLINE_S = 120.0
 N = r"\d+\.\d{3}"
 
@@ -36,9 +35,7 @@ def test_recovery_bench_prints_one_figure_a_line() -> None:
     code, out, err = _bench("--runs", "1", "--scenario", "after-answer")
 
     assert code == 0, err[-3000:]
-    loaded = [LOAD.fullmatch(line) for line in out.splitlines()]
-    assert all(loaded), out  # every figure with the load average beside it
-    lines = [m[1] for m in loaded if m]
+    lines = out.splitlines()
     assert re.fullmatch(
         r"recovery over 1 round\(s\) of after-answer, offline \(claim TTL 6 s, Stripe timeout "
         r"1 s; 3 columns, real SIGKILL, \d+ CPUs\)",
