@@ -13,7 +13,8 @@ that visit every size in turn so that all sizes see the same machine:
 
 It prints one figure a line: per size, the median per operation and its range over the
 rounds; then, per operation, the largest size's median over the smallest's (flat is 1.0x).
-The model is timed in-process: HTTP adds the same cost at every size.
+The model is timed in-process: HTTP adds the same cost at every size. Every line ends with
+the load average right after the rounds (bench/common.py): the machine is shared.
 """
 
 from __future__ import annotations
@@ -24,8 +25,15 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from interlock.testing import PaymentsModel
+
+BENCH = Path(__file__).resolve().parent
+if str(BENCH) not in sys.path:  # run as a script, or loaded by a test, from anywhere
+    sys.path.insert(0, str(BENCH))
+
+from common import with_load  # noqa: E402
 
 REFUNDS_PER_PAYMENT = 10
 # Large enough that refunds of one cent never run a payment out.
@@ -134,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds < 1 or args.batch < 1:
         parser.error("--rounds and --batch need 1 or more")
     for line in report(measure(args.sizes, args.rounds, args.batch), args.sizes):
-        print(line)
+        print(with_load(line))
     return 0
 
 

@@ -19,7 +19,9 @@ It prints one figure a line:
   range over the repeats; target at most 3.5x on a quiet machine);
 - `bookkeeping per action` and `one durable commit`: the same medians in milliseconds.
 
-It exits 1 when a count misses its target; timings are reported, never judged.
+Every line ends with the load average right after the repeats (bench/common.py): the
+machine is shared. It exits 1 when a count misses its target; timings are reported, never
+judged.
 """
 
 from __future__ import annotations
@@ -52,6 +54,12 @@ from interlock import (
     refunds_fingerprint,
 )
 from interlock.testing import InProcessPayments
+
+BENCH = Path(__file__).resolve().parent
+if str(BENCH) not in sys.path:  # imported by the other benchmarks, or run from anywhere
+    sys.path.insert(0, str(BENCH))
+
+from common import with_load  # noqa: E402
 
 AMOUNT = 2000
 WARMUP = 20
@@ -337,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"gate_overhead: {e}", file=sys.stderr)
             return 1
     for line in report(repeats, args.actions):
-        print(line)
+        print(with_load(line))
     return 0 if on_target(repeats) else 1
 
 

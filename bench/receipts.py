@@ -36,7 +36,6 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -49,6 +48,8 @@ for _path in (ROOT, BENCH):  # run as a script from anywhere in a checkout
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
+from common import load_average as load  # noqa: E402
+from common import run_interlock  # noqa: E402
 from gate_overhead import decision  # noqa: E402
 
 from interlock import (  # noqa: E402
@@ -79,12 +80,6 @@ LOG_EVERY = 100  # Gate's default log_every
 HASH_BYTES = 32
 PROOF_SIZES = (1_000, 100_000, 1_000_000)
 OWNER = Owner("receipts-filler", 1, 0.0, "bench-host")
-
-
-def load() -> str:
-    """The machine's load average over 1, 5 and 15 minutes."""
-    one, five, fifteen = os.getloadavg()
-    return f"load average {one:.2f} {five:.2f} {fifteen:.2f}"
 
 
 def _label(n: int) -> str:
@@ -171,51 +166,6 @@ def fill(path: Path, key: SigningKey, actions: int) -> list[float]:
     finally:
         store.close()
     return integrations
-
-
-# The child reads its own peak from /proc/self/status (VmHWM) and its own CPU time: the
-# parent's rusage would carry over (see bench/scale.py). It times only the command.
-_CHILD = """
-import json, os, sys, time
-from interlock.__main__ import main
-
-out_path, argv = sys.argv[1], sys.argv[2:]
-cpu0, wall0 = time.process_time(), time.perf_counter()
-code = main(argv)
-cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
-with open("/proc/self/status") as status:
-    kb = int(next(line.split()[1] for line in status if line.startswith("VmHWM:")))
-with open(out_path, "w") as out:
-    json.dump({"code": code, "cpu_s": cpu, "wall_s": wall, "peak_kb": kb}, out)
-sys.exit(code)
-"""
-
-
-def child(workdir: Path, *argv: str) -> tuple[dict[str, Any], str]:
-    """Run `python -m interlock ARGV` in a child; what it measured of itself and its stdout."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("INTERLOCK_RECEIPT_KEY", "INTERLOCK_SIGNING_KEY", "INTERLOCK_VERIFY_KEYS")
-    }
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    figures = workdir / "child.json"
-    done = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(figures), *argv],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(
-            f"`python -m interlock {' '.join(argv[:1])}` exited {done.returncode}: "
-            f"{(done.stdout + done.stderr)[-800:]}"
-        )
-    measured: dict[str, Any] = json.loads(figures.read_text())
-    figures.unlink()
-    return measured, done.stdout
 
 
 # -- 3. proofs -----------------------------------------------------------------------------
@@ -312,11 +262,11 @@ def main(argv: list[str] | None = None) -> int:
             f"{statistics.median(integrations) * 1000:.2f} ms (SQLite, synchronous=OFF, over "
             f"{len(integrations)}); {load()}"
         )
-        measured, _ = child(workdir, "verify", str(path), "--keys", str(keys_path))
+        verified = run_interlock(workdir, "verify", str(path), "--keys", str(keys_path))
         print(
             f"verify of {_label(args.actions)} actions with the public key list: "
-            f"{measured['wall_s']:.1f} s wall, {measured['cpu_s']:.1f} s CPU, peak RSS "
-            f"{measured['peak_kb'] / 1024:.0f} MB (the child's own); {load()}"
+            f"{verified.wall_s:.1f} s wall, {verified.cpu_s:.1f} s CPU, peak RSS "
+            f"{verified.peak_bytes / 2**20:.0f} MB (the child's own); {load()}"
         )
         for size in PROOF_SIZES:
             hashes = math.ceil(math.log2(size))
@@ -324,8 +274,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"inclusion proof at {_label(size)} leaves: at most {hashes} hashes, "
                 f"{hashes * HASH_BYTES} bytes ({hashes * HASH_BYTES * 2} as hex)"
             )
-        measured, out = child(workdir, "proof", middle.action_id, "--store", str(path), "--json")
-        proof = json.loads(out)["inclusion_proof"]
+        proved = run_interlock(workdir, "proof", middle.action_id, "--store", str(path), "--json")
+        proof = json.loads(proved.stdout)["inclusion_proof"]
         expected = proof_length(args.actions // 2, head.size)
         if len(proof) != expected:
             print(
@@ -335,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print(
             f"inclusion proof generation at {_label(head.size)} leaves: "
-            f"{measured['wall_s'] * 1000:.0f} ms wall, {measured['cpu_s'] * 1000:.0f} ms CPU "
+            f"{proved.wall_s * 1000:.0f} ms wall, {proved.cpu_s * 1000:.0f} ms CPU "
             f"(`python -m interlock proof`, {len(proof)} hashes, "
             f"{len(proof) * HASH_BYTES} bytes); {load()}"
         )

@@ -17,9 +17,12 @@ it prints one figure a line, each the median with its range over the repeats:
   integrity check runs in `verify()`, not on open);
 - `verify time` and `verify peak RSS`: `python -m interlock verify PATH`'s work in a child
   process (the chain and the store, no Stripe), its wall time and its maximum resident set
-  as the child reads it (VmHWM: not its rusage, which carries this process's peak);
+  as the child reads it (VmHWM: not its rusage, which carries this process's peak; see
+  bench/common.py);
 
-then, per figure, the largest size over the smallest (flat is 1.0x). Timings are reported,
+then, per figure, the largest size over the smallest (flat is 1.0x), both measured in this
+run. Every line ends with the load average when its size's figures were taken (the
+machine is shared; a growth line gives both sizes'). Timings are reported,
 never judged; it exits 1 when an action does not end as it should or verify finds a
 problem, 2 on bad usage.
 """
@@ -30,7 +33,6 @@ import argparse
 import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -45,6 +47,7 @@ BENCH = Path(__file__).resolve().parent
 if str(BENCH) not in sys.path:
     sys.path.insert(0, str(BENCH))
 
+from common import load_average, run_interlock, with_load  # noqa: E402
 from gate_overhead import DurableCommit, TimedPayments  # noqa: E402
 
 from interlock import (  # noqa: E402
@@ -87,6 +90,7 @@ class Figures:
     open_s: list[float]
     verify_s: list[float]
     verify_rss: list[float]
+    load: str = ""  # the load average when this size's measurements ended
 
 
 def _label(size: int) -> str:
@@ -213,43 +217,12 @@ def restart_reads(store: SQLiteStore, filled: int, rng: random.Random) -> float:
     return statistics.median(times)
 
 
-# The child reads its own peak from /proc/self/status (VmHWM: the high-water mark of the
-# memory it has now). Its rusage is no good for this: the kernel carries the peak of the
-# process it was forked from across exec, so a parent holding 300 MB made verify of a
-# 1k-action store "use" 310 MB.
-_VERIFY_CHILD = """
-import sys
-from interlock.__main__ import main
-
-code = main(["verify", sys.argv[1]])
-with open("/proc/self/status") as status:
-    kb = next(line.split()[1] for line in status if line.startswith("VmHWM:"))
-with open(sys.argv[2], "w") as out:
-    out.write(kb)
-sys.exit(code)
-"""
-
-
 def verify_child(path: Path) -> tuple[float, int]:
-    """Wall time and peak RSS (bytes, as the child itself read it) of the verify command
-    (`python -m interlock verify PATH`) in a child process."""
-    env = {k: v for k, v in os.environ.items() if k != "INTERLOCK_RECEIPT_KEY"}
-    peak = path.with_name(path.name + ".verify-peak")
+    """Wall time (the whole process, as a person waits for it) and peak RSS (bytes, as the
+    child itself read it: see bench/common.py) of `python -m interlock verify PATH`."""
     start = time.perf_counter()
-    child = subprocess.run(
-        [sys.executable, "-c", _VERIFY_CHILD, str(path), str(peak)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        cwd=ROOT,
-        env=env,
-        check=False,
-    )
-    elapsed = time.perf_counter() - start
-    if child.returncode != 0:
-        raise RuntimeError(f"verify exited {child.returncode}: {child.stderr.decode()[-500:]}")
-    kilobytes = int(peak.read_text())
-    peak.unlink()
-    return elapsed, kilobytes * 1024
+    child = run_interlock(path.parent, "verify", str(path))
+    return time.perf_counter() - start, child.peak_bytes
 
 
 def measure(
@@ -272,6 +245,7 @@ def measure(
         gate_s, ratio = gate_repeat(path, workdir, actions)
         f.gate_s.append(gate_s)
         f.ratio.append(ratio)
+    f.load = load_average()
     return f
 
 
@@ -283,7 +257,7 @@ def _spread(values: list[float], scale: float, fmt: str, unit: str) -> str:
 def lines_for(f: Figures) -> list[str]:
     """One size's report lines."""
     n = _label(f.size)
-    return [
+    lines = [
         f"{n} actions: gate per action: {_spread(f.gate_s, 1000, '.3f', ' ms')}",
         f"{n} actions: gate vs one commit: {_spread(f.ratio, 1, '.1f', 'x')}",
         f"{n} actions: restart reads: {_spread(f.restart_s, 1000, '.3f', ' ms')}",
@@ -291,6 +265,7 @@ def lines_for(f: Figures) -> list[str]:
         f"{n} actions: verify time: {_spread(f.verify_s, 1, '.2f', ' s')}",
         f"{n} actions: verify peak RSS: {_spread(f.verify_rss, 1 / 2**20, '.0f', ' MB')}",
     ]
+    return [with_load(line, f.load) for line in lines]
 
 
 def growth(first: Figures, last: Figures) -> list[str]:
@@ -300,13 +275,17 @@ def growth(first: Figures, last: Figures) -> list[str]:
     def ratio(a: list[float], b: list[float]) -> str:
         return f"{statistics.median(b) / statistics.median(a):.1f}x"
 
-    return [
+    # Each growth is a ratio of two sizes measured in this run, under their own loads.
+    loads = f"load average {first.load.removeprefix('load average ')} at {_label(first.size)}"
+    loads += f", {last.load.removeprefix('load average ')} at {_label(last.size)}"
+    lines = [
         f"growth {span}: gate per action {ratio(first.gate_s, last.gate_s)}",
         f"growth {span}: restart reads {ratio(first.restart_s, last.restart_s)}",
         f"growth {span}: store open {ratio(first.open_s, last.open_s)}",
         f"growth {span}: verify time {ratio(first.verify_s, last.verify_s)}",
         f"growth {span}: verify peak RSS {ratio(first.verify_rss, last.verify_rss)}",
     ]
+    return [with_load(line, loads) for line in lines]
 
 
 def _sizes(text: str) -> list[int]:
@@ -332,8 +311,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeats < 1 or args.actions < 1:
         parser.error("--repeats and --actions must be at least 1")
     print(
-        "scale: SQLite WAL synchronous=FULL, demo-shaped settled actions, sizes "
-        + ", ".join(_label(s) for s in sizes)
+        with_load(
+            "scale: SQLite WAL synchronous=FULL, demo-shaped settled actions, sizes "
+            + ", ".join(_label(s) for s in sizes)
+        )
     )
     figures: list[Figures] = []
     with tempfile.TemporaryDirectory(prefix="interlock-bench-") as d:

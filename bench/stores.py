@@ -57,8 +57,9 @@ in a fresh schema (PostgreSQL) or a fresh file (SQLite, WAL, synchronous=FULL).
    log (then unsigned, without heads), for before/after figures.
 
 Intents carry metadata as the demo's do; each backend's durability is printed as its
-own connection reports it. The machine is shared: the load average (1, 5 and 15 minutes)
-is printed after each part and each N, and in the new summary lines.
+own connection reports it. The machine is shared: every line ends with the load average
+(1, 5 and 15 minutes, bench/common.py) its figures were measured under: the N it names,
+or the moment right after the part that measured it.
 
 One figure a line. Timings are reported, never judged; the machine's load shows in them.
 """
@@ -80,6 +81,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from common import load_average, with_load
 from gate_overhead import TimedPayments
 
 import interlock
@@ -440,12 +442,6 @@ def _cpu_s(process: Any) -> float:
     return float(times.user + times.system)
 
 
-def _load() -> str:
-    """The machine's load average over 1, 5 and 15 minutes (other work shows in it)."""
-    one, five, fifteen = os.getloadavg()
-    return f"{one:.2f} {five:.2f} {fifteen:.2f}"
-
-
 class ServerCpu:
     """CPU time of a PostgreSQL server's processes other than the given client backends
     (the postmaster, WAL writer, checkpointer, ...) from `start()` on: those alive then."""
@@ -692,7 +688,7 @@ def scale(
     rest_s = 0.0
     if server is not None:
         rest_s = server.spent_s(backends | ({waits.pid} if waits is not None else set()))
-    load = _load()
+    load = load_average()
     for p in procs:
         p.join(60)
     latencies = sorted(x for lat, *_ in got for x in lat)
@@ -775,6 +771,10 @@ def main(argv: list[str] | None = None) -> int:
     lines: list[str] = []
 
     def say(text: str) -> None:
+        # Every line carries the load average: the one its figures were measured under
+        # when the line names it, else the load now, right after they were measured.
+        if "load average" not in text:
+            text = with_load(text)
         lines.append(text)
         print(text, flush=True)
 
@@ -795,14 +795,14 @@ def main(argv: list[str] | None = None) -> int:
                 "receipts: signed with an Ed25519 key, into the receipt log at the gate's "
                 "default cadence (every 100 settles of a gate, or 5 s)"
             )
-        say(f"load average at start: {_load()}")
+        say("before the runs")
         books: dict[str, list[Bookkeeping]] = {b: [] for b in BACKENDS}
         for _ in range(args.repeats):
             for backend in BACKENDS:
                 books[backend].append(
                     bookkeeping(fresh(backend, pg, workdir), args.actions, workdir, key_path)
                 )
-        say(f"load average after bookkeeping: {_load()}")
+        say("after bookkeeping")
         for backend in BACKENDS:
             rs = books[backend]
             ratios = sorted(r.ratio for r in rs)
@@ -836,26 +836,30 @@ def main(argv: list[str] | None = None) -> int:
                 scales[backend, n] = s
                 say(
                     f"{backend} N={n}: {s.throughput:.0f} actions/s, p50 {s.p50_s * 1000:.1f} ms,"
-                    f" p99 {s.p99_s * 1000:.1f} ms, errors {len(s.errors)} of {s.actions}"
+                    f" p99 {s.p99_s * 1000:.1f} ms, errors {len(s.errors)} of {s.actions}; "
+                    f"{s.load}"
                 )
-                say(f"{backend} N={n} load average: {s.load}")
                 for e in sorted(set(s.errors))[:3]:
                     say(f"  error: {e}")
         pg1, pg8 = scales.get(("postgresql", 1)), scales.get(("postgresql", 8))
         for label, one in (("1", pg1), ("8", pg8)):
             if one is not None:
-                say(f"postgres throughput N={label}: {one.throughput:.0f} actions/s")
+                say(f"postgres throughput N={label}: {one.throughput:.0f} actions/s; {one.load}")
         if pg1 is not None and pg8 is not None:
-            say(f"postgres scaling N=8 over N=1: {pg8.throughput / pg1.throughput:.1f}x")
+            say(
+                f"postgres scaling N=8 over N=1: {pg8.throughput / pg1.throughput:.1f}x; "
+                f"load average {pg1.load.removeprefix('load average ')} at N=1, "
+                f"{pg8.load.removeprefix('load average ')} at N=8"
+            )
         if pg1 is not None:
-            say(f"machine CPU busy during postgres N=1: {pg1.cpu_busy:.0%}")
+            say(f"machine CPU busy during postgres N=1: {pg1.cpu_busy:.0%}; {pg1.load}")
             if pg1.cpu_busy > 0:
-                say(f"postgres scaling ceiling from CPU: {1 / pg1.cpu_busy:.1f}x")
+                say(f"postgres scaling ceiling from CPU: {1 / pg1.cpu_busy:.1f}x; {pg1.load}")
         sampled = scales.get(("postgresql", args.sample_at))
         if sampled is not None:
             n = args.sample_at
-            say(f"postgres N={n} backends: {sampled.waits}")
-            say(f"machine CPU busy during postgres N={n}: {sampled.cpu_busy:.0%}")
+            say(f"postgres N={n} backends: {sampled.waits}; {sampled.load}")
+            say(f"machine CPU busy during postgres N={n}: {sampled.cpu_busy:.0%}; {sampled.load}")
         for s in (pg1, sampled):
             if s is not None:
                 say(
@@ -863,28 +867,31 @@ def main(argv: list[str] | None = None) -> int:
                     f"{s.cpu_per_action_s * 1000:.2f} ms (workers "
                     f"{s.cpu_workers_s / s.actions * 1000:.2f}, their backends "
                     f"{s.cpu_backends_s / s.actions * 1000:.2f}, rest of the server "
-                    f"{s.cpu_server_rest_s / s.actions * 1000:.2f}; load average {s.load})"
+                    f"{s.cpu_server_rest_s / s.actions * 1000:.2f}; {s.load})"
                 )
                 # What the run got of the machine: below all its CPUs, other work had the rest.
                 say(
                     f"postgres CPUs used by the run at N={s.processes}: "
                     f"{s.cpu_per_action_s * s.throughput:.2f} of {os.cpu_count()} (workers and "
-                    f"server; load average {s.load})"
+                    f"server; {s.load})"
                 )
         if pg1 is not None:
             cpus = os.cpu_count() or 1
             top = pg1.ceiling(8, cpus)
             say(
                 f"postgres ceiling from CPU: {top:.1f}x (N=8 over N=1 on {cpus} CPUs, at N=1's "
-                f"CPU per action; load average {pg1.load})"
+                f"CPU per action; {pg1.load})"
             )
             for more in (4, 8):
-                say(f"postgres ceiling from CPU on {more} CPUs: {pg1.ceiling(8, more):.1f}x")
+                say(
+                    f"postgres ceiling from CPU on {more} CPUs: {pg1.ceiling(8, more):.1f}x; "
+                    f"{pg1.load}"
+                )
             if pg8 is not None:
                 say(
                     f"postgres scaling over its CPU ceiling: "
-                    f"{pg8.throughput / pg1.throughput / top:.2f} (target at least 0.8; load "
-                    f"average {pg8.load})"
+                    f"{pg8.throughput / pg1.throughput / top:.2f} (target at least 0.8; "
+                    f"{pg8.load})"
                 )
         if sampled is not None and sampled.lock_shares:
             n, sh = args.sample_at, sampled.lock_shares
@@ -894,12 +901,12 @@ def main(argv: list[str] | None = None) -> int:
                 f"store's or the receipt log's lock; the store's {sh[STORE_LOCK]:.0%}, the "
                 f"receipt log's {sh[LOG_LOCK]:.0%}, an action's {sh[ACTION_LOCK]:.0%}, any "
                 f"advisory {sh['any advisory']:.0%}, any lock {sh['any lock']:.0%}; {logged}; "
-                f"load average {sampled.load})"
+                f"{sampled.load})"
             )
         for backend, label in (("postgresql", "postgres"), ("sqlite", "sqlite")):
             s8 = scales.get((backend, 8))
             if s8 is not None:
-                say(f"{label} p99 over p50 at N=8: {s8.p99_s / s8.p50_s:.1f}x")
+                say(f"{label} p99 over p50 at N=8: {s8.p99_s / s8.p50_s:.1f}x; {s8.load}")
         say(f"left pending: {pending}")
     if args.markdown is not None:
         args.markdown.write_text(_markdown(books, scales, counts, args, lines))

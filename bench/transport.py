@@ -13,7 +13,8 @@ figure a line:
   per Stripe host, reused across calls);
 - `submit against the emulator`: the median and range of one `Gate.submit`, in ms.
 
-Timings are reported, never judged; it exits 1 when an action did not end `sent`.
+Each line ends with the load average right after the submits (bench/common.py). Timings
+are reported, never judged; it exits 1 when an action did not end `sent`.
 """
 
 from __future__ import annotations
@@ -24,9 +25,13 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # run as a script from anywhere in a checkout
-    sys.path.insert(0, str(ROOT))
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+for _path in (ROOT, BENCH):  # run as a script from anywhere in a checkout
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+
+from common import load_average, with_load  # noqa: E402
 
 from interlock import (  # noqa: E402
     UNSIGNED_APPROVALS,
@@ -92,18 +97,25 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"an action ended {outcome.status}: {outcome.reason}", file=sys.stderr)
                 return 1
         opened = server.connections_accepted - opened_before
+        load = load_average()
     finally:
         server.stop()
 
     per_100 = opened * 100 / args.actions
     print(
-        f"connections opened per 100 actions: {per_100:g}"
-        f" (over {args.actions}; target <= {CONNECTIONS_TARGET})"
+        with_load(
+            f"connections opened per 100 actions: {per_100:g}"
+            f" (over {args.actions}; target <= {CONNECTIONS_TARGET})",
+            load,
+        )
     )
     ms = sorted(t * 1000 for t in times)
     print(
-        f"submit against the emulator: median {statistics.median(ms):.2f} ms "
-        f"(range {ms[0]:.2f}-{ms[-1]:.2f} ms over {len(ms)})"
+        with_load(
+            f"submit against the emulator: median {statistics.median(ms):.2f} ms "
+            f"(range {ms[0]:.2f}-{ms[-1]:.2f} ms over {len(ms)})",
+            load,
+        )
     )
     return 0
 

@@ -94,6 +94,17 @@ def run_bench(bench: Bench) -> list[str]:
     return out.splitlines()
 
 
+# What every benchmark line ends with (bench/common.py's `; load average 1.23 0.98 0.80`,
+# or `; load 0.85`): the load its figures were measured under. The table states the
+# figures; each benchmark's output below it keeps the load.
+_LOAD = re.compile(r"; load (?:average )?\d[^);]*")
+
+
+def without_load(lines: list[str]) -> list[str]:
+    """The benchmark's lines less the load average beside each figure."""
+    return [_LOAD.sub("", line) for line in lines]
+
+
 def figure(lines: list[str], label: str) -> str:
     """The text after `label: ` on the first line that starts with it (less the target it
     names: the table has a column for that), else a dash."""
@@ -154,6 +165,7 @@ def _emulator(lines: list[str], op: str) -> str:
 
 def table(out: Mapping[str, list[str]], temporal: Temporal | None, stores: bool) -> list[str]:
     """The performance table: each figure before, measured now, and its target."""
+    out = {key: without_load(lines) for key, lines in out.items()}
     gate, peers = out["gate"], out["peers"]
     recovery, scale, emulator = out["recovery"], out["scale"], out["emulator"]
 
@@ -187,10 +199,12 @@ def table(out: Mapping[str, list[str]], temporal: Temporal | None, stores: bool)
             "at most 3.5x one commit on a quiet machine",
         ),
         (
-            "same, against DBOS 3.4 (SQLite WAL, same process, interleaved)",
+            "same, against DBOS 3.4 and Temporal (SQLite, same process, interleaved)",
             BEFORE["peers"],
             f"gate {figure(peers, 'gate')}; DBOS one step {figure(peers, 'DBOS one step')}; "
-            f"three steps {figure(peers, 'DBOS three steps')}",
+            f"three steps {figure(peers, 'DBOS three steps')}; Temporal one plain activity "
+            f"{figure(peers, 'temporal one plain activity')}; the gate in a Temporal activity "
+            f"{figure(peers, 'gate in a temporal activity')}",
             "stay the fastest",
         ),
         (
@@ -256,7 +270,8 @@ def render(
         "counts do not)._",
         "",
         "Every figure comes from a benchmark below, run as its own process; each prints one "
-        "figure a line, as the median with its range over repeated, interleaved runs. "
+        "figure a line, as the median with its range over repeated, interleaved runs, and "
+        "the load average it was measured under (kept in each benchmark's output below). "
         "Ratios to one durable commit are measured in the same run, so they hold across "
         "machines better than milliseconds do.",
         "",

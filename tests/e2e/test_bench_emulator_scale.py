@@ -9,6 +9,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench" / "emulator_scale.py"
+LOAD = re.compile(r"(.*); load average \d+\.\d\d \d+\.\d\d \d+\.\d\d")
 
 
 def test_bench_runs_and_prints_one_figure_a_line() -> None:
@@ -21,7 +22,9 @@ def test_bench_runs_and_prints_one_figure_a_line() -> None:
         timeout=60,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    lines = done.stdout.splitlines()
+    loaded = [LOAD.fullmatch(line) for line in done.stdout.splitlines()]
+    assert all(loaded), done.stdout  # every figure with the load average beside it
+    lines = [m[1] for m in loaded if m]
     number = r"\d+\.\d+"
     per_size = (
         rf"(create|list) at (10|30) refunds: median {number} ms "

@@ -11,6 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench" / "gate_overhead.py"
 # Statements per first attempt on main before the performance work cut them.
 STATEMENTS_BEFORE = 23
+LOAD = re.compile(r"(.*); load average \d+\.\d\d \d+\.\d\d \d+\.\d\d")
 
 
 def _bench(*args: str) -> subprocess.CompletedProcess[str]:
@@ -25,11 +26,14 @@ def _bench(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_bench_prints_its_report_with_the_counts_on_target() -> None:
     """A short run prints one figure a line: 3 commits, its statement count, 1 list + 1 create
-    per action, and the timings as a median with a range (shapes only, never values)."""
+    per action, and the timings as a median with a range (shapes only, never values), each
+    with the load average beside it."""
     done = _bench("--actions", "5", "--repeats", "2")
 
     assert done.returncode == 0, done.stdout + done.stderr
-    lines = done.stdout.splitlines()
+    loaded = [LOAD.fullmatch(line) for line in done.stdout.splitlines()]
+    assert all(loaded), done.stdout
+    lines = [m[1] for m in loaded if m]
     assert lines[0].startswith("gate overhead: 2 repeats of 5 actions, in-memory payments")
     assert lines[1] == "commits per action: 3 (target 3, floor 2)"
     statements = re.fullmatch(

@@ -17,6 +17,7 @@ from interlock import SQLiteStore
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench" / "scale.py"
 N = r"\d+\.\d+"
+LOAD = rf"; load average {N} {N} {N}"
 
 
 def _bench(*args: str) -> subprocess.CompletedProcess[str]:
@@ -27,14 +28,16 @@ def _bench(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_scale_prints_each_figure_at_each_size_and_the_growth() -> None:
     """Two small sizes: six figures each (gate, its ratio, restart reads, store open, verify
-    time and peak RSS), then the growth of five of them."""
+    time and peak RSS), then the growth of five of them; every line with the load average
+    its figures were measured under (a growth line, both sizes')."""
     done = _bench("--sizes", "60,120", "--repeats", "2", "--actions", "3")
 
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
-    assert (
-        lines[0] == "scale: SQLite WAL synchronous=FULL, demo-shaped settled actions, sizes 60, 120"
-    )
+    assert re.fullmatch(
+        rf"scale: SQLite WAL synchronous=FULL, demo-shaped settled actions, sizes 60, 120{LOAD}",
+        lines[0],
+    ), lines[0]
     figures = [
         ("gate per action", " ms"),
         ("gate vs one commit", "x"),
@@ -48,10 +51,11 @@ def test_scale_prints_each_figure_at_each_size_and_the_growth() -> None:
     for line, (size, name, unit) in zip(body, expected, strict=True):
         x = r"\d+" if unit == " MB" else N
         spread = rf"{x}{unit} \(median of 2, range {x}-{x}{unit}\)"
-        assert re.fullmatch(rf"{size} actions: {name}: {spread}", line), line
+        assert re.fullmatch(rf"{size} actions: {name}: {spread}{LOAD}", line), line
     growth = ["gate per action", "restart reads", "store open", "verify time", "verify peak RSS"]
     for line, name in zip(lines[13:], growth, strict=True):
-        assert re.fullmatch(rf"growth 120 over 60: {name} {N}x", line), line
+        loads = rf"; load average {N} {N} {N} at 60, {N} {N} {N} at 120"
+        assert re.fullmatch(rf"growth 120 over 60: {name} {N}x{loads}", line), line
     assert len(lines) == 18
 
 
