@@ -17,15 +17,14 @@ from typing import Any
 import pytest
 
 from interlock import (
-    ACTION_METADATA_KEY,
     Intent,
     Owner,
     SigningKey,
     SQLiteStore,
+    _operator,
     verify,
 )
 from interlock import __main__ as cli
-from interlock import _operator
 from interlock._core.errors import ActionError
 from interlock._core.journal import CODE_REFUSED_BY_PERSON, Settlement
 from interlock.testing import InProcessPayments
