@@ -646,6 +646,28 @@ def _resolvable(state: ActionState, history: list[JournalRecord]) -> None:
         )
 
 
+def _held(state: ActionState) -> str:
+    claim = state.claim
+    assert claim is not None
+    sending = " (sending: a send may still be in flight)" if claim.sending else ""
+    return (
+        f"action {shown(state.intent.action_id)} is claimed by {shown(claim.owner.label())} "
+        f"until {_when(claim.expires_at)}{sending}: run resolve again after that; nothing "
+        "was changed"
+    )
+
+
+def _check_claim(state: ActionState, now: float, *, found_own: bool) -> None:
+    """`_Refused` while another worker's claim keeps this one off (by the claim's own rule,
+    which a found refund relaxes for a dead owner's `sending` claim), before any plan."""
+    claim, grace = state.claim, Timing.from_env().grace_s
+    operator = Owner.current("operator")
+    if claim is not None and not claim.replaceable_by(
+        operator, now, grace_s=grace, found_own=found_own
+    ):
+        raise _Refused(_held(state))
+
+
 def _signing_key() -> SigningKey | None:
     try:
         return signing_key_from_env()
@@ -684,6 +706,7 @@ def _resolve_with(location: str, args: argparse.Namespace, payments: Any) -> int
         store.close()
     effect = None if payments is None else _effect(payments, state)
     own, conflict = (None, None) if effect is None else _lookup(effect, state)
+    _check_claim(state, now, found_own=own is not None)
     key = _signing_key()
     signing = f"signed with key {key.key_id}" if key else "UNSIGNED (no INTERLOCK_SIGNING_KEY)"
     intent = state.intent
@@ -792,15 +815,13 @@ def _refuse(
         attempt = store.take_claim(aid, owner, timing.claim_ttl_s, timing.grace_s)
         if attempt.status == "settled":
             raise _Refused(f"action {shown(aid)} was settled meanwhile; nothing was changed")
-        if attempt.status != "taken":
-            held = attempt.state.claim if attempt.status == "held" else None
-            who = (
-                f"claimed by {held.owner.label()} until {_when(held.expires_at)}"
-                + (" (sending: a send may still be in flight)" if held.sending else "")
-                if held is not None
-                else "another action on its target is running"
+        if attempt.status == "held":
+            raise _Refused(_held(attempt.state))
+        if attempt.status == "busy":
+            raise _Refused(
+                f"another action on {shown(state.intent.target)} is running: run resolve "
+                "again after it; nothing was changed"
             )
-            raise _Refused(f"action {shown(aid)} is {who}: run resolve again after that")
         checks = [
             Check(
                 "person",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -347,3 +348,22 @@ def test_every_operator_command_refuses_a_live_key(
 
     assert code == 2 and "live key" in err and "test keys only" in err
     assert secret not in out + err and opened == []
+
+
+def test_resolve_waits_out_a_claim_that_may_cover_a_send_in_flight(
+    world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A worker died at the unknown mark moments ago: its `sending` claim still runs, so a
+    person's refusal is not written before its expiry plus the grace, and says until when."""
+    world.clock.now = time.time()
+    world.lease = world.grant(10_000)
+    intent = world.crash("unknown", fault="before_execution")
+    before = history(world, intent.action_id)
+
+    code, out, err = run(
+        capsys, "resolve", intent.action_id, str(world.path), "--refused",
+        "--by", "bob", "--reason", "x", "--yes",
+    )  # fmt: skip
+
+    assert code == 1 and "is claimed by crashed-" in err and "sending: a send may" in err
+    assert out == "" and history(world, intent.action_id) == before
