@@ -708,7 +708,11 @@ def _resolve_with(location: str, args: argparse.Namespace, payments: Any) -> int
     own, conflict = (None, None) if effect is None else _lookup(effect, state)
     _check_claim(state, now, found_own=own is not None)
     key = _signing_key()
-    signing = f"signed with key {key.key_id}" if key else "UNSIGNED (no INTERLOCK_SIGNING_KEY)"
+    receipt = (
+        f"a receipt signed with key {key.key_id}"
+        if key
+        else "an UNSIGNED receipt (set INTERLOCK_SIGNING_KEY to the gate's key to sign it)"
+    )
     intent = state.intent
     what = f"action {shown(aid)} ({shown(intent.kind)} {intent.amount} on {shown(intent.target)})"
     if args.refused:
@@ -731,7 +735,7 @@ def _resolve_with(location: str, args: argparse.Namespace, payments: Any) -> int
             f"{what} is {_state_of(state, now)}; {looked}.",
             f"resolve will mark it refused by {shown(args.by)} ({shown(args.reason)}), code "
             f"{CODE_REFUSED_BY_PERSON}: its reservation on approval {shown(intent.lease_id)} "
-            f"is released and a receipt ({signing}) records it. Nothing is sent.",
+            f"is released and {receipt} records it. Nothing is sent.",
         ]
         _confirm(args, plan)
         return _refuse(location, args, state, effect is not None, conflict, key)
@@ -749,8 +753,8 @@ def _resolve_with(location: str, args: argparse.Namespace, payments: Any) -> int
     verdict = "adopted" if own.counts else f"failed (refund_failed: it is {own.status})"
     plan = [
         f"{what}: {_lookup_words(own, None)}.",
-        f"resolve will settle it {verdict} through the gate's recovery, with a receipt "
-        f"({signing}) whose owner is operator:{shown(args.by)}. Nothing is sent.",
+        f"resolve will settle it {verdict} through the gate's recovery, with {receipt} "
+        f"whose owner is operator:{shown(args.by)}. Nothing is sent.",
     ]
     _confirm(args, plan)
     return _adopt(location, args, effect, key)
