@@ -1,7 +1,9 @@
 """`python -m interlock verify [--store] STORE`: check a store's receipts and their log;
 `python -m interlock proof ACTION [--store] STORE`: an action's receipt with its inclusion
 proof; `python -m interlock stripe-emulator [--port N]`: the loopback Stripe emulator alone;
-`python -m interlock keygen DIR`: a new receipt signing key and the key list that trusts it.
+`python -m interlock keygen DIR`: a new receipt signing key and the key list that trusts it;
+`pending`, `show ACTION`, `resolve ACTION`, `revoke LEASE` (each with STORE): the operator's
+commands, described in `interlock._operator`.
 
 STORE is a SQLite file's path or a `postgresql://` URL, given as the argument, as
 `--store`, or in `INTERLOCK_STORE`; there is no default (the library keeps no folder of its
