@@ -433,7 +433,23 @@ def _found_data(f: Found | None) -> dict[str, Any] | None:
 
 
 def _lookup_data(own: Found | None, conflict: Found | None) -> dict[str, Any]:
-    return {"kind": "lookup", "own": _found_data(own), "conflict": _found_data(conflict)}
+    return {
+        "kind": "lookup",
+        "own": _found_data(own),
+        "conflict": _found_data(conflict),
+        "words": _lookup_words(own, conflict),
+    }
+
+
+def _lookup_evidence(payments: Any, state: ActionState) -> dict[str, Any]:
+    """`pending`'s lookup of one action: what it found, or why it found nothing (a kind
+    not looked up here, an answer that settled nothing), which the listing goes on past."""
+    try:
+        return _lookup_data(*_lookup(_effect(payments, state), state))
+    except _Refused as e:
+        if e.code == 2:
+            raise  # the key: every lookup would fail alike
+        return {"kind": "lookup", "own": None, "conflict": None, "words": f"not looked up: {e}"}
 
 
 def _lookup_words(own: Found | None, conflict: Found | None) -> str:
@@ -447,10 +463,9 @@ def _lookup_words(own: Found | None, conflict: Found | None) -> str:
     return "lookup: no send naming it at Stripe"
 
 
-def unsettled(
-    store: Store, action_id: str, now: float, effect: Effect | None = None
-) -> dict[str, Any] | None:
-    """One unsettled action as `pending` reports it (None once it is settled)."""
+def _unsettled(store: Store, action_id: str, now: float, payments: Any) -> dict[str, Any] | None:
+    """One unsettled action as `pending` reports it (None once it is settled); with
+    `payments`, looked up at Stripe too."""
     state = store.action(action_id)
     if state is None or state.settlement is not None:
         return None
@@ -459,8 +474,8 @@ def unsettled(
     word = _state_of(state, now)
     sends = [r for r in history if r.record == "sending"]
     evidence = _evidence(state, history)
-    if effect is not None:
-        evidence.append(_lookup_data(*_lookup(effect, state)))
+    if payments is not None:
+        evidence.append(_lookup_evidence(payments, state))
     return {
         "action_id": intent.action_id,
         "kind": intent.kind,
@@ -486,14 +501,7 @@ def _evidence_words(e: Mapping[str, Any]) -> str:
         )
     if e["kind"] == "unknown_mark":
         return f"unknown mark at {e['at']}: {shown(str(e['reason']))}"
-    own, conflict = e["own"], e["conflict"]
-    found = None if own is None else Found(own["id"], own["amount"], own["counts"], own["status"])
-    other = (
-        None
-        if conflict is None
-        else Found(conflict["id"], conflict["amount"], conflict["counts"], conflict["status"])
-    )
-    return _lookup_words(found, other)
+    return shown(str(e["words"]))
 
 
 def _pending(location: str, args: argparse.Namespace) -> int:
@@ -503,9 +511,7 @@ def _pending(location: str, args: argparse.Namespace) -> int:
         now = store.now()
         items = []
         for aid in store.pending():
-            state = store.action(aid)
-            effect = None if payments is None or state is None else _effect(payments, state)
-            item = unsettled(store, aid, now, effect)
+            item = _unsettled(store, aid, now, payments)
             if item is not None:
                 items.append(item)
     finally:

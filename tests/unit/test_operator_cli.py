@@ -102,12 +102,16 @@ def test_pending_says_each_state_why_and_the_evidence(
     checked = world.crash("check")
     settled = world.decide(AMOUNT, world.lease.id)
     world.gate(Owner.current("w")).submit(settled)
+    # Another kind of action, journaled by its own gate, which is not looked up here.
+    email = Intent("act_email", "email", "cus_1", 1, world.lease.id, "", created_at=world.clock())
+    world.store.begin(email, gone_owner(), TIMING.claim_ttl_s, TIMING.grace_s)
 
     code, out, err = run(capsys, "pending", str(world.path), "--json", "--stripe")
 
     assert code == 0, err
     items = {i["action_id"]: i for i in json.loads(out)["pending"]}
-    assert set(items) == {unknown.action_id, sending.action_id, checked.action_id}
+    assert set(items) == {unknown.action_id, sending.action_id, checked.action_id, "act_email"}
+    assert items["act_email"]["evidence"][-1]["words"].startswith("not looked up: action")
     u = items[unknown.action_id]
     assert (u["state"], u["kind"], u["amount"]) == ("unknown", "refund", AMOUNT)
     assert "HTTP 500" in u["why"] and "never resent" in u["why"]
@@ -125,7 +129,7 @@ def test_pending_says_each_state_why_and_the_evidence(
 
     code, out, _ = run(capsys, "pending", str(world.path))
     assert code == 0
-    assert out.startswith(f"{world.path}: 3 unsettled actions")
+    assert out.startswith(f"{world.path}: 4 unsettled actions")
     assert f"idempotency key {unknown.action_id}" in out
     assert "since 2023-11-14T22:13:20Z" in out
 
