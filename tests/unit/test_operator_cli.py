@@ -371,3 +371,26 @@ def test_resolve_waits_out_a_claim_that_may_cover_a_send_in_flight(
 
     assert code == 1 and "is claimed by crashed-" in err and "sending: a send may" in err
     assert out == "" and history(world, intent.action_id) == before
+
+
+class Terminal(io.StringIO):
+    """A terminal on stdin that answers with the given line."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_terminal_is_asked_and_only_a_yes_writes(
+    world: World, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At a terminal the plan is followed by a question: anything but yes writes nothing."""
+    lid = world.lease.id
+    monkeypatch.setattr("sys.stdin", Terminal("n\n"))
+    code, out, err = run(capsys, "revoke", lid, str(world.path), "--by", "carol")
+    assert code == 1 and "Go ahead? [y/N]" in out and "declined; nothing was changed" in err
+    assert not world.store.lease(lid).revoked  # type: ignore[union-attr]
+
+    monkeypatch.setattr("sys.stdin", Terminal("yes\n"))
+    code, out, _ = run(capsys, "revoke", lid, str(world.path), "--by", "carol")
+    assert code == 0 and f"approval {lid}: revoked by carol" in out
+    assert world.store.lease(lid).revoked  # type: ignore[union-attr]
