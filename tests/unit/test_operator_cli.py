@@ -165,12 +165,14 @@ def test_show_gives_history_receipt_and_proof(
 # -- resolve ------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(("at", "fault"), [("unknown", "after_commit"), ("after-answer", None)])
 def test_resolve_adopts_the_refund_the_lookup_finds_and_sends_nothing(
-    world: World, capsys: pytest.CaptureFixture[str]
+    world: World, capsys: pytest.CaptureFixture[str], at: str, fault: str | None
 ) -> None:
-    """The unknown action's refund was made: resolve says so, then adopts it through the
+    """The refund of an unknown action (a 500 after it was made), or of one whose worker
+    died after Stripe's answer, was made: resolve says so, then adopts it through the
     gate's recovery (no create call), its receipt naming the operator; verify holds."""
-    intent = world.crash("unknown", fault="after_commit")
+    intent = world.crash(at, fault=fault)
     [refund] = world.agent_refunds(intent.action_id)
     posts = world.posts()
 
