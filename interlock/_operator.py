@@ -728,15 +728,10 @@ def _resolve_with(location: str, args: argparse.Namespace, payments: Any) -> int
                 "Stripe, so it was made: adopt it (resolve without --refused); nothing was "
                 "changed"
             )
-        looked = (
-            "Stripe was looked up: no send names it"
-            if effect is not None and conflict is None
-            else (
-                _lookup_words(own, conflict)
-                if effect is not None
-                else f"Stripe was NOT looked up: {shown(args.by)} vouches that no refund was made"
-            )
-        )
+        if effect is None:
+            looked = f"Stripe was NOT looked up: {shown(args.by)} vouches that no refund was made"
+        else:
+            looked = _lookup_words(own, conflict)
         plan = [
             f"{what} is {_state_of(state, now)}; {looked}.",
             f"resolve will mark it refused by {shown(args.by)} ({shown(args.reason)}), code "
@@ -753,7 +748,7 @@ def _resolve_with(location: str, args: argparse.Namespace, payments: Any) -> int
     if own is None:
         raise _Refused(
             f"{what}: no send naming it at Stripe, so nothing is adopted and nothing was "
-            "changed; it stays unknown. When a person has checked Stripe: resolve "
+            f"changed; it stays {_state_of(state, now)}. When a person has checked Stripe: resolve "
             f"{shown(aid)} STORE --refused --by NAME --reason TEXT"
         )
     verdict = "adopted" if own.counts else f"failed (refund_failed: it is {own.status})"
