@@ -1,7 +1,9 @@
 """`python -m interlock verify [--store] STORE`: check a store's receipts and their log;
 `python -m interlock proof ACTION [--store] STORE`: an action's receipt with its inclusion
 proof; `python -m interlock stripe-emulator [--port N]`: the loopback Stripe emulator alone;
-`python -m interlock keygen DIR`: a new receipt signing key and the key list that trusts it.
+`python -m interlock keygen DIR`: a new receipt signing key and the key list that trusts it;
+`pending`, `show ACTION`, `resolve ACTION`, `revoke LEASE` (each with STORE): the operator's
+commands, described in `interlock._operator`.
 
 STORE is a SQLite file's path or a `postgresql://` URL, given as the argument, as
 `--store`, or in `INTERLOCK_STORE`; there is no default (the library keeps no folder of its
@@ -36,7 +38,6 @@ are written, 2 when the key exists already or a file cannot be written or read.
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import os
 import shlex
@@ -48,21 +49,20 @@ from typing import TYPE_CHECKING, Any
 from interlock._core.approvals import Approvers
 from interlock._core.config import Timing
 from interlock._core.errors import ConfigError, StoreError
-from interlock._core.log import inclusion
-from interlock._core.merkle import leaf_hash
-from interlock._core.receipts import load_json
 from interlock._core.signals import Interrupted, stop_signals_interrupt
 from interlock._core.signing import (
     ENV_SIGNING_KEY,
     ENV_VERIFY_KEYS,
-    HEAD_TYPE,
-    RECEIPT_TYPE,
     KeyList,
     SigningKey,
-    cose_sign1,
     key_list_from_env,
 )
 from interlock._core.verify import VerifyResult, verify
+from interlock._operator import COMMANDS as OPERATOR_COMMANDS
+from interlock._operator import add_parsers as add_operator_parsers
+from interlock._operator import proof_data
+from interlock._operator import run as run_operator
+from interlock._operator import shown as _shown
 from interlock._stores.open import open_store
 from interlock._stores.postgres import PostgresStore, is_postgres_url
 
@@ -75,12 +75,6 @@ NO_STORE = (
     "name the store to check: python -m interlock verify PATH_OR_URL (or --store "
     f"PATH_OR_URL, or set {ENV_STORE}); PATH is a SQLite file, URL a postgresql:// one"
 )
-
-
-def _shown(text: str) -> str:
-    """`text` with every control character escaped: a string read from the store (an
-    action id, a reason) must not move the cursor or recolour the verdict on screen."""
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
 
 
 def _stripe(key: str) -> StripePayments:
@@ -167,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="print the proof as JSON")
     emu = sub.add_parser("stripe-emulator", help="serve the loopback Stripe emulator alone")
     emu.add_argument("--port", type=int, help="port on 127.0.0.1 (default: a free one)")
+    add_operator_parsers(sub)
     kg = sub.add_parser(
         "keygen", help="make a receipt signing key and add it to the key list verifiers trust"
     )
@@ -188,6 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "proof":
         location = _location(args)
         return _proof(location, args) if location else 2
+    if args.command in OPERATOR_COMMANDS:
+        location = _location(args)
+        return run_operator(args, location) if location else 2
     if args.account_wide and not args.stripe:
         print("--account-wide reads Stripe: give --stripe too", file=sys.stderr)
         return 2
@@ -279,20 +277,6 @@ def _anchors(args: argparse.Namespace) -> list[Anchor]:
     return anchors
 
 
-def _signed(body: str, signature: str | None, content_type: str) -> dict[str, str | None]:
-    """A signed body as the proof shows it, with its COSE_Sign1 export (base64url): the same
-    signature, which any COSE library checks with the public key."""
-    shown: dict[str, str | None] = {"body": body, "signature": signature}
-    key_id = load_json(body).get("key_id")
-    if signature is not None and isinstance(key_id, str):
-        try:
-            message = cose_sign1(body.encode(), signature, key_id, content_type)
-        except ValueError:
-            return shown  # a stored signature that is not one: verify names it
-        shown["cose_sign1"] = base64.urlsafe_b64encode(message).decode()
-    return shown
-
-
 def _proof(location: str, args: argparse.Namespace) -> int:
     """Print an action's receipt with its inclusion proof; the exit code."""
     try:
@@ -303,42 +287,33 @@ def _proof(location: str, args: argparse.Namespace) -> int:
     try:
         state = store.action(args.action)
         receipt = None if state is None else state.receipt
-        found = None if receipt is None else inclusion(store, receipt.seq)
+        proof = None if receipt is None else proof_data(store, args.action, receipt)
     finally:
         store.close()
     if receipt is None:
         said = "is not in the store" if state is None else "has no receipt (not settled)"
         print(f"action {_shown(args.action)} {said}", file=sys.stderr)
         return 1
-    if found is None:
+    if proof is None:
         print(
             f"action {_shown(args.action)}'s receipt is not in a signed tree head yet: a gate "
             "puts it there at its next catch-up (recover(), or every log_every receipts)",
             file=sys.stderr,
         )
         return 1
-    entry, stored, path = found
-    proof = {
-        "action_id": args.action,
-        "receipt": _signed(receipt.body_text, receipt.signature, RECEIPT_TYPE),
-        "leaf_index": entry.leaf,
-        # The RFC 9162 leaf hash, which a receipt written before the log does not store.
-        "leaf_hash": leaf_hash(receipt.body_text.encode()).hex(),
-        "tree_head": _signed(stored.body_text, stored.signature, HEAD_TYPE),
-        "inclusion_proof": [h.hex() for h in path],
-    }
+    size = proof.pop("tree_size")
     if args.json:
         print(json.dumps(proof, indent=2))
         return 0
-    print(f"action {_shown(args.action)}: receipt at log position {entry.leaf} of {stored.size}")
+    print(f"action {_shown(args.action)}: receipt at log position {proof['leaf_index']} of {size}")
     print(f"receipt body: {_shown(receipt.body_text)}")
     print(f"receipt signature: {receipt.signature}")
     print(f"leaf hash: {proof['leaf_hash']}")
-    print(f"tree head: {_shown(stored.body_text)}")
-    print(f"tree head signature: {stored.signature}")
+    print(f"tree head: {_shown(proof['tree_head']['body'])}")
+    print(f"tree head signature: {proof['tree_head']['signature']}")
     print("inclusion proof:")
-    for h in path:
-        print(f"  {h.hex()}")
+    for h in proof["inclusion_proof"]:
+        print(f"  {h}")
     return 0
 
 

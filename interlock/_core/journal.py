@@ -52,6 +52,10 @@ CODE_REFUND_FAILED = "refund_failed"
 # prefix, so that it reads as a conflict wherever it is shown.
 CODE_CONFLICT = "conflict"
 CONFLICT_PREFIX = "conflict: "
+# A person's refusal of an action whose outcome is unknown (`python -m interlock resolve
+# --refused`): the one refusal an unknown action may take, since only a person who checked
+# the provider can say that nothing was made; its receipt names them and their reason.
+CODE_REFUSED_BY_PERSON = "refused_by_person"
 
 
 def _check_id(name: str, value: object) -> None:
@@ -843,11 +847,14 @@ class RuleStore:
             claim = row.claim
             assert claim is not None
             if row.unknown is not None and not (
-                settlement.status in ("sent", "adopted") or settlement.code == CODE_REFUND_FAILED
+                settlement.status in ("sent", "adopted")
+                or settlement.code == CODE_REFUND_FAILED
+                or (settlement.status, settlement.code) == ("refused", CODE_REFUSED_BY_PERSON)
             ):
                 raise ActionError(
                     action_id,
-                    f"is unknown ({row.unknown}); only a lookup that finds its refund settles it",
+                    f"is unknown ({row.unknown}); only a lookup that finds its refund, or a "
+                    "person's refusal, settles it",
                 )
             settlement = replace(settlement, at=now)
             intent = row.intent
