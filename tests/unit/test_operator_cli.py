@@ -3,7 +3,7 @@
 A SQLite store on a fake clock holds the actions a crashed worker leaves (the gate rig's
 crashes); the CLI reads it with the real clock, so a dead worker's claim has run out, as
 it has when an operator looks. Stripe is the in-process model (the CLI's `_payments` seam),
-so every test runs in milliseconds; tests/e2e/test_operator_cli.py runs the commands as
+so every test runs in milliseconds; tests/e2e/test_operator_cli_postgres.py runs the commands as
 processes against the loopback emulator, on SQLite and PostgreSQL.
 """
 
