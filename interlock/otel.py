@@ -77,7 +77,10 @@ from interlock._core.journal import Intent
 __all__ = ["action_span_context", "traced"]
 
 _SCOPE = "interlock"
+# The framework guards' action ids (`tool_calls.action_id_for`), and Temporal's
+# (`temporal:<namespace>:<workflow id>:<activity id>`, no tool call id inside).
 _FRAMEWORKS = ("langchain", "pydantic-ai", "openai-agents")
+_HEADS = (*_FRAMEWORKS, "temporal")
 
 # A gate event's step name on the span, and its data fields that are safe by default
 # (ids, counts, flags; never an amount, a key, or text that may hold an amount).
@@ -128,7 +131,7 @@ def traced(
             "this gate is traced already: call interlock.otel.traced(gate) once per gate"
         )
     provider = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
-    tracing = _Tracing(gate, provider.get_tracer(_SCOPE), tool_name or gate.effect.kind, sensitive)
+    tracing = _Tracing(gate, provider, tool_name or gate.effect.kind, sensitive)
     gate._interlock_tracing = tracing  # type: ignore[attr-defined]
     return gate
 
@@ -148,9 +151,12 @@ class _Call:
 class _Tracing:
     """A gate's tracer: wraps its public calls and listens to its events."""
 
-    def __init__(self, gate: Gate, tracer: Tracer, tool_name: str, sensitive: bool) -> None:
+    def __init__(
+        self, gate: Gate, provider: TracerProvider, tool_name: str, sensitive: bool
+    ) -> None:
         self.gate = gate
-        self.tracer = tracer
+        self.provider = provider
+        self.tracer: Tracer = provider.get_tracer(_SCOPE)
         self.tool_name = tool_name
         self.sensitive = sensitive
         self.current: contextvars.ContextVar[_Call | None] = contextvars.ContextVar(
@@ -204,6 +210,16 @@ class _Tracing:
         gate.recover_action = traced_recover_action  # type: ignore[method-assign]
         gate.reapprove = traced_reapprove  # type: ignore[method-assign]
         gate.recover = traced_recover  # type: ignore[method-assign]
+
+    def copy_onto(self, gate: Gate) -> Gate:
+        """`gate` (a copy of this one, as `interlock.temporal` makes per activity) traced
+        as this one is."""
+        return traced(
+            gate,
+            tracer_provider=self.provider,
+            tool_name=self.tool_name,
+            sensitive=self.sensitive,
+        )
 
     # -- the span of a call --------------------------------------------------------------
 
@@ -428,7 +444,7 @@ class _Tracing:
 def _framework(action_id: str) -> str | None:
     """The framework guard whose action id this is (`action_id_for`), or None."""
     head = action_id.split(":", 1)[0].split("!", 1)[0]
-    return head if head in _FRAMEWORKS else None
+    return head if head in _HEADS else None
 
 
 def _tool_call_id(action_id: str) -> str:

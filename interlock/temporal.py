@@ -334,6 +334,10 @@ class ActivityGate:
             self.gate.effect,
             replace(options, on_event=beats.event, sleep=beats.sleep),
         )
+        # A gate given traced (`interlock.otel.traced`) traces its copy the same way.
+        tracing = getattr(self.gate, "_interlock_tracing", None)
+        if tracing is not None:
+            gate = tracing.copy_onto(gate)
         try:
             outcome = gate.submit(intent)
         except ActionError as e:

@@ -409,7 +409,9 @@ class LogKeeper:
         if every < 1:
             raise ValueError(f"log_every must be at least 1 receipt, not {every}")
         if not interval_s > 0:
-            raise ValueError(f"log_interval_s must be a number of seconds above 0, not {interval_s}")
+            raise ValueError(
+                f"log_interval_s must be a number of seconds above 0, not {interval_s}"
+            )
         self.store = store
         self.key = key
         self.anchors = tuple(anchors)

@@ -248,3 +248,33 @@ def test_a_gate_is_traced_once_and_its_own_listener_still_hears_every_event(
     gate.submit(world.decide(AMOUNT, world.grant(5000).id))
     assert [e.kind for e in world.events][:1] == ["journaled"]
     assert world.events[-1].kind == "logged"
+
+
+def test_a_temporal_activity_gate_traces_the_copy_it_runs(
+    exporter: InMemorySpanExporter, provider: TracerProvider
+) -> None:
+    """`interlock.temporal.ActivityGate` runs a copy of the gate it wraps per activity: a
+    traced gate's copy is traced alike (its heartbeats still beat)."""
+    pytest.importorskip("temporalio", reason="the temporal extra is not installed")
+    from temporalio.testing import ActivityEnvironment
+
+    from interlock import temporal as it
+
+    world = GateWorld()
+    lease = world.grant(5000)
+    beats: list[Any] = []
+    env = ActivityEnvironment()
+    env.on_heartbeat = lambda *details: beats.append(details)
+    activity_gate = it.ActivityGate(traced_gate(world, provider, tool_name="refund_activity"))
+    action_id = str(env.run(it.activity_action_id))
+    intent = world.decide(AMOUNT, lease.id)
+    intent = type(intent)(**{**intent.__dict__, "action_id": action_id})
+
+    outcome = env.run(activity_gate.send, intent)
+
+    assert outcome.status == "sent" and beats
+    [span] = named(exporter, "execute_tool refund_activity")
+    a = dict(span.attributes or {})
+    assert (a["interlock.action_id"], a["interlock.framework"]) == (action_id, "temporal")
+    assert a["interlock.outcome"] == "sent"
+    assert len(named(exporter, "interlock.send")) == 1
