@@ -31,13 +31,14 @@ What a traced gate produces:
   to its answer: `interlock.send.attempt`, `interlock.external_id` on an answer, ERROR with
   `error.type` (the provider's code, or `http_<status>` / `unsettled`) when the answer was
   a refusal or settled nothing.
-- **`interlock.recover`** around `gate.recover()`, its actions' spans under it.
+- **`interlock.recover`** around `gate.recover()` (`interlock.recovered`: how many
+  actions); each action's span links to it (`interlock.link=recover`).
 - **A link across a crash**: every call's span links to its action's own span context
   (`action_span_context`: a trace id and span id derived from the action id alone,
-  `interlock.link=action`) and, when no span is running (a worker's plain `submit`, a
-  recovery), is its child: every process's spans of one action share that trace, and a
-  recovery after a SIGKILL points at the dead worker's, with nothing written to the
-  journal or sent to Stripe for it.
+  `interlock.link=action`) and, when no span of the caller's is running (a worker's plain
+  `submit`, a `recover()`), is its child: every process's spans of one action share that
+  trace, and a recovery after a SIGKILL points at the dead worker's, with nothing written
+  to the journal or sent to Stripe for it.
 
 No amount of money and no text that may hold one (reasons, the provider's messages), no
 idempotency key, no secret is in any attribute unless `sensitive=True`: then
@@ -162,6 +163,9 @@ class _Tracing:
         self.current: contextvars.ContextVar[_Call | None] = contextvars.ContextVar(
             f"interlock_otel_{id(self)}", default=None
         )
+        self.recovering: contextvars.ContextVar[Span | None] = contextvars.ContextVar(
+            f"interlock_otel_recover_{id(self)}", default=None
+        )
         # The tracer hears each event first: the user's listener may block or raise (a
         # test's crash), and the step it saw is on the span by then.
         listener = gate._emit_to
@@ -200,7 +204,11 @@ class _Tracing:
         @functools.wraps(recover)
         def traced_recover(*, wait: bool = True) -> list[Outcome]:
             with self.tracer.start_as_current_span("interlock.recover") as span:
-                outcomes = recover(wait=wait)
+                token = self.recovering.set(span)
+                try:
+                    outcomes = recover(wait=wait)
+                finally:
+                    self.recovering.reset(token)
                 span.set_attribute("interlock.recovered", len(outcomes))
                 return outcomes
 
@@ -252,15 +260,22 @@ class _Tracing:
         if intent is not None:
             attributes.update(self.intent_attributes(intent))
         action = action_span_context(action_id)
+        links = [Link(action, {"interlock.link": "action"})]
         parent = None
-        if not trace.get_current_span().get_span_context().is_valid:
+        current, batch = trace.get_current_span(), self.recovering.get()
+        # A recovery of `recover()` goes into its action's trace, beside the dead worker's
+        # spans, and links to the batch; a call under the caller's span (an agent's run)
+        # stays in the caller's trace.
+        if batch is not None and current is batch:
+            links.append(Link(batch.get_span_context(), {"interlock.link": "recover"}))
+        if (batch is not None and current is batch) or not current.get_span_context().is_valid:
             parent = trace.set_span_in_context(trace.NonRecordingSpan(action))
         span = self.tracer.start_span(
             f"execute_tool {self.tool_name}",
             context=parent,
             kind=SpanKind.INTERNAL,
             attributes=attributes,
-            links=[Link(action, {"interlock.link": "action"})],
+            links=links,
         )
         call = _Call(span, action_id, None if intent is None else intent.lease_id)
         token = self.current.set(call)

@@ -207,7 +207,7 @@ def test_a_recovery_after_a_crash_links_to_the_dead_workers_action(
 ) -> None:
     """The worker dies after Stripe answered; a new gate's `recover()` adopts the refund.
     Both calls sit in the action's own trace (derived from its id) and link to it: the
-    recovery span points at the dead worker's spans, under `interlock.recover`."""
+    recovery is beside the dead worker's spans, and links to its `interlock.recover`."""
     world = GateWorld()
     lease = world.grant(5000)
     intent = world.decide(AMOUNT, lease.id)
@@ -225,9 +225,14 @@ def test_a_recovery_after_a_crash_links_to_the_dead_workers_action(
     assert first.context.trace_id == send.context.trace_id == action.trace_id
     assert first.parent is not None and first.parent.span_id == action.span_id
     assert dict(first.attributes or {})["error.type"] == "Crash"
-    assert again.parent is not None and again.parent.span_id == recover.context.span_id
-    [link] = again.links
-    assert (link.context.trace_id, link.context.span_id) == (action.trace_id, action.span_id)
+    assert again.context.trace_id == action.trace_id
+    assert again.parent is not None and again.parent.span_id == action.span_id
+    to_action, to_batch = again.links
+    assert (to_action.context.trace_id, to_action.context.span_id) == (
+        action.trace_id,
+        action.span_id,
+    )
+    assert to_batch.context.span_id == recover.context.span_id
     a = dict(again.attributes or {})
     assert (a["interlock.recovery"], a["interlock.outcome"], a["interlock.attempt"]) == (
         True,
