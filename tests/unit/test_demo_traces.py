@@ -18,6 +18,7 @@ import pytest
 from interlock.otel import action_span_context
 from interlock_demo import cli
 from interlock_demo.exit_codes import ExitCode
+from interlock_demo.reports import traces as report
 from interlock_demo.settings.environment import ENV_OTEL_FILE
 from workers import traces
 
@@ -66,6 +67,29 @@ def test_a_mock_run_writes_the_crash_and_the_recovery_into_the_actions_trace(
     assert recovery["attributes"]["interlock.recovery"] is True
     assert [link["attributes"] for link in recovery["links"]] == [{"interlock.link": "action"}]
     assert not [k for s in spans for k in s["attributes"] if "amount" in k]
+
+    # As docs/tracing.md shows it: one tree, under the action's own span context.
+    tree = report.render(report.read(path.read_text().splitlines())).splitlines()
+    own = f"{action_span_context(action_id).span_id:016x}"
+    assert tree[:2] == [
+        f"trace {trace_id}  (action {action_id})",
+        f"└─ 0x{own} (the action's own span context)",
+    ]
+    assert tree[2].startswith("   ├─ execute_tool issue_refund") and "ERROR" in tree[2]
+    assert "error.type=SimulatedCrash" in tree[2]
+    [send_line] = [line.strip(" │") for line in tree if "interlock.send " in line]
+    refund = send["attributes"]["interlock.external_id"]
+    assert send_line.startswith("└─ interlock.send ")
+    assert send_line.endswith(f"OK  send.attempt=1 external_id={refund}")
+    assert tree[-1].strip().startswith(f"↗ link (action) {trace_id}/0x{own}")
+
+
+def test_a_trace_file_line_that_is_not_a_span_is_named() -> None:
+    """The tree of a file that is not a trace file: an error naming the line."""
+    with pytest.raises(ValueError, match="line 2 is not JSON"):
+        report.read(['{"name": "x", "context": {}}', "not json"])
+    with pytest.raises(ValueError, match="line 1 is not a span"):
+        report.read(['{"name": "x"}'])
 
 
 def test_a_symlink_at_the_path_is_refused_and_nothing_is_written_through_it(
