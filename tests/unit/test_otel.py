@@ -161,7 +161,8 @@ def test_no_amount_or_key_reaches_an_attribute_unless_the_user_opts_in(
     the amount and the reason are there (so the check above can see one)."""
     world = GateWorld()
     lease = world.grant(AMOUNT - 1)
-    gate = traced_gate(world, provider, sensitive=sensitive)
+    # The default is what is tested: only the opt-in passes the flag.
+    gate = traced_gate(world, provider, **({"sensitive": True} if sensitive else {}))
     outcome = gate.submit(world.decide(AMOUNT, lease.id))
     assert outcome.status == "refused" and str(AMOUNT) in (outcome.reason or "")
     # And a sent one, whose send carries its idempotency key.
