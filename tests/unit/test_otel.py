@@ -284,3 +284,51 @@ def test_a_temporal_activity_gate_traces_the_copy_it_runs(
     assert (a["interlock.action_id"], a["interlock.framework"]) == (action_id, "temporal")
     assert a["interlock.outcome"] == "sent"
     assert len(named(exporter, "interlock.send")) == 1
+
+
+def test_a_langchain_agents_guarded_tool_call_is_its_execute_tool_span(
+    exporter: InMemorySpanExporter, provider: TracerProvider
+) -> None:
+    """A real `create_agent` agent (the scripted model) whose `issue_refund` goes through
+    `interlock.langchain`'s guard over a traced gate: one span, the model's tool call id
+    as `gen_ai.tool.call.id`, under no span of the agent's (LangChain traces nothing here),
+    so in the action's trace."""
+    pytest.importorskip("langchain", reason="the langchain extra is not installed")
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from interlock import UNSIGNED_APPROVALS, Lease, MemoryStore, StripeRefund, Timing
+    from interlock.testing import InProcessPayments
+    from tests.helpers.lc_agent import AMOUNT as LC_AMOUNT
+    from tests.helpers.lc_agent import refund_agent
+
+    payments = InProcessPayments()
+    pi = payments.create_payment(10_000).id
+    store = MemoryStore()
+    # The lease the helper agent names for its payment.
+    store.grant_lease(Lease(f"lease_{pi}", "refund", pi, LC_AMOUNT, 4e9, "support", 1.7e9))
+    gate = Gate(store, StripeRefund(payments), timing=Timing(6, 1), approvers=UNSIGNED_APPROVALS)
+    agent = refund_agent(
+        traced(gate, tracer_provider=provider, tool_name="issue_refund"),
+        payments,
+        InMemorySaver(),
+    )
+
+    result = agent.invoke(
+        {"messages": [HumanMessage(f"Refund $20 on {pi}.")]},
+        {"configurable": {"thread_id": "thread-1"}},
+    )
+
+    [call] = [
+        c
+        for m in result["messages"]
+        if isinstance(m, AIMessage)
+        for c in m.tool_calls
+        if c["name"] == "issue_refund"
+    ]
+    [span] = named(exporter, "execute_tool issue_refund")
+    a = dict(span.attributes or {})
+    assert a["gen_ai.tool.call.id"] == call["id"]
+    assert a["interlock.action_id"] == action_id_for("langchain", "thread-1", call["id"])
+    assert (a["interlock.framework"], a["interlock.outcome"]) == ("langchain", "sent")
+    assert span.context.trace_id == action_span_context(a["interlock.action_id"]).trace_id
