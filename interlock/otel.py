@@ -32,7 +32,9 @@ What a traced gate produces:
   `error.type` (the provider's code, or `http_<status>` / `unsettled`) when the answer was
   a refusal or settled nothing.
 - **`interlock.recover`** around `gate.recover()` (`interlock.recovered`: how many
-  actions); each action's span links to it (`interlock.link=recover`).
+  actions), with its log catch-up (`interlock.logged`) and each action it could not
+  recover (`interlock.recover_error`) as events; each action's span links to it
+  (`interlock.link=recover`).
 - **A link across a crash**: every call's span links to its action's own span context
   (`action_span_context`: a trace id and span id derived from the action id alone,
   `interlock.link=action`) and, when no span of the caller's is running (a worker's plain
@@ -357,11 +359,16 @@ class _Tracing:
     # -- the steps -----------------------------------------------------------------------
 
     def on_event(self, event: Event) -> None:
-        """One gate event onto the running call's span (none running: not traced)."""
+        """One gate event onto the running call's span; with none running, onto the
+        running `recover()`'s (its log catch-up, an action it could not recover), else
+        not traced (the receipt log's timer thread)."""
         call = self.current.get()
-        if call is None:
-            return
         kind, data = event.kind, event.data
+        if call is None:
+            batch = self.recovering.get()
+            if batch is not None and kind in (GateEvent.LOGGED, GateEvent.RECOVER_ERROR):
+                self.add_step(batch, kind, data)
+            return
         span = call.span
         if kind is GateEvent.BEFORE_SEND:
             call.sends += 1
@@ -397,6 +404,14 @@ class _Tracing:
                 call, StatusCode.ERROR, "unsettled" if status is None else f"http_{status}"
             )
             return
+        if not self.add_step(span, kind, data):
+            return
+        if kind is GateEvent.SETTLED:
+            span.add_event("interlock.receipt", {"interlock.receipt.hash": str(data["receipt"])})
+        self.on_step(call, kind, data)
+
+    def add_step(self, span: Span, kind: GateEvent, data: Mapping[str, Any]) -> bool:
+        """The event as a step on `span` (False: not a step, such as a send's answer)."""
         if kind is GateEvent.CHECK:
             name, fields = _CHECKS.get(
                 str(data.get("name")), (f"interlock.{data.get('name')}_check", ())
@@ -404,8 +419,10 @@ class _Tracing:
         elif kind in _STEPS:
             name, fields = _STEPS[kind]
         else:
-            return
-        attributes = {"interlock.action_id": str(data["action_id"])}
+            return False
+        attributes: dict[str, Any] = {}
+        if data.get("action_id"):  # a catch-up of the log names none
+            attributes["interlock.action_id"] = str(data["action_id"])
         for field in fields:
             value = data.get(field)
             if value is not None:
@@ -417,9 +434,7 @@ class _Tracing:
             if data.get("amount") is not None:
                 attributes["interlock.amount"] = data["amount"]
         span.add_event(name, attributes)
-        if kind is GateEvent.SETTLED:
-            span.add_event("interlock.receipt", {"interlock.receipt.hash": str(data["receipt"])})
-        self.on_step(call, kind, data)
+        return True
 
     def on_step(self, call: _Call, kind: GateEvent, data: Mapping[str, Any]) -> None:
         """What a step tells the call's span itself: the claim, the grant, the receipt."""

@@ -332,3 +332,34 @@ def test_a_langchain_agents_guarded_tool_call_is_its_execute_tool_span(
     assert a["interlock.action_id"] == action_id_for("langchain", "thread-1", call["id"])
     assert (a["interlock.framework"], a["interlock.outcome"]) == ("langchain", "sent")
     assert span.context.trace_id == action_span_context(a["interlock.action_id"]).trace_id
+
+
+def test_recover_puts_its_log_catch_up_and_an_action_it_could_not_recover_on_its_span(
+    exporter: InMemorySpanExporter, provider: TracerProvider
+) -> None:
+    """`recover()` first numbers a receipt left out of the log (`interlock.logged` on the
+    batch's span), then an action whose read raises is reported and recovery goes on: its
+    span ends ERROR naming the error, the batch's span has `interlock.recover_error`."""
+    world = GateWorld()
+    lease = world.grant(5000)
+    assert world.gate(gone_owner()).submit(world.decide(AMOUNT, lease.id)).status == "sent"
+    with pytest.raises(Crash):
+        world.gate(gone_owner(), crash_at="sending").submit(world.decide(AMOUNT, lease.id))
+    world.clock.sleep(30)
+    gate = traced(world.gate(Owner.current("restarted")), tracer_provider=provider)
+
+    def broken(*_: Any, **__: Any) -> Any:
+        raise RuntimeError("the payments reader broke")
+
+    gate.effect.observe = broken  # type: ignore[method-assign]
+    [outcome] = gate.recover()
+
+    assert outcome.status == "pending" and "RuntimeError" in (outcome.reason or "")
+    [batch] = named(exporter, "interlock.recover")
+    [failed] = named(exporter, "execute_tool refund")
+    assert [(e.name, dict(e.attributes or {})) for e in batch.events] == [
+        ("interlock.logged", {"interlock.size": 1}),
+        ("interlock.recover_error", {"interlock.action_id": outcome.action_id}),
+    ]
+    assert failed.status.status_code is StatusCode.ERROR
+    assert dict(failed.attributes or {})["error.type"] == "RuntimeError"
