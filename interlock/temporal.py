@@ -332,6 +332,10 @@ class ActivityGate:
         # in real time exactly when the given one does. Its receipt log stays too: one per
         # worker, whose timer never heartbeats (it runs after the activity has returned).
         gate = self.gate.with_events(beats.event, beats.sleep)
+        # A gate given traced (`interlock.otel.traced`) traces its copy the same way.
+        tracing = getattr(self.gate, "_interlock_tracing", None)
+        if tracing is not None:
+            gate = tracing.copy_onto(gate)
         try:
             outcome = gate.submit(intent)
         except ActionError as e:

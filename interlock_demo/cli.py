@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
+import importlib.util
 import io
 import math
 import os
@@ -36,6 +37,7 @@ from interlock_demo.exit_codes import ExitCode
 from interlock_demo.layout import LARGEST, SMALLEST
 from interlock_demo.mcp.cli import add_mcp_parser
 from interlock_demo.settings.config import resolve
+from interlock_demo.settings.environment import ENV_OTEL_FILE
 from interlock_demo.settings.modes import MODES
 from interlock_demo.stopping import Stopped, stop_signals
 from scenarios import SCENARIOS, SWITCHES
@@ -168,6 +170,11 @@ def _parser() -> argparse.ArgumentParser:
         type=port,
         metavar="PORT",
         help="serve the run as JSON on 127.0.0.1 (default port 8787)",
+    )
+    p.add_argument(
+        "--otel-file",
+        metavar="PATH",
+        help="append the run's OpenTelemetry spans to PATH, one JSON object a line",
     )
     # `record`'s app: it leaves out of the screen what dies with it (the JSON's address).
     p.add_argument("--recorded", action="store_true", help=argparse.SUPPRESS)
@@ -317,6 +324,11 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as e:
         return ExitCode.USAGE if e.code else ExitCode.OK
+    if args.otel_file is not None:
+        problem = _trace_to(args.otel_file)
+        if problem is not None:
+            print(f"interlock-demo: {problem}", file=sys.stderr)
+            return ExitCode.USAGE
     if args.command == "stripe-emulator":
         return _emulator(args.port)  # the library's: it stops on these signals itself
     if args.command in STOP_CODES:
@@ -356,6 +368,28 @@ def main(argv: list[str] | None = None) -> int:
     from interlock_demo.views.tui.app import run_app
 
     return run_app(config, optional=_optional(args), http_port=args.http, recorded=args.recorded)
+
+
+def _trace_to(path: str) -> str | None:
+    """Have every gate of this run (in this process and in each worker, which inherit
+    `INTERLOCK_OTEL_FILE`) append its spans to `path`; or why it cannot."""
+    if importlib.util.find_spec("opentelemetry.sdk") is None:
+        return (
+            "--otel-file needs the OpenTelemetry SDK, which is not installed: "
+            "pip install opentelemetry-sdk (or the demo's `otel` extra)"
+        )
+    where = Path(path).absolute()
+    try:
+        # Created here, so a worker never fails on it; never through a planted symlink.
+        fd = os.open(where, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError as e:
+        return (
+            f"cannot write traces to {where}: {e.strerror} (a symlink there is refused); "
+            "name a plain file in a directory you own"
+        )
+    os.close(fd)
+    os.environ[ENV_OTEL_FILE] = str(where)
+    return None
 
 
 def _optional(args: argparse.Namespace) -> frozenset[ColumnKind]:

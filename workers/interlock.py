@@ -34,6 +34,7 @@ from workers.protocol import ColumnOutcome, EventKind, event_fields, gate_kind
 from workers.protocol.case import Case
 from workers.protocol.switches import Switches
 from workers.protocol.words import MONEY_AT, gate_event_text, key_refused_reason
+from workers.traces import traced_to_file
 
 # How many receipts the gate numbers into its receipt log at a time: every one. A demo run
 # has one action (and maybe a re-approval) per column, so the library's batching (100
@@ -66,7 +67,8 @@ def refund_gate(
     (`switches`). Its receipts say the refunds were looked up where `answerer` (`STRIPE`,
     `EMULATOR`, `MOCK`) keeps them."""
     effect = StripeRefund(payments, where=MONEY_AT[answerer])
-    return Gate.from_options(store, emulating(effect, switches), options)
+    # Traced into `interlock-demo --otel-file`'s file when the run was asked to.
+    return traced_to_file(Gate.from_options(store, emulating(effect, switches), options))
 
 
 def emulating(effect: Effect, switches: Switches) -> Effect:

@@ -58,7 +58,9 @@ INHERITED = (
 INHERITED_PREFIXES = ("LC_",)
 # A worker, on top: the settings it reads that the engine does not resolve itself, when
 # set (the timing is resolved: `DemoConfig.timing`, written whole by `Timing.to_env`),
-PASSED_SETTINGS = ("INTERLOCK_MODEL",)
+# and the file a run's traces go to (`interlock-demo --otel-file`: `workers.traces`),
+ENV_OTEL_FILE = "INTERLOCK_OTEL_FILE"
+PASSED_SETTINGS = ("INTERLOCK_MODEL", ENV_OTEL_FILE)
 # (The receipt key is the demo's own, made under INTERLOCK_HOME: `settings.receipt_key`;
 # the one column that signs receipts is told its path.)
 # The demo itself or a benchmark: all of the demo's own settings (timings, the store, the

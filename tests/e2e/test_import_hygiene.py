@@ -79,11 +79,12 @@ def test_headless_imports_stay_light(module: str) -> None:
 
 
 def test_import_interlock_loads_no_framework() -> None:
-    """The guards are extras: importing the library must not import them or their frameworks."""
+    """The guards are extras: importing the library must not import them or their frameworks,
+    nor OpenTelemetry (`interlock.otel` imports it, when a user asks for traces)."""
     code = (
         "import sys, interlock\n"
         "bad = [m for m in ('interlock.pydantic_ai', 'interlock.openai_agents', 'pydantic_ai',"
-        " 'agents') if m in sys.modules]\n"
+        " 'agents', 'interlock.otel', 'opentelemetry') if m in sys.modules]\n"
         "print(bad)\n"
     )
     out = subprocess.run(

@@ -301,3 +301,68 @@ def test_verify_names_the_refund_of_an_action_lost_with_the_wal_after_a_sigkill(
     assert done.returncode == 1, done.stderr
     assert lost in done.stdout, done.stdout
     assert first.action_id not in done.stdout, done.stdout
+
+
+def test_a_recovery_after_a_sigkill_links_its_span_to_the_dead_workers_action(
+    tmp_path: Path,
+    emulator: StripeEmulator,
+    payments: StripePayments,
+    spawn: list[Child],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A traced worker (its spans appended to a file as each ends) is SIGKILLed after
+    Stripe answered its create: the file holds its ended send span, in the action's own
+    trace (`action_span_context`), and not its call's span, which never ended. A traced
+    recovery in this process adopts the refund; its span is in that same trace and links
+    to the action, so a viewer shows the recovery beside the dead worker's send."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from interlock.otel import action_span_context, traced
+
+    traces = tmp_path / "traces.jsonl"
+    monkeypatch.setenv("INTERLOCK_OTEL_FILE", str(traces))  # the worker inherits it
+    payment = payments.create_payment(5000)
+    path = tmp_path / "journal.sqlite3"
+    store = SQLiteStore(path)
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    try:
+        intent = _decide(payments, payment.id, _grant(store, payment.id, "one", AMOUNT).id)
+        worker = _worker(spawn, tmp_path, emulator, path, intent, "after-answer")
+        assert worker.line() == f"after-answer {intent.action_id}"
+        _sigkill(worker)
+        [landed] = payments.list_refunds(payment.id)
+        dead = [json.loads(line) for line in traces.read_text().splitlines()]
+        assert [s["name"] for s in dead] == ["interlock.send"], "the call's span never ended"
+        [send] = dead
+        assert send["attributes"]["interlock.action_id"] == intent.action_id
+        assert send["attributes"]["interlock.external_id"] == landed.id
+
+        monkeypatch.delenv("INTERLOCK_OTEL_FILE")
+        gate = Gate(
+            store,
+            StripeRefund(payments),
+            timing=TIMING,
+            signing_key=KEY,
+            approvers=UNSIGNED_APPROVALS,
+        )
+        outcomes = traced(gate, tracer_provider=provider).recover()
+
+        assert [(o.status, o.external_id) for o in outcomes] == [("adopted", landed.id)]
+        [recovery] = [s for s in exporter.get_finished_spans() if s.name == "execute_tool refund"]
+        action = action_span_context(intent.action_id)
+        assert int(send["context"]["trace_id"], 16) == action.trace_id
+        assert recovery.context.trace_id == action.trace_id
+        assert recovery.parent is not None and recovery.parent.span_id == action.span_id
+        link = recovery.links[0]
+        assert (link.context.trace_id, link.context.span_id) == (action.trace_id, action.span_id)
+        attributes = dict(recovery.attributes or {})
+        assert attributes["interlock.action_id"] == intent.action_id
+        assert (attributes["interlock.outcome"], attributes["interlock.attempt"]) == ("adopted", 2)
+        assert emulator.model.requests.count(("POST", "refunds")) == 1, "nothing sent again"
+    finally:
+        store.close()
+        provider.shutdown()

@@ -8,7 +8,9 @@ emulator (key from `STRIPE_SECRET_KEY`, receipts signed with the key the file
 pace, so a worker killed soon after its settle leaves its receipt unlogged; Timing(6, 1))
 and submits the intent. With STOP_AT (a gate event) it prints
 `STOP_AT ACTION_ID` when the gate emits that event and blocks there, inside the gate, for
-the test to SIGKILL it. Otherwise it prints the outcome as one JSON line once the gate
+the test to SIGKILL it. With `INTERLOCK_OTEL_FILE` set the gate is traced into that
+file as the demo's workers trace theirs (`workers.traces`), each span as it ends.
+Otherwise it prints the outcome as one JSON line once the gate
 returns and waits for one line on stdin: `close` closes the store and exits 0 (the last
 close checkpoints the -wal into the file); a test that wants the -wal left as it is
 SIGKILLs it instead.
@@ -31,6 +33,7 @@ from interlock import (
     Timing,
     make_stripe_client,
 )
+from workers.traces import traced_to_file
 
 
 def main(store_path: str, base_url: str, intent_json: str, stop_at: str | None = None) -> int:
@@ -53,6 +56,7 @@ def main(store_path: str, base_url: str, intent_json: str, stop_at: str | None =
         on_event=on_event,
         approvers=UNSIGNED_APPROVALS,
     )
+    gate = traced_to_file(gate)
     outcome = gate.submit(Intent.from_dict(json.loads(intent_json)))
     report = {
         "action_id": outcome.action_id,
