@@ -16,21 +16,25 @@ import pytest
 
 from interlock_demo.core.columns import COLUMN_KINDS, OPTIONAL, shown_columns
 from interlock_demo.settings.config import resolve
-from interlock_demo.views.http_api import for_view
+from interlock_demo.views.http_api import RunApi, for_view
 from interlock_demo.views.tui.app import make_app
 from scenarios import SWITCHES
 
 WAIT_S = 30.0
 
 
-def _post(port: int, body: dict[str, object]) -> int:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+def _post(api: RunApi, body: dict[str, object]) -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", api.port, timeout=10)
     try:
         conn.request(
             "POST",
             "/api/runs",
             body=json.dumps(body),
-            headers={"Host": f"127.0.0.1:{port}", "Content-Type": "application/json"},
+            headers={
+                "Host": f"127.0.0.1:{api.port}",
+                "Content-Type": "application/json",
+                "Authorization": f"token {api.token}",
+            },
         )
         return conn.getresponse().status
     finally:
@@ -49,7 +53,7 @@ async def test_post_without_checked_keeps_the_apps_column(tmp_path: Path, checke
     async with app.run_test(size=(160, 45)) as pilot:
         api.start()
         try:
-            assert await asyncio.to_thread(_post, api.port, {"scenario": "revoked"}) == 202
+            assert await asyncio.to_thread(_post, api, {"scenario": "revoked"}) == 202
             run = app.engine.current
             assert run is not None
             assert await asyncio.to_thread(run.wait, WAIT_S)
@@ -73,7 +77,7 @@ async def test_enter_after_a_post_in_another_mode_runs_the_mode_on_screen(tmp_pa
         api.start()
         try:
             body = {"scenario": "revoked", "mode": "mock"}
-            assert await asyncio.to_thread(_post, api.port, body) == 202
+            assert await asyncio.to_thread(_post, api, body) == 202
             posted = app.engine.current
             assert posted is not None and posted.mode == "mock"
             assert await asyncio.to_thread(posted.wait, WAIT_S)
@@ -107,7 +111,7 @@ async def test_a_post_runs_the_apps_choice_with_what_it_names_changed(tmp_path: 
             app.set_switch(no_lookup)
             await pilot.pause()
             body = {"scenario": "after-answer", "mode": "mock"}
-            assert await asyncio.to_thread(_post, api.port, body) == 202
+            assert await asyncio.to_thread(_post, api, body) == 202
             run = app.engine.current
             assert run is not None
             assert await asyncio.to_thread(run.wait, WAIT_S)

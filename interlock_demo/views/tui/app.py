@@ -76,6 +76,9 @@ APP_TITLE = "Interlock demo"
 MOCK_PACE_S = 0.08
 # Outside presenter mode a run stays this long on its first kill, so the room sees it.
 KILL_BEAT_S = 2.0
+# How long the first message stays when it shows the JSON endpoint's token (Textual's
+# default, 5 s, is too short to copy an address from).
+HTTP_HINT_S = 60.0
 # The signals that end the app as q does (SIGHUP is not on every platform). In the app's
 # raw terminal Ctrl-C is a key (`ctrl+c`); SIGINT comes only from another process.
 STOP_SIGNALS = ("SIGTERM", "SIGHUP", "SIGINT")
@@ -303,6 +306,8 @@ class DemoApp(App[int]):
             config, mock_pace_s=MOCK_PACE_S, clock=clock, ids=ids, kill_beat_s=KILL_BEAT_S
         )
         self.http_url: str | None = None
+        # Where runs are started over HTTP, with the endpoint's token: shown once, at start.
+        self.http_control_url: str | None = None
         # Why `t` cannot switch to Temporal here (the extra is missing), or None.
         self.temporal_missing = temporal_unavailable()
         self.temporal_ui: str | None = None
@@ -354,7 +359,12 @@ class DemoApp(App[int]):
         hint = "ctrl+p: commands (switches: emulate 24h, no lookup) · ?: keys · p: presenter mode"
         if self.http_url is not None:
             hint = f"JSON of the run: {self.http_url}/api/run · {hint}"
-        self.notify(hint)
+        if self.http_control_url is not None:
+            # The only place the endpoint's token is shown: long enough to copy it.
+            hint = f"{hint} · start a run: POST {self.http_control_url}"
+            self.notify(hint, timeout=HTTP_HINT_S)
+        else:
+            self.notify(hint)
         if self.config.engine == TEMPORAL:
             self._start_temporal()
         if not self.is_headless:
@@ -986,6 +996,7 @@ def run_app(
             return ExitCode.USAGE
         if not recorded:
             app.http_url = api.url
+            app.http_control_url = api.control_url
     try:
         code = app.run()
     finally:
