@@ -263,8 +263,8 @@ class LoopbackServer(Server):
         response.headers.update(FRAMING_HEADERS)
 
     def has_token(self, request: web.Request) -> bool:
-        """Whether `request` carries this launch's token: `?token=` on the page, in the
-        path on the WebSocket (`/ws/<token>`); compared in constant time."""
+        """Whether `request` carries this launch's token: `?token=`, or in the path on the
+        WebSocket (`/ws/<token>`, as the page sends it); compared in constant time."""
         given = request.query.get("token", "")
         if request.path.startswith("/ws/"):
             given = request.path.removeprefix("/ws/")
