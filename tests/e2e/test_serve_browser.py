@@ -321,9 +321,10 @@ def _status(port: int, path: str, headers: dict[str, str]) -> int:
 
 
 @pytest.mark.e2e
-def test_serve_answers_only_loopback_and_its_own_page(served: Served) -> None:
+def test_serve_answers_only_loopback_and_its_own_page(served: Served, tmp_path: Path) -> None:
     """Another Host is refused (DNS rebinding), and so is a WebSocket from another page,
-    though both carry the token."""
+    though both carry the token. What serve printed holds the token once, in the address it
+    gave: no line per request repeats it (aiohttp's access log did)."""
     port, page = served.port, f"/?token={served.token}"
     own = f"127.0.0.1:{port}"
     assert _status(port, page, {"Host": own}) == 200
@@ -338,6 +339,10 @@ def test_serve_answers_only_loopback_and_its_own_page(served: Served) -> None:
     }
     ws = f"/ws/{served.token}"
     assert _status(port, ws, {**upgrade, "Origin": "http://attacker.example"}) == 403
+    served.proc.send_signal(signal.SIGTERM)  # its output is whole once it has stopped
+    assert served.proc.wait(timeout=30) == 0
+    printed = (tmp_path / "serve.log").read_text()
+    assert printed.count(served.token) == 1, printed
 
 
 def test_serve_port_out_of_range_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
