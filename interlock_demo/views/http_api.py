@@ -311,7 +311,8 @@ class RunApi:
     ) -> None:
         self.engine = engine
         # What a POST must carry to start a run; a new one for each endpoint unless given.
-        self.token = token if token is not None else secrets.token_urlsafe(32)
+        # 128 bits: its address (shown on the app's message line) stays one line at 80 columns.
+        self.token = token if token is not None else secrets.token_urlsafe(16)
         self._start_run = start_run if start_run is not None else engine.start
         self._choice = choice
         self._max_connections = max_connections

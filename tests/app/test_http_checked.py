@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -18,12 +19,13 @@ from interlock_demo.core.columns import COLUMN_KINDS, OPTIONAL, shown_columns
 from interlock_demo.settings.config import resolve
 from interlock_demo.views.http_api import RunApi, for_view
 from interlock_demo.views.tui.app import make_app
+from interlock_demo.views.tui.widgets import MessageLine
 from scenarios import SWITCHES
 
 WAIT_S = 30.0
 
 
-def _post(api: RunApi, body: dict[str, object]) -> int:
+def _post(api: RunApi, body: Mapping[str, object]) -> int:
     conn = http.client.HTTPConnection("127.0.0.1", api.port, timeout=10)
     try:
         conn.request(
@@ -134,3 +136,18 @@ async def test_a_post_runs_the_apps_choice_with_what_it_names_changed(tmp_path: 
             assert await asyncio.to_thread(pressed.wait, WAIT_S)
         finally:
             api.stop()
+
+
+async def test_the_first_message_shows_where_to_start_a_run_with_the_token(tmp_path: Path) -> None:
+    """With --http, the app's first message names the JSON's address and the address that
+    starts a run, the endpoint's token in it: the one place the token is shown."""
+    app = make_app(resolve(mode="mock", env={"INTERLOCK_HOME": str(tmp_path)}))
+    api = for_view(app, port=0)
+    app.show_endpoint(api.url, api.control_url)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await pilot.pause()
+        shown = str(app.query_one(MessageLine).render())
+    assert shown == (
+        f"JSON of the run: {api.url}/api/run · start a run: POST {api.url}/api/runs?token="
+        f"{api.token}"
+    )

@@ -76,9 +76,6 @@ APP_TITLE = "Interlock demo"
 MOCK_PACE_S = 0.08
 # Outside presenter mode a run stays this long on its first kill, so the room sees it.
 KILL_BEAT_S = 2.0
-# How long the first message stays when it shows the JSON endpoint's token (Textual's
-# default, 5 s, is too short to copy an address from).
-HTTP_HINT_S = 60.0
 # The signals that end the app as q does (SIGHUP is not on every platform). In the app's
 # raw terminal Ctrl-C is a key (`ctrl+c`); SIGINT comes only from another process.
 STOP_SIGNALS = ("SIGTERM", "SIGHUP", "SIGINT")
@@ -320,6 +317,12 @@ class DemoApp(App[int]):
         # The layout the columns were last laid out in (None before the first).
         self._laid_out_as: str | None = None
 
+    def show_endpoint(self, url: str, control_url: str) -> None:
+        """Name the JSON endpoint in the first message: where to read the run (`url`) and
+        where to start one (`control_url`, with the endpoint's token; shown nowhere else)."""
+        self.http_url = url
+        self.http_control_url = control_url
+
     @property
     def config(self) -> DemoConfig:
         """The configuration the next run gets: mode, engine, switches."""
@@ -357,14 +360,12 @@ class DemoApp(App[int]):
         self._apply_config()
         self.set_interval(0.1, self._tick)
         hint = "ctrl+p: commands (switches: emulate 24h, no lookup) · ?: keys · p: presenter mode"
-        if self.http_url is not None:
-            hint = f"JSON of the run: {self.http_url}/api/run · {hint}"
-        if self.http_control_url is not None:
-            # The only place the endpoint's token is shown: long enough to copy it.
-            hint = f"{hint} · start a run: POST {self.http_control_url}"
-            self.notify(hint, timeout=HTTP_HINT_S)
-        else:
-            self.notify(hint)
+        if self.http_url is not None and self.http_control_url is not None:
+            # The one place the endpoint's token is shown; without the key hints (the key
+            # bar and `?` have them) the line holds the whole address at every width.
+            read, start = f"{self.http_url}/api/run", self.http_control_url
+            hint = f"JSON of the run: {read} · start a run: POST {start}"
+        self.notify(hint)
         if self.config.engine == TEMPORAL:
             self._start_temporal()
         if not self.is_headless:
@@ -995,8 +996,7 @@ def run_app(
             app.engine.close()
             return ExitCode.USAGE
         if not recorded:
-            app.http_url = api.url
-            app.http_control_url = api.control_url
+            app.show_endpoint(api.url, api.control_url)
     try:
         code = app.run()
     finally:
