@@ -9,10 +9,11 @@ STORE is a SQLite file's path or a `postgresql://` URL, given as the argument, a
 `--store`, or in `INTERLOCK_STORE`; there is no default (the library keeps no folder of its
 own). Exit 0 when the chain holds, 1 on any problem, 2 on bad usage (no store named, no
 such file or database, or one that is not an interlock store, or `--stripe` without a
-key), 3 when Ctrl-C, SIGTERM or SIGHUP stops it first (one line says so). The store is
-opened read-only (PostgreSQL: `READ ONLY` transactions) and never written. `--stripe` also
-checks Stripe against the receipts (the key from `STRIPE_SECRET_KEY`, the API at
-`INTERLOCK_STRIPE_BASE` when set): refunds payment by payment and transfers account by
+key or with one that is not a Stripe test key), 3 when Ctrl-C, SIGTERM or SIGHUP stops it
+first (one line says so). The store is opened read-only (PostgreSQL: `READ ONLY`
+transactions) and never written. `--stripe` also checks Stripe against the receipts (the
+key from `STRIPE_SECRET_KEY`, a test key only: any other is refused before a request; the
+API at `INTERLOCK_STRIPE_BASE` when set): refunds payment by payment and transfers account by
 account; `--account-wide` adds the account's refunds (and its transfers, for a store that
 has transfer actions) since the store's first action. A value in the store that cannot be
 parsed (not JSON, nested too deeply, any size) is reported as a problem, never a traceback.
@@ -49,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 from interlock._core.approvals import Approvers
 from interlock._core.config import Timing
 from interlock._core.errors import ConfigError, StoreError
+from interlock._core.payments import is_test_key
 from interlock._core.signals import Interrupted, stop_signals_interrupt
 from interlock._core.signing import (
     ENV_SIGNING_KEY,
@@ -75,6 +77,27 @@ NO_STORE = (
     "name the store to check: python -m interlock verify PATH_OR_URL (or --store "
     f"PATH_OR_URL, or set {ENV_STORE}); PATH is a SQLite file, URL a postgresql:// one"
 )
+
+
+def key_refusal(key: str, source: str = "STRIPE_SECRET_KEY") -> str | None:
+    """Why these commands will not send `key` to Stripe, in words that never repeat it;
+    None for a test key (`sk_test_...`, `rk_test_...`).
+
+    The same rule as every `interlock-demo` command: a command run by hand against a live
+    account is one typo from acting on real money, so it is refused before any request.
+    """
+    if is_test_key(key):
+        return None
+    kind = "not a Stripe test key"
+    for prefix, words in (("sk_live_", "a live secret key"), ("rk_live_", "a live restricted key")):
+        if key.startswith(prefix):
+            kind = words
+    return (
+        f"refused the Stripe key from {source}: it is {kind}. This command reads Stripe only "
+        "with test keys (sk_test_... or rk_test_...): set STRIPE_SECRET_KEY to a test key "
+        "from the Stripe dashboard (Developers > API keys, test mode), or leave out --stripe "
+        "to check the receipts alone."
+    )
 
 
 def _stripe(key: str) -> StripePayments:
@@ -192,6 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     key = os.environ.get("STRIPE_SECRET_KEY", "")
     if args.stripe and not key:
         print("--stripe needs a Stripe key: set STRIPE_SECRET_KEY", file=sys.stderr)
+        return 2
+    if args.stripe and (refused := key_refusal(key)) is not None:
+        print(f"python -m interlock verify: {refused}", file=sys.stderr)
         return 2
     location = _location(args)
     if not location:

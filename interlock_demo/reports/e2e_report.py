@@ -39,6 +39,7 @@ from interlock_demo.core.run import Column, Finding, RunEventKind, RunSnapshot
 from interlock_demo.core.verdict import AGENT, counting, tally
 from interlock_demo.engine.supervisor import kill_tree
 from interlock_demo.exit_codes import ExitCode
+from interlock_demo.output import SymlinkRefusedError, refuse_link, write_output
 from interlock_demo.settings.environment import demo_env
 from interlock_demo.settings.paths import Paths
 from interlock_demo.settings.private import PRIVATE_UMASK, open_private, private_dir
@@ -260,6 +261,11 @@ def exit_code(runs: list[CaseRun]) -> int:
 def main(out: str | Path | None = None, *, parallel: int) -> int:
     """Run everything, write the report (default `DEFAULT_OUT`), say where; the exit code."""
     out = DEFAULT_OUT if out is None else Path(out)
+    try:
+        refuse_link(out)  # before the runs, which take minutes, not after them
+    except SymlinkRefusedError as e:
+        sys.stderr.write(f"{COMMAND}: {e}\n")
+        return ExitCode.USAGE
     from interlock_demo.engine.temporal.probe import temporal_unavailable
 
     reason = temporal_unavailable()
@@ -276,7 +282,11 @@ def main(out: str | Path | None = None, *, parallel: int) -> int:
     except Stopped as stop:
         raise stop.having(f"nothing written to {out}") from None
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render(runs, generated_at=datetime.now(timezone.utc), parallel=parallel))
+    try:
+        write_output(out, render(runs, generated_at=datetime.now(timezone.utc), parallel=parallel))
+    except SymlinkRefusedError as e:  # planted while the runs ran
+        sys.stderr.write(f"{COMMAND}: {e}; nothing written to {out}\n")
+        return ExitCode.USAGE
     sys.stderr.write(f"wrote {out}\n")
     return exit_code(runs)
 

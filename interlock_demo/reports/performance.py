@@ -20,6 +20,7 @@ from pathlib import Path
 
 from interlock_demo.engine.supervisor import kill_tree
 from interlock_demo.exit_codes import ExitCode
+from interlock_demo.output import write_output
 from interlock_demo.settings.environment import bench_env
 from interlock_demo.stopping import on_stop
 
@@ -319,5 +320,5 @@ def write_performance(out: Path, benches: tuple[Bench, ...] = BENCHES) -> int:
             return ExitCode.STEP_FAILED
     temporal = temporal_from(out / "e2e_offline.md")
     text = render(lines, temporal, (out / "stores.md").is_file(), benches)
-    (out / "performance.md").write_text(text)
+    write_output(out / "performance.md", text)
     return ExitCode.OK

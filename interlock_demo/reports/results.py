@@ -21,6 +21,7 @@ from interlock_demo.core.columns import OPTIONAL
 from interlock_demo.core.run import SCHEMA, Column, Run
 from interlock_demo.core.verdict import untruth
 from interlock_demo.engine import Engine, RunChoice
+from interlock_demo.output import write_output
 from interlock_demo.reports.local_postgres import pgserver_missing
 from interlock_demo.reports.sweep import interlock_failures, run_sweep, table
 from interlock_demo.settings.config import DemoConfig, resolve
@@ -50,7 +51,7 @@ def write_runs(config: DemoConfig, out: Path) -> Path:
         engine.close()
     snapshots = [r.snapshot() for r in runs]
     docs = [s.to_json() for s in snapshots]
-    (out / f"runs_{config.mode}.json").write_text(json.dumps(docs, indent=2) + "\n")
+    write_output(out / f"runs_{config.mode}.json", json.dumps(docs, indent=2) + "\n")
     lines = [
         f"# Every scenario, {config.mode}",
         "",
@@ -83,7 +84,7 @@ def write_runs(config: DemoConfig, out: Path) -> Path:
         "",
     ]
     path = out / f"runs_{config.mode}.md"
-    path.write_text("\n".join(lines))
+    write_output(path, "\n".join(lines))
     return path
 
 
@@ -112,11 +113,12 @@ def write_sweep(config: DemoConfig, out: Path) -> Path:
         "report claims a refund of its own exactly when none exists, or the reverse (a "
         "'stopped' over its own refund is a false alarm).\n\n" + table(cells) + f"\n{verdict}\n"
     )
-    (out / "sweep.json").write_text(
-        json.dumps({"mode": config.mode, "cells": [c.to_json() for c in cells]}, indent=2) + "\n"
+    write_output(
+        out / "sweep.json",
+        json.dumps({"mode": config.mode, "cells": [c.to_json() for c in cells]}, indent=2) + "\n",
     )
     path = out / "sweep.md"
-    path.write_text(text)
+    write_output(path, text)
     return path
 
 
@@ -160,9 +162,9 @@ def write_sweep_faults(config: DemoConfig, out: Path) -> Path:
         "stripe_timeout_s": timing.stripe_timeout_s,
         "cells": [c.to_json() for c in cells],
     }
-    (out / "sweep_faults.json").write_text(json.dumps(doc, indent=2) + "\n")
+    write_output(out / "sweep_faults.json", json.dumps(doc, indent=2) + "\n")
     path = out / "sweep_faults.md"
-    path.write_text(text)
+    write_output(path, text)
     return path
 
 
@@ -183,20 +185,22 @@ def write_postgres(config: DemoConfig, out: Path) -> int:
             if not failures
             else f"Interlock is WRONG or untruthful in {len(failures)} cells."
         )
-        (out / "sweep_postgres.md").write_text(
+        write_output(
+            out / "sweep_postgres.md",
             "# Kill it everywhere, on PostgreSQL\n\n"
             + _stamp(config.mode, "The crash-point sweep with the journal in PostgreSQL")
             + "The same sweep as `sweep.md`, every worker's journal in one PostgreSQL "
             "database (claims timed by the database's clock) instead of the SQLite file.\n\n"
             + table(cells)
-            + f"\n{verdict}\n"
+            + f"\n{verdict}\n",
         )
-        (out / "sweep_postgres.json").write_text(
+        write_output(
+            out / "sweep_postgres.json",
             json.dumps(
                 {"mode": config.mode, "store": "postgresql", "cells": [c.to_json() for c in cells]},
                 indent=2,
             )
-            + "\n"
+            + "\n",
         )
         from interlock_demo.reports.performance import checkout
 

@@ -8,13 +8,20 @@
                           its next run (the app's mode, engine, switches and `c`), so
                           leaving "checked" out never switches the column off
 
-There is no auth. What keeps another web page in the presenter's browser out: the server
-binds 127.0.0.1 only; every request must be addressed to `127.0.0.1:<port>` or
-`localhost:<port>` in its Host header (else 403, against DNS rebinding); a POST must say
-`Content-Type: application/json` (else 415: a browser sends a CORS preflight first, and
-no CORS header is ever granted) and, when it carries an Origin, come from the endpoint's
-own origin (else 403). These checks come in that order, then the body (400), then one
-run at a time (409). Every answer is JSON with `Cache-Control: no-store`; none contains
+The read-only GETs have no auth: they are open to anyone on this machine, as the demo's
+design says (a run document carries no key). What keeps another web page in the
+presenter's browser out: the server binds 127.0.0.1 only; every request must be
+addressed to `127.0.0.1:<port>` or `localhost:<port>` in its Host header (else 403,
+against DNS rebinding). Starting a run (POST /api/runs) takes more, since any local
+process, another user's too, can reach 127.0.0.1: this launch's token (`token`, made
+anew by `secrets.token_urlsafe` each time the endpoint starts, compared in constant
+time), sent as `Authorization: token <token>` or `?token=<token>`, else 403 saying where
+it is shown (the app's first message shows the address with it; nothing else does, and
+no answer or log line carries it). Then a POST must say `Content-Type: application/json`
+(else 415: a browser sends a CORS preflight first, and no CORS header is ever granted)
+and, when it carries an Origin, come from the endpoint's own origin (else 403). These
+checks come in that order, then the body (400), then one run at a time (409). Every
+answer is JSON with `Cache-Control: no-store`; none contains
 a key (run documents and settings carry labels, never keys; errors name what is missing).
 The exception: a request aiohttp's parser refuses before any of this runs (malformed, or
 HTTP/1.1 without a Host header, which RFC 9112 answers with 400) gets aiohttp's plain 400,
@@ -44,6 +51,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import errno
+import hmac
 import json
 import logging
 import os
@@ -299,8 +307,12 @@ class RunApi:
         max_connections: int = MAX_CONNECTIONS,
         header_timeout_s: float = HEADER_TIMEOUT_S,
         body_timeout_s: float = BODY_TIMEOUT_S,
+        token: str | None = None,
     ) -> None:
         self.engine = engine
+        # What a POST must carry to start a run; a new one for each endpoint unless given.
+        # 128 bits: its address (shown on the app's message line) stays one line at 80 columns.
+        self.token = token if token is not None else secrets.token_urlsafe(16)
         self._start_run = start_run if start_run is not None else engine.start
         self._choice = choice
         self._max_connections = max_connections
@@ -334,6 +346,11 @@ class RunApi:
     def url(self) -> str:
         """Its base address, e.g. `http://127.0.0.1:8787`."""
         return f"http://{HOST}:{self.port}"
+
+    @property
+    def control_url(self) -> str:
+        """Where a run is started, token and all: for the person at the keys only."""
+        return f"{self.url}/api/runs?token={self.token}"
 
     @property
     def error_log(self) -> Path:
@@ -502,7 +519,24 @@ class RunApi:
             )
         return _answer(200, run.to_json())
 
+    def _check_token(self, request: web.Request) -> None:
+        given = request.query.get("token", "")
+        scheme, _, value = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() == "token":
+            given = value.strip()
+        if hmac.compare_digest(given.encode(), self.token.encode()):
+            return
+        said = "a token that is not this launch's" if given else "no token"
+        raise _Refused(
+            403,
+            f"POST /api/runs starts a run only with this endpoint's token (got {said}); "
+            "the app shows the address with the token in its first message when it starts "
+            "with --http (POST http://127.0.0.1:<port>/api/runs?token=...), and nothing else "
+            "shows it; send it as ?token=... or as the header Authorization: token ...",
+        )
+
     async def _post_run(self, request: web.Request) -> web.Response:
+        self._check_token(request)
         if request.content_type != "application/json":
             raise _Refused(
                 415,

@@ -43,6 +43,7 @@ from interlock_demo.engine import RunChoice
 from interlock_demo.engine.supervisor import kill_tree
 from interlock_demo.exit_codes import ExitCode
 from interlock_demo.layout import LARGEST, WIDE
+from interlock_demo.output import SymlinkRefusedError, refuse_link, replacing
 from interlock_demo.settings.environment import demo_env
 from interlock_demo.settings.private import PRIVATE_UMASK
 from interlock_demo.stopping import Stopped
@@ -289,17 +290,13 @@ def _write_cast(
         "env": {"TERM": "xterm-256color"},
     }
     out.parent.mkdir(parents=True, exist_ok=True)
-    # Written beside it and renamed: a stop mid-write leaves no half cast, and an earlier
-    # recording at `out` stays whole until the new one is.
-    part = out.with_name(out.name + ".part")
-    try:
-        with part.open("w", encoding="utf-8") as f:
-            f.write(json.dumps(header) + "\n")
-            for t, text in events:
-                f.write(json.dumps([round(t, 6), "o", text]) + "\n")
-        part.replace(out)
-    finally:
-        part.unlink(missing_ok=True)
+    # Written beside it and renamed (`replacing`): a stop mid-write leaves no half cast, an
+    # earlier recording at `out` stays whole until the new one is, and no link planted at
+    # `out` or beside it is written through.
+    with replacing(out, "w", encoding="utf-8") as f:
+        f.write(json.dumps(header) + "\n")
+        for t, text in events:
+            f.write(json.dumps([round(t, 6), "o", text]) + "\n")
 
 
 def main(
@@ -314,11 +311,19 @@ def main(
     """The command: 0 when the recording is written, 3 when the run could not finish (or
     a stop signal ended it: `Stopped`, saying that the app stopped and nothing was written)."""
     try:
+        refuse_link(out)  # before the recording, which takes minutes, not after it
+    except SymlinkRefusedError as e:
+        print(f"interlock-demo record: {e}", file=sys.stderr)
+        return ExitCode.USAGE
+    try:
         path = record(
             scenario, mode, out, optional=optional, size=size, hold=hold, progress=sys.stderr
         )
     except Stopped as stop:
         raise stop.having(f"the app and its workers stopped; nothing written to {out}") from None
+    except SymlinkRefusedError as e:  # planted while it recorded
+        print(f"interlock-demo record: {e}; nothing was written to {out}", file=sys.stderr)
+        return ExitCode.USAGE
     except (RecordError, subprocess.TimeoutExpired, OSError) as e:
         print(f"interlock-demo record: {e}; nothing was written to {out}", file=sys.stderr)
         return ExitCode.UNFINISHED

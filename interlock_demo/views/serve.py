@@ -8,8 +8,25 @@ ours, and it runs with the private umask.
 
 The server binds 127.0.0.1 only. Like the JSON endpoint, it answers only requests
 addressed to `127.0.0.1:<port>` or `localhost:<port>` (against DNS rebinding), and the
-WebSocket that drives the app only from the server's own page (its Origin), so another
-web page open in the presenter's browser cannot start runs.
+WebSocket that drives the app only from the server's own page (its Origin). Two more
+checks keep out what those do not:
+
+- Another web page open in the presenter's browser cannot frame it: every answer says
+  `X-Frame-Options: DENY` and `Content-Security-Policy: frame-ancestors 'none'`, so a
+  page on another origin that frames the mirror (invisibly, to have a click and Enter
+  land in it) gets nothing drawn. Its address is never sent on either
+  (`Referrer-Policy: no-referrer`).
+- Another user of this machine cannot drive it, though anyone here can reach 127.0.0.1:
+  a secret made anew each time `serve` starts (`secrets.token_urlsafe`) is in the
+  address `serve` prints on its terminal (`http://127.0.0.1:<port>/?token=...`, as
+  Jupyter does), and the page and the WebSocket are answered only with it; the page
+  passes it on in its WebSocket's path (`/ws/<token>`). Without it, or with another,
+  the answer is 403 saying where the address with the token is printed. The token is
+  compared in constant time (`hmac.compare_digest`), is printed on the terminal and
+  nowhere else (no log line carries a request's address), and only textual-serve's
+  static files (its script, style and fonts, the same for everyone) are served
+  without it. textual-serve's `/download/` route is refused too: the app never
+  delivers files.
 
 Each tab's app runs in a session (process group) of its own, and dies with its tab: when
 the WebSocket closes the app is asked to quit, and after `QUIT_GRACE_S` it is SIGKILLed
@@ -29,14 +46,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import logging
+import secrets
 import shlex
 import signal
 import sys
 from asyncio.subprocess import Process
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import Any
 
+import aiohttp_jinja2
 from aiohttp import web
 from textual_serve.app_service import AppService
 from textual_serve.server import Server, to_int
@@ -121,6 +142,17 @@ def app_command(argv: Sequence[str]) -> str:
     return shlex.join([sys.executable, "-m", "interlock_demo.cli", *argv])
 
 
+# On every answer: no page of another origin may frame the mirror (the older header for
+# browsers without CSP level 2), and its address, token and all, is never a Referer.
+FRAMING_HEADERS = {
+    "X-Frame-Options": "DENY",
+    "Content-Security-Policy": "frame-ancestors 'none'",
+    "Referrer-Policy": "no-referrer",
+}
+# What anyone may fetch without the token: textual-serve's script, style and fonts.
+OPEN_PREFIX = "/static/"
+
+
 def allowed(port: int) -> tuple[frozenset[str], frozenset[str]]:
     """The Host headers and the Origins the server answers."""
     hosts = frozenset({f"{HOST}:{port}", f"localhost:{port}"})
@@ -130,12 +162,34 @@ def allowed(port: int) -> tuple[frozenset[str], frozenset[str]]:
 class LoopbackServer(Server):
     """textual-serve's server, refusing other hosts and other pages' WebSockets."""
 
-    def __init__(self, argv: Sequence[str], port: int) -> None:
+    def __init__(self, argv: Sequence[str], port: int, *, token: str | None = None) -> None:
+        """`token`: the secret the page and the WebSocket need; a new one when None."""
         super().__init__(
             app_command(argv), host=HOST, port=port, title=TITLE, templates_path=TEMPLATES
         )
         self.hosts, self.origins = allowed(port)
         self.tabs: set[_Tab] = set()
+        self.token = token if token is not None else secrets.token_urlsafe(32)
+
+    @property
+    def url(self) -> str:
+        """The page's address with its token: what the terminal shows, and nothing else."""
+        return f"http://{HOST}:{self.port}/?token={self.token}"
+
+    def initialize_logging(self) -> None:
+        """textual-serve's logging, without aiohttp's line per request: its address holds
+        the token, which is shown on the terminal once, by `on_startup`, and never again."""
+        super().initialize_logging()
+        logging.getLogger("aiohttp.access").disabled = True
+
+    async def on_startup(self, app: web.Application) -> None:
+        """Say where the app is, token and all: the one place the token is ever shown."""
+        print(
+            f"interlock-demo serve: open {self.url} in the browser (this address, with its "
+            "token, is shown here only and is new each time serve starts; without it the "
+            "page answers 403). Ctrl-C stops it.",
+            flush=True,
+        )
 
     def serve(self, debug: bool = False) -> None:
         """textual-serve's server, which stops on SIGINT and SIGTERM, stopping on SIGHUP too:
@@ -184,10 +238,37 @@ class LoopbackServer(Server):
                 await tab.stop()
         return websocket
 
+    @aiohttp_jinja2.template("app_index.html")
+    async def handle_index(self, request: web.Request) -> dict[str, Any]:
+        """textual-serve's page, its WebSocket's address carrying the token (`/ws/<token>`:
+        textual.js adds its own query to that address, so the token goes in the path)."""
+        font_size = to_int(request.query.get("fontsize", "16"), 16)
+        static = request.app.router["static"].url_for(filename="/")
+        return {
+            "font_size": font_size,
+            "app_websocket_url": f"ws://{HOST}:{self.port}/ws/{self.token}",
+            "config": {"static": {"url": f"http://{HOST}:{self.port}{static}".rstrip("/") + "/"}},
+            "application": {"name": self.title},
+        }
+
     async def _make_app(self) -> web.Application:
         app = await super()._make_app()
+        app.router.add_get("/ws/{token}", self.handle_websocket)
         app.middlewares.append(self._guard)
+        app.on_response_prepare.append(self._no_framing)
         return app
+
+    async def _no_framing(self, request: web.Request, response: web.StreamResponse) -> None:
+        # Every answer, refusals and the WebSocket's upgrade included.
+        response.headers.update(FRAMING_HEADERS)
+
+    def has_token(self, request: web.Request) -> bool:
+        """Whether `request` carries this launch's token: `?token=`, or in the path on the
+        WebSocket (`/ws/<token>`, as the page sends it); compared in constant time."""
+        given = request.query.get("token", "")
+        if request.path.startswith("/ws/"):
+            given = request.path.removeprefix("/ws/")
+        return hmac.compare_digest(given.encode(), self.token.encode())
 
     @web.middleware
     async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -195,9 +276,17 @@ class LoopbackServer(Server):
             raise web.HTTPForbidden(
                 text=f"open http://{HOST}:{self.port}/ (this server answers only loopback)"
             )
+        websocket = request.path == "/ws" or request.path.startswith("/ws/")
         origin = request.headers.get("Origin")
-        if request.path == "/ws" and origin is not None and origin not in self.origins:
+        if websocket and origin is not None and origin not in self.origins:
             raise web.HTTPForbidden(text="the app can only be driven from its own page")
+        if not request.path.startswith(OPEN_PREFIX) and not self.has_token(request):
+            what = "the app is driven" if websocket else "this page is shown"
+            raise web.HTTPForbidden(
+                text=f"{what} only with this launch's token: open the address "
+                f"http://{HOST}:{self.port}/?token=... that `interlock-demo serve` printed on "
+                "the terminal it was started in (a new token each time it starts)"
+            )
         return await handler(request)
 
 

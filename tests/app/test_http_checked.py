@@ -10,27 +10,33 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
 from interlock_demo.core.columns import COLUMN_KINDS, OPTIONAL, shown_columns
 from interlock_demo.settings.config import resolve
-from interlock_demo.views.http_api import for_view
+from interlock_demo.views.http_api import RunApi, for_view
 from interlock_demo.views.tui.app import make_app
+from interlock_demo.views.tui.widgets import MessageLine
 from scenarios import SWITCHES
 
 WAIT_S = 30.0
 
 
-def _post(port: int, body: dict[str, object]) -> int:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+def _post(api: RunApi, body: Mapping[str, object]) -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", api.port, timeout=10)
     try:
         conn.request(
             "POST",
             "/api/runs",
             body=json.dumps(body),
-            headers={"Host": f"127.0.0.1:{port}", "Content-Type": "application/json"},
+            headers={
+                "Host": f"127.0.0.1:{api.port}",
+                "Content-Type": "application/json",
+                "Authorization": f"token {api.token}",
+            },
         )
         return conn.getresponse().status
     finally:
@@ -49,7 +55,7 @@ async def test_post_without_checked_keeps_the_apps_column(tmp_path: Path, checke
     async with app.run_test(size=(160, 45)) as pilot:
         api.start()
         try:
-            assert await asyncio.to_thread(_post, api.port, {"scenario": "revoked"}) == 202
+            assert await asyncio.to_thread(_post, api, {"scenario": "revoked"}) == 202
             run = app.engine.current
             assert run is not None
             assert await asyncio.to_thread(run.wait, WAIT_S)
@@ -73,7 +79,7 @@ async def test_enter_after_a_post_in_another_mode_runs_the_mode_on_screen(tmp_pa
         api.start()
         try:
             body = {"scenario": "revoked", "mode": "mock"}
-            assert await asyncio.to_thread(_post, api.port, body) == 202
+            assert await asyncio.to_thread(_post, api, body) == 202
             posted = app.engine.current
             assert posted is not None and posted.mode == "mock"
             assert await asyncio.to_thread(posted.wait, WAIT_S)
@@ -107,7 +113,7 @@ async def test_a_post_runs_the_apps_choice_with_what_it_names_changed(tmp_path: 
             app.set_switch(no_lookup)
             await pilot.pause()
             body = {"scenario": "after-answer", "mode": "mock"}
-            assert await asyncio.to_thread(_post, api.port, body) == 202
+            assert await asyncio.to_thread(_post, api, body) == 202
             run = app.engine.current
             assert run is not None
             assert await asyncio.to_thread(run.wait, WAIT_S)
@@ -130,3 +136,18 @@ async def test_a_post_runs_the_apps_choice_with_what_it_names_changed(tmp_path: 
             assert await asyncio.to_thread(pressed.wait, WAIT_S)
         finally:
             api.stop()
+
+
+async def test_the_first_message_shows_where_to_start_a_run_with_the_token(tmp_path: Path) -> None:
+    """With --http, the app's first message names the JSON's address and the address that
+    starts a run, the endpoint's token in it: the one place the token is shown."""
+    app = make_app(resolve(mode="mock", env={"INTERLOCK_HOME": str(tmp_path)}))
+    api = for_view(app, port=0)
+    app.show_endpoint(api.url, api.control_url)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await pilot.pause()
+        shown = str(app.query_one(MessageLine).render())
+    assert shown == (
+        f"JSON of the run: {api.url}/api/run · start a run: POST {api.url}/api/runs?token="
+        f"{api.token}"
+    )

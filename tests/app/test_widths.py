@@ -135,7 +135,8 @@ async def test_every_message_is_whole_at_each_width(
     config = resolve(env={"INTERLOCK_HOME": str(home)})  # offline: no keys here
     hold = Hold()
     app = new_app(config, hold=hold)
-    app.http_url = "http://127.0.0.1:8787"
+    # The JSON endpoint's addresses as `run_app` shows them, its token as long as any.
+    app.show_endpoint("http://127.0.0.1:8787", "http://127.0.0.1:8787/api/runs?token=" + "t" * 22)
     app.temporal_missing = TEMPORAL_MISSING
     try:
         async with app.run_test(size=size) as pilot:

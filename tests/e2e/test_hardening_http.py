@@ -40,8 +40,8 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], int]]:
-    """The endpoint in its own process, file limit 256, and its port."""
+def server(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], int, str]]:
+    """The endpoint in its own process, file limit 256, its port and its token."""
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -58,7 +58,8 @@ def server(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], int]]:
     )
     try:
         assert proc.stdout is not None
-        yield proc, int(proc.stdout.readline())
+        port, token = proc.stdout.readline().split()
+        yield proc, int(port), token
     finally:
         if proc.stdin is not None:
             proc.stdin.close()
@@ -68,10 +69,14 @@ def server(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], int]]:
             reap(proc)
 
 
-def _request(port: int, method: str, path: str, body: bytes = b"") -> tuple[int, dict[str, str]]:
+def _request(
+    port: int, method: str, path: str, body: bytes = b"", token: str = ""
+) -> tuple[int, dict[str, str]]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=PROBE_TIMEOUT_S)
     try:
         headers = {"Content-Type": "application/json"} if method == "POST" else {}
+        if token:
+            headers["Authorization"] = f"token {token}"
         conn.request(method, path, body=body or None, headers=headers)
         response = conn.getresponse()
         return response.status, json.loads(response.read())
@@ -129,12 +134,12 @@ def _close_the_closed(socks: list[socket.socket], wait_s: float = 0.0) -> list[b
 
 
 def test_slow_clients_cannot_exhaust_the_endpoint(
-    server: tuple[subprocess.Popen[str], int],
+    server: tuple[subprocess.Popen[str], int, str],
 ) -> None:
     """600 clients that never finish their headers leave the endpoint answering probes, within
     its descriptor budget; it closes each of them within the header timeout; a run then starts
     and finishes; and its log never says "Too many open files"."""
-    proc, port = server
+    proc, port, token = server
     assert _request(port, "GET", "/api/run")[0] == 404
     before = _descriptors(proc.pid)
     t0 = time.monotonic()
@@ -164,7 +169,7 @@ def test_slow_clients_cannot_exhaust_the_endpoint(
     assert all(a == b"" or a.startswith(b"HTTP/1.1 408 ") for a in answers)
     assert sum(a.startswith(b"HTTP/1.1 408 ") for a in answers) >= 1
     assert elapsed < HEADER_TIMEOUT_S + DEADLINE_S
-    status, started = _request(port, "POST", "/api/runs", b'{"scenario": "hand-refund"}')
+    status, started = _request(port, "POST", "/api/runs", b'{"scenario": "hand-refund"}', token)
     assert status == 202, started
     deadline = time.monotonic() + DEADLINE_S
     while (run := _request(port, "GET", started["url"])[1])["status"] != "finished":

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import http.client
+import json
 import os
 import re
 import shutil
@@ -17,10 +18,11 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -87,15 +89,25 @@ def _free_port() -> int:
         return port
 
 
-@pytest.fixture
-def served(serving: tuple[int, subprocess.Popen[bytes]]) -> int:
-    """`interlock-demo --mock serve` on a free loopback port; its port once it listens."""
-    return serving[0]
+class Served(NamedTuple):
+    """A running `serve`: its port, its process, and the address it printed with its token."""
+
+    port: int
+    proc: subprocess.Popen[bytes]
+    url: str
+    token: str
 
 
 @pytest.fixture
-def serving(tmp_path: Path) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
-    """`interlock-demo --mock serve` on a free loopback port: its port and its process."""
+def served(serving: Served) -> Served:
+    """`interlock-demo --mock serve` on a free loopback port, once it listens."""
+    return serving
+
+
+@pytest.fixture
+def serving(tmp_path: Path) -> Iterator[Served]:
+    """`interlock-demo --mock serve` on a free loopback port, once it listens: its port, its
+    process, and the address with the token that it printed on its terminal."""
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if k not in SCRUBBED}
     env["INTERLOCK_HOME"] = str(tmp_path / "home")
@@ -113,8 +125,12 @@ def serving(tmp_path: Path) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
     )
     try:
         deadline = time.monotonic() + START_DEADLINE_S
+        printed = re.compile(rf"http://127\.0\.0\.1:{port}/\?token=([A-Za-z0-9_-]+) ")
         while True:
             try:
+                found = printed.search(log_path.read_text())
+                if found is None:
+                    raise ConnectionRefusedError("no address printed yet")
                 socket.create_connection(("127.0.0.1", port), timeout=1).close()
                 break
             except OSError:
@@ -125,7 +141,8 @@ def serving(tmp_path: Path) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
                 )
                 # Polling a port that is not open yet: nothing to wait on but the kernel.
                 time.sleep(0.1)
-        yield port, proc
+        token = found.group(1)
+        yield Served(port, proc, f"http://127.0.0.1:{port}/?token={token}", token)
     finally:
         with contextlib.suppress(ProcessLookupError):  # a test may have stopped it already
             os.killpg(proc.pid, signal.SIGTERM)
@@ -144,7 +161,7 @@ def _text(frames: list[bytes | str]) -> str:
 
 @pytest.mark.e2e
 @pytest.mark.timeout(150)
-def test_browser_loads_the_app_presses_enter_and_sees_the_run(served: int) -> None:
+def test_browser_loads_the_app_presses_enter_and_sees_the_run(served: Served) -> None:
     """Chromium opens the served page, the app draws, `enter` starts a run, its events arrive."""
     from playwright.sync_api import sync_playwright
 
@@ -155,7 +172,7 @@ def test_browser_loads_the_app_presses_enter_and_sees_the_run(served: int) -> No
         try:
             page = browser.new_page(viewport={"width": 1600, "height": 900})
             with page.expect_websocket() as opened:
-                page.goto(f"http://127.0.0.1:{served}/")
+                page.goto(served.url)
             ws = opened.value
             ws.on("framereceived", lambda payload: frames.append(payload))
 
@@ -176,13 +193,13 @@ def test_browser_loads_the_app_presses_enter_and_sees_the_run(served: int) -> No
 
 @pytest.mark.e2e
 @pytest.mark.timeout(150)
-def test_the_app_is_on_screen_soon_though_the_internet_never_answers(served: int) -> None:
+def test_the_app_is_on_screen_soon_though_the_internet_never_answers(served: Served) -> None:
     """With every request off loopback left unanswered (Wi-Fi that is up but dead), the page
     asks the internet for nothing, and within FIRST_SCREEN_S of opening it the app's first
     screen has arrived and the splash is gone."""
     from playwright.sync_api import sync_playwright
 
-    own = f"http://127.0.0.1:{served}/"
+    own = f"http://127.0.0.1:{served.port}/"
     outside: list[str] = []
     frames: list[bytes | str] = []
     with sync_playwright() as pw:
@@ -202,7 +219,7 @@ def test_the_app_is_on_screen_soon_though_the_internet_never_answers(served: int
                 return max(1.0, (deadline - time.monotonic()) * 1000)
 
             with page.expect_websocket(timeout=left_ms()) as connected:
-                page.goto(own, wait_until="commit", timeout=left_ms())
+                page.goto(served.url, wait_until="commit", timeout=left_ms())
             if FIRST_SCREEN_TEXT not in _text(frames):
                 connected.value.wait_for_event(
                     "framereceived",
@@ -240,7 +257,7 @@ def _wait_for_screen(page: Any, condition: str, what: str) -> None:
 
 @pytest.mark.e2e
 @pytest.mark.timeout(150)
-def test_the_page_takes_keys_and_draws_the_key_bar_without_a_click(served: int) -> None:
+def test_the_page_takes_keys_and_draws_the_key_bar_without_a_click(served: Served) -> None:
     """A presenter opens the tab and never clicks it: the app's key bar is drawn in the
     page's terminal, and a key pressed (`2`) reaches the app, which shows scenario 2. After
     the presenter went to another tab and came back, a key (`3`) still reaches it."""
@@ -254,7 +271,7 @@ def test_the_page_takes_keys_and_draws_the_key_bar_without_a_click(served: int) 
             page = context.new_page()
             page.add_init_script(KEEP_TERMINAL)
             with page.expect_websocket() as opened:
-                page.goto(f"http://127.0.0.1:{served}/")
+                page.goto(served.url)
             ws = opened.value
             # The key bar is the terminal's bottom row; every layout names scenario 2 there.
             _wait_for_screen(
@@ -304,12 +321,15 @@ def _status(port: int, path: str, headers: dict[str, str]) -> int:
 
 
 @pytest.mark.e2e
-def test_serve_answers_only_loopback_and_its_own_page(served: int) -> None:
-    """Another Host is refused (DNS rebinding), and so is a WebSocket from another page."""
-    own = f"127.0.0.1:{served}"
-    assert _status(served, "/", {"Host": own}) == 200
-    assert _status(served, "/", {"Host": f"localhost:{served}"}) == 200
-    assert _status(served, "/", {"Host": f"attacker.example:{served}"}) == 403
+def test_serve_answers_only_loopback_and_its_own_page(served: Served, tmp_path: Path) -> None:
+    """Another Host is refused (DNS rebinding), and so is a WebSocket from another page,
+    though both carry the token. What serve printed holds the token once, in the address it
+    gave: no line per request repeats it (aiohttp's access log did)."""
+    port, page = served.port, f"/?token={served.token}"
+    own = f"127.0.0.1:{port}"
+    assert _status(port, page, {"Host": own}) == 200
+    assert _status(port, page, {"Host": f"localhost:{port}"}) == 200
+    assert _status(port, page, {"Host": f"attacker.example:{port}"}) == 403
     upgrade = {
         "Host": own,
         "Connection": "Upgrade",
@@ -317,7 +337,12 @@ def test_serve_answers_only_loopback_and_its_own_page(served: int) -> None:
         "Sec-WebSocket-Version": "13",
         "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
     }
-    assert _status(served, "/ws", {**upgrade, "Origin": "http://attacker.example"}) == 403
+    ws = f"/ws/{served.token}"
+    assert _status(port, ws, {**upgrade, "Origin": "http://attacker.example"}) == 403
+    served.proc.send_signal(signal.SIGTERM)  # its output is whole once it has stopped
+    assert served.proc.wait(timeout=30) == 0
+    printed = (tmp_path / "serve.log").read_text()
+    assert printed.count(served.token) == 1, printed
 
 
 def test_serve_port_out_of_range_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
@@ -352,13 +377,13 @@ def test_serve_on_a_taken_port_says_so(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
 
 
-def _open_the_app(pw: Any, port: int) -> Any:
+def _open_the_app(pw: Any, url: str) -> Any:
     """A headless Chromium showing the served app, once the app has drawn; the browser."""
     browser = pw.chromium.launch(executable_path=_chromium(), headless=True)
     frames: list[bytes | str] = []
     page = browser.new_page(viewport={"width": 1600, "height": 900})
     with page.expect_websocket() as opened:
-        page.goto(f"http://127.0.0.1:{port}/")
+        page.goto(url)
     ws = opened.value
     ws.on("framereceived", lambda payload: frames.append(payload))
     ws.wait_for_event(
@@ -376,7 +401,7 @@ def _freeze(procs: list[Any]) -> None:
 @pytest.mark.e2e
 @pytest.mark.timeout(200)
 def test_a_tabs_app_dies_with_its_browser_and_with_serve(
-    serving: tuple[int, subprocess.Popen[bytes]],
+    serving: Served,
 ) -> None:
     """Closing the browser leaves no app of its tab running; nor does stopping `serve` (a
     SIGTERM to it alone, not its process group) with a tab open. Each app is frozen
@@ -385,17 +410,17 @@ def test_a_tabs_app_dies_with_its_browser_and_with_serve(
     import psutil
     from playwright.sync_api import sync_playwright
 
-    port, proc = serving
+    proc = serving.proc
     server = psutil.Process(proc.pid)
     with sync_playwright() as pw:
-        browser = _open_the_app(pw, port)
+        browser = _open_the_app(pw, serving.url)
         apps = server.children(recursive=True)
         assert apps, "no app was started for the tab"
         _freeze(apps)
         browser.close()
         _, alive = psutil.wait_procs(apps, timeout=30)
         assert not alive, f"left running after the browser closed: {alive}"
-        browser = _open_the_app(pw, port)
+        browser = _open_the_app(pw, serving.url)
         try:
             apps = server.children(recursive=True)
             assert apps, "no app was started for the second tab"
@@ -414,7 +439,7 @@ def test_a_tabs_app_dies_with_its_browser_and_with_serve(
 @pytest.mark.e2e
 @pytest.mark.timeout(150)
 def test_a_tabs_app_runs_on_the_demos_environment_with_the_private_umask(
-    serving: tuple[int, subprocess.Popen[bytes]], tmp_path: Path
+    serving: Served, tmp_path: Path
 ) -> None:
     """The tab's app (and the shell textual-serve starts it with) gets the demo's
     environment, not textual-serve's copy of ours: no other program's token, the demo's
@@ -422,9 +447,9 @@ def test_a_tabs_app_runs_on_the_demos_environment_with_the_private_umask(
     import psutil
     from playwright.sync_api import sync_playwright
 
-    port, proc = serving
+    proc = serving.proc
     with sync_playwright() as pw:
-        browser = _open_the_app(pw, port)
+        browser = _open_the_app(pw, serving.url)
         try:
             apps = psutil.Process(proc.pid).children(recursive=True)
             assert apps, "no app was started for the tab"
@@ -445,7 +470,7 @@ def test_a_tabs_app_runs_on_the_demos_environment_with_the_private_umask(
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("signame", ["SIGHUP", "SIGTERM"])
 def test_serve_stopped_by_a_signal_leaves_no_tab_running(
-    serving: tuple[int, subprocess.Popen[bytes]], tmp_path: Path, signame: str
+    serving: Served, tmp_path: Path, signame: str
 ) -> None:
     """SIGHUP (the terminal `serve` ran in was closed) stops it as SIGTERM does: exit 0,
     one line saying so, and no tab's app left. Before, SIGHUP ended `serve` at once and the
@@ -453,13 +478,15 @@ def test_serve_stopped_by_a_signal_leaves_no_tab_running(
     import aiohttp
     import psutil
 
-    port, proc = serving
+    port, proc = serving.port, serving.proc
     server = psutil.Process(proc.pid)
 
     async def open_a_tab_then_stop() -> list[psutil.Process]:
         async with (
             aiohttp.ClientSession() as session,
-            session.ws_connect(f"http://127.0.0.1:{port}/ws?width=100&height=30") as ws,
+            session.ws_connect(
+                f"http://127.0.0.1:{port}/ws/{serving.token}?width=100&height=30"
+            ) as ws,
         ):
             await ws.receive()  # the app's first bytes: it is running
             apps = server.children(recursive=True)
@@ -475,3 +502,172 @@ def test_serve_stopped_by_a_signal_leaves_no_tab_running(
     said = (tmp_path / "serve.log").read_text()
     assert "interlock-demo serve stopped: no tab's app or worker is left running" in said, said
     assert "Traceback" not in said, said
+
+
+# Another origin's page that frames the mirror, as the security pass's did (it used six
+# invisible frames); `onload` says when the frame's navigation ended, loaded or refused.
+FRAMING_PAGE = """<!DOCTYPE html><html><body>
+<iframe id="mirror" src="{url}" style="opacity:0" onload="document.title='frame done'"></iframe>
+</body></html>"""
+
+
+@contextlib.contextmanager
+def _another_origin(html: str) -> Iterator[str]:
+    """A loopback server of its own (another origin: another port) serving `html`; its URL.
+
+    A real server rather than Playwright's routing: Chromium's local network checks block
+    a routed page's frame on 127.0.0.1 before any header is read, hiding what is tested."""
+    import http.server
+    import threading
+
+    body = html.encode()
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://localhost:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(150)
+def test_a_page_on_another_origin_cannot_frame_the_mirror(serving: Served) -> None:
+    """A page on another origin frames the mirror's address, token and all (the worst case:
+    the token leaked): Chromium refuses to show it in the frame (frame-ancestors 'none',
+    X-Frame-Options DENY), so no WebSocket is opened and no app is started for it. Before,
+    the frame loaded the app and a click plus Enter in it started a run."""
+    import psutil
+    from playwright.sync_api import sync_playwright
+
+    server = psutil.Process(serving.proc.pid)
+    sockets: list[str] = []
+    with (
+        _another_origin(FRAMING_PAGE.format(url=serving.url)) as framing,
+        sync_playwright() as pw,
+    ):
+        browser = pw.chromium.launch(executable_path=_chromium(), headless=True)
+        try:
+            page = browser.new_page()
+            page.on("websocket", lambda ws: sockets.append(ws.url))
+            page.goto(framing)
+            page.wait_for_function("document.title === 'frame done'", timeout=SCREEN_TIMEOUT_MS)
+            (frame,) = page.main_frame.child_frames
+            shown = frame.url
+            terminal = frame.query_selector("#terminal")
+        finally:
+            browser.close()
+    assert shown != serving.url and shown.startswith("chrome-error:"), "the mirror was framed"
+    assert terminal is None
+    assert sockets == []
+    assert server.children(recursive=True) == [], "an app was started for the framed page"
+
+
+# Run as another user (uid 65534) with the system's Python and the standard library only:
+# a plain client that knows the ports but not the token, as another local user would.
+OTHER_USER_CLIENT = r"""
+import http.client, json, sys
+
+mirror, api = int(sys.argv[1]), int(sys.argv[2])
+UPGRADE = {"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
+           "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}
+
+def ask(port, method, path, headers=None, body=None):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        answer = conn.getresponse()
+        return [answer.status, answer.read().decode("utf-8", "replace")]
+    finally:
+        conn.close()
+
+run = json.dumps({"scenario": "hand-refund", "mode": "mock"})
+print(json.dumps({
+    "page": ask(mirror, "GET", "/"),
+    "page with a guessed token": ask(mirror, "GET", "/?token=guessed"),
+    "ws": ask(mirror, "GET", "/ws?width=80&height=24", UPGRADE),
+    "ws with a guessed token": ask(mirror, "GET", "/ws/guessed?width=80&height=24", UPGRADE),
+    "start a run": ask(api, "POST", "/api/runs", {"Content-Type": "application/json"}, run),
+    "read the run": ask(api, "GET", "/api/run"),
+}))
+"""
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(150)
+def test_another_local_user_without_the_token_gets_403_everywhere_that_drives(
+    serving: Served, tmp_path: Path
+) -> None:
+    """As uid 65534 (setpriv), a plain HTTP client that knows both ports but not the token
+    (no Origin, as a script sends none) gets 403 on the mirror's page, on its WebSocket (bare
+    or with a guessed token) and on the JSON endpoint's POST, each saying where the address
+    with the token is shown; no app is started and no run begins. The endpoint's read-only
+    JSON stays open to it. Before, it read the screen and started a run."""
+    import psutil
+
+    from interlock_demo.engine import Engine, RunChoice
+    from interlock_demo.settings.config import resolve
+    from interlock_demo.views.http_api import RunApi
+
+    if os.geteuid() != 0:
+        pytest.skip("runs the client as uid 65534 with setpriv, which needs root")
+    setpriv, python = shutil.which("setpriv"), Path("/usr/bin/python3")
+    if setpriv is None or not python.exists():
+        pytest.skip("needs setpriv (util-linux) and /usr/bin/python3 for the other user")
+    # pytest's tmp_path may be private to this user: the client gets a folder it can read.
+    folder = Path(tempfile.mkdtemp(prefix="interlock-other-user-"))
+    try:
+        folder.chmod(0o755)
+        script = folder / "client.py"
+        script.write_text(OTHER_USER_CLIENT)
+        script.chmod(0o644)
+        config = resolve(mode="mock", env={"INTERLOCK_HOME": str(tmp_path / "api"), "PATH": ""})
+        engine = Engine(config)
+        api = RunApi(engine, choice=lambda: RunChoice(config), port=0).start()
+        try:
+            done = subprocess.run(
+                [
+                    *(setpriv, "--reuid", "65534", "--regid", "65534", "--clear-groups"),
+                    *(str(python), "-I", str(script), str(serving.port), str(api.port)),
+                ],
+                cwd=folder,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            runs = dict(engine.runs)
+        finally:
+            api.stop()
+            engine.close()
+    finally:
+        shutil.rmtree(folder)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    mirror_words = "only with this launch's token: open the address http://127.0.0.1:"
+    where = "that `interlock-demo serve` printed on the terminal it was started in"
+    for what in ("page", "page with a guessed token", "ws", "ws with a guessed token"):
+        status, text = got[what]
+        assert (status, mirror_words in text, where in text) == (403, True, True), (what, text)
+    status, text = got["start a run"]
+    assert status == 403, text
+    refused = json.loads(text)["error"]
+    assert "starts a run only with this endpoint's token (got no token)" in refused
+    assert got["read the run"][0] == 404  # open, and no run yet
+    assert runs == {}
+    assert psutil.Process(serving.proc.pid).children(recursive=True) == []
+    assert serving.token not in done.stdout and api.token not in done.stdout

@@ -3,7 +3,8 @@
     python tests/helpers/http_server.py NOFILE HEADER_TIMEOUT_S INTERLOCK_HOME
 
 It lowers its own RLIMIT_NOFILE to NOFILE, serves a mock-mode engine on a free loopback
-port with that header timeout, prints the port, and serves until stdin closes. A client
+port with that header timeout, prints the port and the token that starts runs (one line,
+a space between), and serves until stdin closes. A client
 that could make it run out of file descriptors would show up on its stderr as
 "Too many open files".
 """
@@ -28,7 +29,7 @@ def main() -> int:
     api = RunApi(
         engine, choice=lambda: RunChoice(config), port=0, header_timeout_s=header_timeout_s
     ).start()
-    print(api.port, flush=True)
+    print(api.port, api.token, flush=True)
     try:
         sys.stdin.read()
     finally:

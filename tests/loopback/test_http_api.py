@@ -62,10 +62,12 @@ class Answer:
 
 
 class Client:
-    """Talks to one endpoint, addressed as 127.0.0.1:<port> unless told otherwise."""
+    """Talks to one endpoint, addressed as 127.0.0.1:<port> unless told otherwise, sending
+    `token` (the endpoint's, to start runs) unless a test sends its own Authorization."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, token: str | None = None) -> None:
         self.port = port
+        self.token = token
         self.answers: list[Answer] = []
 
     def send(
@@ -83,7 +85,10 @@ class Client:
             conn.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
             if host is not None:
                 conn.putheader("Host", host or f"127.0.0.1:{self.port}")
-            for name, value in (headers or {}).items():
+            headers = dict(headers or {})
+            if self.token is not None:
+                headers.setdefault("Authorization", f"token {self.token}")
+            for name, value in headers.items():
                 conn.putheader(name, value)
             if body or method == "POST":
                 conn.putheader("Content-Length", str(len(body)))
@@ -173,7 +178,7 @@ def api(engine: Engine, config: DemoConfig) -> Iterator[RunApi]:
 @pytest.fixture
 def client(api: RunApi) -> Client:
     """A client of `api`."""
-    return Client(api.port)
+    return Client(api.port, api.token)
 
 
 @pytest.fixture
@@ -188,7 +193,7 @@ def held(engine: Engine) -> Iterator[HeldRuns]:
 def held_client(engine: Engine, config: DemoConfig, held: HeldRuns) -> Iterator[Client]:
     """A client of an endpoint whose POSTs start held runs."""
     server = endpoint(engine, config, port=0, start_run=held).start()
-    yield Client(server.port)
+    yield Client(server.port, server.token)
     server.stop()
 
 
@@ -277,11 +282,11 @@ def test_post_keeps_what_it_does_not_name_of_the_views_choice(tmp_path: Path) ->
     eng = Engine(offline)
     server = RunApi(eng, choice=lambda: choices[-1], port=0).start()
     try:
-        answer = Client(server.port).post({"scenario": "revoked", "mode": "mock"})
+        answer = Client(server.port, server.token).post({"scenario": "revoked", "mode": "mock"})
         assert answer.status == 400
         assert answer.error.startswith(str(mode_named("mock").refusal("temporal")))
         choices.append(RunChoice(offline.with_mode("mock"), optional=OPTIONAL))
-        run = started(Client(server.port).post({"scenario": "revoked"}), eng)
+        run = started(Client(server.port, server.token).post({"scenario": "revoked"}), eng)
         assert run.wait(WAIT_S)
     finally:
         server.stop()
@@ -454,6 +459,79 @@ def test_checks_come_in_order(client: Client, engine: Engine) -> None:
     assert engine.runs == {}
 
 
+def test_the_token_is_checked_after_host_and_before_content_type(
+    api: RunApi, engine: Engine
+) -> None:
+    """Another name is refused before the token is asked for; without the token nothing else
+    about the request is answered (not its Content-Type, not its body)."""
+    bare = Client(api.port)
+    answer = bare.post(b"nope", content_type="text/plain", host="evil.example")
+    assert (answer.status, "DNS rebinding" in answer.error) == (403, True)
+    answer = bare.post(b"nope", content_type="text/plain")
+    assert (answer.status, "token" in answer.error) == (403, True)
+    assert engine.runs == {}
+
+
+@pytest.mark.parametrize(
+    ("how", "said"),
+    [
+        ("none", "no token"),
+        ("query", "a token that is not this launch's"),
+        ("header", "a token that is not this launch's"),
+        ("another scheme", "no token"),
+    ],
+)
+def test_a_post_without_this_launchs_token_is_403_saying_where_it_is_shown(
+    api: RunApi, engine: Engine, config: DemoConfig, how: str, said: str
+) -> None:
+    """Any local process reaches 127.0.0.1, another user's too: without the endpoint's token
+    (or with another endpoint's) a POST starts nothing, and the answer says where the
+    address with the token is shown; it never repeats the token."""
+    other = endpoint(engine, config, port=0).token
+    assert other != api.token  # a new one for each endpoint
+    bare = Client(api.port)
+    if how == "none":
+        answer = bare.post()
+    elif how == "query":
+        answer = bare.send(
+            "POST",
+            f"/api/runs?token={other}",
+            body=json.dumps(GOOD_BODY).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+    elif how == "header":
+        answer = bare.post(headers={"Authorization": f"token {other}"})
+    else:
+        answer = bare.post(headers={"Authorization": f"Bearer {api.token}"})
+    assert answer.status == 403
+    assert answer.error == (
+        f"POST /api/runs starts a run only with this endpoint's token (got {said}); the app "
+        "shows the address with the token in its first message when it starts with --http "
+        "(POST http://127.0.0.1:<port>/api/runs?token=...), and nothing else shows it; send "
+        "it as ?token=... or as the header Authorization: token ..."
+    )
+    assert api.token.encode() not in answer.raw
+    assert engine.runs == {}
+
+
+def test_the_token_in_the_query_starts_a_run_and_reads_stay_open(
+    api: RunApi, engine: Engine
+) -> None:
+    """The address the app shows (`control_url`) starts a run; reading needs no token."""
+    assert api.control_url == f"http://127.0.0.1:{api.port}/api/runs?token={api.token}"
+    bare = Client(api.port)
+    answer = bare.send(
+        "POST",
+        api.control_url.removeprefix(api.url),
+        body=json.dumps(GOOD_BODY).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    run = started(answer, engine)
+    assert run.wait(WAIT_S)
+    assert bare.get("/api/run").json() == run.to_json()
+    assert bare.get(f"/api/runs/{run.run_id}").status == 200
+
+
 def test_checks_come_before_409(held_client: Client, engine: Engine) -> None:
     """While a run is going, each earlier check still gives its own answer, not 409."""
     started(held_client.post(), engine)
@@ -471,7 +549,7 @@ def test_live_without_keys_is_400_naming_what_is_missing(tmp_path: Path) -> None
     eng = Engine(config)
     server = endpoint(eng, config, port=0).start()
     try:
-        answer = Client(server.port).post({"scenario": "revoked", "mode": "live"})
+        answer = Client(server.port, server.token).post({"scenario": "revoked", "mode": "live"})
     finally:
         server.stop()
         eng.close()
@@ -490,7 +568,7 @@ def test_no_key_in_any_answer(tmp_path: Path) -> None:
     eng = Engine(config)
     held = HeldRuns(eng)
     server = endpoint(eng, config, port=0, start_run=held).start()
-    client = Client(server.port)
+    client = Client(server.port, server.token)
     try:
         run = started(client.post(), eng)
         client.get("/api/run")
@@ -651,6 +729,7 @@ def test_body_shorter_than_its_length_gets_408(short_api: RunApi, engine: Engine
     port = short_api.port
     head = (
         f"POST /api/runs HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        f"Authorization: token {short_api.token}\r\n"
         "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n"
     )
     sock = _slow_request(port, head.encode() + b'{"scenario":')
@@ -667,7 +746,7 @@ def test_slow_clients_give_way_to_a_new_request(short_api: RunApi, engine: Engin
     port = short_api.port
     head = f"GET /api/run HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n".encode()
     slow = [_slow_request(port, head) for _ in range(4)]
-    client = Client(port)
+    client = Client(port, short_api.token)
     assert client.get("/api/run").status == 404  # answered, not queued behind them
     # The oldest gave way to the newcomer: the server closed it before its timeout.
     assert _read_until_closed(slow[0]) == b""
@@ -687,6 +766,7 @@ def test_bodies_that_never_finish_give_way_to_a_new_request(
     port = short_api.port
     head = (
         f"POST /api/runs HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nExpect: 100-continue\r\n"
+        f"Authorization: token {short_api.token}\r\n"
         "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n"
     ).encode()
     held = [_slow_request(port, head) for _ in range(4)]
@@ -735,7 +815,7 @@ def test_unexpected_error_is_500_with_an_id_logged_without_key_or_body(
     eng = Engine(config)
     server = endpoint(eng, config, port=0, start_run=failing_start).start()
     try:
-        answer = Client(server.port).post(GOOD_BODY)
+        answer = Client(server.port, server.token).post(GOOD_BODY)
     finally:
         server.stop()
         eng.close()

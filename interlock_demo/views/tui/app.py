@@ -303,6 +303,8 @@ class DemoApp(App[int]):
             config, mock_pace_s=MOCK_PACE_S, clock=clock, ids=ids, kill_beat_s=KILL_BEAT_S
         )
         self.http_url: str | None = None
+        # Where runs are started over HTTP, with the endpoint's token: shown once, at start.
+        self.http_control_url: str | None = None
         # Why `t` cannot switch to Temporal here (the extra is missing), or None.
         self.temporal_missing = temporal_unavailable()
         self.temporal_ui: str | None = None
@@ -314,6 +316,12 @@ class DemoApp(App[int]):
         self._message_names_column = False
         # The layout the columns were last laid out in (None before the first).
         self._laid_out_as: str | None = None
+
+    def show_endpoint(self, url: str, control_url: str) -> None:
+        """Name the JSON endpoint in the first message: where to read the run (`url`) and
+        where to start one (`control_url`, with the endpoint's token; shown nowhere else)."""
+        self.http_url = url
+        self.http_control_url = control_url
 
     @property
     def config(self) -> DemoConfig:
@@ -352,8 +360,11 @@ class DemoApp(App[int]):
         self._apply_config()
         self.set_interval(0.1, self._tick)
         hint = "ctrl+p: commands (switches: emulate 24h, no lookup) · ?: keys · p: presenter mode"
-        if self.http_url is not None:
-            hint = f"JSON of the run: {self.http_url}/api/run · {hint}"
+        if self.http_url is not None and self.http_control_url is not None:
+            # The one place the endpoint's token is shown; without the key hints (the key
+            # bar and `?` have them) the line holds the whole address at every width.
+            read, start = f"{self.http_url}/api/run", self.http_control_url
+            hint = f"JSON of the run: {read} · start a run: POST {start}"
         self.notify(hint)
         if self.config.engine == TEMPORAL:
             self._start_temporal()
@@ -985,7 +996,7 @@ def run_app(
             app.engine.close()
             return ExitCode.USAGE
         if not recorded:
-            app.http_url = api.url
+            app.show_endpoint(api.url, api.control_url)
     try:
         code = app.run()
     finally:

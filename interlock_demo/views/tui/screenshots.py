@@ -25,6 +25,7 @@ from interlock_demo.core.columns import OPTIONAL
 from interlock_demo.core.run import ColumnState, Run
 from interlock_demo.errors import KeyRefusedError, ScreenshotError, UsageError
 from interlock_demo.exit_codes import ExitCode
+from interlock_demo.output import refuse_link, write_output
 from interlock_demo.settings.config import resolve
 from interlock_demo.settings.environment import child_env
 from interlock_demo.stopping import Stopped, on_stop, stopped
@@ -160,8 +161,7 @@ async def _countdown_shows(pilot: Pilot[Any], run: Run) -> bool:
 
 
 def _save(path: Path, svg: str) -> Path:
-    path.write_text(svg_keeping_spaces(svg), encoding="utf-8")
-    return path
+    return write_output(path, svg_keeping_spaces(svg))
 
 
 def to_png(svg: Path) -> Path | None:
@@ -170,10 +170,14 @@ def to_png(svg: Path) -> Path | None:
     if tool is None:
         return None
     png = svg.with_suffix(".png")
+    refuse_link(png)  # before the drawing, not after it
     # An SVG saved by an older version, or by hand, may not say it yet.
     text = svg_keeping_spaces(svg.read_text(encoding="utf-8"))
-    subprocess.run([tool, "-o", str(png)], input=text.encode(), env=child_env(), check=True)
-    return png
+    # Its PNG on stdout, written here: `-o` would follow a link planted at the PNG's name.
+    drawn = subprocess.run(
+        [tool], input=text.encode(), env=child_env(), check=True, capture_output=True
+    )
+    return write_output(png, drawn.stdout)
 
 
 def main(out: Path = DEFAULT_OUT, scenario: str = "all") -> int:
