@@ -50,7 +50,6 @@ from typing import TYPE_CHECKING, Any
 from interlock._core.approvals import Approvers
 from interlock._core.config import Timing
 from interlock._core.errors import ConfigError, StoreError
-from interlock._core.payments import is_test_key
 from interlock._core.signals import Interrupted, stop_signals_interrupt
 from interlock._core.signing import (
     ENV_SIGNING_KEY,
@@ -62,7 +61,7 @@ from interlock._core.signing import (
 from interlock._core.verify import VerifyResult, verify
 from interlock._operator import COMMANDS as OPERATOR_COMMANDS
 from interlock._operator import add_parsers as add_operator_parsers
-from interlock._operator import proof_data
+from interlock._operator import key_refusal, proof_data
 from interlock._operator import run as run_operator
 from interlock._operator import shown as _shown
 from interlock._stores.open import open_store
@@ -77,27 +76,6 @@ NO_STORE = (
     "name the store to check: python -m interlock verify PATH_OR_URL (or --store "
     f"PATH_OR_URL, or set {ENV_STORE}); PATH is a SQLite file, URL a postgresql:// one"
 )
-
-
-def key_refusal(key: str, source: str = "STRIPE_SECRET_KEY") -> str | None:
-    """Why these commands will not send `key` to Stripe, in words that never repeat it;
-    None for a test key (`sk_test_...`, `rk_test_...`).
-
-    The same rule as every `interlock-demo` command: a command run by hand against a live
-    account is one typo from acting on real money, so it is refused before any request.
-    """
-    if is_test_key(key):
-        return None
-    kind = "not a Stripe test key"
-    for prefix, words in (("sk_live_", "a live secret key"), ("rk_live_", "a live restricted key")):
-        if key.startswith(prefix):
-            kind = words
-    return (
-        f"refused the Stripe key from {source}: it is {kind}. This command reads Stripe only "
-        "with test keys (sk_test_... or rk_test_...): set STRIPE_SECRET_KEY to a test key "
-        "from the Stripe dashboard (Developers > API keys, test mode), or leave out --stripe "
-        "to check the receipts alone."
-    )
 
 
 def _stripe(key: str) -> StripePayments:

@@ -57,7 +57,7 @@ from interlock._core.journal import (
 )
 from interlock._core.log import LogKeeper, inclusion
 from interlock._core.merkle import leaf_hash
-from interlock._core.payments import Transfers
+from interlock._core.payments import Transfers, is_test_key
 from interlock._core.receipts import Check, Receipt, load_json
 from interlock._core.signals import Interrupted, stop_signals_interrupt
 from interlock._core.signing import (
@@ -74,7 +74,6 @@ if TYPE_CHECKING:
     from interlock._stripe.adapter import StripePayments
 
 COMMANDS = ("pending", "show", "resolve", "revoke")
-LIVE_KEY_PREFIXES = ("sk_live_", "rk_live_")
 # The longest `--by` and `--reason` taken: a name, and a sentence or two.
 MAX_WORDS = {"by": 200, "reason": 2000}
 PROG = "python -m interlock"
@@ -214,14 +213,37 @@ def run(args: argparse.Namespace, location: str) -> int:
         return 3
 
 
+def key_refusal(
+    key: str,
+    source: str = "STRIPE_SECRET_KEY",
+    *,
+    otherwise: str = "leave out --stripe to check the receipts alone",
+) -> str | None:
+    """Why these commands will not send `key` to Stripe, in words that never repeat it;
+    None for a test key (`sk_test_...`, `rk_test_...`).
+
+    The same rule as every `interlock-demo` command: a command run by hand against a live
+    account is one typo from acting on real money, so it is refused before any request.
+    """
+    if is_test_key(key):
+        return None
+    kind = "not a Stripe test key"
+    for prefix, words in (("sk_live_", "a live secret key"), ("rk_live_", "a live restricted key")):
+        if key.startswith(prefix):
+            kind = words
+    return (
+        f"refused the Stripe key from {source}: it is {kind}. This command reads Stripe only "
+        "with test keys (sk_test_... or rk_test_...): set STRIPE_SECRET_KEY to a test key "
+        f"from the Stripe dashboard (Developers > API keys, test mode), or {otherwise}."
+    )
+
+
 def _check_key(key: str) -> None:
-    """Refuse a live key: an operator's command changes money's records, with test keys only."""
-    if key.startswith(LIVE_KEY_PREFIXES):
-        raise _Refused(
-            f"STRIPE_SECRET_KEY is a live key ({key[:8]}...): the operator's commands run "
-            "with test keys only (sk_test_ or rk_test_); nothing was read or changed",
-            2,
-        )
+    """Refuse any key but a test one, before anything is read: an operator's command changes
+    money's records (the same rule and words as `verify --stripe`)."""
+    refused = key_refusal(key, otherwise="unset it to work on the store alone") if key else None
+    if refused is not None:
+        raise _Refused(f"{refused} Nothing was read or changed.", 2)
 
 
 def _check_words(name: str, value: str | None) -> None:

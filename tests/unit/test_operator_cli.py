@@ -326,7 +326,9 @@ def test_revoke_says_what_it_revokes_then_revokes(
     assert code == 1 and "approval lease_none is not in the store" in err
 
 
-@pytest.mark.parametrize("prefix", ["sk_live_", "rk_live_"])
+@pytest.mark.parametrize(
+    ("prefix", "words"), [("sk_live_", "secret key"), ("rk_live_", "restricted key")]
+)
 @pytest.mark.parametrize(
     "argv",
     [
@@ -341,6 +343,7 @@ def test_every_operator_command_refuses_a_live_key(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
     prefix: str,
+    words: str,
     argv: list[str],
 ) -> None:
     """A live key in the environment stops every command before it reads anything, and the
@@ -352,7 +355,7 @@ def test_every_operator_command_refuses_a_live_key(
 
     code, out, err = run(capsys, *argv, "--store", str(world.path))
 
-    assert code == 2 and "live key" in err and "test keys only" in err
+    assert code == 2 and f"it is a live {words}" in err and "only with test keys" in err
     assert secret not in out + err and opened == []
 
 
