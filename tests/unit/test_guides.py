@@ -1,0 +1,143 @@
+"""The framework guides, read as a user follows them.
+
+Each guide installs the library alone, through its extra (`pip install
+'./packaging/interlock[extra]'`), never the whole demo, and that extra brings every
+distribution the guide's code imports. Each shows, in its code, what a restarted worker
+does first (`gate.recover()`, the MCP desk's `desk.recover()`) and how the framework
+resumes a conversation the dead worker left. The restarts themselves run in
+`tests/e2e/test_adapter_*.py` and `tests/e2e/test_temporal_helper.py`.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib.metadata as md
+import re
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+# Python 3.11's; the library's pyproject is read as pip reads it.
+tomllib = pytest.importorskip("tomllib")
+
+ROOT = Path(__file__).resolve().parents[2]
+GUIDES = ROOT / "docs" / "guides"
+LIBRARY = ROOT / "packaging" / "interlock" / "pyproject.toml"
+# Each framework guide and the extra it installs.
+EXTRAS = {
+    "langchain.md": "langchain",
+    "pydantic-ai.md": "pydantic-ai",
+    "openai-agents.md": "openai-agents",
+    "temporal.md": "temporal",
+    "mcp.md": "mcp",
+}
+INSTALL = re.compile(r"pip install '\./packaging/interlock\[([\w-]+)\]'")
+DEMO_INSTALL = re.compile(r"pip install (?:-e )?'?\.(?:\[[\w,-]+\])?'?(?:\s|`)")
+
+
+def python_blocks(page: Path) -> list[str]:
+    """The code of every python block of a page."""
+    return re.findall(r"^```python\n(.*?)^```$", page.read_text(), flags=re.S | re.M)
+
+
+def imported_modules(code: str) -> set[str]:
+    """Every module a block imports, as written (`langgraph.checkpoint.sqlite`)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return found
+
+
+@functools.cache
+def _packages() -> Mapping[str, list[str]]:
+    return md.packages_distributions()
+
+
+@functools.cache
+def _files_by_distribution(top: str) -> dict[str, frozenset[str]]:
+    return {
+        name: frozenset(str(f) for f in md.distribution(name).files or [])
+        for name in _packages().get(top, [])
+    }
+
+
+@functools.cache
+def _requires(name: str) -> tuple[str, ...]:
+    return tuple(md.requires(name) or [])
+
+
+def distribution_of(module: str) -> str | None:
+    """The installed distribution whose files hold `module` (read from the installed
+    files' lists, nothing imported); None for the standard library and for interlock."""
+    top = module.split(".")[0]
+    if top in sys.stdlib_module_names or top == "interlock":
+        return None
+    path = module.replace(".", "/")
+    held = {f"{path}.py", f"{path}/__init__.py"}
+    for name, files in _files_by_distribution(top).items():
+        if files & held:
+            return str(canonicalize_name(name))
+    for name, files in _files_by_distribution(top).items():  # a namespace package
+        if any(f.startswith(f"{path}/") for f in files):
+            return str(canonicalize_name(name))
+    raise AssertionError(f"{module} is not installed")
+
+
+def brought_by(requirements: list[str]) -> set[str]:
+    """Every distribution these requirements install, their own dependencies followed
+    (as installed here; a dependency behind an extra of theirs is not followed)."""
+    seen: set[str] = set()
+    todo = [Requirement(r) for r in requirements]
+    while todo:
+        req = todo.pop()
+        name = str(canonicalize_name(req.name))
+        if name in seen:
+            continue
+        seen.add(name)
+        for dep in _requires(name):
+            sub = Requirement(dep)
+            if sub.marker is None or sub.marker.evaluate({"extra": ""}):
+                todo.append(sub)
+    return seen
+
+
+def library_extra(extra: str) -> list[str]:
+    """The library's core dependencies and those of one of its extras."""
+    project = tomllib.loads(LIBRARY.read_text())["project"]
+    return [*project["dependencies"], *project["optional-dependencies"][extra]]
+
+
+@pytest.mark.parametrize("guide", sorted(EXTRAS))
+def test_a_guide_installs_the_library_alone_through_its_extra(guide: str) -> None:
+    """The install line is the packaging path with the guide's extra; the demo (`pip
+    install '.[...]'` at the checkout's root) is not how a guard is installed."""
+    text = (GUIDES / guide).read_text()
+    assert INSTALL.findall(text)[:1] == [EXTRAS[guide]], f"{guide}: no library install line"
+    assert DEMO_INSTALL.search(text.split("\n## ", 1)[0]) is None, f"{guide} installs the demo"
+
+
+@pytest.mark.parametrize("guide", sorted(EXTRAS))
+def test_the_extra_brings_everything_the_guide_imports(guide: str) -> None:
+    """Each distribution the guide's python imports comes with the library and its extra
+    (LangGraph's SQLite checkpointer, which the LangChain guide resumes from, included)."""
+    imports = {m for code in python_blocks(GUIDES / guide) for m in imported_modules(code)}
+    needed = {d for m in sorted(imports) if (d := distribution_of(m)) is not None}
+    assert needed, f"{guide} imports no framework"
+    missing = needed - brought_by(library_extra(EXTRAS[guide]))
+    assert missing == set(), f"{guide} imports {missing}, which its extra does not bring"
+
+
+def test_an_import_outside_the_extra_is_caught() -> None:
+    """The check above fails on a distribution the extra lacks."""
+    assert distribution_of("langgraph.checkpoint.sqlite") == "langgraph-checkpoint-sqlite"
+    assert "langgraph-checkpoint-sqlite" not in brought_by(["langgraph>=1.2"])
+    assert "langchain-core" in brought_by(["langchain>=1.5"])
+    assert DEMO_INSTALL.search("install it: `pip install '.[langchain]'` first")
