@@ -19,6 +19,11 @@ state)`, which calls the same tool with the same call id again:
 - **Words for the model** (`outcome_words`): *done* for `sent` and `adopted`; *not done,
   refused* with the reason; *not done yet* for pending and unknown (do not retry, do not
   ask for a new refund: the same action is carried on).
+- **When the guard raises** (a store it cannot write, an action id journaled with another
+  decision), the SDK answers with the tool's `failure_error_function`, by default "An
+  error occurred while running the tool. Please try again.": give the guarded tool
+  `failure_error_function=failure_words`, which tells the model that whether it was done
+  is not known, not to retry, and that a person will review it.
 
 With `needs_approval=True` the run stops with `result.interruptions`; save
 `result.to_state().to_json()` and resume from it once a person approved. That saved state
@@ -52,6 +57,7 @@ from collections.abc import Mapping
 from typing import Any
 
 try:
+    from agents.run_context import RunContextWrapper
     from agents.tool_context import ToolContext
 except ImportError as e:  # pragma: no cover - exercised in a subprocess without the SDK
     raise ImportError(
@@ -63,11 +69,12 @@ from interlock._core.gate import Gate, Outcome
 from interlock._core.journal import Intent
 from interlock._integrations import tool_calls as _tool_calls
 from interlock._integrations.tool_calls import Reapproval, exact_approval
-from interlock._integrations.words import outcome_words
+from interlock._integrations.words import error_words, outcome_words
 
 __all__ = [  # noqa: RUF022 - sorted case-insensitively, as interlock's own __all__
     "action_id_for",
     "exact_approval",
+    "failure_words",
     "FRAMEWORK",
     "outcome_words",
     "Reapproval",
@@ -103,6 +110,21 @@ def reapproval_in(ctx: ToolContext[Any]) -> Reapproval | None:
     if not isinstance(context, Mapping) or context.get(REAPPROVAL_KEY) is None:
         return None
     return Reapproval.from_dict(context[REAPPROVAL_KEY])
+
+
+def failure_words(ctx: RunContextWrapper[Any], error: Exception) -> str:
+    """The guarded tool's answer when it raised: give it as the tool's
+    `failure_error_function`.
+
+    `@function_tool(needs_approval=True, failure_error_function=failure_words)`. Without
+    it the SDK answers any exception with "An error occurred while running the tool.
+    Please try again.", which invites the model to decide the refund again; these words
+    say that whether it was done is not known, not to retry, and that a person will review
+    it (`ToolGate.send` itself answers every outcome in words and raises only when it
+    cannot reach one: a store it cannot write, an action id journaled with another
+    decision, a malformed re-approval).
+    """
+    return error_words(error, getattr(ctx, "tool_call_id", None))
 
 
 class ToolGate:

@@ -11,6 +11,7 @@ carries the same action on and a new one would be a second decision.
 
 from __future__ import annotations
 
+from interlock._core.errors import InterlockError
 from interlock._core.gate import REASON_WORLD_CHANGED, Outcome, Status
 from interlock._core.money import format_amount
 
@@ -72,6 +73,27 @@ def outcome_words(outcome: Outcome) -> str:
         f"not done yet: {outcome.reason} (action {aid}). The same action is carried on by "
         "recovery and never sent twice. Do not retry and do not ask for a new refund: tell the "
         "customer it is in progress."
+    )
+
+
+def error_words(error: BaseException, call_id: str | None = None) -> str:
+    """The tool's answer when the guard raised instead of returning an outcome.
+
+    A framework's default answer to an exception is often "please try again", which would
+    send the model to decide the refund twice. Here the model is told that whether it was
+    done is not known and that a person takes it from there. Interlock's own errors say
+    what happened in words made for that; another exception is named by its type only,
+    since its text was not written for the model to read.
+    """
+    what = type(error).__name__
+    if isinstance(error, InterlockError):
+        what = f"{what}: {error}"
+    call = f" (tool call {call_id})" if call_id else ""
+    return (
+        f"not known whether it was done: the refund stopped with an error ({what}){call}. "
+        "Whatever the gate journaled is finished by its recovery and never sent twice. Do not "
+        "retry and do not ask for another refund: tell the customer a person will review it, "
+        "and leave it to a person."
     )
 
 

@@ -237,7 +237,11 @@ def test_pydantic_ai_action_id_outside_a_tool_call_says_where_to_call_it() -> No
         pa.tool_action_id(ctx)
 
 
-def openai_agent(world: World, steps: list[Any]) -> oa_agents.Agent[Any]:
+def openai_agent(
+    world: World, steps: list[Any], *, guarded_failures: bool = True
+) -> oa_agents.Agent[Any]:
+    """The agent of the guide: its refund tool answers an exception in the guard's words
+    (`failure_words`), or in the SDK's default ones with `guarded_failures=False`."""
     guard = oa.ToolGate(world.gate(gone_owner()))
 
     @oa_agents.function_tool
@@ -245,7 +249,9 @@ def openai_agent(world: World, steps: list[Any]) -> oa_agents.Agent[Any]:
         """The payment's refunds' fingerprint."""
         return world.read()
 
-    @oa_agents.function_tool(needs_approval=True)
+    failures: Any = {"failure_error_function": oa.failure_words} if guarded_failures else {}
+
+    @oa_agents.function_tool(needs_approval=True, **failures)
     async def issue_refund(ctx: ToolContext[Any], seen: str) -> str:
         """Refund $20, given the fingerprint get_payment showed."""
         intent = world.intent(oa.tool_action_id(ctx, "case-1"), AMOUNT, seen)
@@ -283,11 +289,12 @@ async def _openai_resume(
     *,
     again: oa.Reapproval | None = None,
     approve: bool = True,
+    guarded_failures: bool = True,
 ) -> str:
     def say(call: ModelCall) -> Any:
         return [assistant_message(_outputs(call)["c_refund"])]
 
-    agent = openai_agent(world, [ModelStep.respond(say)])
+    agent = openai_agent(world, [ModelStep.respond(say)], guarded_failures=guarded_failures)
     context = None if again is None else {oa.REAPPROVAL_KEY: again.to_dict()}
     state = await oa_agents.RunState.from_json(agent, saved, context_override=context)
     for item in state.get_interruptions():
@@ -319,6 +326,35 @@ async def test_openai_agents_revocation_before_the_approval_is_refused_in_words(
     answer = await _openai_resume(world, saved, config)
     assert world.refunds() == []
     assert answer.startswith("not done, refused: "), answer
+
+
+@pytest.mark.parametrize("guarded_failures", [True, False])
+async def test_openai_agents_an_exception_in_the_guard_is_answered_do_not_retry(
+    guarded_failures: bool,
+) -> None:
+    """The call's action id already journaled with another decision (a scope reused across
+    conversations): the guard raises. With `failure_words` as the tool's
+    failure_error_function the model is told not to retry, a person will review it; the
+    SDK's default (the other case) would tell it to try again."""
+    world = World()
+    config = oa_agents.RunConfig(tracing_disabled=True)
+    saved = await _openai_decide(world, config)
+    seen = json.loads(world.read())["refunds_fingerprint"]
+    other = world.intent("openai-agents:case-1:c_refund", AMOUNT // 2, seen)
+    assert world.gate(gone_owner()).submit(other).status == "sent"
+
+    answer = await _openai_resume(world, saved, config, guarded_failures=guarded_failures)
+
+    assert len(world.agent_refunds()) == 1  # the other decision's; nothing more was sent
+    if not guarded_failures:
+        assert answer == "An error occurred while running the tool. Please try again."
+        return
+    assert "Please try again" not in answer
+    assert answer.startswith("not known whether it was done: the refund stopped with an error ")
+    assert "ActionError" in answer and "different decision" in answer
+    assert "(tool call c_refund)" in answer
+    assert "Do not retry and do not ask for another refund" in answer
+    assert "a person will review it" in answer
 
 
 async def test_openai_agents_a_refused_call_is_sent_once_under_a_new_approval() -> None:
