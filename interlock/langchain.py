@@ -42,6 +42,13 @@ runs: the gate's effect is what sends. Every other tool passes through untouched
   nothing. The node re-runs from the top: the gate's journal answers the first send
   (refused, as recorded) and the re-approval (under an id derived from the refused one),
   so neither is decided twice, even after a kill.
+- **A restarted worker** calls `gate.recover()` first, before it takes new work: it
+  finishes every action a dead worker left (a refund that reached Stripe is adopted and
+  receipted, an unknown one looked up, never resent), even one whose thread is never
+  resumed. Then it resumes each thread the dead worker left by its thread id:
+  `agent.invoke(None, config)`, or, when it died after a person's answer, the same
+  `Command(resume=...)` again; the re-run call is answered from the journal. Not from the
+  user's prompt again: that is a new decision with new call ids.
 - **Errors that are not the model's.** A run without a thread id raises `ValueError`
   before anything is journaled; an action id already journaled with another decision
   raises `ActionError` (the gate's), as does anything the store raises: they reach the

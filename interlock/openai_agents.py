@@ -13,6 +13,11 @@ state)`, which calls the same tool with the same call id again:
   conversations. So the resumed call names the same action: the gate finds it journaled,
   waits out a dead process's claim, adopts the refund that process made, or re-checks the
   approval and the refunds the model saw, and refuses if either changed.
+- **A restarted worker** calls `gate.recover()` first, before it takes new work: it
+  finishes every action a dead worker left (a refund that reached Stripe is adopted and
+  receipted, an unknown one looked up, never resent), even one whose run is never
+  resumed. Then it resumes each saved run as above; the resumed call is answered from the
+  journal. Not from the user's prompt again: that is a new decision with new call ids.
 - **The refunds the model saw** travel in the call: the read tool shows the payment with
   its `refunds_fingerprint` and the refund tool takes it as an argument, so a resume
   replays the decision as it was made.

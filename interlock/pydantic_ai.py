@@ -32,6 +32,12 @@ runs: the gate's effect is what sends. Every other tool of the toolset passes th
   `exact_approval(approver, metadata[call id])` (that action, once) and approve with
   `metadata={call id: Reapproval(this call's action id, its lease id, by).to_dict()}`: the
   call is sent under it, and the gate refuses another amount or target under it.
+- **A restarted worker** calls `gate.recover()` first, before it takes new work: it
+  finishes every action a dead worker left (a refund that reached Stripe is adopted and
+  receipted, an unknown one looked up, never resent), even one whose run is never
+  resumed. Then it resumes each run the dead worker left from its saved history and the
+  same deferred results; the resumed call is answered from the journal. Not from the
+  user's prompt again: that is a new decision with new call ids.
 - **Words for the model** (`outcome_words`): *done* for `sent` and `adopted`; *not done,
   refused* with the reason (do not retry, a person decides); *not done yet* for pending and
   unknown (do not retry, do not ask for a new refund: the same action is carried on).

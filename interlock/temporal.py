@@ -48,6 +48,11 @@ instead of sending twice, and re-checks the approval and the refunds the decisio
   refused key (`PaymentsAuthError`, which leaves the action pending; list it in the retry
   policy's `non_retryable_error_types` if a person must fix the key first).
 
+A restarted worker process calls `gate.recover()` before it starts its `Worker`, as the
+example does: it finishes every action a dead worker left (adopting a refund that reached
+Stripe, looking up an unknown one), even one whose activity Temporal will not run again;
+a retry of the dead worker's activity is then answered from the journal.
+
 In a workflow, `outcome_of(error)` reads the outcome back from the `ActivityError` that
 `execute_activity` raises. Run the gate in a synchronous activity (`def`, with an
 `activity_executor`): it blocks on the store and on Stripe.
@@ -137,6 +142,7 @@ server (`python -m interlock stripe-emulator --port 12111` and `temporal server 
         gate = interlock.Gate(
             store, interlock.StripeRefund(payments), timing=TIMING, approvers=approvers
         )
+        gate.recover()  # a worker's first step: finish what a dead worker left (none here)
         refunds = Refunds(ActivityGate(gate))
         client = await Client.connect("127.0.0.1:7233")
         with ThreadPoolExecutor() as pool:

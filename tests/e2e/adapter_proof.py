@@ -7,7 +7,9 @@ stops for approval, saving the framework's own state. A second process resumes f
 and is SIGKILLed inside the guarded tool at a named gate event (it prints the event
 first, so the test waits on that line, never on time). Meanwhile a person may refund by
 hand or revoke the approval. A third process resumes from the same saved state, as the
-framework resumes, and the test reads what Stripe holds and what the model was told.
+framework resumes (or, for the `restarted` row, as a restarted worker does in the guides:
+`gate.recover()` first, then the same resume), and the test reads what Stripe holds and
+what the model was told.
 """
 
 from __future__ import annotations
@@ -49,6 +51,9 @@ class Case:
     own: int  # of them, the agent's own
     status: str  # the action's recorded outcome
     words: str  # in the tool's answer, as the model quoted it
+    # Restarted as the guides show (`gate.recover()` first, then the framework's resume):
+    # the dead worker's action, finished by recover() with this status.
+    recovered: str | None = None
 
 
 CASES = {
@@ -57,6 +62,9 @@ CASES = {
     ),
     "revoked": Case("before-send", "revoke", 0, 0, "refused", "not done, refused: "),
     "after-answer": Case("after-answer", None, 1, 1, "adopted", "found at Stripe"),
+    "restarted": Case(
+        "after-answer", None, 1, 1, "adopted", "done: refunded $20.00", recovered="adopted"
+    ),
 }
 
 
@@ -112,12 +120,17 @@ def prove(framework: str, scenario: str, emulator: StripeEmulator, tmp: Path) ->
     elif case.outage == "revoke":
         store.revoke_lease(lease.id, "support")
 
-    report = _finish([framework, "resume", *common])
+    report = _finish([framework, "restart" if case.recovered else "resume", *common])
     refunds = payments.list_refunds(payment)
     own = [r for r in refunds if ACTION_METADATA_KEY in r.metadata]
     assert (len(refunds), len(own)) == (case.refunds, case.own), refunds
     [action_id] = report["action_ids"]
     assert action_id.startswith(f"{framework}:")
+    if case.recovered:  # recover() finished it before the run resumed; the call was told so
+        assert report["recovered"] == [[action_id, case.recovered]]
+        assert "found at Stripe, so nothing was sent twice" in report["final"]
+    else:
+        assert report["recovered"] == []
     assert all(r.metadata[ACTION_METADATA_KEY] == action_id for r in own)
     assert case.words in report["final"], report["final"]
     if case.refunds != case.own or not own:

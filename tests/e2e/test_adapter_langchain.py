@@ -5,7 +5,9 @@ SQLite checkpointer, the real `stripe` SDK against the loopback emulator) in its
 process, kills it with SIGKILL when it reports a crash point inside the guarded tool,
 acts during the outage as a person would, then starts a new process that resumes the
 thread from the checkpointer (same thread id, `invoke(None, ...)`). Stripe must hold what
-the truth table wants, and the tool's answer to the model must say what happened.
+the truth table wants, and the tool's answer to the model must say what happened. The last
+test restarts it as `docs/guides/langchain.md` shows: `gate.recover()` first, then the
+resume.
 """
 
 from __future__ import annotations
@@ -103,7 +105,7 @@ class Case:
     url: str
     thread: str
 
-    def run(self, crash: str, agents: list[Agent]) -> Agent:
+    def run(self, crash: str, agents: list[Agent], *restart: str) -> Agent:
         agent = Agent(
             [
                 str(self.store_path),
@@ -112,6 +114,7 @@ class Case:
                 self.thread,
                 self.payment_intent,
                 crash,
+                *restart,
             ]
         )
         agents.append(agent)
@@ -196,3 +199,32 @@ def test_a_killed_agent_resumed_from_its_checkpoint_ends_as_the_truth_table_says
         assert reason in done["outcome"]["reason"]
     with closing(SQLiteStore(case.store_path)) as store:
         assert verify(store, case.payments).ok
+
+
+def test_a_killed_agent_restarted_as_the_guide_shows_recovers_first_then_is_told_done(
+    case: Case, agents: list[Agent]
+) -> None:
+    """SIGKILLed after Stripe's answer; the new process starts as `docs/guides/langchain.md`
+    shows: `gate.recover()` adopts the refund (receipted), then `invoke(None, thread)`
+    re-runs the same call, answered from the journal: one refund, verify clean, done."""
+    first = case.run("after-answer", agents)
+    assert first.until("crash-point")["at"] == "after-answer"
+    assert first.kill() == -signal.SIGKILL
+    dead_action = next(e["action_id"] for e in first.seen if e["event"] == "gate")
+
+    second = case.run("none", agents, "recover")
+    recovered = second.until("recovered")["outcomes"]
+    assert recovered == [{"action_id": dead_action, "status": "adopted"}]
+    assert second.until("start")["resuming"] is True
+    done = second.until("done")
+    assert second.proc.wait(timeout=DEADLINE_S) == 0
+
+    assert case.refunds() == [("agent", AMOUNT)]
+    assert (done["outcome"]["action_id"], done["outcome"]["status"]) == (dead_action, "adopted")
+    assert done["status"] == "success"
+    assert done["words"].startswith("done: refunded $20.00")
+    assert done["said"].endswith(done["words"])  # what the model told the user
+    assert "before-send" not in [e.get("step") for e in second.seen]
+    with closing(SQLiteStore(case.store_path)) as store:
+        checked = verify(store, case.payments)
+        assert checked.ok, checked.problems

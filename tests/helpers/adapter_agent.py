@@ -14,6 +14,8 @@ through the real `stripe` SDK to the emulator at BASE_URL (key from `STRIPE_SECR
   With CRASH (a gate event: `before-send`, `after-answer`), it prints `crash-point CRASH`
   and SIGKILLs itself when the gate reaches it. Otherwise it prints one JSON line: the
   action id the tool used and the model's final answer (which quotes the tool's words).
+- `restart`: a restarted worker as the guides show it: `gate.recover()` first (what it
+  finished is in the JSON line, `recovered`), then `resume`.
 """
 
 from __future__ import annotations
@@ -224,7 +226,12 @@ def main(argv: list[str]) -> int:
     framework, phase, state, store, base_url, payment, lease = argv[:7]
     rig = Rig(store, base_url, payment, lease, argv[7] if len(argv) > 7 else None)
     run = {"pydantic-ai": pydantic_ai, "openai-agents": openai_agents}[framework]
-    print(json.dumps(asyncio.run(run(rig, phase, Path(state)))), flush=True)
+    recovered = []
+    if phase == "restart":  # the guides' restart: recover() before any run resumes
+        recovered = [[o.action_id, o.status] for o in rig.gate.recover()]
+        phase = "resume"
+    report = asyncio.run(run(rig, phase, Path(state)))
+    print(json.dumps({**report, "recovered": recovered}), flush=True)
     return 0
 
 

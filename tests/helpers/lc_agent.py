@@ -5,13 +5,15 @@ model that plays the refund conversation from the messages it is given (read the
 refund $20, then say what the tool answered), and `refund_agent`. As a process it is the
 agent the end-to-end test kills:
 
-    python -m tests.helpers.lc_agent STORE CHECKPOINTS STRIPE_BASE THREAD PAYMENT CRASH
+    python -m tests.helpers.lc_agent STORE CHECKPOINTS STRIPE_BASE THREAD PAYMENT CRASH [recover]
 
 `CRASH` is `none` or a gate event (`before-send`, `after-answer`): on reaching it the
 process prints `{"event": "crash-point", ...}` and blocks until it is SIGKILLed. With an
 existing thread in CHECKPOINTS it resumes that thread (`invoke(None, ...)`, LangGraph's
-own way), else it starts one. It prints one JSON line per gate event, then
-`{"event": "done", ...}` with the guarded tool's answer and the model's last words.
+own way), else it starts one. With `recover` it starts as the guide's restarted worker
+does: `gate.recover()` first (`{"event": "recovered", "outcomes": [...]}`), then the
+resume. It prints one JSON line per gate event, then `{"event": "done", ...}` with the
+guarded tool's answer and the model's last words.
 """
 
 from __future__ import annotations
@@ -172,7 +174,13 @@ def _listener(crash_at: str) -> Callable[[str, Mapping[str, Any]], None]:
 
 
 def main(
-    store_path: str, checkpoints: str, base_url: str, thread: str, payment: str, crash_at: str
+    store_path: str,
+    checkpoints: str,
+    base_url: str,
+    thread: str,
+    payment: str,
+    crash_at: str,
+    restart: str = "",
 ) -> int:
     """Run or resume the thread once; see the module docstring."""
     payments = StripePayments(
@@ -189,6 +197,9 @@ def main(
         on_event=_listener(crash_at),
         approvers=UNSIGNED_APPROVALS,
     )
+    if restart == "recover":  # the guide's restart: finish what a dead worker left, first
+        outcomes = [{"action_id": o.action_id, "status": o.status} for o in gate.recover()]
+        emit("recovered", outcomes=outcomes)
     config = {"configurable": {"thread_id": thread}}
     with sqlite3.connect(checkpoints, check_same_thread=False) as conn:
         saver = SqliteSaver(conn)
@@ -214,4 +225,4 @@ def main(
 
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:7]))
+    sys.exit(main(*sys.argv[1:8]))
