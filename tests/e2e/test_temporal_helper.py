@@ -294,6 +294,26 @@ def test_a_retry_after_the_answer_adopts_and_refunds_once() -> None:
     assert outcome.external_id == refund.id
 
 
+def test_a_worker_restarted_as_the_guide_shows_recovers_first_and_the_retry_is_answered() -> None:
+    """Killed after Stripe's answer; the new worker does what `docs/guides/temporal.md`
+    shows before it starts its Worker: `gate.recover()`, which adopts the refund and
+    receipts it (verify clean), so Temporal's retry is answered from the journal."""
+    world = World()
+    intent = world.intent(Activity(attempt=1).action_id)
+    world.crash(intent, "after-answer")
+
+    gate = world.activity_gate()
+    [recovered] = gate.gate.recover()  # the restarted worker's first step
+    assert (recovered.action_id, recovered.status) == (intent.action_id, "adopted")
+    outcome = Activity(world, attempt=2).send(gate, intent)
+
+    assert (outcome.action_id, outcome.status) == (intent.action_id, "adopted")
+    [refund] = world.refunds()
+    assert outcome.external_id == refund.id
+    checked = interlock.verify(world.store, world.payments)
+    assert checked.ok, checked.problems
+
+
 def test_refused_is_not_retryable_and_carries_the_reason() -> None:
     """A hand refund while the first attempt was dead: attempt 2 refuses, non-retryable."""
     world = World()

@@ -141,3 +141,63 @@ def test_an_import_outside_the_extra_is_caught() -> None:
     assert "langgraph-checkpoint-sqlite" not in brought_by(["langgraph>=1.2"])
     assert "langchain-core" in brought_by(["langchain>=1.5"])
     assert DEMO_INSTALL.search("install it: `pip install '.[langchain]'` first")
+
+
+# Each guide, the call that finishes what a dead worker left, and the framework's resume
+# that must come after it in the same block.
+RESTARTS = {
+    "langchain.md": ("gate.recover()", "invoke(None, thread"),
+    "pydantic-ai.md": ("gate.recover()", "deferred_tool_results="),
+    "openai-agents.md": ("gate.recover()", "RunState.from_json("),
+    "temporal.md": ("gate.recover()", "Worker("),
+    "mcp.md": ("desk.recover()", "server.run("),
+}
+MODULES = {
+    "langchain.md": "langchain.py",
+    "pydantic-ai.md": "pydantic_ai.py",
+    "openai-agents.md": "openai_agents.py",
+    "temporal.md": "temporal.py",
+    "mcp.md": "mcp.py",
+}
+
+
+def restart_block(guide: str, page: Path | None = None) -> str | None:
+    """The guide's (or `page`'s) first python block that calls the guide's recover
+    before its resume."""
+    recover, resume = RESTARTS[guide]
+    for code in python_blocks(page or GUIDES / guide):
+        if recover in code and resume in code and code.index(recover) < code.index(resume):
+            return code
+    return None
+
+
+@pytest.mark.parametrize("guide", sorted(RESTARTS))
+def test_a_guide_shows_a_restarted_worker_recovering_before_it_resumes(guide: str) -> None:
+    """A restarted worker calls recover() first, then resumes the framework's way: the
+    guide's code shows both in that order, and its prose and its module say so."""
+    recover, _ = RESTARTS[guide]
+    assert restart_block(guide) is not None, f"{guide} shows no {recover} before the resume"
+    module = (ROOT / "interlock" / MODULES[guide]).read_text()
+    docstring = ast.get_docstring(ast.parse(module)) or ""
+    assert recover in docstring, f"interlock/{MODULES[guide]} does not say to call {recover}"
+
+
+def test_the_langgraph_section_shows_both_resume_calls() -> None:
+    """A thread a dead worker left is resumed by `invoke(None, thread)` or by sending the
+    same `Command(resume=...)` again; the guide's restart block shows both."""
+    code = restart_block("langchain.md")
+    assert code is not None
+    assert "agent.invoke(None, thread" in code
+    assert re.search(r"agent\.invoke\(Command\(resume=", code)
+    assert "SqliteSaver(" in code  # a checkpointer that outlives the process
+
+
+def test_a_block_without_recover_before_the_resume_is_not_a_restart(tmp_path: Path) -> None:
+    """The check above fails a guide that resumes first, or never recovers."""
+    page = tmp_path / "page.md"
+    page.write_text("```python\nagent.invoke(None, thread)\ngate.recover()\n```\n")
+    assert restart_block("langchain.md", page) is None
+    page.write_text("```python\nagent.invoke(None, thread)\n```\n")
+    assert restart_block("langchain.md", page) is None
+    page.write_text("```python\ngate.recover()\nagent.invoke(None, thread)\n```\n")
+    assert restart_block("langchain.md", page) is not None

@@ -34,6 +34,7 @@ from interlock import (
     Timing,
     new_action_id,
     refunds_fingerprint,
+    verify,
 )
 from interlock._core.journal import MAX_ID_LENGTH
 from interlock.langchain import (
@@ -502,6 +503,70 @@ def test_a_crash_in_the_send_after_the_approval_resumes_without_asking_again(
     assert told.artifact["action_id"] == asked.value["action_id"]
     assert told.artifact["status"] == "sent"
     assert [r.amount for r in payments.list_refunds(pi)] == [AMOUNT]
+
+
+@pytest.mark.parametrize("resume", ["invoke(None)", "Command(resume) again"])
+def test_a_worker_killed_after_the_approved_send_restarts_as_the_guide_shows(
+    tmp_path: Path, resume: str
+) -> None:
+    """Killed (simulated) after Stripe answered the approved send, the worker restarts as
+    `docs/guides/langchain.md` shows: `gate.recover()` first adopts the refund (receipted,
+    verify clean), then the thread resumed by its thread id, with `invoke(None, thread)`
+    or by sending the same `Command(resume=...)` again, re-runs the same call, which the
+    journal answers: the model is told done, nobody is asked again, one refund."""
+    clock = Clock()
+    payments = InProcessPayments()
+    pi = payments.create_payment(10_000).id
+    store = MemoryStore(clock=clock)  # the journal outlives the worker, as a file would
+    store.grant_lease(Lease(f"lease_{pi}", "refund", pi, AMOUNT, clock() + 3600, "s", clock()))
+    thread: Any = {"configurable": {"thread_id": "ticket-9"}}
+    path = tmp_path / "checkpoints.sqlite3"
+
+    def crash(event: Event) -> None:
+        if event.kind == "after-answer":
+            raise Crash(event.kind)
+
+    def worker(owner: Owner, on_event: Any) -> Gate:
+        return Gate(
+            store,
+            StripeRefund(payments),
+            timing=Timing(6, 1),
+            owner=owner,
+            on_event=on_event,
+            clock=clock,
+            sleep=clock.sleep,
+            monotonic=clock.monotonic,
+            approvers=UNSIGNED_APPROVALS,
+        )
+
+    approve = Command(resume={"approved": True, "by": "alice"})
+    with closing(sqlite3.connect(path, check_same_thread=False)) as conn:
+        first = refund_agent(
+            worker(gone_owner(), crash), payments, SqliteSaver(conn), approval=True
+        )
+        (asked,) = first.invoke(w_ask(pi), thread, durability="sync")["__interrupt__"]
+        with pytest.raises(Crash):
+            first.invoke(approve, thread, durability="sync")
+    assert len(payments.list_refunds(pi)) == 1
+
+    gate = worker(Owner.current("restarted"), None)
+    [recovered] = gate.recover()  # first: finish what the dead worker left
+    assert (recovered.action_id, recovered.status) == (asked.value["action_id"], "adopted")
+    with closing(sqlite3.connect(path, check_same_thread=False)) as conn:
+        agent = refund_agent(gate, payments, SqliteSaver(conn), approval=True)
+        assert agent.get_state(thread).next  # it stopped inside a node
+        again = None if resume == "invoke(None)" else approve
+        result = agent.invoke(again, thread, durability="sync")
+
+    assert "__interrupt__" not in result
+    told = answer(result)
+    assert told.artifact["action_id"] == asked.value["action_id"]
+    assert told.artifact["status"] == "adopted"
+    assert str(told.content).startswith("done: refunded $20.00")
+    assert str(result["messages"][-1].content).endswith(str(told.content))
+    assert [r.amount for r in payments.list_refunds(pi)] == [AMOUNT]
+    checked = verify(store, payments)
+    assert checked.ok, checked.problems
 
 
 def w_ask(pi: str) -> dict[str, Any]:
