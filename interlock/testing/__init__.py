@@ -5,7 +5,15 @@
 - `CrashPoint` and `CRASH_POINTS`: where a worker dies, at a gate event or a step of its own;
 - `PaymentsModel`, `InProcessPayments`, `StripeEmulator` and `serve_emulator`: Stripe's
   refunds, transfers and payouts in memory, in-process or over loopback HTTP for the real
-  `stripe` SDK, with faults (`Fault`, `Reply`) a test arms;
+  `stripe` SDK, with faults a test arms: `PaymentsModel.add_fault(kind, stage=...,
+  hold_ms=..., count=..., payment_intent=..., on_start=..., on_commit=...)` (the kinds
+  `FAULT_KINDS`, each kind's stages `FAULT_STAGES`: `hold` after or before the commit or
+  never committing, `error_500` after the commit, before execution or with no refund,
+  and `error_429`, `garbled_2xx`, `drop`, `trickle`, `read_401` ... `read_500`) returns a
+  `Fault` whose events (`started`, `committed`, `ended`) a test waits on, and whose hooks
+  `on_start` and `on_commit` run in the request's thread at those moments (a worker
+  killed the instant Stripe saved its refund). The guide `docs/guides/testing.md` runs an
+  example;
 - `NoLookup` and `Emulate24h`: an effect wrapped to emulate a gate without its lookup, or
   a retry after Stripe pruned the idempotency key. Test doubles, never for production;
 - `WitnessServer` and `TimestampAuthority`: a loopback HTTP witness and a loopback RFC 3161
@@ -40,7 +48,14 @@ if _typing.TYPE_CHECKING:
     from interlock.testing.emulation import Emulate24h, NoLookup
     from interlock.testing.emulator import TOKEN_ENV, StripeEmulator, serve_emulator
     from interlock.testing.inprocess import InProcessPayments
-    from interlock.testing.model import Fault, PaymentsModel, Reply, new_id
+    from interlock.testing.model import (
+        FAULT_KINDS,
+        FAULT_STAGES,
+        Fault,
+        PaymentsModel,
+        Reply,
+        new_id,
+    )
     from interlock.testing.tsa import TimestampAuthority
     from interlock.testing.witness import WitnessServer
 
@@ -66,6 +81,8 @@ _LAZY = {
     "StripeEmulator": "interlock.testing.emulator",
     "serve_emulator": "interlock.testing.emulator",
     "InProcessPayments": "interlock.testing.inprocess",
+    "FAULT_KINDS": "interlock.testing.model",
+    "FAULT_STAGES": "interlock.testing.model",
     "Fault": "interlock.testing.model",
     "PaymentsModel": "interlock.testing.model",
     "Reply": "interlock.testing.model",
@@ -81,6 +98,8 @@ __all__ = [
     "ANSWERS",
     "CLAIMING_REPORTS",
     "CRASH_POINTS",
+    "FAULT_KINDS",
+    "FAULT_STAGES",
     "OUTAGES",
     "TOKEN_ENV",
     "UNSETTLED_REPORTS",

@@ -102,7 +102,16 @@ def new_id(prefix: str) -> str:
 
 @dataclass
 class Fault:
-    """A fault armed for the next matching request(s); see the module docstring."""
+    """A fault armed for the next matching request(s), as `PaymentsModel.add_fault` returns it.
+
+    A test waits on its events to act at the right moment: `started` is set when a request
+    takes the fault (a refund create's idempotency key is in progress from then on),
+    `committed` once the refund and its saved answer are in, `ended` when the model is
+    done with the request. `fired` counts the requests that took it, `remaining` those it
+    still waits for. `on_start` and `on_commit`, called in the request's thread at
+    `started` and `committed`, let an in-process test act then (a hand refund while a
+    create is held; a worker that dies the moment Stripe saved its refund).
+    """
 
     id: str
     kind: str
@@ -269,7 +278,12 @@ class _Listed:
 class PaymentsModel:
     """Payment intents, refunds and transfers, Stripe's idempotency layer, a clock and faults.
 
-    Thread-safe: the HTTP face calls it from many threads at once.
+    `InProcessPayments(model)` calls it in this process; `StripeEmulator(model)` serves it
+    over loopback HTTP to the real `stripe` SDK. `add_fault` arms the answers a gate must
+    survive (a refund made and its answer lost, a 500 after the commit, a held create),
+    `advance` moves its clock past the 24 hours Stripe keeps an idempotency key. The guide
+    `docs/guides/testing.md` runs an example. Thread-safe: the HTTP face calls it from many
+    threads at once.
     """
 
     def __init__(
@@ -323,6 +337,36 @@ class PaymentsModel:
         on_commit: Callable[[], None] | None = None,
     ) -> Fault:
         """Arm a fault for the next `count` matching requests (of one payment, if given).
+
+        Refund creates (`POST /v1/refunds`; a replayed request takes no fault but a
+        `drop`), by `kind` and `stage` (`FAULT_STAGES`; the first is the default):
+
+        - `hold`: `after_commit`, the refund and its answer are saved, then the answer is
+          held `hold_ms` (a retry meanwhile gets the replay); `before_commit`, the request
+          holds `hold_ms` with its key in progress (a retry gets 409), then commits;
+          `never_commits`, it holds `hold_ms`, then makes nothing, releases the key and
+          drops the connection.
+        - `error_500`: `after_commit`, the refund is made and the 500 saved and replayed
+          under the key (the gate finds its own refund: `adopted`); `before_execution`,
+          nothing made, nothing saved; `no_refund`, execution began and made nothing, the
+          500 is saved and replayed, and no refund is ever made under that key (the gate
+          leaves it unknown, never resent).
+        - `error_429`: rate limited, nothing made, nothing saved.
+        - `garbled_2xx`: the refund is made and saved, the answer is a 200 that is not JSON.
+        - `drop`: the refund is made and saved, then the connection closes with no answer
+          (a replay under the key takes an armed `drop` too).
+        - `trickle`: the refund is made and saved, then its answer is sent a byte at a time
+          over `hold_ms` (over HTTP only; in-process it comes at once).
+
+        Reads (`GET /v1/refunds`, `GET /v1/payment_intents/{id}`): `read_401`, `read_403`,
+        `read_429`, `read_500`. `commit=True/False` is the older spelling of the stages
+        `after_commit` and `before_commit` (hold) or `before_execution` (error_500).
+
+        `on_start()` runs in the request's thread as it first takes the fault, `on_commit()`
+        once the refund and its answer are saved; in-process, an exception a hook raises
+        reaches the caller in place of the answer (raise one that is not an `Exception` to
+        stand for a worker killed there). The returned `Fault` carries the events a test
+        waits on.
 
         Raises `ValueError` naming what is wrong: an unknown kind or stage, a stage and
         `commit` that disagree, `count` below 1 or a negative `hold_ms`.

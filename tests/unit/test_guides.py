@@ -201,3 +201,41 @@ def test_a_block_without_recover_before_the_resume_is_not_a_restart(tmp_path: Pa
     assert restart_block("langchain.md", page) is None
     page.write_text("```python\ngate.recover()\nagent.invoke(None, thread)\n```\n")
     assert restart_block("langchain.md", page) is not None
+
+
+# -- the Stripe model's faults and hooks, in a public page and the public module ------------
+
+
+def test_the_models_faults_and_hooks_have_a_public_page_with_an_example() -> None:
+    """`docs/guides/testing.md`, in the site's navigation, names every fault kind and
+    stage and the hooks, and runs an example (tests/e2e/test_docs_blocks.py runs it)."""
+    from interlock.testing import FAULT_KINDS, FAULT_STAGES
+
+    page = GUIDES / "testing.md"
+    assert "guides/testing.md" in (ROOT / "mkdocs.yml").read_text()
+    text = page.read_text()
+    named = set(re.findall(r"`(\w+)`", text))
+    stages = {stage for kind in FAULT_STAGES.values() for stage in kind}
+    assert set(FAULT_KINDS) | stages <= named, (set(FAULT_KINDS) | stages) - named
+    for name in ("PaymentsModel", "add_fault(", "on_start", "on_commit", "`started`", "`ended`"):
+        assert name in text, name
+    [example] = python_blocks(page)
+    assert "from interlock.testing import" in example
+    assert "add_fault(" in example and "on_commit=" in example and "stage=" in example
+
+
+def test_the_models_hooks_are_documented_in_the_public_module() -> None:
+    """What a test arms is in the docstrings of `interlock.testing`'s own names, not
+    only in a private module's: every kind and stage in `add_fault`'s, the events and
+    hooks in `Fault`'s, the hooks and stages named in the package's."""
+    import interlock.testing as testing
+
+    add_fault = testing.PaymentsModel.add_fault.__doc__ or ""
+    stages = {stage for kind in testing.FAULT_STAGES.values() for stage in kind}
+    assert all(f"`{name}`" in add_fault for name in {*testing.FAULT_KINDS, *stages})
+    assert "on_commit" in add_fault and "on_start" in add_fault
+    fault = testing.Fault.__doc__ or ""
+    assert all(f"`{name}`" in fault for name in ("started", "committed", "ended", "on_commit"))
+    package = testing.__doc__ or ""
+    assert all(name in package for name in ("add_fault", "FAULT_STAGES", "on_commit"))
+    assert {"FAULT_KINDS", "FAULT_STAGES"} <= set(testing.__all__)
