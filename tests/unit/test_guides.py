@@ -239,3 +239,13 @@ def test_the_models_hooks_are_documented_in_the_public_module() -> None:
     package = testing.__doc__ or ""
     assert all(name in package for name in ("add_fault", "FAULT_STAGES", "on_commit"))
     assert {"FAULT_KINDS", "FAULT_STAGES"} <= set(testing.__all__)
+
+
+def test_the_agents_sdk_guide_answers_a_guard_exception_in_the_guards_words() -> None:
+    """The SDK's default answer to an exception in a tool says "Please try again"; the
+    guide names `failure_error_function` and its guarded tool sets `failure_words`."""
+    text = (GUIDES / "openai-agents.md").read_text()
+    prose = re.sub(r"^```.*?^```$", "", text, flags=re.S | re.M)
+    assert "failure_error_function" in prose and "Please try again" in prose
+    [example, *_] = python_blocks(GUIDES / "openai-agents.md")
+    assert "@function_tool(needs_approval=True, failure_error_function=failure_words)" in example
