@@ -7,7 +7,7 @@ stops for approval, saving the framework's own state. A second process resumes f
 and is SIGKILLed inside the guarded tool at a named gate event (it prints the event
 first, so the test waits on that line, never on time). Meanwhile a person may refund by
 hand or revoke the approval. A third process resumes from the same saved state, as the
-framework resumes (or, for the `restarted` row, as a restarted worker does in the guides:
+framework resumes (after Stripe's answer, as a restarted worker does in the guides:
 `gate.recover()` first, then the same resume), and the test reads what Stripe holds and
 what the model was told.
 """
@@ -61,8 +61,9 @@ CASES = {
         "before-send", "hand-refund", 1, 0, "refused", f"not done, refused: {REASON_WORLD_CHANGED}"
     ),
     "revoked": Case("before-send", "revoke", 0, 0, "refused", "not done, refused: "),
-    "after-answer": Case("after-answer", None, 1, 1, "adopted", "found at Stripe"),
-    "restarted": Case(
+    # Restarted as the guides show: recover() adopts the refund, the resume is told done.
+    # (The rows above resume without recover(): the resumed call reaches the same action.)
+    "after-answer": Case(
         "after-answer", None, 1, 1, "adopted", "done: refunded $20.00", recovered="adopted"
     ),
 }

@@ -3,9 +3,9 @@
 Each test is one row of the truth table, run across real processes (see
 `tests/e2e/adapter_proof.py`): killed before the send with a hand refund during the
 outage (only the hand refund, refused), before the send with the approval revoked (no
-refund, refused), after Stripe's answer with nothing meanwhile (one refund, adopted), and
-the same restarted as the guide shows: `gate.recover()` first, which adopts the refund,
-then the resume, which the journal answers "done".
+refund, refused), after Stripe's answer with nothing meanwhile, restarted as the guide
+shows: `gate.recover()` first, which adopts the refund, then the resume, which the journal
+answers "done" (one refund, adopted).
 """
 
 from __future__ import annotations
