@@ -58,10 +58,13 @@ def threads() -> int:
     return len(os.listdir("/proc/self/task"))
 
 
-def become_worker(request: dict[str, object], fds: list[int], keep: list[int]) -> None:
-    """In the forked child: close the fork server's descriptors (`keep`), take the
-    request's streams (`fds`: stdin, stdout, stderr), session, umask, folder,
-    environment and command line, run the standalone worker, and exit with its code."""
+def become_worker(
+    request: dict[str, object], answer: socket.socket, fds: list[int], keep: list[int]
+) -> None:
+    """In the forked child: close the fork server's descriptors (`keep`), take a session
+    and the request's streams (`fds`: stdin, stdout, stderr), say its pid on `answer`,
+    take the request's umask, folder, environment and command line, run the standalone
+    worker, and exit with its code."""
     code = EXIT_ERROR
     try:
         signal.set_wakeup_fd(-1)
@@ -75,6 +78,10 @@ def become_worker(request: dict[str, object], fds: list[int], keep: list[int]) -
         for fd in fds:
             if fd > 2:
                 os.close(fd)
+        # Its pid once it is the worker's own process (its session, its streams), from
+        # itself: the supervisor never sees a pid that is still half the fork server.
+        answer.send(encode({"pid": os.getpid()}))
+        answer.close()
         umask = request.get("umask")
         if isinstance(umask, int):
             os.umask(umask)
@@ -187,10 +194,8 @@ def _fork(
             )
         pid = os.fork()
         if pid == 0:
-            answer.close()
-            become_worker(request, fds[1:], own)
+            become_worker(request, answer, fds[1:], own)
         children[pid] = answer
-        answer.send(encode({"pid": pid}))
     except (OSError, ValueError, RuntimeError) as e:
         with contextlib.suppress(OSError):
             answer.send(encode({"error": f"{type(e).__name__}: {e}"}))

@@ -127,16 +127,17 @@ class ForkServer:
             try:
                 if self.ready_s is None:
                     self.ready_s = self._ready(control)
+                request = encode({"argv": list(argv), "env": dict(env), "cwd": cwd, "umask": umask})
                 ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
                 try:
-                    request = encode(
-                        {"argv": list(argv), "env": dict(env), "cwd": cwd, "umask": umask}
-                    )
                     socket.send_fds(control, [request], [theirs.fileno(), *fds])
-                finally:
                     theirs.close()
-                ours.settimeout(FORK_ANSWER_S)
-                answer = self._answer(ours)
+                    ours.settimeout(FORK_ANSWER_S)
+                    answer = self._answer(ours)
+                except BaseException:
+                    theirs.close()
+                    ours.close()
+                    raise
             except ForkServerError as e:
                 self._break(str(e))
                 raise
@@ -146,7 +147,8 @@ class ForkServer:
         pid = answer.get("pid")
         if not isinstance(pid, int):
             ours.close()
-            raise ForkServerError(f"it could not fork: {answer.get('error')}")
+            why = answer.get("error") or f"its child exited {answer.get('exit')} before it ran"
+            raise ForkServerError(f"it could not fork: {why}")
         return ForkedWorker(pid, ours)
 
     def _ready(self, control: socket.socket) -> float:

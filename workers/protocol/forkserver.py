@@ -5,11 +5,11 @@ split or merged. Once everything is imported the fork server says `{"ready": SEC
 import time) on the control socket, before it reads a request. Each fork request on the
 control socket carries a fresh socket of its own (the child's status socket) and the
 child's three standard streams, as file descriptors (SCM_RIGHTS), in the order of
-`REQUEST_FDS`. On the status socket the
-fork server answers `{"pid": N}` once the child exists, then `{"exit": CODE}` once it has
-reaped it (CODE as `subprocess` spells it: a negative signal number for a signal), or
-`{"error": "..."}` when it could not fork. End of file on a status socket before the exit
-means the fork server is gone, and the child's exit status with it.
+`REQUEST_FDS`. On the status socket the child itself says `{"pid": N}` once it is the
+worker's own process (its session and streams set), then the fork server says
+`{"exit": CODE}` once it has reaped it (CODE as `subprocess` spells it: a negative signal
+number for a signal), or `{"error": "..."}` when it could not fork. End of file on a status
+socket before the exit means the fork server is gone, and the child's exit status with it.
 """
 
 from __future__ import annotations
