@@ -1,6 +1,6 @@
 """A column's fork server: the standalone worker's imports done once, a worker forked per ask.
 
-    python -m workers.zygote CONTROL_FD COLUMN
+    python -m workers.zygote CONTROL_FD COLUMN [ROOM]
 
 A cold worker spends most of its start importing (the library, the stripe SDK, the
 store's driver, the column's code: docs/design.md §7). This process does those imports
@@ -36,7 +36,14 @@ if __name__ == "__main__":
         sys.modules.setdefault(_unused, None)  # type: ignore[arg-type]
 
 from workers.protocol import EXIT_ERROR, EXIT_USAGE
-from workers.protocol.forkserver import MAX_MESSAGE, REQUEST_FDS, decode, encode, exit_code
+from workers.protocol.forkserver import (
+    MAX_MESSAGE,
+    MODULE,
+    REQUEST_FDS,
+    decode,
+    encode,
+    exit_code,
+)
 
 
 def preload(column: str) -> None:
@@ -51,6 +58,26 @@ def preload(column: str) -> None:
     story(column)  # the column's own module
     if (os.environ.get("INTERLOCK_STORE") or "").startswith(("postgres://", "postgresql://")):
         import psycopg  # noqa: F401 - the store's driver; a connection is the child's own
+
+
+def retitle(title: str) -> bool:
+    """Show `title` as this process's command line (`ps`, psutil), as setproctitle does:
+    written over the command line's own memory, whose last byte then is not NUL, which the
+    kernel reads as a rewritten title. False when it does not fit (the fork server's
+    command line ends with `TITLE_ROOM` bytes of room) or /proc refuses."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end: fields 48, 49
+        data = title.encode() + b"\0"
+        if len(data) >= end - start:
+            return False
+        with open("/proc/self/mem", "r+b", buffering=0) as mem:
+            mem.seek(start)
+            mem.write(data.ljust(end - start, b" "))
+    except (OSError, ValueError, IndexError):
+        return False
+    return True
 
 
 def threads() -> int:
@@ -72,6 +99,9 @@ def become_worker(
         for fd in keep:
             os.close(fd)  # the fork server's own: control, wakeup pipe, other status sockets
         os.setsid()
+        title = request.get("title")
+        if isinstance(title, str):
+            retitle(title)  # `ps` and psutil show the worker's command line, not ours
         stdin, stdout, stderr = fds
         for fd, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
             os.dup2(fd, target)
@@ -208,9 +238,11 @@ def _fork(
 def main(argv: list[str] | None = None) -> int:
     """Import, say ready, serve; returns the exit code."""
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 2 or not args[0].isdigit():
-        print("usage: python -m workers.zygote CONTROL_FD COLUMN", file=sys.stderr)
+    if len(args) not in (2, 3) or not args[0].isdigit():
+        print("usage: python -m workers.zygote CONTROL_FD COLUMN [ROOM]", file=sys.stderr)
         return EXIT_USAGE
+    if argv is None:
+        retitle(" ".join([sys.executable, "-m", MODULE, *args[:2]]))  # less the room
     control = socket.socket(fileno=int(args[0]))
     started = time.monotonic()
     try:

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from interlock_demo.settings.private import PRIVATE_UMASK, open_private
-from workers.protocol.forkserver import MAX_MESSAGE, MODULE, decode, encode
+from workers.protocol.forkserver import MAX_MESSAGE, MODULE, TITLE_ROOM, decode, encode
 
 # How long a fork server may take to import (once) and to answer a fork, on a loaded
 # machine, before its column gives up on it and cold-starts: a cold start costs less.
@@ -89,7 +89,7 @@ class ForkServer:
         log = open_private(self.log_path, "ab")
         try:
             self._popen = subprocess.Popen(
-                [self.python, "-m", MODULE, str(theirs.fileno()), self.column],
+                [self.python, "-m", MODULE, str(theirs.fileno()), self.column, TITLE_ROOM],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=log,
@@ -116,10 +116,12 @@ class ForkServer:
         *,
         cwd: str | None = None,
         umask: int = PRIVATE_UMASK,
+        title: str | None = None,
     ) -> ForkedWorker:
         """A worker forked with `fds` (stdin, stdout, stderr) as its 0, 1 and 2, running
         `workers.standalone` with `argv` (the arguments after the module), `env`, `cwd`
-        and `umask`; `ForkServerError` when the fork server cannot give one."""
+        and `umask`, shown by `ps` and psutil as `title` (its cold command line); a
+        `ForkServerError` when the fork server cannot give one."""
         with self._lock:
             control = self._control
             if self.broken is not None or control is None:
@@ -127,7 +129,8 @@ class ForkServer:
             try:
                 if self.ready_s is None:
                     self.ready_s = self._ready(control)
-                request = encode({"argv": list(argv), "env": dict(env), "cwd": cwd, "umask": umask})
+                fields = {"argv": list(argv), "env": dict(env), "cwd": cwd, "umask": umask}
+                request = encode({**fields, "title": title})
                 ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
                 try:
                     socket.send_fds(control, [request], [theirs.fileno(), *fds])

@@ -139,6 +139,7 @@ class WorkerProcess:
                 (stdin_r, stdout_w, log.fileno()),
                 cwd=self.cwd,
                 umask=PRIVATE_UMASK,
+                title=" ".join(self.argv),
             )
         except BaseException:
             os.close(stdin_w)

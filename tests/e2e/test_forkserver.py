@@ -116,6 +116,8 @@ def test_a_worker_is_forked_sigkilled_and_restarted_from_the_fork_server(tmp_pat
         assert proc.ppid() == server.pid != os.getpid()
         assert os.getsid(first.pid) == first.pid  # its own session, as a cold start's
         assert first.pid not in {t.id for t in psutil.Process().threads()}
+        # `ps` and psutil name it as they would a cold start.
+        assert " ".join(proc.cmdline()) == f"{sys.executable} -m workers.standalone {fifo}"
         first.kill()
         assert first.wait(DEADLINE_S) == SIGKILL_EXIT
         assert rec.states == [WorkerState.RUNNING, WorkerState.KILLED]

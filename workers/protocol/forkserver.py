@@ -18,9 +18,12 @@ import json
 import os
 from typing import Any
 
-# The command that starts a fork server: `python -m workers.zygote FD COLUMN`, where FD is
-# the control socket's descriptor it inherits and COLUMN the column whose worker it forks.
+# The command that starts a fork server: `python -m workers.zygote FD COLUMN ROOM`, where FD
+# is the control socket's descriptor it inherits and COLUMN the column whose worker it forks.
 MODULE = "workers.zygote"
+# The room at the end of a fork server's command line (its last argument, ROOM): a forked
+# worker writes its own command line there, so `ps` and psutil show what it is.
+TITLE_ROOM = "." * 1024
 # The descriptors of one fork request, in this order.
 REQUEST_FDS = ("status", "stdin", "stdout", "stderr")
 # Largest message either side sends: an environment and a command line.
