@@ -114,6 +114,8 @@ def test_a_worker_is_forked_sigkilled_and_restarted_from_the_fork_server(tmp_pat
         seen += [first.pid, server.pid]
         proc = psutil.Process(first.pid)
         assert proc.ppid() == server.pid != os.getpid()
+        # It forked, so it had imported everything: still no thread but its main one.
+        assert psutil.Process(server.pid).num_threads() == 1
         assert os.getsid(first.pid) == first.pid  # its own session, as a cold start's
         assert first.pid not in {t.id for t in psutil.Process().threads()}
         # `ps` and psutil name it as they would a cold start.
