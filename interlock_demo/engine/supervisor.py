@@ -243,12 +243,23 @@ class Supervisor:
             return server.start()
 
     def spawn(self, worker: WorkerProcess) -> WorkerProcess:
-        """Start a worker, unless the supervisor is stopping."""
+        """Start a worker, unless the supervisor is stopping.
+
+        The start runs outside the lock: a column's first worker waits for its fork
+        server's imports, and another column's restart must not wait behind it. A `stop()`
+        that comes during the start finds the worker listed; if it came before the start
+        gave the worker a pid, the worker is killed here once it has one.
+        """
         with self._lock:
             if self._stopped:
                 raise RuntimeError("the supervisor is stopping; no new workers")
             self._workers.append(worker)
-            return worker.start()
+        worker.start()
+        with self._lock:
+            stopped = self._stopped
+        if stopped:
+            worker.kill()
+        return worker
 
     @property
     def stopped(self) -> bool:
