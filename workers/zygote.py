@@ -86,12 +86,17 @@ def threads() -> int:
 
 
 def become_worker(
-    request: dict[str, object], answer: socket.socket, fds: list[int], keep: list[int]
+    request: dict[str, object],
+    answer: socket.socket,
+    fds: list[int],
+    keep: list[int],
+    parent: int,
 ) -> None:
     """In the forked child: close the fork server's descriptors (`keep`), take a session
     and the request's streams (`fds`: stdin, stdout, stderr), say its pid on `answer`,
     take the request's umask, folder, environment and command line, run the standalone
-    worker, and exit with its code."""
+    worker (watching `parent`, the fork server, as its supervisor's stand-in), and exit
+    with its code."""
     code = EXIT_ERROR
     try:
         signal.set_wakeup_fd(-1)
@@ -124,8 +129,10 @@ def become_worker(
         os.environ.clear()
         os.environ.update({str(k): str(v) for k, v in env.items()})
         sys.argv = ["workers.standalone", *map(str, argv)]
+        from workers import process
         from workers.standalone import main
 
+        process.PARENT = parent
         code = main(sys.argv[1:])
     except SystemExit as e:
         code = 0 if e.code is None else e.code if isinstance(e.code, int) else EXIT_ERROR
@@ -222,9 +229,10 @@ def _fork(
             raise RuntimeError(
                 f"the fork server has {count} threads, and a fork would copy only one of them"
             )
+        parent = os.getpid()
         pid = os.fork()
         if pid == 0:
-            become_worker(request, answer, fds[1:], own)
+            become_worker(request, answer, fds[1:], own, parent)
         children[pid] = answer
     except (OSError, ValueError, RuntimeError) as e:
         with contextlib.suppress(OSError):
