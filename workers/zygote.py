@@ -60,7 +60,7 @@ def preload(column: str) -> None:
     # two dozen more of its modules; the services a worker calls; and its user-agent's
     # `platform.uname()`, whose processor field runs `uname -p` in a subprocess (cached
     # once read). None of it opens a connection or starts a thread.
-    # An SDK that has moved these costs a worker some speed, never its start: all optional.
+    # An SDK that has moved a service costs a worker some speed, never its start.
     client = make_stripe_client("sk_test_MadeUp", timeout_s=1.0, base_url="http://127.0.0.1:9")
     with contextlib.suppress(AttributeError):
         for service in ("payment_intents", "refunds", "transfers"):
@@ -68,8 +68,6 @@ def preload(column: str) -> None:
     import platform
 
     platform.uname().processor  # noqa: B018 - read for its cache
-    with contextlib.suppress(ImportError):
-        import stripe._telemetry_id  # noqa: F401 - the first request's
 
     story(column)  # the column's own module
     if (os.environ.get("INTERLOCK_STORE") or "").startswith(("postgres://", "postgresql://")):
