@@ -1,16 +1,20 @@
 """How fast a SIGKILLed worker's case recovers, in offline runs (docs/design.md §7).
 
-    python bench/recovery.py [--runs N] [--scenario ID|all]
+    python bench/recovery.py [--runs N] [--cold-runs N] [--scenario ID|all]
 
 Runs the demo engine in this process against a loopback Stripe emulator whose payments
 model timestamps every request (with the monotonic clock the run's times are on), with
 real worker processes, real SIGKILL and the checked column: in every run the three
 columns die at the same crash point and their workers restart at once on this machine's
-CPUs. Scenarios are interleaved (a round runs each once). One figure a line, each the
-median over all columns of all runs, with its range:
+CPUs, each forked from its column's fork server (docs/design.md §7). Scenarios are
+interleaved (a round runs each once). Then `--cold-runs` rounds of the baseline: every
+worker started cold (`python -m workers.standalone`, no fork server) and one column's
+restart at a time. One figure a line, each the median over all columns of all runs, with
+its range and the mean 1-minute load average over the runs it comes from:
 
 - `restart to first Stripe call (three at once)`: from a restarted worker's spawn to the
-  first request naming its payment, less any claim wait in between (target under 0.2 s);
+  first request naming its payment, less any claim wait in between (target under 0.1 s);
+- `restart to first Stripe call (alone, cold)`: the same, in the baseline rounds;
 - `kill to outcome less claim wait`: from the SIGKILL at the crash point to the restarted
   worker's outcome, less the time it waited for the dead worker's claim (target under
   0.5 s; this includes the outage action and the restart);
@@ -49,13 +53,13 @@ from interlock.testing import (  # noqa: E402
     StripeEmulator,
 )
 from interlock_demo.core.columns import OPTIONAL  # noqa: E402
-from interlock_demo.core.run import Column, Run  # noqa: E402
+from interlock_demo.core.run import Column, Pacer, Run  # noqa: E402
 from interlock_demo.engine import Engine, RunChoice  # noqa: E402
 from interlock_demo.errors import UsageError  # noqa: E402
 from interlock_demo.settings.config import resolve  # noqa: E402
 from scenarios import SCENARIOS  # noqa: E402
 
-RESTART_TARGET_S = 0.2
+RESTART_TARGET_S = 0.1
 RECOVERY_TARGET_S = 0.5
 ADOPT_TARGET_S = 1.0
 RUN_DEADLINE_S = 180.0
@@ -94,6 +98,26 @@ class TimedModel(PaymentsModel):
         return min(times) if times else None
 
 
+class OneAtATime(Pacer):
+    """A pacer (every phase open) that lets one column at a time from its restart to its
+    result: each restart of the baseline has the machine to itself."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release()
+        self._turn = threading.Lock()
+        self._holder: int | None = None
+
+    def wait(self, phase: str) -> None:
+        """Take the turn at `restart`, give it back at `result`; pass every other phase."""
+        if phase == "restart":
+            self._turn.acquire()
+            self._holder = threading.get_ident()
+        elif phase == "result" and self._holder == threading.get_ident():
+            self._holder = None
+            self._turn.release()
+
+
 @dataclass(frozen=True)
 class Sample:
     """One column's figures, in seconds on the run's clock."""
@@ -107,6 +131,8 @@ class Sample:
     kill_to_outcome: float
     kill_to_outcome_all: float
     claim_wait: float
+    # Whether the restarted worker started cold when a fork server should have forked it.
+    fell_back: bool
 
 
 def _event_time(col: Column, kind: str, after: float) -> float | None:
@@ -144,6 +170,10 @@ def measure(run: Run, model: TimedModel, scenario: str, index: int) -> list[Samp
                 kill_to_outcome=outcome - kill - wait,
                 kill_to_outcome_all=outcome - kill,
                 claim_wait=wait,
+                fell_back=any(
+                    e.kind == "cold-start" and e.data.get("worker_pid") == restarted.pid
+                    for e in col.events
+                ),
             )
         )
     return samples
@@ -156,8 +186,26 @@ def _figures(values: list[float]) -> str:
     )
 
 
-def report(samples: list[Sample], runs: int, scenarios: list[str], timing: str) -> list[str]:
-    """The report's lines, one figure each."""
+def _load(loads: list[float]) -> str:
+    return f"load {statistics.fmean(loads):.2f}" if loads else "load unknown"
+
+
+def report(
+    samples: list[Sample],
+    runs: int,
+    scenarios: list[str],
+    timing: str,
+    *,
+    cold: list[Sample] | None = None,
+    loads: list[float] | None = None,
+    cold_loads: list[float] | None = None,
+) -> list[str]:
+    """The report's lines, one figure each, each with the mean 1-minute load average of
+    the runs it comes from (`loads`; `cold_loads` for the cold baseline's)."""
+    load = _load(loads or [])
+    fell_back = sum(s.fell_back for s in samples)
+    # A figure of forked restarts must say when some of them were cold after all.
+    fallback = f" ({fell_back} started cold: their fork server failed)" if fell_back else ""
     adopted = [
         s.kill_to_outcome_all
         for s in samples
@@ -172,17 +220,25 @@ def report(samples: list[Sample], runs: int, scenarios: list[str], timing: str) 
         f"recovery over {runs} round(s) of {', '.join(scenarios)}, offline ({timing}; "
         f"{len(samples)} columns, real SIGKILL, {os.cpu_count()} CPUs)",
         "restart to first Stripe call (three at once): "
-        f"{_figures([s.restart_to_call for s in samples])}; target < {RESTART_TARGET_S} s",
+        f"{_figures([s.restart_to_call for s in samples])}{fallback}; "
+        f"target < {RESTART_TARGET_S} s; {load}",
+        "restart to first Stripe call (alone, cold): "
+        + (
+            f"{_figures([s.restart_to_call for s in cold])}; {_load(cold_loads or [])}"
+            if cold
+            else "not measured (--cold-runs 0)"
+        ),
         "kill to outcome less claim wait: "
-        f"{_figures([s.kill_to_outcome for s in samples])}; target < {RECOVERY_TARGET_S} s",
+        f"{_figures([s.kill_to_outcome for s in samples])}; target < {RECOVERY_TARGET_S} s; "
+        f"{load}",
         "after-answer kill to adopted: "
         + (
-            f"{_figures(adopted)}; target < {ADOPT_TARGET_S} s"
+            f"{_figures(adopted)}; target < {ADOPT_TARGET_S} s; {load}"
             if adopted
             else "not measured (the after-answer scenario did not run)"
         ),
-        f"restarts apart: {_figures(apart)}",
-        "claim wait: " + (_figures(waits) if waits else "none"),
+        f"restarts apart: {_figures(apart)}; {load}",
+        "claim wait: " + (f"{_figures(waits)}; {load}" if waits else "none"),
     ]
 
 
@@ -190,10 +246,16 @@ def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; print the report; return the exit code."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", "-n", type=int, default=5, help="rounds (5)")
+    parser.add_argument(
+        "--cold-runs", type=int, default=1, help="rounds of the cold, one-at-a-time baseline (1)"
+    )
     parser.add_argument("--scenario", default="all", help="a scenario id, or all (all)")
     args = parser.parse_args(argv)
     if args.runs < 1:
         print("recovery: --runs must be at least 1", file=sys.stderr)
+        return 2
+    if args.cold_runs < 0:
+        print("recovery: --cold-runs must be 0 or more", file=sys.stderr)
         return 2
     if args.scenario != "all" and args.scenario not in SCENARIOS:
         print(f"recovery: --scenario must be one of {', '.join(SCENARIOS)} or all", file=sys.stderr)
@@ -217,23 +279,42 @@ def main(argv: list[str] | None = None) -> int:
             f"claim TTL {config.timing.claim_ttl_s:g} s, "
             f"Stripe timeout {config.timing.stripe_timeout_s:g} s"
         )
-        engine = Engine(config)
-        samples: list[Sample] = []
+        arms = [("", Engine(config), args.runs)]
+        if args.cold_runs:
+            cold_engine = Engine(config, fork_servers=False, hold=OneAtATime())
+            arms.append((" cold", cold_engine, args.cold_runs))
+        samples: dict[str, list[Sample]] = {name: [] for name, _, _ in arms}
+        loads: dict[str, list[float]] = {name: [] for name, _, _ in arms}
         try:
-            for i in range(args.runs):
-                for sid in scenarios:
-                    run = engine.run(
-                        RunChoice(config, sid, optional=OPTIONAL), timeout=RUN_DEADLINE_S
-                    )
-                    if not run.finished or run.error or not run.all_as_predicted:
-                        why = run.error or "a column did not end as the truth table says"
-                        print(f"recovery: run {i + 1} of {sid}: {why}", file=sys.stderr)
-                        return 1
-                    samples.extend(measure(run, model, sid, i))
-                    print(f"run {i + 1}/{args.runs} {sid}: {run.elapsed_s:.1f} s", file=sys.stderr)
+            for name, engine, rounds in arms:
+                for i in range(rounds):
+                    for sid in scenarios:
+                        run = engine.run(
+                            RunChoice(config, sid, optional=OPTIONAL), timeout=RUN_DEADLINE_S
+                        )
+                        loads[name].append(os.getloadavg()[0])
+                        if not run.finished or run.error or not run.all_as_predicted:
+                            why = run.error or "a column did not end as the truth table says"
+                            print(f"recovery: run {i + 1} of {sid}: {why}", file=sys.stderr)
+                            return 1
+                        samples[name].extend(measure(run, model, sid, i))
+                        print(
+                            f"run {i + 1}/{rounds}{name} {sid}: {run.elapsed_s:.1f} s",
+                            file=sys.stderr,
+                        )
         finally:
-            engine.close()
-    for line in report(samples, args.runs, scenarios, timing):
+            for _, engine, _ in arms:
+                engine.close()
+    lines = report(
+        samples[""],
+        args.runs,
+        scenarios,
+        timing,
+        cold=samples.get(" cold"),
+        loads=loads[""],
+        cold_loads=loads.get(" cold"),
+    )
+    for line in lines:
         print(line)
     return 0
 

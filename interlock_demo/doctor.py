@@ -7,6 +7,8 @@ One line per check, each saying what was found and, when it fails, what to do:
     stripe      live: api.stripe.com reachable; DNS, connect, TLS and the key each named
     anthropic   live: api.anthropic.com reachable, the same stages
     workers     live and offline: a worker process starts with this Python
+    forks       live and offline: a column's fork server forks a worker (else workers
+                start cold, which this line says: a warning, the demo still runs)
     emulator    offline: the loopback Stripe emulator starts and answers the SDK
     temporal    the Temporal dev server starts (when the extra is installed)
     terminal    size and colours: which layout the app gives it, and what that hides
@@ -33,6 +35,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -272,6 +275,52 @@ def check_workers() -> Line:
     return Line("ok", "workers", f"a worker process starts ({took:.2f} s with {sys.executable})")
 
 
+def check_fork_server(python: str = sys.executable) -> Line:
+    """A column's fork server starts, imports a worker's modules and forks a worker that
+    runs (it prints its usage: no case file). A failure is a warning: workers then start
+    cold, slower to come back after a kill, and the line says so."""
+    from interlock_demo.engine.forkserver import ForkServer, ForkServerError
+
+    cold = "workers will start cold (each restart imports everything again, about 0.2 s)"
+    with tempfile.TemporaryDirectory(prefix="interlock-doctor-") as folder:
+        log = os.path.join(folder, "forkserver.log")
+        server = ForkServer("standard", child_env(), Path(log), python=python).start()
+        try:
+            with open(os.path.join(folder, "worker.log"), "wb") as err:
+                stdin_r, stdin_w = os.pipe()
+                stdout_r, stdout_w = os.pipe()
+                try:
+                    forked = server.fork([], child_env(), (stdin_r, stdout_w, err.fileno()))
+                    started = time.monotonic()
+                    code = forked.wait()
+                    took = time.monotonic() - started
+                finally:
+                    for fd in (stdin_r, stdin_w, stdout_r, stdout_w):
+                        os.close(fd)
+        except ForkServerError as e:
+            why = _last_line(log) or str(e)
+            return Line("warn", "forks", f"the fork server does not work ({why[:160]}); {cold}")
+        finally:
+            server.close()
+        if code != WORKER_USAGE_EXIT:
+            return Line("warn", "forks", f"a forked worker exited {code}, not its usage; {cold}")
+    return Line(
+        "ok",
+        "forks",
+        f"a worker forks from a column's fork server and ran in {took * 1000:.0f} ms "
+        f"(its imports took {server.ready_s or 0:.2f} s, once per column)",
+    )
+
+
+def _last_line(path: str) -> str | None:
+    try:
+        with open(path, errors="replace") as f:
+            lines = f.read().strip().splitlines()
+    except OSError:
+        return None
+    return lines[-1] if lines else None
+
+
 def check_temporal(config: DemoConfig | None, engine: str) -> Line:
     """The Temporal dev server starts, when the extra is installed."""
     from interlock_demo.engine.temporal.probe import temporal_unavailable
@@ -376,6 +425,7 @@ def run_checks(
             yield probe(service, key, resolve_name=resolve_name)
     if config is not None and not config.run_mode.in_process:
         yield check_workers()
+        yield check_fork_server()
     if config is not None and config.run_mode.emulator:
         yield check_emulator()
     yield check_temporal(config, engine)

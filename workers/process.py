@@ -57,6 +57,10 @@ if TYPE_CHECKING:
     from interlock import StripePayments
 
 _PARENT_POLL_S = 0.5
+# The parent this worker watches, when it is not simply the one it has when it starts
+# watching: a fork server sets its own pid here before the worker runs, so a fork server
+# that dies before the watch starts is still seen as gone.
+PARENT: int | None = None
 
 
 def emit(kind: str, text: str, **data: Any) -> None:
@@ -196,7 +200,7 @@ def receipt_signing(
 
 def _watch_supervisor() -> None:
     """Exit when the supervisor is gone: stdin reaches EOF, or the parent changes."""
-    parent = os.getppid()
+    parent = os.getppid() if PARENT is None else PARENT
 
     def stdin_eof() -> None:
         # os.read holds no interpreter-level lock, so this thread cannot block shutdown.

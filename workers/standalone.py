@@ -15,6 +15,7 @@ decision in a file under `INTERLOCK_HOME` (`workers.protocol.case.decision_path`
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -65,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
             EventKind.START,
             f"{case.column} worker started" + (f" (crash point: {crash_at})" if crash_at else ""),
             crash_point=crash_at,
+            # Its parent: the supervisor for a cold start, the column's fork server otherwise.
+            parent=os.getppid(),
         )
         run_worker(ctx)
     except StoreError as e:

@@ -213,6 +213,8 @@ class RunEventKind(str, Enum):
     REAPPROVE = "reapprove"
     # A line a worker process wrote that is not an event.
     OUTPUT = "output"
+    # A worker started cold because its column's fork server could not give it.
+    COLD_START = "cold-start"
     # The Temporal engine's reading of the workflow: its start, the model's decision as
     # recorded, an activity's completion or failure, a retry (from describe()), the close.
     TEMPORAL_STARTED = "temporal-started"

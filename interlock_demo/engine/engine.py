@@ -125,10 +125,13 @@ class Engine:
         ids: Ids = SYSTEM_IDS,
         hold: Pacer | None = None,
         kill_beat_s: float = 0.0,
+        fork_servers: bool = True,
     ) -> None:
         """`mock_pace_s` spaces out a mock run's events so an audience can follow them;
         `kill_beat_s` is how long a run outside presenter mode stays on its first kill
         (`ColumnScript.kill_beat_s`: a room watching the app must see it).
+        `fork_servers=False` starts every worker process cold instead of forking it from
+        its column's fork server (`engine.forkserver`; a benchmark's baseline).
 
         `config` is where the engine keeps what outlives a run (its paths, for Temporal's
         dev server); each run's own configuration comes with its `RunChoice`.
@@ -145,6 +148,7 @@ class Engine:
         self.ids = ids
         self.hold = hold
         self.kill_beat_s = kill_beat_s
+        self.fork_servers = fork_servers
         self.runs: dict[str, Run] = {}
         # The configuration each run ran with (its re-approval acts under the same).
         self._configs: dict[str, DemoConfig] = {}
@@ -400,7 +404,7 @@ class Engine:
             if self._emulator is not None and base == self._emulator.url
             else None
         )
-        process = ProcessLauncher(config, supervisor, base, own)
+        process = ProcessLauncher(config, supervisor, base, own, fork_servers=self.fork_servers)
         try:
             # The process launcher keeps nothing per column; Temporal's follows each workflow.
             temporal: Callable[[], Launcher] | None = None

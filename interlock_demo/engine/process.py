@@ -7,7 +7,10 @@ crash point (`CrashPoint.IN_FLIGHT`) is the supervisor's own: it arms a hold on 
 emulator this engine started and kills the worker while Stripe holds the answer to its
 refund.
 
-`run_worker` is the part the Temporal launcher reuses with its own command line.
+Each column gets a fork server (`engine.forkserver`) at its first launch: the column's
+workers are forked from it, pre-imported, and a worker it cannot give is started cold
+with a `cold-start` event saying why. `run_worker` is the part the Temporal launcher
+reuses with its own command line (always cold: the fork server forks standalone workers).
 """
 
 from __future__ import annotations
@@ -20,12 +23,13 @@ from pathlib import Path
 
 from interlock.testing import CrashPoint, Fault, PaymentsModel
 from interlock_demo.core.columns import column_kind
-from interlock_demo.core.run import WorkerInfo
+from interlock_demo.core.run import RunEventKind, WorkerInfo
 from interlock_demo.engine.column import (
     FAULTS_NEED_THE_EMULATOR,
     WORKER_GRACE_S,
     ColumnScript,
 )
+from interlock_demo.engine.forkserver import ForkServer
 from interlock_demo.engine.supervisor import Supervisor, WorkerProcess, WorkerState
 from interlock_demo.errors import ColumnFailed
 from interlock_demo.settings.config import DemoConfig
@@ -50,13 +54,19 @@ class ProcessLauncher:
         supervisor: Supervisor,
         stripe_base: str | None,
         emulator: PaymentsModel | None,
+        *,
+        fork_servers: bool = True,
     ) -> None:
         """`emulator` is the model of the emulator this engine started at `stripe_base`,
-        or None when the workers call another Stripe (no faults, no in-flight kills)."""
+        or None when the workers call another Stripe (no faults, no in-flight kills).
+        `fork_servers=False` starts every worker cold (a benchmark's baseline)."""
         self.config = config
         self.supervisor = supervisor
         self.stripe_base = stripe_base
         self.emulator = emulator
+        self.fork_servers = fork_servers
+        self._servers: dict[str, ForkServer] = {}
+        self._servers_lock = threading.Lock()
 
     def launch(self, script: ColumnScript, crash_point: CrashPoint | None) -> int | None:
         """Run `workers.standalone` on the script's case to its end; its exit code."""
@@ -66,7 +76,26 @@ class ProcessLauncher:
             crash_point,
             self.argv(script.case),
             asks_model=self.asks_model(script),
+            fork_server=self.fork_server(script) if self.fork_servers else None,
         )
+
+    def fork_server(self, script: ColumnScript) -> ForkServer:
+        """The column's fork server, started at its first launch; the first worker waits
+        for its imports (about what its own cold start would take), later ones do not.
+
+        Its environment is the column's worker environment without the model's key or a
+        crash point: each worker gets its own in its fork request.
+        """
+        name = script.column.name
+        with self._servers_lock:
+            server = self._servers.get(name)
+            if server is None:
+                env = worker_env(
+                    self.config, self.stripe_base, column=name, asks_model=False, crash_point=None
+                )
+                server = ForkServer(name, env, self.config.paths.logs / f"forkserver-{name}.log")
+                self._servers[name] = self.supervisor.fork_server(server)
+            return server
 
     def fault_model(self) -> PaymentsModel:
         """The emulator this engine started; a fault cell cannot run against another."""
@@ -75,7 +104,11 @@ class ProcessLauncher:
         return self.emulator
 
     def finish(self, script: ColumnScript) -> None:
-        """Nothing to let go of: the run's supervisor reaps every worker."""
+        """Stop the column's fork server; the run's supervisor reaps every worker."""
+        with self._servers_lock:
+            server = self._servers.pop(script.column.name, None)
+        if server is not None:
+            server.close()
 
     def wait_held(self, event: threading.Event, limit: float) -> bool:
         """Wait up to `limit` s for `event` of a call the emulator holds; False past it.
@@ -117,8 +150,10 @@ class ProcessLauncher:
         argv: list[str],
         *,
         asks_model: bool,
+        fork_server: ForkServer | None = None,
     ) -> int | None:
-        """Spawn one worker process with `argv`, feed its events to the script, and wait.
+        """Spawn one worker process with `argv` (forked from `fork_server` when it can),
+        feed its events to the script, and wait.
 
         Killed at `crash_point` by itself, or by the supervisor for a held one. Raises
         `ColumnFailed` when it outlives its time limit or the run was stopped.
@@ -151,6 +186,13 @@ class ProcessLauncher:
         def on_state(worker: WorkerProcess, state: WorkerState) -> None:
             if state is WorkerState.RUNNING:
                 info.pid = worker.pid  # not shown yet: the column has no `info` until now
+                if worker.cold_reason is not None:
+                    script.event(
+                        RunEventKind.COLD_START,
+                        f"worker {worker.pid} started cold: {worker.cold_reason}",
+                        worker_pid=worker.pid,
+                        reason=worker.cold_reason,
+                    )
                 script.worker_started(info)
             elif state in (WorkerState.KILLED, WorkerState.EXITED):
                 script.worker_ended(info, worker.exit_code)
@@ -161,6 +203,7 @@ class ProcessLauncher:
             on_event=lambda ev: script.on_worker_event(ev, ev.get("pid") or worker.pid),
             on_state=on_state,
             log_path=config.paths.logs / f"{case.case_id}.log",
+            fork_server=fork_server,
         )
         self.supervisor.spawn(worker)
         if in_flight is not None:

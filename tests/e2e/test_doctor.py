@@ -314,6 +314,7 @@ def test_doctor_offline_is_ready_and_says_why(tmp_path: Path) -> None:
     assert "ANTHROPIC_API_KEY" in lines[0]
     assert any(line.startswith("ok    emulator") for line in lines)
     assert any(line.startswith("ok    home") for line in lines)
+    assert any(line.startswith("ok    forks      a worker forks from") for line in lines)
     assert "Traceback" not in done.stderr
 
 
@@ -372,3 +373,15 @@ def test_workers_line_fails_when_a_worker_cannot_start(monkeypatch: pytest.Monke
     line = check_workers()
     assert line.status == "FAIL" and line.blocks
     assert "a worker process exited 1" in line.text and "pip install ." in line.text
+
+
+def test_forks_line_warns_that_workers_start_cold_when_the_fork_server_fails() -> None:
+    """A fork server that cannot start is a warning (the demo still runs) that says workers
+    will start cold; a working one forks a worker that runs."""
+    from interlock_demo.doctor import check_fork_server
+
+    assert check_fork_server().status == "ok"
+    line = check_fork_server(python="/bin/false")
+    assert line.status == "warn" and not line.blocks
+    assert "the fork server does not work (it is gone (exit 1))" in line.text
+    assert "workers will start cold" in line.text

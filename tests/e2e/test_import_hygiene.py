@@ -37,6 +37,27 @@ def test_import_interlock_loads_neither_stripe_nor_psutil() -> None:
     assert _loaded_after("import interlock; interlock.Owner.current()") == []
 
 
+def test_import_interlock_leaves_verify_the_anchors_and_tls_until_used() -> None:
+    """A worker pays no import it does not need: `verify` (and the anchors and TLS it
+    brings) loads on first use of its name."""
+    probe = (
+        "import json, sys, interlock; before = [m for m in WATCH if m in sys.modules]; "
+        "interlock.verify; print(json.dumps([before, [m for m in WATCH if m in sys.modules]]))"
+    )
+    watch = ["interlock._core.verify", "interlock._core.anchors", "ssl", "urllib.request"]
+    done = subprocess.run(
+        [sys.executable, "-c", f"WATCH = {watch!r}; {probe}"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    before, after = json.loads(done.stdout)
+    assert before == []
+    assert after == watch
+
+
 def test_a_stripe_name_loads_the_sdk_on_first_use() -> None:
     """Any of the lazy names brings the SDK; on Linux a dead-owner check reads /proc, no psutil."""
     assert _loaded_after("from interlock import make_stripe_client") == ["stripe"]

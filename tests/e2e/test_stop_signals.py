@@ -306,7 +306,7 @@ def test_doctor_stops_the_dev_server_it_was_starting(tmp_path: Path) -> None:
         working=dev_server,
     )
     line = _check(stopped, 3, "interlock-demo doctor stopped by Ctrl-C: ")
-    assert "checks done (mode, keys, workers, emulator)" in line, line
+    assert "checks done (mode, keys, workers, forks, emulator)" in line, line
     assert line.endswith("the rest not run; not known to be ready"), line
     assert "ready" not in stopped.stdout.splitlines()
 

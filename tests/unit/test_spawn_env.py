@@ -73,10 +73,16 @@ class Delegate:
 
 
 DELEGATES: dict[tuple[str, str], Delegate] = {
-    ("interlock_demo/engine/supervisor.py", "WorkerProcess.start"): Delegate(
+    ("interlock_demo/engine/supervisor.py", "WorkerProcess._spawn"): Delegate(
         "WorkerProcess",
         1,
         "the supervisor starts the worker its caller built, with the caller's worker_env",
+    ),
+    ("interlock_demo/engine/forkserver.py", "ForkServer.start"): Delegate(
+        "ForkServer",
+        1,
+        "a column's fork server runs with the environment its caller built (the column's "
+        "worker_env, doctor's child_env); each worker it forks gets its own WorkerProcess's",
     ),
     ("interlock_demo/reports/e2e_report.py", "_Children.spawn"): Delegate(
         "children.spawn",
