@@ -20,7 +20,7 @@ import itertools
 import sqlite3
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from interlock._core.anchors import AnchorError
 from interlock._core.approvals import Approvers
@@ -70,6 +70,9 @@ class VerifyResult:
     """How many signed tree heads the store holds."""
     anchored: int = 0
     """How many anchored heads were compared with the log (`anchors=`)."""
+    vouched: int | None = None
+    """With `signatures="heads"`: how many receipts were checked by their signed tree head
+    alone, not by their own signatures (None: every signature was checked)."""
 
     @property
     def ok(self) -> bool:
@@ -89,7 +92,7 @@ class VerifyResult:
             "unlogged": self.unlogged,
             "heads": self.heads,
             "anchored": self.anchored,
-        }
+        } | ({} if self.vouched is None else {"vouched": self.vouched})
 
 
 @dataclass(frozen=True)
@@ -162,6 +165,7 @@ def verify(
     account_wide: bool = False,
     effects: Iterable[ListsSends] = (),
     approvers: Approvers | None = None,
+    signatures: Literal["every", "heads"] = "every",
 ) -> VerifyResult:
     """Check the receipts and their log, the store against them, and the provider against
     both.
@@ -202,22 +206,38 @@ def verify(
     approval must carry a signature that verifies under one of them: one that does not (a
     store writer's, or one altered after signing) is a problem, and so is every refund
     sent or adopted under it. Without approvers, signatures are not checked.
+
+    `signatures="heads"` checks each receipt under a signed tree head by the head alone:
+    the head's signature, and the receipt's leaf hash in the root recomputed from the
+    log, which proves it is byte for byte what the store held when the gate signed the
+    head. It does not prove that the gate wrote it: a receipt a store writer inserted or
+    rewrote before the log took it in is under the next head all the same, and only its
+    own signature (the default, `"every"`) tells. Receipts under no such head, and every
+    receipt when the log check finds any problem, are checked signature by signature as
+    by default (docs/receipts.md, "Checking a large store").
     """
+    if signatures not in ("every", "heads"):
+        raise ValueError(f"signatures must be 'every' or 'heads', not {signatures!r}")
     secret = hmac_key if hmac_key is not None else receipt_key()
     trusted = keys if keys is not None else key_list_from_env()
     damaged = store.integrity_problems()
     if damaged:
         # Nothing read from a damaged file can be trusted: report the damage alone.
         return VerifyResult(0, False, damaged, 0)
-    chain = ReceiptCheck(trusted, secret)
-    problems = _store_problems(store, chain)
     held: list[AnchoredHead] = []
+    unread: list[str] = []
     for anchor in anchors:
         try:
             held.extend(anchor.heads())
         except AnchorError as e:
-            problems.append(f"the anchor {anchor.name} cannot be read: {e}")
+            unread.append(f"the anchor {anchor.name} cannot be read: {e}")
+    # The log first: with `signatures="heads"`, the receipts under the heads it vouches
+    # for are checked by them. Its problems are reported after the chain's, as always.
     log = log_problems(store, trusted, held)
+    sound = signatures == "heads" and not log.problems
+    chain = ReceiptCheck(trusted, secret, vouched=log.vouched if sound else 0)
+    problems = _store_problems(store, chain)
+    problems.extend(unread)
     problems.extend(log.problems)
     problems.extend(_record_problems(store))
     trust = approvers if approvers is not None else Approvers.from_env()
@@ -246,6 +266,7 @@ def verify(
         unlogged=store.unlogged_count(),
         heads=log.heads,
         anchored=len(held),
+        vouched=chain.skipped if signatures == "heads" else None,
     )
 
 
