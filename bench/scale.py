@@ -106,6 +106,8 @@ class Figures:
 
 
 def _label(size: int) -> str:
+    if size >= 10**6 and size % 10**6 == 0:
+        return f"{size // 10**6}M"
     return f"{size // 1000}k" if size >= 1000 and size % 1000 == 0 else str(size)
 
 
