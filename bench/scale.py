@@ -15,10 +15,17 @@ it prints one figure a line, each the median with its range over the repeats:
   actions by metadata, each one's state, and the pending list of its kind;
 - `store open`: opening the store as a worker does (the schema check; the whole-file
   integrity check runs in `verify()`, not on open);
-- `verify time` and `verify peak RSS`: `python -m interlock verify PATH`'s work in a child
-  process (the chain and the store, no Stripe), its wall time and its maximum resident set
-  as the child reads it (VmHWM: not its rusage, which carries this process's peak; see
-  bench/common.py);
+- `verify time` and `verify peak RSS`: `python -m interlock verify PATH --keys KEYS`'s
+  work in a child process (the chain, every receipt's Ed25519 signature, the log and the
+  store, no Stripe), its wall time and its maximum resident set as the child reads it
+  (VmHWM: not its rusage, which carries this process's peak; see bench/common.py);
+- `verify at SIZE: X s cpu, Y MB peak`: the same command's own CPU seconds and peak, as
+  the child measured them, then the same with `--heads-only` (docs/receipts.md).
+
+The receipts are signed with a key made for the run, as a gate with a key signs them, and
+numbered into the log with signed heads. `--verify PATH --keys FILE` measures verify
+alone on a store built elsewhere (as a million actions are: filling one through the gate
+takes an hour here).
 
 then, per figure, the largest size over the smallest (flat is 1.0x), both measured in this
 run. Every line ends with the load average when its size's figures were taken (the
@@ -37,7 +44,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,7 +54,7 @@ BENCH = Path(__file__).resolve().parent
 if str(BENCH) not in sys.path:
     sys.path.insert(0, str(BENCH))
 
-from common import load_average, run_interlock, with_load  # noqa: E402
+from common import ChildFigures, load_average, run_interlock, with_load  # noqa: E402
 from gate_overhead import DurableCommit, TimedPayments  # noqa: E402
 
 from interlock import (  # noqa: E402
@@ -55,9 +62,11 @@ from interlock import (  # noqa: E402
     Check,
     Gate,
     Intent,
+    KeyList,
     Lease,
     Owner,
     Settlement,
+    SigningKey,
     SQLiteStore,
     StripeRefund,
     Timing,
@@ -91,14 +100,20 @@ class Figures:
     verify_s: list[float]
     verify_rss: list[float]
     load: str = ""  # the load average when this size's measurements ended
+    verify_cpu: list[float] = field(default_factory=list)
+    heads_cpu: list[float] = field(default_factory=list)
+    heads_rss: list[float] = field(default_factory=list)
 
 
 def _label(size: int) -> str:
+    if size >= 10**6 and size % 10**6 == 0:
+        return f"{size // 10**6}M"
     return f"{size // 1000}k" if size >= 1000 and size % 1000 == 0 else str(size)
 
 
-def fill(store: SQLiteStore, start: int, end: int) -> None:
-    """Settle actions `start` .. `end - 1` as a gate would have, each on its own payment."""
+def fill(store: SQLiteStore, start: int, end: int, key: SigningKey | None = None) -> None:
+    """Settle actions `start` .. `end - 1` as a gate would have, each on its own payment,
+    their receipts signed with `key` and numbered into the log."""
     timing = Timing()
     now = time.time()
     checks = [
@@ -126,8 +141,10 @@ def fill(store: SQLiteStore, start: int, end: int) -> None:
         store.mark_sending(intent.action_id, epoch, timing.renewal_s)
         verdict = Settlement("sent", None, f"re_fill{i:08d}", AMOUNT)
         extra = {"context": dict(intent.context), "idempotency_key": intent.action_id}
-        if store.settle(intent.action_id, epoch, OWNER, verdict, checks, extra, None) is None:
+        if store.settle(intent.action_id, epoch, OWNER, verdict, checks, extra, key) is None:
             raise RuntimeError(f"filling: action {i} did not settle")
+    while store.integrate(key) is not None:
+        pass
 
 
 def commit_cost(baseline: DurableCommit, n: int = 20) -> float:
@@ -151,7 +168,9 @@ def _timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
-def gate_repeat(path: Path, workdir: Path, actions: int) -> tuple[float, float]:
+def gate_repeat(
+    path: Path, workdir: Path, actions: int, key: SigningKey | None = None
+) -> tuple[float, float]:
     """Median bookkeeping per first attempt in the store at `path`, and its ratio to one
     durable commit measured interleaved."""
     payments = TimedPayments(InProcessPayments())
@@ -161,7 +180,7 @@ def gate_repeat(path: Path, workdir: Path, actions: int) -> tuple[float, float]:
         store,
         StripeRefund(payments),
         timing=Timing(),
-        signing_key=None,
+        signing_key=key,
         approvers=UNSIGNED_APPROVALS,
     )
     book: list[float] = []
@@ -194,6 +213,7 @@ def gate_repeat(path: Path, workdir: Path, actions: int) -> tuple[float, float]:
             if i >= WARMUP:
                 book.append(elapsed - (payments.spent_s - p0))
     finally:
+        gate.close()  # its receipts into the log now, and its log timer stopped
         store.close()
         baseline.conn.close()
     return statistics.median(book), statistics.median(book) / statistics.median(commit)
@@ -217,16 +237,51 @@ def restart_reads(store: SQLiteStore, filled: int, rng: random.Random) -> float:
     return statistics.median(times)
 
 
-def verify_child(path: Path) -> tuple[float, int]:
+def verify_child(path: Path, keys: Path | None = None) -> tuple[float, int]:
     """Wall time (the whole process, as a person waits for it) and peak RSS (bytes, as the
     child itself read it: see bench/common.py) of `python -m interlock verify PATH`."""
+    wall, child = verify_figures(path, keys)
+    return wall, child.peak_bytes
+
+
+def verify_figures(path: Path, keys: Path | None, *options: str) -> tuple[float, ChildFigures]:
+    """The whole verify process's wall time, and what the child measured of itself (its
+    own CPU seconds and peak), for `verify PATH [--keys KEYS] [options]`."""
+    given = ["--keys", str(keys)] if keys is not None else []
     start = time.perf_counter()
-    child = run_interlock(path.parent, "verify", str(path))
-    return time.perf_counter() - start, child.peak_bytes
+    child = run_interlock(path.parent, "verify", str(path), *given, *options)
+    return time.perf_counter() - start, child
+
+
+def make_keys(workdir: Path) -> tuple[SigningKey, Path]:
+    """A signing key for the run, and the key list that trusts it (written in `workdir`)."""
+    key = SigningKey.generate()
+    trusted = KeyList()
+    trusted.add(key.public)
+    path = workdir / "keys.json"
+    trusted.save(path)
+    return key, path
+
+
+def measure_verify(f: Figures, path: Path, keys: Path) -> None:
+    """One repeat of verify into `f`: every signature checked, then heads only."""
+    wall, every = verify_figures(path, keys)
+    _, heads = verify_figures(path, keys, "--heads-only")
+    f.verify_s.append(wall)
+    f.verify_rss.append(every.peak_bytes)
+    f.verify_cpu.append(every.cpu_s)
+    f.heads_cpu.append(heads.cpu_s)
+    f.heads_rss.append(heads.peak_bytes)
 
 
 def measure(
-    path: Path, workdir: Path, size: int, filled: int, repeats: int, actions: int
+    path: Path,
+    workdir: Path,
+    size: int,
+    filled: int,
+    repeats: int,
+    actions: int,
+    key: tuple[SigningKey, Path],
 ) -> Figures:
     """Every figure at one size, `repeats` times over (each repeat visits every figure);
     the first `filled` actions are the filler's, with cases numbered from 0."""
@@ -239,10 +294,8 @@ def measure(
             f.restart_s.append(restart_reads(store, filled, rng))
         finally:
             store.close()
-        seconds, rss = verify_child(path)
-        f.verify_s.append(seconds)
-        f.verify_rss.append(rss)
-        gate_s, ratio = gate_repeat(path, workdir, actions)
+        measure_verify(f, path, key[1])
+        gate_s, ratio = gate_repeat(path, workdir, actions, key[0])
         f.gate_s.append(gate_s)
         f.ratio.append(ratio)
     f.load = load_average()
@@ -264,8 +317,23 @@ def lines_for(f: Figures) -> list[str]:
         f"{n} actions: store open: {_spread(f.open_s, 1000, '.1f', ' ms')}",
         f"{n} actions: verify time: {_spread(f.verify_s, 1, '.2f', ' s')}",
         f"{n} actions: verify peak RSS: {_spread(f.verify_rss, 1 / 2**20, '.0f', ' MB')}",
+        *verify_lines(f),
     ]
     return [with_load(line, f.load) for line in lines]
+
+
+def verify_lines(f: Figures) -> list[str]:
+    """Verify's own CPU seconds and peak (medians), every signature checked and heads
+    only: the figures issue 36 names."""
+    n, mb = _label(f.size), 1 / 2**20
+    return [
+        f"verify{how} at {n}: {statistics.median(cpu):.2f} s cpu, "
+        f"{statistics.median(rss) * mb:.0f} MB peak (median of {len(cpu)})"
+        for how, cpu, rss in (
+            ("", f.verify_cpu, f.verify_rss),
+            (" --heads-only", f.heads_cpu, f.heads_rss),
+        )
+    ]
 
 
 def growth(first: Figures, last: Figures) -> list[str]:
@@ -303,7 +371,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--actions", type=int, default=100, help="gate actions per repeat, after a warm-up (100)"
     )
+    parser.add_argument(
+        "--verify", metavar="PATH", type=Path, help="measure verify alone on this store"
+    )
+    parser.add_argument("--keys", metavar="FILE", type=Path, help="with --verify: its key list")
     args = parser.parse_args(argv)
+    if args.verify is not None:
+        if args.keys is None or args.repeats < 1:
+            parser.error("--verify needs --keys FILE (the key list its receipts verify under)")
+        return verify_only(args.verify, args.keys, args.repeats)
     try:
         sizes = _sizes(args.sizes)
     except ValueError:
@@ -322,6 +398,7 @@ def main(argv: list[str] | None = None) -> int:
         path = workdir / "journal.sqlite3"
         probe = DurableCommit(workdir / "probe.sqlite3")
         reference_s = commit_cost(probe, 50)
+        key = make_keys(workdir)
         filled = 0
         try:
             for size in sizes:
@@ -329,7 +406,8 @@ def main(argv: list[str] | None = None) -> int:
                 filler._conn.execute("PRAGMA synchronous=OFF")  # filling only; measured FULL
                 try:
                     # The gate's own actions from earlier sizes count towards the size.
-                    fill(filler, filled, size - _gate_actions(figures, args.repeats, args.actions))
+                    end = size - _gate_actions(figures, args.repeats, args.actions)
+                    fill(filler, filled, end, key[0])
                     # Write the filling into the file and sync it now, so that no measured
                     # commit pays for a checkpoint of the unsynced filling.
                     filler._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -339,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
                 waited = settle_disk(probe, reference_s)
                 print(f"({_label(size)}: the disk settled in {waited:.1f} s)", file=sys.stderr)
                 filled = max(filled, size - _gate_actions(figures, args.repeats, args.actions))
-                f = measure(path, workdir, size, filled, args.repeats, args.actions)
+                f = measure(path, workdir, size, filled, args.repeats, args.actions, key)
                 figures.append(f)
                 for line in lines_for(f):
                     print(line, flush=True)
@@ -351,6 +429,26 @@ def main(argv: list[str] | None = None) -> int:
     if len(figures) > 1:
         for line in growth(figures[0], figures[-1]):
             print(line)
+    return 0
+
+
+def verify_only(path: Path, keys: Path, repeats: int) -> int:
+    """Verify's own figures alone, on a store built elsewhere."""
+    store = SQLiteStore.open_read_only(path)
+    try:
+        size = sum(1 for _ in store.receipts())
+    finally:
+        store.close()
+    f = Figures(size, [], [], [], [], [], [])
+    try:
+        for _ in range(repeats):
+            measure_verify(f, path, keys)
+    except RuntimeError as e:
+        print(f"scale: {e}", file=sys.stderr)
+        return 1
+    f.load = load_average()
+    for line in verify_lines(f):
+        print(with_load(line, f.load), flush=True)
     return 0
 
 

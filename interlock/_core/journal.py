@@ -27,6 +27,7 @@ import string
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Literal, Protocol
 
 from interlock._core.claims import Claim, Owner
@@ -504,24 +505,33 @@ def histories_of(
         rows.setdefault(str(r[1]), []).append(r)
     for r in actions:
         action_id, text = str(r[0]), r[1]
+        # The intent and outcome records are journaled as the row stores them: their texts,
+        # read once for the row, are not parsed again.
+        known: dict[object, Any] = {}
+        load = partial(_load_into, known)
         try:
-            intent = load_json(text)
-            row, problem = ActionRow.from_columns(Intent.from_dict(intent), *r[2:]), None
+            row = ActionRow.from_columns(Intent.from_dict(load(text)), *r[2:], load=load)
+            problem = None
         except UNREADABLE as e:
-            intent, row, problem = None, None, f"its stored row cannot be read ({e})"
+            row, problem = None, f"its stored row cannot be read ({e})"
+            known.clear()
         records: list[JournalRecord] = []
         unreadable: list[object] = []
         for j in rows.get(action_id, ()):
             try:
-                # The intent record is journaled as the row stores it: its text, already
-                # read, is the largest in the history.
-                data = intent if row is not None and j[4] == text else load_json(j[4])
+                data = known[j[4]] if j[4] in known else load_json(j[4])
                 if not isinstance(data, dict):
                     raise ValueError("not a JSON object")
                 records.append(JournalRecord(int(j[0]), action_id, float(j[2]), str(j[3]), data))
             except UNREADABLE:
                 unreadable.append(j[0])
         yield ActionHistory(action_id, row, records, problem, tuple(unreadable))
+
+
+def _load_into(known: dict[object, Any], text: str) -> Any:
+    """`text` parsed, and kept in `known` under its text."""
+    known[text] = data = load_json(text)
+    return data
 
 
 @dataclass
@@ -544,12 +554,15 @@ class ActionRow:
         attempts: Any,
         receipt_seq: Any,
         unknown: str | None,
+        *,
+        load: Callable[[str], Any] = load_json,
     ) -> ActionRow:
-        """A row from its stored columns (JSON text for the claim and the settlement)."""
+        """A row from its stored columns (JSON text for the claim and the settlement, read
+        with `load`)."""
         return cls(
             intent=intent,
-            claim=None if claim is None else Claim.from_dict(load_json(claim)),
-            settlement=None if settlement is None else Settlement.from_dict(load_json(settlement)),
+            claim=None if claim is None else Claim.from_dict(load(claim)),
+            settlement=None if settlement is None else Settlement.from_dict(load(settlement)),
             attempts=int(attempts),
             # As stored: a value that is not a number is the verifier's to report.
             receipt_seq=receipt_seq,

@@ -318,6 +318,8 @@ def _id_problem(value: object) -> str | None:
         return "must be a non-empty string"
     if len(value) > _MAX_ID_LENGTH:
         return f"is {len(value)} characters long; at most {_MAX_ID_LENGTH}"
+    if _ID_CHARS.issuperset(value):
+        return None
     bad = next((c for c in value if c not in _ID_CHARS), None)
     if bad is not None:
         return f"contains {bad!r}; use printable ASCII without whitespace"

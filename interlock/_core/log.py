@@ -147,6 +147,9 @@ class LogReport:
     anchored: int = 0
     checked_anchored: int = 0
     problems: list[str] = field(default_factory=list)
+    vouched: int = 0
+    """The size of the largest head whose signature verified under the keys and whose root
+    the leaves recomputed, the leaves below it in place (0: none, or no keys)."""
 
 
 def _head_problem(
@@ -213,6 +216,8 @@ def log_problems(
                 f"{where}: its stored frontier is not the one of the log's first "
                 f"{stored.size} receipts (edited by hand: a head computed from it is wrong)"
             )
+        elif not gap and keys is not None and head.size == frontier.size:
+            report.vouched = head.size
         previous = head
 
     while pending is not None and pending.size <= 0:

@@ -167,6 +167,7 @@ class PublicKey:
         """The key's 32 raw bytes."""
         self.key_id: str = key_id_of(key)
         """`ed25519:` and 16 hex of the key's SHA-256: what a signature names it by."""
+        self._prefixes: dict[str, bytes] = {}
 
     def __repr__(self) -> str:
         return f"PublicKey({self.key_id})"
@@ -203,7 +204,13 @@ class PublicKey:
         raw = _signature_bytes(signature)
         if raw is None or not isinstance(payload, bytes) or not isinstance(content_type, str):
             return False
-        signed = sig_structure(protected_header(self.key_id, content_type), payload)
+        # `sig_structure` up to the payload is the same for every payload of one content
+        # type: built once, as verify() checks a signature per receipt.
+        prefix = self._prefixes.get(content_type)
+        if prefix is None:
+            protected = protected_header(self.key_id, content_type)
+            prefix = self._prefixes[content_type] = sig_structure(protected, b"")[:-1]
+        signed = prefix + _cbor_head(2, len(payload)) + payload
         try:
             self._key.verify(raw, signed)
         except InvalidSignature:

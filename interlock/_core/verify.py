@@ -17,21 +17,24 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import sqlite3
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from interlock._core.anchors import AnchorError
 from interlock._core.approvals import Approvers
 from interlock._core.effects import ListsSends, Sent, StripeRefund, StripeTransfer
 from interlock._core.errors import UNREADABLE, ConfigError, PaymentsError, StoreError
 from interlock._core.journal import (
+    BATCH,
     ActionRow,
     ActionState,
     JournalRecord,
     SettledAction,
     Store,
 )
+from interlock._core.leases import Lease
 from interlock._core.log import log_problems
 from interlock._core.payments import Payments, Transfers
 from interlock._core.receipts import ReceiptCheck, load_json, receipt_key
@@ -67,6 +70,9 @@ class VerifyResult:
     """How many signed tree heads the store holds."""
     anchored: int = 0
     """How many anchored heads were compared with the log (`anchors=`)."""
+    vouched: int | None = None
+    """With `signatures="heads"`: how many receipts were checked by their signed tree head
+    alone, not by their own signatures (None: every signature was checked)."""
 
     @property
     def ok(self) -> bool:
@@ -86,7 +92,7 @@ class VerifyResult:
             "unlogged": self.unlogged,
             "heads": self.heads,
             "anchored": self.anchored,
-        }
+        } | ({} if self.vouched is None else {"vouched": self.vouched})
 
 
 @dataclass(frozen=True)
@@ -159,6 +165,7 @@ def verify(
     account_wide: bool = False,
     effects: Iterable[ListsSends] = (),
     approvers: Approvers | None = None,
+    signatures: Literal["every", "heads"] = "every",
 ) -> VerifyResult:
     """Check the receipts and their log, the store against them, and the provider against
     both.
@@ -199,22 +206,38 @@ def verify(
     approval must carry a signature that verifies under one of them: one that does not (a
     store writer's, or one altered after signing) is a problem, and so is every refund
     sent or adopted under it. Without approvers, signatures are not checked.
+
+    `signatures="heads"` checks each receipt under a signed tree head by the head alone:
+    the head's signature, and the receipt's leaf hash in the root recomputed from the
+    log, which proves it is byte for byte what the store held when the gate signed the
+    head. It does not prove that the gate wrote it: a receipt a store writer inserted or
+    rewrote before the log took it in is under the next head all the same, and only its
+    own signature (the default, `"every"`) tells. Receipts under no such head, and every
+    receipt when the log check finds any problem, are checked signature by signature as
+    by default (docs/receipts.md, "Checking a large store").
     """
+    if signatures not in ("every", "heads"):
+        raise ValueError(f"signatures must be 'every' or 'heads', not {signatures!r}")
     secret = hmac_key if hmac_key is not None else receipt_key()
     trusted = keys if keys is not None else key_list_from_env()
     damaged = store.integrity_problems()
     if damaged:
         # Nothing read from a damaged file can be trusted: report the damage alone.
         return VerifyResult(0, False, damaged, 0)
-    chain = ReceiptCheck(trusted, secret)
-    problems = _store_problems(store, chain)
     held: list[AnchoredHead] = []
+    unread: list[str] = []
     for anchor in anchors:
         try:
             held.extend(anchor.heads())
         except AnchorError as e:
-            problems.append(f"the anchor {anchor.name} cannot be read: {e}")
+            unread.append(f"the anchor {anchor.name} cannot be read: {e}")
+    # The log first: with `signatures="heads"`, the receipts under the heads it vouches
+    # for are checked by them. Its problems are reported after the chain's, as always.
     log = log_problems(store, trusted, held)
+    sound = signatures == "heads" and not log.problems
+    chain = ReceiptCheck(trusted, secret, vouched=log.vouched if sound else 0)
+    problems = _store_problems(store, chain)
+    problems.extend(unread)
     problems.extend(log.problems)
     problems.extend(_record_problems(store))
     trust = approvers if approvers is not None else Approvers.from_env()
@@ -243,6 +266,7 @@ def verify(
         unlogged=store.unlogged_count(),
         heads=log.heads,
         anchored=len(held),
+        vouched=chain.skipped if signatures == "heads" else None,
     )
 
 
@@ -294,60 +318,144 @@ def _record_problems(store: Store) -> list[str]:
     required by the store's rules, so one lost is not seen). An approval deleted leaves
     its actions naming nothing; one replaced by a fresh grant has spent less than its
     actions' settled refunds. The actions with their histories, then the leases, stream
-    a batch at a time; only a total per approval and the problems found are kept.
+    a batch at a time; what each approval's actions spent is summed in lease order in a
+    scratch file (`_LeaseTotals`), so nothing is kept per action or per approval.
     """
     found: dict[str, str] = {}
-    spent: dict[str, int] = {}
-    for entry in store.histories():
-        row = entry.row
-        if row is None:
-            found[entry.action_id] = f"action {entry.action_id}: {entry.problem}"
-            continue
-        problem = _history_problem(entry.action_id, row, entry.history, entry.unreadable)
-        if problem is not None:
-            found[entry.action_id] = problem
-        lease_id, s = row.intent.lease_id, row.settlement
-        total = spent.setdefault(lease_id, 0)
-        if s is not None and s.status in ("sent", "adopted"):
-            spent[lease_id] = total + (s.amount if s.amount is not None else row.intent.amount)
-    problems: list[str] = []
-    if found:
-        # Reported in the order the actions are settled in, then the pending ones, as the
-        # chain's problems are, then those whose outcome cannot be read; a store with none
-        # skips this second pass.
-        settled = (row.action_id for row in store.settled() if row.settlement is not None)
-        for aid in itertools.chain(settled, store.pending(), sorted(found)):
-            problem = found.pop(aid, None)
+    with _LeaseTotals() as totals:
+        for entry in store.histories():
+            row = entry.row
+            if row is None:
+                found[entry.action_id] = f"action {entry.action_id}: {entry.problem}"
+                continue
+            problem = _history_problem(entry.action_id, row, entry.history, entry.unreadable)
             if problem is not None:
-                problems.append(problem)
-    seen: set[str] = set()
-    short: dict[str, str] = {}
-    unnamed: list[str] = []  # damaged approvals no action acts under
-    for lease in store.leases():
-        due = spent.get(lease.id)
-        if due is not None:
-            seen.add(lease.id)
-        if lease.damaged is not None:
-            damaged = f"approval {lease.id}: damaged in the store ({lease.damaged})"
-            if due is None:
-                unnamed.append(damaged)
-            else:
-                short[lease.id] = damaged
-        elif due is not None and lease.spent < due:
-            short[lease.id] = (
-                f"approval {lease.id}: records {lease.spent} spent, but its actions' settled "
-                f"refunds come to {due} (its row was replaced or edited)"
-            )
-    for lease_id in sorted(spent):
-        if lease_id not in seen:
-            problems.append(
-                f"approval {lease_id}: its actions act under it, but it is not in the store "
-                "(its row was deleted or lost)"
-            )
-        elif lease_id in short:
-            problems.append(short[lease_id])
-    problems.extend(unnamed)
+                found[entry.action_id] = problem
+            s = row.settlement
+            due = 0
+            if s is not None and s.status in ("sent", "adopted"):
+                due = s.amount if s.amount is not None else row.intent.amount
+            totals.spend(row.intent.lease_id, due)
+        problems: list[str] = []
+        if found:
+            # Reported in the order the actions are settled in, then the pending ones, as
+            # the chain's problems are, then those whose outcome cannot be read; a store
+            # with none skips this second pass.
+            settled = (row.action_id for row in store.settled() if row.settlement is not None)
+            for aid in itertools.chain(settled, store.pending(), sorted(found)):
+                problem = found.pop(aid, None)
+                if problem is not None:
+                    problems.append(problem)
+        for lease in store.leases():
+            totals.lease(lease)
+        problems.extend(totals.problems())
     return problems
+
+
+# Sums past this are kept in Python, not in the scratch file's 64-bit integers: only an
+# amount edited by hand is ever this large (an intent's is below 10**10).
+_LARGE = 2**60
+
+
+class _LeaseTotals:
+    """What each approval's actions spent, against what the approval records.
+
+    The actions come in action order and the leases in lease order; a dict of every
+    approval's total would grow with the store (about 250 MB at a million actions). So
+    the pairs go into a private temporary SQLite database (never the store: verify does
+    not write there), whose pages past its 2 MB cache live in a temporary file, and one
+    sorted join gives each approval's total beside its row, in lease order. Ids are
+    kept as UTF-8 bytes, so the order is Python's own.
+    """
+
+    def __init__(self) -> None:
+        # "": a temporary database, deleted when closed.
+        self._db = sqlite3.connect("", isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=OFF")
+        self._db.execute("PRAGMA synchronous=OFF")
+        self._db.execute("BEGIN")
+        self._db.execute("CREATE TABLE spend (lease_id BLOB NOT NULL, due INTEGER NOT NULL)")
+        self._db.execute(
+            "CREATE TABLE leases (n INTEGER PRIMARY KEY, lease_id BLOB NOT NULL,"
+            " spent INTEGER NOT NULL, damaged TEXT)"
+        )
+        self._spent: list[tuple[bytes, int]] = []
+        self._leases: list[tuple[bytes, int, str | None]] = []
+        self._large: dict[bytes, int] = {}
+
+    def __enter__(self) -> _LeaseTotals:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._db.close()
+
+    def spend(self, lease_id: str, due: int) -> None:
+        """An action under `lease_id` whose settled sends come to `due` (0: none)."""
+        key = _key(lease_id)
+        if not -_LARGE < due < _LARGE:
+            self._large[key] = self._large.get(key, 0) + due
+            due = 0
+        self._spent.append((key, due))
+        if len(self._spent) >= BATCH:
+            self._db.executemany("INSERT INTO spend VALUES (?, ?)", self._spent)
+            self._spent.clear()
+
+    def lease(self, lease: Lease) -> None:
+        """An approval as the store holds it (in the store's order)."""
+        self._leases.append((_key(lease.id), lease.spent, lease.damaged))
+        if len(self._leases) >= BATCH:
+            self._flush_leases()
+
+    def _flush_leases(self) -> None:
+        self._db.executemany(
+            "INSERT INTO leases (lease_id, spent, damaged) VALUES (?, ?, ?)", self._leases
+        )
+        self._leases.clear()
+
+    def problems(self) -> list[str]:
+        """Each approval that its actions name and the store lacks, is damaged, or records
+        less spent than its actions' settled sends, in lease order; then each damaged
+        approval no action names, in the store's order."""
+        db = self._db
+        db.executemany("INSERT INTO spend VALUES (?, ?)", self._spent)
+        self._flush_leases()
+        db.execute("CREATE INDEX leases_id ON leases (lease_id)")
+        db.execute("CREATE INDEX spend_id ON spend (lease_id)")
+        problems: list[str] = []
+        named = db.execute(
+            "SELECT s.lease_id, s.due, l.n, l.spent, l.damaged FROM"
+            " (SELECT lease_id, sum(due) AS due FROM spend GROUP BY lease_id) s"
+            " LEFT JOIN leases l ON l.lease_id = s.lease_id ORDER BY s.lease_id"
+        )
+        for key, due, row, spent, damaged in named:
+            lease_id = key.decode("utf-8", "surrogatepass")
+            due += self._large.get(key, 0)
+            if row is None:
+                problems.append(
+                    f"approval {lease_id}: its actions act under it, but it is not in the store "
+                    "(its row was deleted or lost)"
+                )
+            elif damaged is not None:
+                problems.append(f"approval {lease_id}: damaged in the store ({damaged})")
+            elif spent < due:
+                problems.append(
+                    f"approval {lease_id}: records {spent} spent, but its actions' settled "
+                    f"refunds come to {due} (its row was replaced or edited)"
+                )
+        unnamed = db.execute(
+            "SELECT lease_id, damaged FROM leases l WHERE damaged IS NOT NULL AND NOT EXISTS"
+            " (SELECT 1 FROM spend s WHERE s.lease_id = l.lease_id) ORDER BY n"
+        )
+        for key, damaged in unnamed:
+            lease_id = key.decode("utf-8", "surrogatepass")
+            problems.append(f"approval {lease_id}: damaged in the store ({damaged})")
+        return problems
+
+
+def _key(lease_id: str) -> bytes:
+    """An id as the scratch file keeps it: bytes in the order of Python's strings (any
+    string, even one with a lone surrogate edited into the store)."""
+    return lease_id.encode("utf-8", "surrogatepass")
 
 
 def _approval_problems(store: Store, approvers: Approvers) -> list[str]:

@@ -164,9 +164,9 @@ class MemoryStore(RuleStore):
         return [r.intent.action_id for r in sorted(rows, key=lambda r: r.intent.created_at)]
 
     def receipts(self) -> Iterator[Receipt]:
-        """Every receipt, in chain order."""
+        """Every receipt, in chain order, with its place in the log."""
         with self._lock:
-            receipts = list(self._receipts)
+            receipts = [replace(r, leaf=self._leaves.get(r.seq)) for r in self._receipts]
         yield from receipts
 
     def heads(self, after: int = -1) -> Iterator[StoredHead]:

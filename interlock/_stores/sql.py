@@ -186,6 +186,9 @@ class Statements:
         self.receipts_page = sql(
             f"SELECT {_RECEIPT_COLUMNS} FROM {{receipts}} WHERE seq > ? ORDER BY seq LIMIT ?"
         )
+        self.receipts_leaf_page = sql(
+            f"SELECT {_RECEIPT_COLUMNS}, leaf FROM {{receipts}} WHERE seq > ? ORDER BY seq LIMIT ?"
+        )
         settled = "SELECT {row_id}, action_id, settlement, receipt_seq FROM {actions}"
         self.settled_unnumbered = sql(
             f"{settled} WHERE settlement IS NOT NULL AND receipt_seq IS NULL AND {{row_id}} > ?"
@@ -321,8 +324,10 @@ def action_row(r: Sequence[Any]) -> ActionRow:
 
 
 def receipt_of(r: Sequence[Any]) -> Receipt:
-    """A receipt from its row."""
-    return Receipt(int(r[0]), *r[1:])
+    """A receipt from its row (`_RECEIPT_COLUMNS`, then its place in the log if read)."""
+    # As stored: a place that is not a number counts as none (its signature is checked).
+    leaf = r[6] if len(r) > 6 and isinstance(r[6], int) else None
+    return Receipt(int(r[0]), r[1], r[2], r[3], r[4], r[5], leaf=leaf)
 
 
 def head_of(r: Sequence[Any] | None) -> StoredHead | None:
@@ -381,8 +386,9 @@ class SqlStore(RuleStore):
         return [str(r[0]) for r in rows]
 
     def receipts(self) -> Iterator[Receipt]:
-        """Every receipt, in chain order, read a batch at a time."""
-        for page in self._pages(self._st.receipts_page, 0):
+        """Every receipt, in chain order, with its place in the log, a batch at a time."""
+        sql = self._st.receipts_leaf_page if self._has_log else self._st.receipts_page
+        for page in self._pages(sql, 0):
             for r in page:
                 yield receipt_of(r)
 

@@ -28,7 +28,8 @@ def _bench(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_scale_prints_each_figure_at_each_size_and_the_growth() -> None:
     """Two small sizes: six figures each (gate, its ratio, restart reads, store open, verify
-    time and peak RSS), then the growth of five of them; every line with the load average
+    time and peak RSS) and verify's own CPU seconds and peak with every signature checked
+    and with heads only, then the growth of five of them; every line with the load average
     its figures were measured under (a growth line, both sizes')."""
     done = _bench("--sizes", "60,120", "--repeats", "2", "--actions", "3")
 
@@ -46,17 +47,20 @@ def test_scale_prints_each_figure_at_each_size_and_the_growth() -> None:
         ("verify time", " s"),
         ("verify peak RSS", " MB"),
     ]
-    body = lines[1:13]
-    expected = [(size, name, unit) for size in ("60", "120") for name, unit in figures]
-    for line, (size, name, unit) in zip(body, expected, strict=True):
-        x = r"\d+" if unit == " MB" else N
-        spread = rf"{x}{unit} \(median of 2, range {x}-{x}{unit}\)"
-        assert re.fullmatch(rf"{size} actions: {name}: {spread}{LOAD}", line), line
+    for at, size in ((1, "60"), (9, "120")):
+        for line, (name, unit) in zip(lines[at : at + 6], figures, strict=True):
+            x = r"\d+" if unit == " MB" else N
+            spread = rf"{x}{unit} \(median of 2, range {x}-{x}{unit}\)"
+            assert re.fullmatch(rf"{size} actions: {name}: {spread}{LOAD}", line), line
+        # Verify's own CPU and peak, every signature checked and heads only.
+        for line, how in zip(lines[at + 6 : at + 8], ("", " --heads-only"), strict=True):
+            own = rf"{N} s cpu, \d+ MB peak \(median of 2\)"
+            assert re.fullmatch(rf"verify{how} at {size}: {own}{LOAD}", line), line
     growth = ["gate per action", "restart reads", "store open", "verify time", "verify peak RSS"]
-    for line, name in zip(lines[13:], growth, strict=True):
+    for line, name in zip(lines[17:], growth, strict=True):
         loads = rf"; load average {N} {N} {N} at 60, {N} {N} {N} at 120"
         assert re.fullmatch(rf"growth 120 over 60: {name} {N}x{loads}", line), line
-    assert len(lines) == 18
+    assert len(lines) == 22
 
 
 def test_scale_refuses_sizes_out_of_order() -> None:

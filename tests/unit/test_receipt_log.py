@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
@@ -31,6 +32,7 @@ from interlock import (
     Store,
     StripeRefund,
     Timing,
+    VerifyResult,
     new_action_id,
     refunds_fingerprint,
     verify,
@@ -437,12 +439,25 @@ class World:
             conn.close()
 
     def verify(self, keys: KeyList | None = None, *, anchored: bool = True) -> list[str]:
+        return self.result(keys, anchored=anchored).problems
+
+    def result(
+        self,
+        keys: KeyList | None = None,
+        *,
+        anchored: bool = True,
+        signatures: Literal["every", "heads"] = "every",
+    ) -> VerifyResult:
         store = SQLiteStore.open_read_only(self.path)
         try:
-            result = verify(store, keys=keys or _keys(), anchors=[self.anchor] if anchored else [])
+            return verify(
+                store,
+                keys=keys or _keys(),
+                anchors=[self.anchor] if anchored else [],
+                signatures=signatures,
+            )
         finally:
             store.close()
-        return result.problems
 
     def body(self, leaf: int) -> dict[str, object]:
         ((text,),) = self.sql("SELECT body FROM receipts WHERE leaf=?", (leaf,))
@@ -549,6 +564,58 @@ def test_a_tree_rebuilt_with_the_key_is_caught_by_the_anchor_alone(world: World)
         for p in problems
     ), problems
     assert any("the log was rewritten after it was anchored" in p for p in problems), problems
+
+
+def test_heads_only_vouches_for_the_logged_receipts_and_checks_every_one_when_it_breaks(
+    world: World,
+) -> None:
+    """With `signatures="heads"` a sound log's receipts are checked by their signed heads
+    (all five, none by its own signature); a receipt edited without the key breaks the
+    heads, and then every signature is checked: the same problems as by default."""
+    sound = world.result(signatures="heads")
+    assert sound.ok and sound.vouched == 5 and world.result().vouched is None
+
+    world.rewrite(2, None, amount=1)
+    every, heads = world.result(), world.result(signatures="heads")
+    assert heads.problems == every.problems and heads.vouched == 0
+    assert any("its signature does not match its body" in p for p in heads.problems)
+
+
+def test_heads_only_checks_the_signature_of_a_receipt_under_no_head(world: World) -> None:
+    """A receipt the log has not taken in is vouched for by no head: its signature,
+    swapped for another receipt's, is named with heads only as by default."""
+    world.sql("DELETE FROM heads WHERE size = 5")
+    world.sql("UPDATE receipts SET leaf = NULL WHERE leaf = 4")
+    ((other,),) = world.sql("SELECT signature FROM receipts WHERE leaf = 0")
+    world.sql("UPDATE receipts SET signature = ? WHERE leaf IS NULL", (other,))
+
+    every, heads = world.result(anchored=False), world.result(anchored=False, signatures="heads")
+    assert heads.vouched == 4
+    assert (
+        heads.problems
+        == every.problems
+        == [
+            f"receipt 5 ({world.actions[4]}): its signature does not match its body under key "
+            f"{KEY.key_id} (altered, or signed by someone else)"
+        ]
+    )
+
+
+def test_heads_only_does_not_look_at_the_signature_of_a_receipt_under_a_head(
+    world: World,
+) -> None:
+    """What heads only does not prove, as docs/receipts.md says: a logged receipt's own
+    signature is not checked, so one that does not match its body (swapped here; a receipt
+    a store writer put in before the log took it in is the same case) is named by default
+    only."""
+    ((other,),) = world.sql("SELECT signature FROM receipts WHERE leaf = 0")
+    world.sql("UPDATE receipts SET signature = ? WHERE leaf = 3", (other,))
+
+    assert world.verify() == [
+        f"receipt 4 ({world.actions[3]}): its signature does not match its body under key "
+        f"{KEY.key_id} (altered, or signed by someone else)"
+    ]
+    assert world.result(signatures="heads").problems == []
 
 
 def test_a_reused_head_is_named(world: World) -> None:
