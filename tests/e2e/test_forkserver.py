@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import sys
 import time
 from pathlib import Path
@@ -25,25 +24,12 @@ from interlock_demo.engine import Engine, RunChoice
 from interlock_demo.engine.forkserver import ForkServer
 from interlock_demo.engine.supervisor import Supervisor, WorkerProcess, WorkerState
 from interlock_demo.settings.config import resolve
+from tests.helpers.worker_events import Recorder
 from workers.protocol import EXIT_ERROR, EXIT_ORPHANED, SIGKILL_EXIT
 
 pytestmark = pytest.mark.e2e
 
 DEADLINE_S = 30.0
-
-
-class Events:
-    """A worker's events and state changes, waited on as they come."""
-
-    def __init__(self) -> None:
-        self.events: queue.Queue[dict[str, Any]] = queue.Queue()
-        self.states: list[WorkerState] = []
-
-    def on_event(self, event: dict[str, Any]) -> None:
-        self.events.put(event)
-
-    def on_state(self, worker: WorkerProcess, state: WorkerState) -> None:
-        self.states.append(state)
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
@@ -54,7 +40,7 @@ def _env(tmp_path: Path) -> dict[str, str]:
     }
 
 
-def _worker(tmp_path: Path, case: Path, rec: Events, server: ForkServer | None) -> WorkerProcess:
+def _worker(tmp_path: Path, case: Path, rec: Recorder, server: ForkServer | None) -> WorkerProcess:
     return WorkerProcess(
         [sys.executable, "-m", "workers.standalone", str(case)],
         _env(tmp_path),
@@ -108,7 +94,7 @@ def test_a_worker_is_forked_sigkilled_and_restarted_from_the_fork_server(tmp_pat
     fifo = _fifo(tmp_path)
     seen: list[int] = []
     try:
-        first = supervisor.spawn(_worker(tmp_path, fifo, rec := Events(), server))
+        first = supervisor.spawn(_worker(tmp_path, fifo, rec := Recorder(), server))
         assert first.forked and first.cold_reason is None
         assert first.pid is not None and server.pid is not None
         seen += [first.pid, server.pid]
@@ -124,7 +110,7 @@ def test_a_worker_is_forked_sigkilled_and_restarted_from_the_fork_server(tmp_pat
         assert first.wait(DEADLINE_S) == SIGKILL_EXIT
         assert rec.states == [WorkerState.RUNNING, WorkerState.KILLED]
 
-        again = supervisor.spawn(_worker(tmp_path, fifo, rec2 := Events(), server))
+        again = supervisor.spawn(_worker(tmp_path, fifo, rec2 := Recorder(), server))
         assert again.forked and again.pid is not None
         seen.append(again.pid)
         assert again.pid != first.pid
@@ -147,14 +133,14 @@ def test_a_killed_fork_server_means_a_cold_start_that_says_so(tmp_path: Path) ->
     fifo = _fifo(tmp_path)
     seen: list[int] = []
     try:
-        first = supervisor.spawn(_worker(tmp_path, fifo, Events(), server))
+        first = supervisor.spawn(_worker(tmp_path, fifo, Recorder(), server))
         assert first.forked and first.pid is not None and server.pid is not None
         seen += [first.pid, server.pid]
         first.kill()
         assert first.wait(DEADLINE_S) == SIGKILL_EXIT
         psutil.Process(server.pid).kill()
 
-        cold = supervisor.spawn(_worker(tmp_path, fifo, Events(), server))
+        cold = supervisor.spawn(_worker(tmp_path, fifo, Recorder(), server))
         assert cold.pid is not None
         seen.append(cold.pid)
         assert not cold.forked
@@ -177,7 +163,7 @@ def test_a_fork_server_that_cannot_import_means_a_cold_start(tmp_path: Path) -> 
     server = supervisor.fork_server(_server(tmp_path, column="no-such-column"))
     fifo = _fifo(tmp_path)
     try:
-        cold = supervisor.spawn(_worker(tmp_path, fifo, Events(), server))
+        cold = supervisor.spawn(_worker(tmp_path, fifo, Recorder(), server))
         assert not cold.forked and cold.pid is not None
         assert cold.cold_reason is not None
         assert "cannot import its worker" in cold.cold_reason
@@ -197,7 +183,7 @@ def test_a_worker_whose_fork_server_dies_is_not_left_behind(tmp_path: Path) -> N
     server = supervisor.fork_server(_server(tmp_path))
     fifo = _fifo(tmp_path)
     try:
-        worker = supervisor.spawn(_worker(tmp_path, fifo, Events(), server))
+        worker = supervisor.spawn(_worker(tmp_path, fifo, Recorder(), server))
         assert worker.forked and worker.pid is not None and server.pid is not None
         psutil.Process(server.pid).kill()
         assert worker.wait(DEADLINE_S) == EXIT_ORPHANED

@@ -7,13 +7,11 @@ events and exits with deadlines, never on sleeps.
 from __future__ import annotations
 
 import json
-import queue
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
@@ -25,6 +23,7 @@ from interlock_demo.engine.supervisor import (
     kill_tree,
 )
 from interlock_demo.exit_codes import describe_exit
+from tests.helpers.worker_events import Recorder
 from workers.protocol import SIGKILL_EXIT
 
 DEADLINE_S = 10.0
@@ -45,26 +44,6 @@ grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60
 print(json.dumps({"kind": "grandchild", "pid": grandchild.pid}), flush=True)
 sys.stdin.read()
 """
-
-
-class Recorder:
-    """Collects a worker's events and state transitions, in the order they come."""
-
-    def __init__(self) -> None:
-        self.events: queue.Queue[dict[str, Any]] = queue.Queue()
-        self.states: list[WorkerState] = []
-
-    def on_event(self, event: dict[str, Any]) -> None:
-        self.events.put(event)
-
-    def on_state(self, worker: WorkerProcess, state: WorkerState) -> None:
-        self.states.append(state)
-
-    def drain(self) -> list[dict[str, Any]]:
-        out = []
-        while not self.events.empty():
-            out.append(self.events.get_nowait())
-        return out
 
 
 def _worker(code: str, rec: Recorder, tmp_path: Path) -> WorkerProcess:
