@@ -28,6 +28,8 @@ from workers.protocol.forkserver import MAX_MESSAGE, MODULE, TITLE_ROOM, decode,
 # How long a fork server may take to import (once) and to answer a fork, on a loaded
 # machine, before its column gives up on it and cold-starts: a cold start costs less.
 FORK_ANSWER_S = 30.0
+# How long a fork server whose socket closed is given to be reaped, for its exit code.
+GONE_EXIT_S = 2.0
 
 
 class ForkServerError(Exception):
@@ -171,9 +173,20 @@ class ForkServer:
         except TimeoutError:
             raise ForkServerError(f"it did not answer within {FORK_ANSWER_S:g} s") from None
         if not data:
-            code = None if self._popen is None else self._popen.poll()
-            raise ForkServerError("it is gone" + ("" if code is None else f" (exit {code})"))
+            raise ForkServerError("it is gone" + self._exit())
         return decode(data)
+
+    def _exit(self) -> str:
+        """How the fork server ended, once its end of the socket closed: it closes when the
+        process exits, a moment before the exit can be reaped, so the exit is waited for
+        (bounded: a server that closed its socket and lives on is named without it)."""
+        if self._popen is None:
+            return ""
+        try:
+            code = self._popen.wait(timeout=GONE_EXIT_S)
+        except subprocess.TimeoutExpired:
+            return ""
+        return f" (exit {code})"
 
     def _break(self, why: str) -> None:
         self.broken = why
