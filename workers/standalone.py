@@ -26,8 +26,9 @@ if __name__ == "__main__":
     # httpx2). With them installed that is most of the restart path's imports (docs/design.md
     # §7: restart to first Stripe call under 0.2 s), so this worker process treats them as
     # absent.
-    for _unused in ("requests", "httpx", "aiohttp"):
-        sys.modules.setdefault(_unused, None)  # type: ignore[arg-type]
+    from workers.stripe_sdk import hold_back_for_good
+
+    hold_back_for_good()
 
 from interlock import InterlockError, StoreError
 from workers.agent import AgentError

@@ -30,3 +30,10 @@ def load() -> None:
         for name in held:
             if sys.modules.get(name, ...) is None:
                 del sys.modules[name]
+
+
+def hold_back_for_good() -> None:
+    """Make `HELD_BACK` absent for the rest of this process (a worker's, or its fork
+    server's and so its forked workers'), before anything imports the SDK."""
+    for name in HELD_BACK:
+        sys.modules.setdefault(name, None)  # type: ignore[arg-type]

@@ -32,8 +32,9 @@ import time
 if __name__ == "__main__":
     # As `workers.standalone` does in its own process: the stripe SDK would import these to
     # pick a default HTTP client a worker never uses (`workers.stripe_sdk`).
-    for _unused in ("requests", "httpx", "aiohttp"):
-        sys.modules.setdefault(_unused, None)  # type: ignore[arg-type]
+    from workers.stripe_sdk import hold_back_for_good
+
+    hold_back_for_good()
 
 from workers.protocol import EXIT_ERROR, EXIT_USAGE
 from workers.protocol.forkserver import (
