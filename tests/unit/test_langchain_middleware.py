@@ -30,6 +30,7 @@ from interlock import (
     Lease,
     MemoryStore,
     Owner,
+    Store,
     StripeRefund,
     Timing,
     new_action_id,
@@ -295,6 +296,23 @@ def test_a_declined_approval_is_answered_and_nothing_is_journaled() -> None:
     assert w.refunds() == []
 
 
+def _clocked_gate(
+    store: Store, payments: InProcessPayments, clock: Clock, owner: Owner, on_event: Any
+) -> Gate:
+    """A worker's gate on `clock` (the restart stories below make one per process)."""
+    return Gate(
+        store,
+        StripeRefund(payments),
+        timing=Timing(6, 1),
+        owner=owner,
+        on_event=on_event,
+        clock=clock,
+        sleep=clock.sleep,
+        monotonic=clock.monotonic,
+        approvers=UNSIGNED_APPROVALS,
+    )
+
+
 def _refused_then_asked(w: World, agent: Any, *, asynchronous: bool = False) -> Any:
     """Ask for approval, revoke it while the person decides, approve: the gate refuses and
     the guard asks again; the interrupt that asks."""
@@ -378,17 +396,7 @@ def test_a_re_approval_killed_after_stripe_answered_is_adopted_on_the_re_run(
             raise Crash(event.kind)
 
     def agent(owner: Any, on_event: Any, conn: sqlite3.Connection) -> Any:
-        gate = Gate(
-            store,
-            StripeRefund(payments),
-            timing=Timing(6, 1),
-            owner=owner,
-            on_event=on_event,
-            clock=clock,
-            sleep=clock.sleep,
-            monotonic=clock.monotonic,
-            approvers=UNSIGNED_APPROVALS,
-        )
+        gate = _clocked_gate(store, payments, clock, owner, on_event)
         return refund_agent(gate, payments, SqliteSaver(conn), approval=True, reapproval=True)
 
     with closing(sqlite3.connect(path, check_same_thread=False)) as conn:
@@ -474,17 +482,7 @@ def test_a_crash_in_the_send_after_the_approval_resumes_without_asking_again(
             raise Crash(event.kind)
 
     def agent(owner: Any, on_event: Any, conn: sqlite3.Connection) -> Any:
-        gate = Gate(
-            store,
-            StripeRefund(payments),
-            timing=Timing(6, 1),
-            owner=owner,
-            on_event=on_event,
-            clock=clock,
-            sleep=clock.sleep,
-            monotonic=clock.monotonic,
-            approvers=UNSIGNED_APPROVALS,
-        )
+        gate = _clocked_gate(store, payments, clock, owner, on_event)
         return refund_agent(gate, payments, SqliteSaver(conn), approval=True)
 
     with closing(sqlite3.connect(path, check_same_thread=False)) as conn:
@@ -527,17 +525,7 @@ def test_a_worker_killed_after_the_approved_send_restarts_as_the_guide_shows(
             raise Crash(event.kind)
 
     def worker(owner: Owner, on_event: Any) -> Gate:
-        return Gate(
-            store,
-            StripeRefund(payments),
-            timing=Timing(6, 1),
-            owner=owner,
-            on_event=on_event,
-            clock=clock,
-            sleep=clock.sleep,
-            monotonic=clock.monotonic,
-            approvers=UNSIGNED_APPROVALS,
-        )
+        return _clocked_gate(store, payments, clock, owner, on_event)
 
     approve = Command(resume={"approved": True, "by": "alice"})
     with closing(sqlite3.connect(path, check_same_thread=False)) as conn:
