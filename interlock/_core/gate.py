@@ -59,7 +59,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from interlock._core.approvals import Approvers
-from interlock._core.claims import Owner
+from interlock._core.claims import Claim, Owner
 from interlock._core.config import Timing
 from interlock._core.effects import (
     AT_STRIPE,
@@ -91,7 +91,7 @@ from interlock._core.journal import (
     Settlement,
     Store,
 )
-from interlock._core.leases import approval_problem
+from interlock._core.leases import Lease, approval_problem
 from interlock._core.log import LogKeeper, LogStatus
 from interlock._core.receipts import ENV_RECEIPT_KEY, Check, Receipt
 from interlock._core.signing import ENV_SIGNING_KEY, SigningKey, signing_key_from_env
@@ -249,6 +249,13 @@ class GateOptions:
     anchors: Sequence[Anchor] = ()
     log_every: int = 100
     log_interval_s: float = 5.0
+
+
+class _Unread:
+    """A value not read yet (None is a read that found nothing)."""
+
+
+_UNREAD = _Unread()
 
 
 @dataclass
@@ -456,6 +463,16 @@ class Gate:
         if intent.currency is None and isinstance(currency, str):
             intent = replace(intent, currency=currency)
         self._check_accepted(intent)
+        first = self._first_attempt(intent)
+        if first is not None:
+            return first
+        attempt = self._begin(intent)
+        if attempt.status == "taken":
+            return self._drive(attempt)
+        return self.recover_action(intent.action_id)
+
+    def _begin(self, intent: Intent) -> ClaimAttempt:
+        """Commit 1 of the three-commit path: the intent and its claim (see `submit`)."""
         t = self.timing
         attempt = self.store.begin(intent, self.owner, t.claim_ttl_s, t.grace_s)
         journaled = attempt.state.intent
@@ -466,9 +483,64 @@ class Gate:
                 self.store.release(intent.action_id, attempt.epoch)
             self._check_accepted(journaled)
         self._emit(GateEvent.JOURNALED, action_id=intent.action_id, claim=attempt.status)
-        if attempt.status == "taken":
-            return self._drive(attempt)
-        return self.recover_action(intent.action_id)
+        return attempt
+
+    def _first_attempt(self, intent: Intent) -> Outcome | None:
+        """A new decision in two commits: the world read first, then one commit that
+        journals the intent, takes the claim and the target's turn and marks `sending`;
+        the outcome the second. None: nothing was written; the three-commit path runs from
+        its start (the action id is journaled already, the target's turn is another
+        action's, the read settled nothing or found a send naming the action, or the store
+        changed since the look).
+
+        A crash before that commit leaves nothing: nothing was journaled and nothing sent,
+        so the agent decides again. A refusal is journaled and settled from the same read
+        (commit 1, then the outcome), since nothing is sent on it.
+        """
+        t = self.timing
+        look = self.store.first_look(intent, t.grace_s)
+        if not look.free:
+            return None
+        try:
+            obs = self.effect.observe(intent)
+        except (PaymentsAuthError, PaymentsUnsettledError, PaymentsRejectedError):
+            # The three-commit path reads again and journals what it meets.
+            return None
+        checks, own, conflict = self._lookup(intent, obs)
+        if own is not None or conflict is not None:
+            return None
+        refusal, approval = self._world_and_approval(intent, obs, checks, lease=look.lease)
+        if refusal is None:
+            evidence = self._evidence_for(approval)
+            first = self.store.begin_sending(
+                intent, self.owner, t.renewal_s, look.turn, approval=approval, evidence=evidence
+            )
+            marked_at = self._monotonic()
+            if first.status in ("journaled", "turn_moved"):
+                return None
+            if first.status == "lease_refused":
+                # As commit 2 does: the store's lease is not the one checked, or no longer
+                # covers the send.
+                checks[-1] = Check("approval", checks[-1].expected, first.reason, False)
+                refusal = Settlement("refused", first.reason)
+        if refusal is not None:
+            attempt = self._begin(intent)
+            if attempt.status != "taken":
+                return self.recover_action(intent.action_id)
+            return self._settle(attempt.state, attempt.epoch, refusal, checks, [])
+        assert first.state is not None
+        state = first.state
+        claim = state.claim
+        assert claim is not None
+        self._emit(GateEvent.JOURNALED, action_id=intent.action_id, claim="taken")
+        drive = _Drive(state, claim.epoch, None, approval=approval, evidence=evidence)
+        ready = self._claim_left(drive, claim, first.left_s, marked_at, checks)
+        if ready is not None:
+            return ready
+        settled = self._send(drive, checks)
+        if settled is not None:
+            return settled
+        return self._turns(drive)
 
     def recover(self, *, wait: bool = True) -> list[Outcome]:
         """Finish every action of this gate's kind with an intent and no outcome.
@@ -685,7 +757,10 @@ class Gate:
         2 (`sending`), sends, and settles on the answer (commit 3). An answer that settles
         nothing comes back here, to look again.
         """
-        drive = _Drive(attempt.state, attempt.epoch, attempt.state.unknown, looked)
+        return self._turns(_Drive(attempt.state, attempt.epoch, attempt.state.unknown, looked))
+
+    def _turns(self, drive: _Drive) -> Outcome:
+        """The drive's turns until one settles it (see `_drive`)."""
         intent = drive.intent
         while True:
             obs = self._read(drive)
@@ -789,11 +864,16 @@ class Gate:
             verdict = Settlement("refused", sending.reason)
             return self._settle(drive.state, epoch, verdict, checks, drive.unsettled)
         assert sending.claim is not None
-        self._emit(
-            GateEvent.SENDING, action_id=aid, expires_at=sending.claim.expires_at, epoch=epoch
-        )
+        return self._claim_left(drive, sending.claim, sending.left_s, marked_at, checks)
 
-        left = sending.left_s - (self._monotonic() - marked_at)
+    def _claim_left(
+        self, drive: _Drive, claim: Claim, left_s: float, marked_at: float, checks: list[Check]
+    ) -> Outcome | None:
+        """After `sending` is durable: the event, and the claim left for the call (appended
+        to `checks`); None when there is enough to send."""
+        aid, epoch = drive.intent.action_id, drive.epoch
+        self._emit(GateEvent.SENDING, action_id=aid, expires_at=claim.expires_at, epoch=epoch)
+        left = left_s - (self._monotonic() - marked_at)
         window = self.timing.send_window_s
         claim_check = Check(
             "claim", f">= {window:g} s of claim left", round(left, 3), left >= window
@@ -818,9 +898,13 @@ class Gate:
                     if not isinstance(evidence, dict):
                         return {}
                     return {str(k): str(v) for k, v in evidence.items()}
+        return self._evidence_for(drive.approval)
+
+    def _evidence_for(self, approval: str | None) -> dict[str, str]:
+        """A first `sending`'s evidence: the approval's digest and the latest head's hash."""
         evidence = {}
-        if drive.approval is not None:
-            evidence[GRANT_METADATA_KEY] = drive.approval
+        if approval is not None:
+            evidence[GRANT_METADATA_KEY] = approval
         head = self.log.latest_hash()
         if head is not None:
             evidence[HEAD_METADATA_KEY] = head
@@ -955,12 +1039,18 @@ class Gate:
         return until is not None and self._monotonic() < until
 
     def _world_and_approval(
-        self, intent: Intent, obs: Observation, checks: list[Check]
+        self,
+        intent: Intent,
+        obs: Observation,
+        checks: list[Check],
+        *,
+        lease: Lease | _Unread | None = _UNREAD,
     ) -> tuple[Settlement | None, str | None]:
         """The currency check (when the read learned the target's), the world check, the
         approval's signature and the approval check, in that order; appends to `checks`.
         Returns the refusal, if any, and the digest of the approval verified (commit 2
-        sends under that very approval only)."""
+        sends under that very approval only). `lease`: the approval as already read (a
+        first look's), else it is read now."""
         currency = intent.currency or obs.currency
         if intent.currency is not None and obs.currency is not None:
             same = intent.currency == obs.currency
@@ -987,7 +1077,8 @@ class Gate:
         )
         if not unchanged:
             return Settlement("refused", REASON_WORLD_CHANGED), None
-        lease = self.store.lease(intent.lease_id)
+        if isinstance(lease, _Unread):
+            lease = self.store.lease(intent.lease_id)
         if lease is not None and lease.damaged is None:
             unsigned = self.approvers.problem(lease)
             checks.append(

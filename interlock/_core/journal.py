@@ -270,6 +270,33 @@ class SendingAttempt:
 
 
 @dataclass(frozen=True)
+class FirstLook:
+    """What a first attempt reads before the world: whether it may take the two-commit
+    path (`free`: the action is not journaled and its target's turn keeps nobody off),
+    the turn as seen (its action and epoch; None when no action ever held it), which the
+    first commit must find unchanged, and the action's lease, read in the same
+    transaction (None: no such lease)."""
+
+    free: bool
+    turn: tuple[str, int] | None = None
+    lease: Lease | None = None
+
+
+@dataclass(frozen=True)
+class FirstSending:
+    """The answer to `begin_sending`: `ok` (the intent, the claim and `sending` are one
+    commit: `state`, and the claim's seconds left by the store's clock), or why nothing
+    was written: `journaled` (the action id is in the journal now), `turn_moved` (another
+    action took the target's turn since the first look), `lease_refused` (with the
+    reason)."""
+
+    status: Literal["ok", "journaled", "turn_moved", "lease_refused"]
+    reason: str | None = None
+    state: ActionState | None = None
+    left_s: float = 0.0
+
+
+@dataclass(frozen=True)
 class JournalRecord:
     """One line of an action's history."""
 
@@ -342,6 +369,28 @@ class Store(Protocol):
     ) -> ClaimAttempt:
         """Take the claim on a journaled action, if it may be taken (see `Claim`) and its
         target's turn is free (else `busy`)."""
+        ...
+
+    def first_look(self, intent: Intent, grace_s: float) -> FirstLook:
+        """A first attempt's read before the world read, writing nothing: whether the action
+        is new and its target's turn free, the turn as seen, and the intent's lease."""
+        ...
+
+    def begin_sending(
+        self,
+        intent: Intent,
+        owner: Owner,
+        ttl_s: float,
+        seen: tuple[str, int] | None,
+        *,
+        approval: str | None,
+        evidence: Mapping[str, str] | None = None,
+    ) -> FirstSending:
+        """A first attempt's one commit before its send: the intent, its claim (epoch 1,
+        `ttl_s` from now), the target's turn, the lease reservation and `sending`, all or
+        none; only for an action not journaled yet, while the target's turn is exactly
+        `seen` (as `first_look` saw it: nobody took it since the world was read), and
+        under the very lease the gate checked (`approval`, its digest)."""
         ...
 
     def mark_sending(
@@ -742,6 +791,84 @@ class RuleStore:
             if row is None:
                 raise ActionError(action_id, "not in the journal; nothing to recover")
             return self._claim(tx, row, owner, ttl_s, grace_s, found_own)
+
+    def first_look(self, intent: Intent, grace_s: float) -> FirstLook:
+        """See `Store.first_look`."""
+        with self._read() as tx:
+            lease = tx.get_lease(intent.lease_id)
+            if tx.get_action(intent.action_id) is not None:
+                return FirstLook(False, lease=lease)
+            turn = tx.get_turn(intent.target)
+            holder = self._turn_holder(tx, ActionRow(intent=intent), turn, tx.now, grace_s)
+            seen = None if turn is None else (turn.action_id, turn.epoch)
+            return FirstLook(holder is None, seen, lease)
+
+    def begin_sending(
+        self,
+        intent: Intent,
+        owner: Owner,
+        ttl_s: float,
+        seen: tuple[str, int] | None,
+        *,
+        approval: str | None,
+        evidence: Mapping[str, str] | None = None,
+    ) -> FirstSending:
+        """See `Store.begin_sending`.
+
+        The turn as seen is the whole fence: a take of a claim on the target writes its
+        turn with a new epoch (epochs never repeat), so a turn unchanged since the first
+        look means no action took it since, and one that kept nobody off then keeps nobody
+        off now (a claim only expires, and a holder whose claim has lapsed can neither mark
+        `sending` nor settle)."""
+        aid = intent.action_id
+        with self._write() as tx:
+            if tx.get_action(aid) is not None:
+                return FirstSending("journaled")
+            # Locks in the one order every write takes them (the action's, its lease's,
+            # the turn's), then the clock, so that waiting for them eats no margin.
+            lease = tx.get_lease(intent.lease_id)
+            turn = tx.get_turn(intent.target)
+            now = tx.now
+            if (None if turn is None else (turn.action_id, turn.epoch)) != seen:
+                return FirstSending("turn_moved")
+            problem = approval_problem(
+                lease,
+                kind=intent.kind,
+                target=intent.target,
+                amount=intent.amount,
+                action_id=aid,
+                now=now,
+                currency=intent.currency,
+            )
+            if problem is None and lease is not None and lease.digest() != approval:
+                problem = (
+                    f"approval {lease.id} changed in the store after it was checked: "
+                    "nothing is sent under an approval that was not checked"
+                )
+            if problem is not None or lease is None:
+                return FirstSending("lease_refused", problem)
+            claim = Claim(owner, claimed_at=now, expires_at=now + ttl_s, epoch=1, sending=True)
+            row = ActionRow(intent=intent, claim=claim, attempts=1)
+            tx.journal(aid, "intent", intent.to_dict())
+            tx.put_action(row, new=True)
+            tx.put_turn(Turn(intent.target, aid, 1))
+            tx.journal(
+                aid,
+                "claim",
+                {
+                    "owner": owner.to_dict(),
+                    "epoch": 1,
+                    "expires_at": claim.expires_at,
+                    "took_over": None,
+                    "early": False,
+                },
+            )
+            tx.put_lease(lease.with_reservation(aid, intent.amount), new=False)
+            record: dict[str, Any] = {"expires_at": claim.expires_at, "epoch": 1}
+            if evidence:
+                record["evidence"] = dict(evidence)
+            tx.journal(aid, "sending", record)
+            return FirstSending("ok", state=self._state(tx, row), left_s=ttl_s)
 
     @staticmethod
     def _holds(row: ActionRow, epoch: int, now: float) -> bool:

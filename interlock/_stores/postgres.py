@@ -58,6 +58,8 @@ from interlock._core.journal import (
     ActionState,
     ClaimAttempt,
     Clock,
+    FirstLook,
+    FirstSending,
     Intent,
     SendingAttempt,
     Settlement,
@@ -69,6 +71,7 @@ from interlock._core.log import StoredHead
 from interlock._core.receipts import Check, Receipt
 from interlock._core.signing import SigningKey
 from interlock._stores.sql import (
+    ACTION_COLUMNS,
     POSTGRES,
     POSTGRES_SCHEMA,
     TABLES,
@@ -109,6 +112,15 @@ class _Locking:
             "SELECT lease_id, lease FROM {leases} WHERE lease_id ="
             " (SELECT intent::jsonb ->> 'lease_id' FROM {actions} WHERE action_id=?) FOR UPDATE"
         )
+        self.lease_by_id = st.sql(
+            "SELECT lease_id, lease FROM {leases} WHERE lease_id=? FOR UPDATE"
+        )
+        # A first look's turn and its holder's row, in one statement (one snapshot).
+        holder_columns = ", ".join(f"a.{c.strip()}" for c in ACTION_COLUMNS.split(","))
+        self.turn_and_holder = st.sql(
+            f"SELECT t.action_id, t.epoch, {holder_columns} FROM {{turns}} t"
+            " LEFT JOIN {actions} a ON a.action_id = t.action_id WHERE t.target=?"
+        )
         self.make_turn = st.sql(
             "INSERT INTO {turns} (target, action_id, epoch) VALUES (?, '', 0)"
             " ON CONFLICT (target) DO NOTHING"
@@ -133,6 +145,8 @@ class _FirstTrip:
     turn_of: str | None = None
     turn_of_action: bool = False
     receipt_id: bool = False
+    # The lease of an action that has no row yet (a first attempt's one commit).
+    lease_of: str | None = None
 
 
 _NOTHING_MORE = _FirstTrip()
@@ -305,11 +319,16 @@ class _PostgresTx:
                 ]
             if first.receipt_id:
                 more.append((st.next_id, ()))
+            lease_read = (
+                (locking.lease_of_action, (action_id,))
+                if first.lease_of is None
+                else (locking.lease_by_id, (first.lease_of,))
+            )
             _, action, lease, *got, clock = self._trip(
                 [
                     (_ACTION_LOCK_SQL, self.s._action_lock(action_id)),
                     (locking.action, (action_id,)),
-                    (locking.lease_of_action, (action_id,)),
+                    lease_read,
                     *more,
                     (_CLOCK_SQL, ()),
                 ]
@@ -324,6 +343,8 @@ class _PostgresTx:
                 self._receipt_id = int(got[-1][0][0])
             if lease:
                 self._leases[str(lease[0][0])] = Lease.from_text(str(lease[0][0]), lease[0][1])
+            elif first.lease_of is not None:
+                self._leases[first.lease_of] = None
         else:
             (action,) = self._trip([(locking.action if self._write else st.action, (action_id,))])
         if not action:
@@ -681,10 +702,17 @@ class PostgresStore(SqlStore):
                 raise
 
     def _rows(self, sql: str, args: Args = (), *, locking: bool = False) -> list[Any]:
+        return self._rows_in_one_trip([(sql, args)], locking=locking)[0]
+
+    def _rows_in_one_trip(
+        self, statements: list[Statement], *, locking: bool = False
+    ) -> list[list[Any]]:
+        """Each statement's rows, all of them and COMMIT sent in one round trip (again on
+        a new connection if lost)."""
         with self._lock:
             tx = _PostgresTx(self, write=locking)
             try:
-                rows, _ = tx._trip([(sql, args), ("COMMIT", ())])
+                *rows, _ = tx._trip([*statements, ("COMMIT", ())])
                 return rows
             except _ConnectionLost as lost:
                 raise lost.error from lost.__cause__
@@ -727,6 +755,69 @@ class PostgresStore(SqlStore):
                 return super().begin(intent, owner, ttl_s, grace_s)
             except _ConnectionLost:
                 return super().begin(intent, owner, ttl_s, grace_s)
+
+    def first_look(self, intent: Intent, grace_s: float) -> FirstLook:
+        """A first attempt's look (see `Store.first_look`) in one round trip with its
+        COMMIT: the lease, whether the action is journaled, the turn joined with its
+        holder's row (one statement, one snapshot), and the clock."""
+        st, locking = self._st, self._locking
+        lease_rows, action, turn_rows, clock = self._rows_in_one_trip(
+            [
+                (st.lease, (intent.lease_id,)),
+                (st.action, (intent.action_id,)),
+                (locking.turn_and_holder, (intent.target,)),
+                (_CLOCK_SQL, ()),
+            ]
+        )
+        lease = Lease.from_text(intent.lease_id, lease_rows[0][0]) if lease_rows else None
+        if action:
+            return FirstLook(False, lease=lease)
+        turn = turn_of(intent.target, turn_rows[0][:2] if turn_rows else None)
+        if turn is None:
+            return FirstLook(True, None, lease)
+        seen = (turn.action_id, turn.epoch)
+        holder = None if turn_rows[0][2] is None else action_row(turn_rows[0][2:])
+        now = self._clock() if self._clock is not None else float(clock[0][0])
+        blocks = (
+            holder is not None
+            and holder.settlement is None
+            and holder.claim is not None
+            and holder.claim.blocks(now, grace_s=grace_s)
+        )
+        return FirstLook(not blocks, seen, lease)
+
+    def begin_sending(
+        self,
+        intent: Intent,
+        owner: Owner,
+        ttl_s: float,
+        seen: tuple[str, int] | None,
+        *,
+        approval: str | None,
+        evidence: Mapping[str, str] | None = None,
+    ) -> FirstSending:
+        """A first attempt's one commit (see `Store.begin_sending`): the locks, the rows and
+        the clock in its first round trip, the writes and COMMIT in the second. Once more
+        on a new connection if its own was lost; a lost COMMIT that was kept left the
+        action journaled, which is answered from the row."""
+        planned = _FirstTrip(turn_of=intent.target, lease_of=intent.lease_id)
+        args = (intent, owner, ttl_s, seen)
+        with self._planned(planned):
+            try:
+                return super().begin_sending(*args, approval=approval, evidence=evidence)
+            except _ConnectionLost:
+                state = self.action(intent.action_id)
+                claim = None if state is None else state.claim
+                if (
+                    state is not None
+                    and claim is not None
+                    and (claim.owner, claim.epoch, claim.sending) == (owner, 1, True)
+                    and state.settlement is None
+                ):
+                    now = self.now()
+                    if claim.live(now):
+                        return FirstSending("ok", state=state, left_s=claim.expires_at - now)
+                return super().begin_sending(*args, approval=approval, evidence=evidence)
 
     def take_claim(
         self, action_id: str, owner: Owner, ttl_s: float, grace_s: float, *, found_own: bool = False

@@ -479,7 +479,7 @@ def run_cell(
         GateEvent.IN_FLIGHT_WAIT: lambda d: while_held(float(d["seconds"]))
     }
     if cell.crash is None and cell.answer in ("ok", "refused"):
-        first_events[GateEvent.JOURNALED] = lambda _d: outage()
+        outage()
     reported: Outcome | None
     try:
         reported = gate(_dead_owner("first"), first_events, cell.crash).submit(intent)
@@ -492,7 +492,13 @@ def run_cell(
     provider.land()
     if reported is None or not reported.settled:
         clock.now += 10 * TIMING.claim_ttl_s
-        reported = gate(Owner.current("restart"), {}, None).recover_action(intent.action_id)
+        restart = gate(Owner.current("restart"), {}, None)
+        # A first attempt that died before its one commit before the send left nothing
+        # journaled: the agent decides again, and the same decision is submitted.
+        if journal.action(intent.action_id) is None:
+            reported = restart.submit(intent)
+        else:
+            reported = restart.recover_action(intent.action_id)
     # A second action on the same target after the first settled, decided on what is there
     # now: it must send its own (or be refused), never adopt the first's.
     sends = provider.sends

@@ -95,6 +95,17 @@ class World(GateWorld):
         assert state is not None and state.claim is not None
         return state.claim
 
+    def crash_recovering(self, intent: Intent, at: str, owner: Owner) -> Claim:
+        """The claim a recovery leaves when its worker dies before `sending`: `intent` is
+        journaled with the claim of a worker gone right after commit 1, and a recovering
+        gate of `owner` takes it and dies at `at` (`claim`, `check`)."""
+        self.store.begin(intent, gone_owner(), TIMING.claim_ttl_s, TIMING.grace_s)
+        with pytest.raises(Crash):
+            self.gate(owner, crash_at=at).recover_action(intent.action_id)
+        state = self.store.action(intent.action_id)
+        assert state is not None and state.claim is not None
+        return state.claim
+
     def hand_refund(self) -> Refund:
         """Support refunds $20 by hand: no idempotency key, no metadata."""
         return self.payments.create_refund(self.pi, AMOUNT)
@@ -266,11 +277,11 @@ def test_verify_reports_the_refund_of_an_action_left_without_an_outcome(world: W
 # -- crashed owners: replaced at once, or waited out ---------------------------------------
 
 
-@pytest.mark.parametrize("crash_at", ["journaled", "check"])
+@pytest.mark.parametrize("crash_at", ["claim", "check"])
 def test_gone_owner_before_sending_is_replaced_at_once(world: World, crash_at: str) -> None:
     """An owner whose process is gone and that never journaled `sending` is taken over at once."""
     intent = world.decide()
-    claim = world.crash(intent, crash_at, owner=gone_owner())
+    claim = world.crash_recovering(intent, crash_at, owner=gone_owner())
     assert claim.live(world.clock()) and not claim.sending
     restart_at = world.clock()
 
@@ -288,8 +299,8 @@ def test_gone_owner_before_sending_is_replaced_at_once(world: World, crash_at: s
     [
         ("sending", gone_owner),
         ("before-send", gone_owner),
-        ("journaled", remote_owner),
-        ("journaled", lambda: Owner.current("paused")),
+        ("claim", remote_owner),
+        ("claim", lambda: Owner.current("paused")),
     ],
     ids=["gone-after-sending", "gone-before-send", "other-host", "live-on-this-host"],
 )
@@ -298,7 +309,11 @@ def test_owner_that_may_still_send_is_waited_out(
 ) -> None:
     """An owner that journaled `sending`, or is not provably gone, is waited out to expiry."""
     intent = world.decide()
-    claim = world.crash(intent, crash_at, owner=owner())
+    claim = (
+        world.crash_recovering(intent, crash_at, owner())
+        if crash_at == "claim"
+        else world.crash(intent, crash_at, owner=owner())
+    )
 
     [outcome] = world.gate(Owner.current("restart")).recover()
 
@@ -409,8 +424,13 @@ def test_stale_refusal_of_a_worker_that_lost_its_claim_is_fenced(world: World) -
             paused.set()
             assert resume.wait(10)
 
+    # A recovery holds its claim from commit 1 through its checks (a first attempt holds
+    # none before its one commit).
+    world.store.begin(intent, gone_owner(), TIMING.claim_ttl_s, TIMING.grace_s)
+
     def run_stale() -> None:
-        stale.append(world.gate(Owner.current("stale"), hooks={"check": hold}).submit(intent))
+        stale_gate = world.gate(Owner.current("stale"), hooks={"check": hold})
+        stale.append(stale_gate.recover_action(intent.action_id))
 
     thread = threading.Thread(target=run_stale, daemon=True)
     thread.start()
@@ -678,10 +698,8 @@ def test_unsettled_sends_past_max_sends_are_left_to_recovery_which_finishes(worl
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
-def test_first_attempt_costs_three_commits_one_list_and_one_create(
-    kind: str, tmp_path: Path
-) -> None:
-    """A first attempt makes exactly 3 durable commits and 2 Stripe calls: a list and a create."""
+def test_first_attempt_costs_two_commits_one_list_and_one_create(kind: str, tmp_path: Path) -> None:
+    """A first attempt makes exactly 2 durable commits and 2 Stripe calls: a list and a create."""
     world = World(
         store=(lambda c: MemoryStore(clock=c))
         if kind == "memory"
@@ -694,7 +712,7 @@ def test_first_attempt_costs_three_commits_one_list_and_one_create(
     outcome = world.gate(Owner.current("first")).submit(intent)
 
     assert outcome.status == "sent"
-    assert store.commits - commits == 3
+    assert store.commits - commits == 2
     assert world.model.requests[requests:] == [("GET", "refunds"), ("POST", "refunds")]
     store.close()
 
@@ -1226,9 +1244,11 @@ def test_two_gates_of_one_identity_are_fenced_by_epoch(world: World) -> None:
 
     Both gates share one owner identity (threads of one process); the second takes the
     expired claim (a new epoch) and sends; the first's commit 2 then fails on the epoch.
+    The first is a recovery (a first attempt holds no claim before its one commit).
     """
     owner = Owner.current("shared-id")
     intent = world.decide()
+    world.store.begin(intent, gone_owner(), TIMING.claim_ttl_s, TIMING.grace_s)
     second: list[Outcome] = []
 
     def stall(data: Mapping[str, Any]) -> None:
@@ -1236,7 +1256,7 @@ def test_two_gates_of_one_identity_are_fenced_by_epoch(world: World) -> None:
             world.clock.now += TIMING.claim_ttl_s + 1
             second.append(world.gate(owner).recover_action(intent.action_id))
 
-    first = world.gate(owner, hooks={"check": stall}).submit(intent)
+    first = world.gate(owner, hooks={"check": stall}).recover_action(intent.action_id)
 
     assert second[0].status == "sent"
     assert first.status in ("pending", "sent")

@@ -71,12 +71,18 @@ def test_the_listener_receives_one_read_only_event_per_step() -> None:
 
     assert gate.submit(intent).status == "sent"
 
-    assert seen[0].kind is GateEvent.JOURNALED
+    kinds = [e.kind for e in seen]
+    # A first attempt reads and checks before its one commit before the send.
+    assert kinds[0] is GateEvent.CHECK and seen[0].data["name"] == "lookup"
+    journaled = seen[kinds.index(GateEvent.JOURNALED)]
+    assert journaled.data["claim"] == "taken"
+    assert kinds.index(GateEvent.JOURNALED) < kinds.index(GateEvent.SENDING)
+    assert kinds.index(GateEvent.SENDING) < kinds.index(GateEvent.BEFORE_SEND)
     assert seen[-1].kind is GateEvent.SETTLED and seen[-1].data["status"] == "sent"
     assert {e.action_id for e in seen} == {intent.action_id}
     assert all(event_problem(e.kind, e.data) is None for e in seen)
     with pytest.raises(TypeError):
-        seen[0].data["claim"] = "edited"  # type: ignore[index]
+        journaled.data["claim"] = "edited"  # type: ignore[index]
 
 
 def test_a_sibling_waiting_for_its_turn_reads_in_words_naming_the_holder() -> None:

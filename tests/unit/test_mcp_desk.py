@@ -96,8 +96,9 @@ def test_two_calls_of_one_request_at_once_refund_once(
 ) -> None:
     """The same call twice at once (the SDK runs tool calls in threads): one refund, one answer.
 
-    The second call starts right after the first journaled the action. Neither may be told
-    "pending" because the other one took the action from under it.
+    The second call starts while the first is at the gate, between its read and its commit
+    (a wait there eats no claim: none is taken yet). Neither may be told "pending" because
+    the other one took the action from under it.
     """
     answers: dict[str, Answer] = {}
     second = threading.Thread(
@@ -105,7 +106,7 @@ def test_two_calls_of_one_request_at_once_refund_once(
     )
 
     def on_event(event: Event) -> None:
-        if event.kind is GateEvent.JOURNALED and second.ident is None:
+        if event.kind is GateEvent.CHECK and second.ident is None:
             second.start()
             second.join(1.0)  # it may have to wait for this call: give it a second, no more
 

@@ -261,7 +261,10 @@ def test_resolve_refuses_what_it_cannot_resolve(
 ) -> None:
     """Unknown id, an action never sent, missing flags, no terminal without --yes: each an
     error in words, and the store is as it was."""
-    never_sent = world.crash("check")
+    # Journaled with a claim, never marked `sending`: what a recovery's worker leaves when
+    # it dies before sending.
+    never_sent = world.decide(AMOUNT, world.lease.id)
+    world.store.begin(never_sent, gone_owner(), TIMING.claim_ttl_s, TIMING.grace_s)
     unknown = world.crash("unknown", fault="before_execution")
     before = history(world, unknown.action_id)
     base = ["resolve", "--store", str(world.path), "--by", "al"]
