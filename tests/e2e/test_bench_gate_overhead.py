@@ -35,7 +35,7 @@ def test_bench_prints_its_report_with_the_counts_on_target() -> None:
     assert all(loaded), done.stdout
     lines = [m[1] for m in loaded if m]
     assert lines[0].startswith("gate overhead: 2 repeats of 5 actions, in-memory payments")
-    assert lines[1] == "commits per action: 3 (target 3, floor 2)"
+    assert lines[1] == "durable commits per first attempt: 2 (target 2)"
     statements = re.fullmatch(
         r"statements per action: (\d+) \(BEGIN and COMMIT included\)", lines[2]
     )

@@ -65,10 +65,10 @@ from tests.helpers.gate_rig import (
 )
 
 OUTAGES = (None, "hand-refund", "revoke", "expire")
-# When the outage action happens: after the decision but before the gate starts, inside
-# the first attempt right after commit 1 (before its read), while the worker is dead
+# When the outage action happens: after the decision but before the gate starts (a first
+# attempt reads first: nothing of it comes before its read), while the worker is dead
 # (between the crash and the restart), or after every recoverer returned.
-OUTAGE_WHEN = ("before-submit", "at-journaled", "while-held", "during-outage", "after-recovery")
+OUTAGE_WHEN = ("before-submit", "while-held", "during-outage", "after-recovery")
 # Stripe's answer to the first create: a model fault (kind:stage), or `late:` a request
 # whose client deadline passes while Stripe still runs it, and that lands later (`lands`,
 # right after any outage action "while held") or dies at Stripe with nothing made (`never`).
@@ -130,6 +130,13 @@ class World(GateWorld):
             return self.gate(owner, crash_at=_event(crash_at)).submit(intent)
         except Crash:
             return None
+
+    def decide_again(self, intents: list[Intent]) -> None:
+        """What a restarted agent does with a decision whose first attempt died before its
+        one commit (nothing of it was journaled, nothing sent): it submits it again."""
+        for intent in intents:
+            if self.store.action(intent.action_id) is None:
+                self.gate(Owner.current("again")).submit(intent)
 
 
 def _event(point: CrashPoint | None) -> str | None:
@@ -353,8 +360,14 @@ def play(story: Story) -> Played:
             reapproved.append(person.reapprove(intent.action_id, world.grant(AMOUNT).id, "support"))
         except ActionError as e:
             # Only a refused or unknown action can be approved again, and not one whose
-            # refund exists: say which, so that a wrong refusal here shows.
-            assert "only a refused or unknown" in str(e) or "its own refund" in str(e)
+            # refund exists: say which, so that a wrong refusal here shows. A first attempt
+            # that died before its one commit left no action to approve again.
+            journaled = world.store.action(intent.action_id) is not None
+            assert (
+                "only a refused or unknown" in str(e)
+                or "its own refund" in str(e)
+                or (not journaled and "not in the journal" in str(e))
+            )
 
     def outage() -> None:
         # A request that reached Stripe before the outage action counts as before it.
@@ -386,8 +399,6 @@ def play(story: Story) -> Played:
     foreign_at("before-submit")
     owner = gone_owner() if story.crashed_owner == "gone" else remote_owner()
     hooks: dict[str, Hook] = {}
-    if story.outage and story.when == "at-journaled":
-        hooks.update(once("journaled", outage))
 
     def while_held() -> None:
         outage_at("while-held")
@@ -413,12 +424,18 @@ def play(story: Story) -> Played:
         # The worker died while its request was still running at Stripe.
         while_held()
     state = world.store.action(intent.action_id)
-    assert state is not None
-    claim_at_crash = state.claim if first is None and state.settlement is None else None
+    # A first attempt that died before its one commit journaled nothing and sent nothing.
+    assert state is not None or story.crash is CrashPoint.AFTER_CHECK
+    claim_at_crash = (
+        state.claim if state is not None and first is None and state.settlement is None else None
+    )
     outage_at("during-outage")
     foreign_at("during-outage")
     step_at("during-outage")
     reapprove_at("during-outage")
+    if state is None:
+        # The agent decides again after the restart: the same decision is submitted.
+        first = world.gate(Owner.current("again")).submit(intent)
 
     played = Played(
         world, intent, lease, first, claim_at_crash, world.clock(), world.store.pending()
@@ -542,7 +559,6 @@ def assert_honest(played: Played, story: Story) -> None:
 @example(Story(None, "remote", None, "during-outage", "error_500:no_refund", ()))
 @example(Story(None, "gone", "hand-refund", "while-held", "error_500:after_commit", ()))
 @example(Story(None, "gone", None, "during-outage", "garbled_2xx", ("claim-wait",)))
-@example(Story(None, "gone", "hand-refund", "at-journaled", None, ()))
 @example(
     Story(
         CrashPoint.AFTER_CHECK, "gone", None, "during-outage", None, ("before-send", "after-answer")
@@ -631,7 +647,7 @@ def test_one_action_ends_as_the_truth_table_wants(story: Story) -> None:
             CrashPoint.AFTER_OUTCOME,
         )
         assert played.agent_refunds_at_outage == int(landed)
-    if story.outage is not None and story.when in ("before-submit", "at-journaled"):
+    if story.outage is not None and story.when == "before-submit":
         assert played.agent_refunds_at_outage == 0
     fired = played.agent_refunds_at_outage is not None
     wanted = 1 if story.outage is None or not fired or played.agent_refunds_at_outage else 0
@@ -741,6 +757,7 @@ def test_actions_on_one_lease_never_spend_past_its_cap(
         intent = world.decide(amount, lease.id)
         intents.append(intent)
         world.submit(intent, gone_owner(), crash_at)
+    world.decide_again(intents)
     run_recoverers(world, ())
 
     assert world.store.pending() == []
@@ -784,10 +801,11 @@ GRANTS = (
     "altered-exact",
 )
 MALLORY = Approver.generate("mallory")
-# Where, in one action's send path, support revokes a lease: before commit 2 (the journal,
-# the first check, right after the approval check passed) or after it (the send is marked
-# and goes out; a revocation cannot stop it). `check:approval` is the `check` event of the
-# approval check: only commit 2's own check of the lease stands between it and the send.
+# Where, in one action's send path, support revokes a lease: before the commit that marks
+# `sending` (the first check, right after the approval check passed) or after it (the
+# journal, which a first attempt commits with `sending`; the send is marked and goes out;
+# a revocation cannot stop it). `check:approval` is the `check` event of the approval
+# check: only that commit's own check of the lease stands between it and the send.
 REVOKE_POINTS = (
     "journaled",
     "check",
@@ -990,6 +1008,7 @@ def _play_approvals(world: World, grants: list[Grant], acts: list[Act]) -> None:
             reported[intent.action_id] = [gate.submit(intent)]
         except Crash:
             reported[intent.action_id] = []
+            world.decide_again([intent])
         for _, outs in run_recoverers(world, ()):
             for o in outs:
                 reported.setdefault(o.action_id, []).append(o)
@@ -998,9 +1017,11 @@ def _play_approvals(world: World, grants: list[Grant], acts: list[Act]) -> None:
         # and its payment's currency, on its payment, not revoked before its commit 2,
         # with the amount left (an exact one: its amount, unused). A revocation after
         # commit 2 cannot stop the send that goes out; a worker that dies there before its
-        # create is resent only after the checks run again, and they refuse.
+        # create is resent only after the checks run again, and they refuse. (A first
+        # attempt is journaled with `sending` in one commit, so a worker that dies at its
+        # `journaled` dies after that commit, before its create.)
         marked = intent.action_id in sending_at_revocation.get(act.lease, set())
-        unsent = act.dies and act.revoke_at in ("sending", "before-send")
+        unsent = act.dies and act.revoke_at in ("journaled", "sending", "before-send")
         pay_currency = PAYMENTS[pis.index(pi)]
         sends = (
             valid[act.lease]
@@ -1098,7 +1119,8 @@ SIBLING_CRASHES = (
     "before-send",
     "after-answer",
 )
-AFTER_COMMIT_2 = ("sending", "before-send")
+# A first attempt's `journaled` comes after its one commit, with `sending`.
+AFTER_COMMIT_2 = ("journaled", "sending", "before-send")
 
 
 @PROPERTY_SETTINGS
@@ -1153,6 +1175,7 @@ def test_siblings_end_as_they_would_one_after_the_other(
             run(i + 1, inside_a_send)
 
     run(0, False)
+    world.decide_again(intents)
     run_recoverers(world, ())
 
     assert world.store.pending() == []
