@@ -8,7 +8,8 @@ one action's journal records, its receipt and its inclusion proof once logged.
 
 `resolve ACTION STORE --by NAME` settles an action whose outcome is unknown, or one left
 pending after a send: `--stripe` looks its send up, and a refund found is adopted through
-the gate's own recovery (the receipt's owner is `operator:NAME`); with `--refused --reason
+the gate's own recovery (the receipt's owner is `operator:NAME`, and it records their name
+and any `--reason`, as a refusal's does); with `--refused --reason
 TEXT` the person named marks it refused (code `refused_by_person`, their name and reason
 in its receipt). Nothing is ever sent: a lookup that finds nothing changes nothing.
 `revoke LEASE STORE --by NAME` revokes an approval: every later check refuses under it.
@@ -30,7 +31,7 @@ import os
 import sys
 from collections.abc import Mapping
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from interlock._core.approvals import UNSIGNED_APPROVALS, Approvers
 from interlock._core.claims import Owner
@@ -178,7 +179,7 @@ def add_parsers(sub: Any) -> None:
         help="mark it refused: a person checked and no refund was made (with --reason)",
     )
     r.add_argument("--by", metavar="NAME", required=True, help="who resolves it (in the receipt)")
-    r.add_argument("--reason", metavar="TEXT", help="why (required with --refused)")
+    r.add_argument("--reason", metavar="TEXT", help="why, in the receipt (required with --refused)")
     writes(r)
     v = sub.add_parser("revoke", help="revoke an approval: every later check refuses under it")
     v.add_argument("lease", help="the approval's (lease's) id")
@@ -777,16 +778,62 @@ def _resolve_with(location: str, args: argparse.Namespace, payments: Any) -> int
     plan = [
         f"{what}: {_lookup_words(own, None)}.",
         f"resolve will settle it {verdict} through the gate's recovery, with {receipt} "
-        f"whose owner is operator:{shown(args.by)}. Nothing is sent.",
+        f"whose owner is operator:{shown(args.by)}"
+        + (f" and which records why ({shown(args.reason)})" if args.reason else "")
+        + ". Nothing is sent.",
     ]
     _confirm(args, plan)
     return _adopt(location, args, effect, key)
 
 
+class Vouched:
+    """A store whose receipts also name the person who settles through it: `resolve`'s
+    adoption goes through the gate's own recovery, and this adds the operator's name and
+    reason to the receipt it seals (as `resolve --refused` records them), so that the
+    signed receipt says who adopted the send and why, not only the machine's reasons."""
+
+    def __init__(self, store: Store, by: str, reason: str | None, command: str) -> None:
+        self.store = store
+        self.operator = {"by": by, "reason": reason, "command": command}
+
+    def settle(
+        self,
+        action_id: str,
+        epoch: int,
+        owner: Owner,
+        settlement: Settlement,
+        checks: list[Check],
+        extra: Mapping[str, Any],
+        key: SigningKey | None,
+    ) -> Receipt | None:
+        """The store's commit 3, with the person's check and the `operator` field added."""
+        person = Check(
+            "person",
+            "a person's decision to settle an action by what a lookup found",
+            {"by": self.operator["by"], "reason": self.operator["reason"]},
+            True,
+        )
+        return self.store.settle(
+            action_id,
+            epoch,
+            owner,
+            settlement,
+            [*checks, person],
+            {**extra, "operator": dict(self.operator)},
+            key,
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        store = self.__dict__.get("store")
+        if store is None:
+            raise AttributeError(name)
+        return getattr(store, name)
+
+
 def _adopt(location: str, args: argparse.Namespace, effect: Any, key: SigningKey | None) -> int:
     store = _open(location, read_only=False)
     gate = Gate(
-        store,
+        cast(Store, Vouched(store, args.by, args.reason, "resolve --stripe")),
         LookupOnly(effect),
         owner=Owner.current(f"operator:{args.by}"),
         signing_key=key,

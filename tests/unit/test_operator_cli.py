@@ -171,23 +171,30 @@ def test_resolve_adopts_the_refund_the_lookup_finds_and_sends_nothing(
 ) -> None:
     """The refund of an unknown action (a 500 after it was made), or of one whose worker
     died after Stripe's answer, was made: resolve says so, then adopts it through the
-    gate's recovery (no create call), its receipt naming the operator; verify holds."""
+    gate's recovery (no create call), its receipt naming the operator and their reason as
+    a refusal's does; verify holds."""
     intent = world.crash(at, fault=fault)
     [refund] = world.agent_refunds(intent.action_id)
     posts = world.posts()
+    why = "ticket 812: the customer saw it"
 
     code, out, err = run(
-        capsys, "resolve", intent.action_id, str(world.path), "--stripe", "--by", "alice", "--yes"
-    )
+        capsys, "resolve", intent.action_id, str(world.path), "--stripe", "--by", "alice",
+        "--reason", why, "--yes",
+    )  # fmt: skip
 
     assert code == 0, err
     assert f"its own {refund.id}" in out and "settle it adopted" in out
+    assert f"records why ({why})" in out
     assert f"adopted {refund.id}" in out and "operator:alice" in out
     assert world.posts() == posts
     state = world.store.action(intent.action_id)
     assert state is not None and state.settlement is not None and state.receipt is not None
     assert (state.settlement.status, state.settlement.external_id) == ("adopted", refund.id)
-    assert state.receipt.body["owner"]["worker_id"] == "operator:alice"
+    body = state.receipt.body
+    assert body["owner"]["worker_id"] == "operator:alice"
+    assert body["operator"] == {"by": "alice", "reason": why, "command": "resolve --stripe"}
+    assert body["checks"][-1]["observed"] == {"by": "alice", "reason": why}
     assert verify(world.store, world.payments).ok
     code, _, err = run(
         capsys, "resolve", intent.action_id, str(world.path), "--stripe", "--by", "a", "--yes"
