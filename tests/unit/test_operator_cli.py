@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ import pytest
 
 from interlock import (
     Intent,
+    KeyList,
     Owner,
     SigningKey,
     SQLiteStore,
@@ -331,6 +333,119 @@ def test_revoke_says_what_it_revokes_then_revokes(
     assert code == 0 and "already revoked by carol" in out
     code, _, err = run(capsys, "revoke", "lease_none", str(world.path), "--by", "d", "--yes")
     assert code == 1 and "approval lease_none is not in the store" in err
+
+
+def _signing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[SigningKey, KeyList]:
+    """The gate's key in INTERLOCK_SIGNING_KEY, as an operator runs the commands, and the
+    key list that checks it."""
+    key = SigningKey.generate()
+    key.save(tmp_path / "signing-key.pem")
+    monkeypatch.setenv("INTERLOCK_SIGNING_KEY", str(tmp_path / "signing-key.pem"))
+    trusted = KeyList()
+    trusted.add(key.public)
+    return key, trusted
+
+
+def _store_writer(path: Path, sql: str, *args: object) -> None:
+    """One write straight into the store's file, as a store writer (not a gate) makes it."""
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute(sql, args)
+    conn.close()
+
+
+def _edit_lease(path: Path, lease_id: str, **changes: object) -> None:
+    conn = sqlite3.connect(path)
+    (text,) = conn.execute("SELECT lease FROM leases WHERE lease_id=?", (lease_id,)).fetchone()
+    conn.close()
+    data = {**json.loads(text), **changes}
+    _store_writer(path, "UPDATE leases SET lease=? WHERE lease_id=?", json.dumps(data), lease_id)
+
+
+def test_revoke_writes_a_signed_receipt_that_verify_holds_the_approval_to(
+    world: World, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    """Revoke writes a receipt of its own, signed with the gate's key and in the receipt
+    log: who revoked which approval, when and why. Verify checks it against the approval's
+    row: a revocation undone or rewritten by a store writer, or its receipt deleted, is
+    named."""
+    key, trusted = _signing(tmp_path, monkeypatch)
+    lid, why = world.lease.id, "the agent refunds a customer twice"
+
+    code, out, err = run(
+        capsys, "revoke", lid, str(world.path), "--by", "carol", "--reason", why, "--yes", "--json"
+    )
+
+    assert code == 0, err
+    assert f"signed with key {key.key_id}" in err and f"({why})" in err
+    lease = world.store.lease(lid)
+    assert lease is not None and lease.revocation_receipt is not None
+    receipt = world.store.receipt(lease.revocation_receipt)
+    assert receipt is not None and json.loads(out)["receipt"] == receipt.hash
+    body = receipt.body
+    assert (body["record"], body["lease_id"], body["revoked_by"], body["reason"]) == (
+        "revocation", lid, "carol", why,
+    )  # fmt: skip
+    assert body["at"] == lease.revoked_at and body["key_id"] == key.key_id
+    assert body["owner"]["worker_id"] == "operator:carol"
+    assert body["operator"] == {"by": "carol", "reason": why, "command": "revoke"}
+    checked = verify(world.store, keys=trusted)
+    assert checked.ok, checked.problems
+    assert (checked.chain_length, checked.log_size, checked.formats) == (1, 1, {"ed25519": 1})
+    stranger = KeyList()
+    stranger.add(SigningKey.generate().public)
+    assert not verify(world.store, keys=stranger).ok
+
+    _edit_lease(world.path, lid, revoked_at=None, revoked_by=None)
+    [undone] = verify(world.store, keys=trusted).problems
+    assert f"receipt {receipt.seq} (revocation of {lid}): records approval {lid}" in undone
+    assert "its revocation was undone" in undone
+    _edit_lease(world.path, lid, revoked_at=lease.revoked_at, revoked_by="mallory")
+    [rewritten] = verify(world.store, keys=trusted).problems
+    assert "the store records it revoked by mallory" in rewritten
+    _edit_lease(world.path, lid, revoked_by="carol")
+    assert verify(world.store, keys=trusted).ok
+    _store_writer(world.path, "DELETE FROM receipts WHERE seq=?", receipt.seq)
+    gone = verify(world.store, keys=trusted).problems
+    assert (
+        f"approval {lid}: revoked, but its revocation's receipt {receipt.seq} is gone" in (gone[-1])
+    )
+
+
+def test_show_points_at_the_revocation_of_its_approval(
+    world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An action whose approval `revoke` revoked shows who revoked it, when, and the
+    revocation's receipt; one revoked through the library (as every older store has it)
+    says it has none, and the store verifies as before."""
+    intent = world.decide(AMOUNT, world.lease.id)
+    world.gate(Owner.current("w")).submit(intent)
+    other = world.grant(10_000)
+    older = world.decide(AMOUNT, other.id)
+    world.gate(Owner.current("w")).submit(older)
+    world.store.revoke_lease(other.id, "support")
+    code, _, err = run(capsys, "revoke", world.lease.id, str(world.path), "--by", "carol", "--yes")
+    assert code == 0, err
+    lease = world.store.lease(world.lease.id)
+    assert lease is not None and lease.revocation_receipt is not None
+    receipt = world.store.receipt(lease.revocation_receipt)
+    assert receipt is not None
+
+    code, out, err = run(capsys, "show", intent.action_id, str(world.path))
+
+    assert code == 0, err
+    assert f"approval {world.lease.id} revoked by carol at " in out
+    assert f"receipt {receipt.seq} (hash {receipt.hash})" in out
+    code, out, _ = run(capsys, "show", intent.action_id, str(world.path), "--json")
+    approval = json.loads(out)["approval"]
+    assert (
+        approval["revoked_by"] == "carol" and approval["revocation_receipt"]["seq"] == receipt.seq
+    )
+    code, out, _ = run(capsys, "show", older.action_id, str(world.path))
+    assert code == 0 and f"approval {other.id} revoked by support at " in out
+    assert "no receipt (revoked through the library" in out
+    assert verify(world.store, world.payments).ok
 
 
 @pytest.mark.parametrize(
