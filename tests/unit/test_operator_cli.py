@@ -13,36 +13,77 @@ import io
 import json
 import sqlite3
 import time
+import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from interlock import (
+    ACTION_METADATA_KEY,
+    Gate,
     Intent,
     KeyList,
+    Lease,
     Owner,
+    PaymentsUnsettledError,
     SigningKey,
     SQLiteStore,
+    StripeTransfer,
     _operator,
+    new_action_id,
+    transfers_fingerprint,
     verify,
 )
+from interlock import Event as GateEventSeen
 from interlock import __main__ as cli
 from interlock._core.errors import ActionError
 from interlock._core.journal import CODE_REFUSED_BY_PERSON, Settlement
+from interlock._core.payments import Transfer
 from interlock.testing import InProcessPayments
-from tests.helpers.gate_rig import AMOUNT, TIMING, GateWorld, gone_owner
+from tests.helpers.approvals import APPROVER, APPROVERS
+from tests.helpers.gate_rig import AMOUNT, TIMING, Crash, GateWorld, gone_owner
 
 TEST_KEY = "sk_test_operator"
 
 
 class Payments(InProcessPayments):
-    """The in-process Stripe, closable as the CLI's client is."""
+    """The in-process Stripe, closable as the CLI's client is; with `transfer_500` set, a
+    transfer's create answers HTTP 500 (after making it, or before)."""
 
     closed = False
+    transfer_500: str | None = None
 
     def close(self) -> None:
         self.closed = True
+
+    def create_transfer(
+        self,
+        destination: str,
+        amount: int,
+        *,
+        currency: str = "usd",
+        idempotency_key: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> Transfer:
+        if self.transfer_500 is None:
+            return super().create_transfer(
+                destination,
+                amount,
+                currency=currency,
+                idempotency_key=idempotency_key,
+                metadata=metadata,
+            )
+        if self.transfer_500 == "made":
+            super().create_transfer(
+                destination,
+                amount,
+                currency=currency,
+                idempotency_key=idempotency_key,
+                metadata=metadata,
+            )
+        raise PaymentsUnsettledError("create transfer", "Internal Server Error", 500)
 
 
 class World(GateWorld):
@@ -66,6 +107,46 @@ class World(GateWorld):
 
     def posts(self) -> int:
         return self.model.requests.count(("POST", "refunds"))
+
+    def crash_transfer(self, *, made: bool) -> Intent:
+        """A transfer to a connected account whose create answered HTTP 500 (the transfer
+        made, or not), its worker dead at the unknown mark."""
+        account = f"acct_{uuid.uuid4().hex[:16]}"
+        lease = self.store.grant_lease(
+            APPROVER.sign(
+                Lease(
+                    f"lease_{uuid.uuid4().hex[:10]}", "transfer", account, 10_000,
+                    self.clock() + 3600, "support", self.clock(), currency="usd",
+                )
+            )
+        )  # fmt: skip
+        intent = Intent(
+            new_action_id(), "transfer", account, AMOUNT, lease.id,
+            transfers_fingerprint([]), currency="usd",
+        )  # fmt: skip
+
+        def die_at_unknown(event: GateEventSeen) -> None:
+            if event.kind == "unknown":
+                raise Crash(event.kind)
+
+        gate = Gate(
+            self.store, StripeTransfer(self.payments), timing=TIMING, owner=gone_owner(),
+            on_event=die_at_unknown, clock=self.clock, sleep=self.clock.sleep,
+            monotonic=self.clock.monotonic, approvers=APPROVERS,
+        )  # fmt: skip
+        self.payments.transfer_500 = "made" if made else "nothing"
+        with pytest.raises(Crash):
+            gate.submit(intent)
+        self.payments.transfer_500 = None
+        return intent
+
+    def transfers(self, intent: Intent) -> list[Transfer]:
+        """The transfers to the intent's account that name it."""
+        return [
+            t
+            for t in self.payments.list_transfers(intent.target)
+            if t.metadata.get(ACTION_METADATA_KEY) == intent.action_id
+        ]
 
 
 @pytest.fixture
@@ -202,6 +283,63 @@ def test_resolve_adopts_the_refund_the_lookup_finds_and_sends_nothing(
         capsys, "resolve", intent.action_id, str(world.path), "--stripe", "--by", "a", "--yes"
     )
     assert code == 1 and "is already settled: adopted" in err
+
+
+def test_resolve_adopts_the_transfer_the_lookup_finds(
+    world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A transfer whose create answered 500 after it was made: resolve looks it up at the
+    account (the transfer effect, in the intent's currency), adopts it with no create
+    call, its receipt naming the operator; verify, reading transfers too, holds."""
+    intent = world.crash_transfer(made=True)
+    [transfer] = world.transfers(intent)
+    state = world.store.action(intent.action_id)
+    assert state is not None and state.unknown is not None
+    creates = world.model.requests.count(("POST", "transfers"))
+    assert creates == 1
+
+    code, out, err = run(
+        capsys, "resolve", intent.action_id, str(world.path), "--stripe", "--by", "alice",
+        "--reason", "the account shows it", "--yes", "--json",
+    )  # fmt: skip
+
+    assert code == 0, err
+    assert f"its own {transfer.id}" in err and "settle it adopted" in err
+    assert json.loads(out)["external_id"] == transfer.id
+    assert world.model.requests.count(("POST", "transfers")) == creates
+    state = world.store.action(intent.action_id)
+    assert state is not None and state.settlement is not None and state.receipt is not None
+    assert (state.settlement.status, state.settlement.external_id) == ("adopted", transfer.id)
+    assert state.receipt.body["kind"] == "transfer"
+    assert state.receipt.body["operator"]["by"] == "alice"
+    lease = world.store.lease(intent.lease_id)
+    assert lease is not None and lease.spent == AMOUNT
+    assert verify(world.store, world.payments).ok
+
+
+def test_resolve_refuses_a_transfer_the_lookup_does_not_find(
+    world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A transfer whose create answered 500 before anything was made: `--stripe` alone
+    changes nothing; `--refused` marks it refused by the person, after the lookup at the
+    account found nothing, and its approval's reservation is released."""
+    intent = world.crash_transfer(made=False)
+    assert world.transfers(intent) == []
+    base = ["resolve", intent.action_id, str(world.path), "--stripe", "--by", "bob", "--yes"]
+    code, _, err = run(capsys, *base)
+    assert code == 1 and "no send naming it at Stripe" in err
+
+    code, out, err = run(capsys, *base, "--refused", "--reason", "no transfer at Stripe")
+
+    assert code == 0, err
+    assert "lookup: no send naming it at Stripe" in out and "mark it refused by bob" in out
+    state = world.store.action(intent.action_id)
+    assert state is not None and state.settlement is not None and state.receipt is not None
+    assert (state.settlement.status, state.settlement.code) == ("refused", CODE_REFUSED_BY_PERSON)
+    assert state.receipt.body["checks"][-1]["observed"] == "none"
+    lease = world.store.lease(intent.lease_id)
+    assert lease is not None and dict(lease.reservations) == {} and lease.spent == 0
+    assert world.transfers(intent) == [] and verify(world.store, world.payments).ok
 
 
 def test_resolve_finding_nothing_changes_nothing(
