@@ -51,8 +51,10 @@ def gen_ai(span: ReadableSpan) -> dict[str, Any]:
 
 
 def event_action_ids(span: ReadableSpan) -> set[object]:
-    """The action ids the span's step events name (every step names its action)."""
-    return {(e.attributes or {}).get("interlock.action_id") for e in span.events}
+    """The action ids the span's step events name (the gate's steps each name theirs; the
+    receipt's event, `interlock.receipt`, names its hash only)."""
+    named_ids = ((e.attributes or {}).get("interlock.action_id") for e in span.events)
+    return {i for i in named_ids if i is not None}
 
 
 def values(spans: Iterable[ReadableSpan]) -> list[tuple[str, object]]:

@@ -1,0 +1,412 @@
+"""`interlock.otel` under the Pydantic AI guard, the OpenAI Agents SDK guard and the MCP
+desk: each framework drives its guarded tool the way a user's agent does (Pydantic AI's
+`FunctionModel`, the SDK's `ScriptedModel`, the official `mcp` client in memory), over a
+traced gate, and the spans are read back from the SDK's in-memory exporter.
+
+What a user looks for in their trace backend: one `execute_tool <tool>` span per guarded
+call, carrying the tool call id the framework gave the call, the gate's steps on it, the
+outcome (`unknown` apart from a failure), `error.type` on a failure, and no amount or key.
+Two calls of one model turn run at once are two spans that never share a step.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+pytest.importorskip("pydantic_ai", reason="the pydantic-ai extra is not installed")
+pytest.importorskip("agents", reason="the openai-agents extra is not installed")
+pytest.importorskip("mcp", reason="the mcp extra is not installed")
+
+import agents as oa_agents
+from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
+from agents.tool_context import ToolContext
+from pydantic_ai import Agent
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.toolsets import FunctionToolset
+
+from interlock import (
+    Gate,
+    Intent,
+    Lease,
+    MemoryStore,
+    Owner,
+    StripeRefund,
+    Timing,
+    refunds_fingerprint,
+)
+from interlock import openai_agents as oa
+from interlock import pydantic_ai as pa
+from interlock.otel import traced
+from interlock.testing import InProcessPayments, NoLookup
+from tests.helpers.approvals import APPROVER, APPROVERS
+from tests.helpers.gate_rig import GateWorld, gone_owner
+from tests.helpers.otel_spans import (
+    attributes,
+    calls,
+    event_action_ids,
+    gen_ai,
+    leaks,
+    memory_provider,
+)
+from tests.helpers.siblings import HeldReads, Rendezvous
+
+TOOL = "issue_refund"
+# Amounts no id, count or hash of a run spells as a whole word: the refund sent, one over
+# its approval's cap, and the cap itself.
+SENT, CAP, OVER_CAP = 1234, 2345, 4321
+MONEY = (SENT, CAP, OVER_CAP)
+# The cap of an approval that covers two refunds of SENT; a refund larger than the $100
+# payment (Stripe refuses it) and an approval that covers it.
+TWIN_CAP, BIG, BIG_CAP = 3 * SENT, 12_345, 15_000
+
+
+@pytest.fixture
+def memory() -> Iterator[tuple[TracerProvider, InMemorySpanExporter]]:
+    """A tracer provider exporting each span as it ends, and every span it ended."""
+    provider, exporter = memory_provider()
+    yield provider, exporter
+    exporter.shutdown()
+
+
+def steps(span: ReadableSpan) -> list[str]:
+    """The names of the span's step events, in order."""
+    return [e.name for e in span.events]
+
+
+def assert_call_span(
+    span: ReadableSpan, *, call_id: str, action_id: str, framework: str | None, outcome: str
+) -> None:
+    """The span of one guarded call: the GenAI tool call as the framework made it, its
+    action, its outcome, and every step of it (none of another call's)."""
+    assert gen_ai(span) == {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": TOOL,
+        "gen_ai.tool.type": "function",
+        "gen_ai.tool.call.id": call_id,
+    }
+    a = attributes(span)
+    assert a["interlock.action_id"] == action_id
+    assert a.get("interlock.framework") == framework
+    assert a["interlock.outcome"] == outcome
+    assert steps(span)[0] == "interlock.journal"
+    assert event_action_ids(span) == {action_id}
+
+
+# -- Pydantic AI ----------------------------------------------------------------------------
+
+
+class Turns:
+    """A Pydantic AI `FunctionModel` script: read the payment, then each turn's refund calls
+    (a list of amounts, all asked at once in one response), then say what the tool said."""
+
+    def __init__(self, *turns: list[int]) -> None:
+        self.turns = turns
+
+    def __call__(self, messages: list[ModelMessage], _info: AgentInfo) -> ModelResponse:
+        returns = [
+            p
+            for m in messages
+            if isinstance(m, ModelRequest)
+            for p in m.parts
+            if isinstance(p, ToolReturnPart)
+        ]
+        read = [p for p in returns if p.tool_name == "get_payment"]
+        told = [str(p.content) for p in returns if p.tool_name == TOOL]
+        if not read:
+            return ModelResponse(parts=[ToolCallPart("get_payment", {})])
+        done = sum(1 for m in messages if isinstance(m, ModelResponse)) - 1
+        if done < len(self.turns):
+            seen = str(read[-1].content)
+            args = [{"seen": seen, "amount": amount} for amount in self.turns[done]]
+            return ModelResponse(parts=[ToolCallPart(TOOL, a) for a in args])
+        return ModelResponse(parts=[TextPart(json.dumps(told))])
+
+
+def pydantic_agent(
+    gate: Gate, payments: InProcessPayments, pi: str, lease: str, turns: Turns
+) -> Agent[None, str]:
+    """A Pydantic AI agent whose `issue_refund` (its toolset wrapped) goes through `gate`."""
+    tools: FunctionToolset[None] = FunctionToolset()
+
+    @tools.tool_plain
+    def get_payment() -> str:
+        return refunds_fingerprint(payments.list_refunds(pi))
+
+    @tools.tool_plain
+    def issue_refund(seen: str, amount: int) -> str:
+        raise AssertionError("the guard sends; the tool's body never runs")
+
+    guarded = pa.InterlockToolset(
+        tools,
+        gate=gate,
+        tool=TOOL,
+        intent=lambda a: pa.ToolIntent("refund", pi, a["amount"], lease, a["seen"]),
+    )
+    return Agent(FunctionModel(turns), toolsets=[guarded])
+
+
+def pydantic_calls(messages: list[ModelMessage]) -> list[ToolCallPart]:
+    """The guarded tool's calls as the model made them, in order."""
+    return [
+        p
+        for m in messages
+        if isinstance(m, ModelResponse)
+        for p in m.parts
+        if isinstance(p, ToolCallPart) and p.tool_name == TOOL
+    ]
+
+
+async def test_pydantic_ai_each_guarded_call_is_a_span_with_the_models_tool_call_id(
+    memory: tuple[TracerProvider, InMemorySpanExporter],
+) -> None:
+    """A refund sent, then one over its approval refused: two spans, each with the
+    `tool_call_id` of its `ToolCallPart`, its own steps, its outcome (a refusal is no
+    error), and no amount in any attribute."""
+    provider, exporter = memory
+    world = GateWorld()
+    lease = world.grant(CAP)
+    gate = traced(world.gate(gone_owner()), tracer_provider=provider, tool_name=TOOL)
+    agent = pydantic_agent(gate, world.payments, world.pi, lease.id, Turns([SENT], [OVER_CAP]))
+
+    result = await agent.run("refund $12.34, then $43.21")
+
+    told = json.loads(result.output)
+    assert told[0].startswith("done") and told[1].startswith("not done, refused"), told
+    sent_call, refused_call = pydantic_calls(result.all_messages())
+    sent, refused = calls(exporter, TOOL)
+    conversation = result.all_messages()[0].conversation_id  # type: ignore[union-attr]
+    for span, call, outcome in ((sent, sent_call, "sent"), (refused, refused_call, "refused")):
+        assert_call_span(
+            span,
+            call_id=call.tool_call_id,
+            action_id=pa.action_id_for(str(conversation), call.tool_call_id),
+            framework="pydantic-ai",
+            outcome=outcome,
+        )
+        assert span.status.status_code is StatusCode.UNSET
+    assert "interlock.sending" in steps(sent) and "interlock.sending" not in steps(refused)
+    assert leaks(exporter.get_finished_spans(), MONEY) == []
+
+
+class Twins:
+    """A $100 payment, an approval that covers two refunds of SENT, and one traced gate
+    (real clock) whose first read of each action waits until both calls have read or been
+    told to wait their turn: so the two calls of one turn are inside the gate together."""
+
+    def __init__(self, provider: TracerProvider) -> None:
+        self.payments = InProcessPayments()
+        self.pi = self.payments.create_payment(10_000).id
+        self.store = MemoryStore()
+        self.lease = f"lease_{self.pi}"
+        now = time.time()
+        self.store.grant_lease(
+            APPROVER.sign(Lease(self.lease, "refund", self.pi, TWIN_CAP, now + 3600, "s", now))
+        )
+        rendezvous = Rendezvous(2)
+        self.gate = traced(
+            Gate(
+                self.store,
+                HeldReads(StripeRefund(self.payments), rendezvous),
+                timing=Timing(6, 1),
+                owner=Owner.current("agent"),
+                on_event=rendezvous.on_event,
+                approvers=APPROVERS,
+            ),
+            tracer_provider=provider,
+            tool_name=TOOL,
+        )
+
+
+def assert_twins(spans: list[ReadableSpan], call_ids: dict[str, str]) -> None:
+    """Two calls of one turn at once: one span each, with its own call id and only its own
+    steps, one sent and the other refused after waiting its turn; neither span inside the
+    other."""
+    assert len(spans) == 2
+    assert {gen_ai(s)["gen_ai.tool.call.id"] for s in spans} == set(call_ids)
+    by_outcome = {attributes(s)["interlock.outcome"]: s for s in spans}
+    assert set(by_outcome) == {"sent", "refused"}
+    for span in spans:
+        action_id = call_ids[gen_ai(span)["gen_ai.tool.call.id"]]
+        assert attributes(span)["interlock.action_id"] == action_id
+        assert event_action_ids(span) == {action_id}
+        assert span.parent is None or span.parent.span_id not in {s.context.span_id for s in spans}
+    assert "interlock.turn_wait" in steps(by_outcome["refused"])
+    assert "interlock.turn_wait" not in steps(by_outcome["sent"])
+    assert "interlock.sending" not in steps(by_outcome["refused"])
+
+
+async def test_pydantic_ai_two_calls_of_one_response_run_at_once_are_two_spans(
+    memory: tuple[TracerProvider, InMemorySpanExporter],
+) -> None:
+    """Pydantic AI runs the two `issue_refund` calls of one `ModelResponse` at once (each in
+    its own worker thread): two spans, never mixed, each with its own `tool_call_id`."""
+    provider, exporter = memory
+    twins = Twins(provider)
+    agent = pydantic_agent(twins.gate, twins.payments, twins.pi, twins.lease, Turns([SENT, SENT]))
+
+    result = await agent.run("refund $12.34 twice")
+
+    conversation = str(result.all_messages()[0].conversation_id)  # type: ignore[union-attr]
+    ids = {
+        c.tool_call_id: pa.action_id_for(conversation, c.tool_call_id)
+        for c in pydantic_calls(result.all_messages())
+    }
+    assert len(ids) == 2
+    assert_twins(calls(exporter, TOOL), ids)
+    assert leaks(exporter.get_finished_spans(), [*MONEY, TWIN_CAP]) == []
+
+
+@pytest.mark.parametrize("outcome", ["unknown", "failed"])
+async def test_pydantic_ai_an_unknown_send_is_not_a_failure_and_a_failure_has_its_error_type(
+    memory: tuple[TracerProvider, InMemorySpanExporter], outcome: str
+) -> None:
+    """A 500 after Stripe made the refund, with no lookup to find it: `unknown`, status
+    unset, no `error.type` (nobody knows it failed; the model is told not done yet). A
+    refund larger than the payment, which Stripe refuses: `failed`, ERROR with
+    `error.type` Stripe's code. Neither span holds the amount or Stripe's words."""
+    provider, exporter = memory
+    world = GateWorld()
+    if outcome == "unknown":
+        lease, amount = world.grant(CAP), SENT
+        world.model.add_fault("error_500", stage="after_commit")
+        gate = world.gate(gone_owner(), emulate=NoLookup)
+    else:
+        lease, amount = world.grant(BIG_CAP), BIG
+        gate = world.gate(gone_owner())
+    traced(gate, tracer_provider=provider, tool_name=TOOL)
+    agent = pydantic_agent(gate, world.payments, world.pi, lease.id, Turns([amount]))
+
+    [told] = json.loads((await agent.run("refund it")).output)
+
+    [span] = calls(exporter, TOOL)
+    a = attributes(span)
+    assert a["interlock.outcome"] == outcome
+    if outcome == "unknown":
+        assert told.startswith("not done yet"), told
+        assert span.status.status_code is StatusCode.UNSET and "error.type" not in a
+        assert "interlock.unknown" in steps(span)
+    else:
+        assert told.startswith("not done"), told
+        assert span.status.status_code is StatusCode.ERROR
+        assert a["error.type"] == a["interlock.code"] == "invalid_request_error"
+    assert leaks(exporter.get_finished_spans(), [*MONEY, BIG, BIG_CAP]) == []
+
+
+# -- OpenAI Agents SDK ------------------------------------------------------------------------
+
+SCOPE = "case-1"  # the app's name for the conversation
+
+
+def tool_outputs(call: ModelCall) -> dict[str, str]:
+    """The function call outputs the scripted model was given, by call id."""
+    items = call.input if isinstance(call.input, list) else []
+    return {
+        str(i["call_id"]): str(i["output"])
+        for i in items
+        if isinstance(i, dict) and i.get("type") == "function_call_output"
+    }
+
+
+async def run_agents_sdk(
+    gate: Gate, payments: InProcessPayments, pi: str, lease: str, *turns: dict[str, int]
+) -> list[str]:
+    """Run an Agents SDK agent whose guarded `issue_refund` goes through `gate`: it reads
+    the payment, then each turn's function calls (call id: amount) at once; returns what
+    the tool told it for each call, in call order."""
+    guard = oa.ToolGate(gate)
+
+    @oa_agents.function_tool
+    def get_payment() -> str:
+        """The payment's refunds' fingerprint."""
+        return refunds_fingerprint(payments.list_refunds(pi))
+
+    @oa_agents.function_tool(failure_error_function=oa.failure_words)
+    async def issue_refund(ctx: ToolContext[Any], seen: str, amount: int) -> str:
+        """Refund `amount` cents, given the fingerprint get_payment showed."""
+        intent = Intent(oa.tool_action_id(ctx, SCOPE), "refund", pi, amount, lease, seen)
+        return await guard.send(intent)
+
+    def ask(turn: dict[str, int]) -> ModelStep:
+        def step(call: ModelCall) -> Any:
+            seen = tool_outputs(call)["c_read"]
+            return [
+                function_call(TOOL, {"seen": seen, "amount": amount}, call_id=call_id)
+                for call_id, amount in turn.items()
+            ]
+
+        return ModelStep.respond(step)
+
+    def say(call: ModelCall) -> Any:
+        return [assistant_message(json.dumps(tool_outputs(call)))]
+
+    model = ScriptedModel(
+        [
+            [function_call("get_payment", {}, call_id="c_read")],
+            *(ask(turn) for turn in turns),
+            ModelStep.respond(say),
+        ]
+    )
+    agent = oa_agents.Agent("refunds", model=model, tools=[get_payment, issue_refund])
+    config = oa_agents.RunConfig(tracing_disabled=True)
+    result = await oa_agents.Runner.run(agent, "refund it", run_config=config)
+    told = json.loads(str(result.final_output))
+    return [told[call_id] for turn in turns for call_id in turn]
+
+
+async def test_openai_agents_each_guarded_call_is_a_span_with_the_function_call_id(
+    memory: tuple[TracerProvider, InMemorySpanExporter],
+) -> None:
+    """A refund sent, then one over its approval refused: two spans, each with the
+    `call_id` of its function call, its own steps, its outcome, and no amount."""
+    provider, exporter = memory
+    world = GateWorld()
+    lease = world.grant(CAP)
+    gate = traced(world.gate(gone_owner()), tracer_provider=provider, tool_name=TOOL)
+
+    told = await run_agents_sdk(
+        gate, world.payments, world.pi, lease.id, {"c_sent": SENT}, {"c_over": OVER_CAP}
+    )
+
+    assert told[0].startswith("done") and told[1].startswith("not done, refused"), told
+    sent, refused = calls(exporter, TOOL)
+    for span, call_id, outcome in ((sent, "c_sent", "sent"), (refused, "c_over", "refused")):
+        assert_call_span(
+            span,
+            call_id=call_id,
+            action_id=oa.action_id_for(SCOPE, call_id),
+            framework="openai-agents",
+            outcome=outcome,
+        )
+        assert span.status.status_code is StatusCode.UNSET
+    assert leaks(exporter.get_finished_spans(), MONEY) == []
+
+
+async def test_openai_agents_two_function_calls_of_one_turn_run_at_once_are_two_spans(
+    memory: tuple[TracerProvider, InMemorySpanExporter],
+) -> None:
+    """The SDK runs the two `issue_refund` function calls of one turn at once: two spans,
+    never mixed, each with its own `call_id`."""
+    provider, exporter = memory
+    twins = Twins(provider)
+    turn = {"c_refund_0": SENT, "c_refund_1": SENT}
+
+    await run_agents_sdk(twins.gate, twins.payments, twins.pi, twins.lease, turn)
+
+    assert_twins(calls(exporter, TOOL), {c: oa.action_id_for(SCOPE, c) for c in turn})
+    assert leaks(exporter.get_finished_spans(), [*MONEY, TWIN_CAP]) == []
