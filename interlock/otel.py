@@ -45,7 +45,8 @@ What a traced gate produces:
 No amount of money and no text that may hold one (reasons, the provider's messages), no
 idempotency key, no secret is in any attribute unless `sensitive=True`: then
 `interlock.amount`, `interlock.reason`, `interlock.problem`, `interlock.error` and
-`interlock.idempotency_key` are added where known. Events from the receipt log's timer
+`interlock.idempotency_key` are added where known, and an exception's event carries its
+message and stack trace (by default its type alone). Events from the receipt log's timer
 thread (no call is running) are not traced.
 """
 
@@ -289,7 +290,7 @@ class _Tracing:
         except BaseException as e:
             error = type(e).__qualname__
             self.end_send(call, StatusCode.ERROR, error)
-            span.record_exception(e)
+            self.record_exception(span, e)
             span.set_attribute("error.type", error)
             span.set_status(Status(StatusCode.ERROR, error))
             raise
@@ -297,6 +298,19 @@ class _Tracing:
             self.current.reset(token)
             self.end_send(call, StatusCode.ERROR, "interrupted")
             span.end()
+
+    def record_exception(self, span: Span, error: BaseException) -> None:
+        """The exception as the span's `exception` event: its type only, unless `sensitive`.
+
+        Its message and stack trace may hold the provider's words (a 401's masked key), an
+        amount or a reason, as `exception.message` and in the trace's last line."""
+        if self.sensitive:
+            span.record_exception(error)
+            return
+        kind = type(error)
+        module = kind.__module__
+        name = kind.__qualname__ if module in ("builtins", "") else f"{module}.{kind.__qualname__}"
+        span.add_event("exception", {"exception.type": name})
 
     def intent_attributes(self, intent: Intent) -> dict[str, Any]:
         """What the span says of the decision: never its amount unless `sensitive`."""

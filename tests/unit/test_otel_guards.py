@@ -46,6 +46,7 @@ from interlock import (
     Lease,
     MemoryStore,
     Owner,
+    PaymentsAuthError,
     StripeRefund,
     Timing,
     refunds_fingerprint,
@@ -63,6 +64,7 @@ from tests.helpers.otel_spans import (
     gen_ai,
     leaks,
     memory_provider,
+    named,
 )
 from tests.helpers.siblings import HeldReads, Rendezvous
 
@@ -410,3 +412,32 @@ async def test_openai_agents_two_function_calls_of_one_turn_run_at_once_are_two_
 
     assert_twins(calls(exporter, TOOL), {c: oa.action_id_for(SCOPE, c) for c in turn})
     assert leaks(exporter.get_finished_spans(), [*MONEY, TWIN_CAP]) == []
+
+
+async def test_openai_agents_a_guard_that_raises_is_an_error_span_and_the_model_is_told(
+    memory: tuple[TracerProvider, InMemorySpanExporter],
+) -> None:
+    """Stripe refuses the key mid-send (`PaymentsAuthError`): the SDK answers the model
+    with `failure_words` (not known, do not retry), and the call's span and its send span
+    end ERROR with `error.type` naming the error; the key is in no attribute."""
+    provider, exporter = memory
+    world = GateWorld()
+    lease = world.grant(CAP)
+    gate = traced(world.gate(gone_owner()), tracer_provider=provider, tool_name=TOOL)
+
+    def refuse(*_: Any, **__: Any) -> Any:
+        raise PaymentsAuthError("create refund", 401, "Invalid API Key provided: sk_test_****1234")
+
+    gate.effect.send = refuse  # type: ignore[method-assign]
+
+    [told] = await run_agents_sdk(gate, world.payments, world.pi, lease.id, {"c_key": SENT})
+
+    assert "do not" in told.lower() and "Please try again" not in told, told
+    [span] = calls(exporter, TOOL)
+    [send] = named(exporter, "interlock.send")
+    assert gen_ai(span)["gen_ai.tool.call.id"] == "c_key"
+    for s in (span, send):
+        assert s.status.status_code is StatusCode.ERROR
+        assert attributes(s)["error.type"] == "PaymentsAuthError"
+    assert send.parent is not None and send.parent.span_id == span.context.span_id
+    assert leaks(exporter.get_finished_spans(), MONEY) == []
