@@ -26,8 +26,12 @@ pytest.importorskip("agents", reason="the openai-agents extra is not installed")
 pytest.importorskip("mcp", reason="the mcp extra is not installed")
 
 import agents as oa_agents
+import anyio
+import mcp.shared._otel as mcp_otel
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 from agents.tool_context import ToolContext
+from mcp.client import Client
+from mcp.server.mcpserver import MCPServer
 from pydantic_ai import Agent
 from pydantic_ai.messages import (
     ModelMessage,
@@ -53,6 +57,7 @@ from interlock import (
 )
 from interlock import openai_agents as oa
 from interlock import pydantic_ai as pa
+from interlock.mcp import RefundDesk, action_id_for, add_refund_tools, grant_approval
 from interlock.otel import traced
 from interlock.testing import InProcessPayments, NoLookup
 from tests.helpers.approvals import APPROVER, APPROVERS
@@ -441,3 +446,142 @@ async def test_openai_agents_a_guard_that_raises_is_an_error_span_and_the_model_
         assert attributes(s)["error.type"] == "PaymentsAuthError"
     assert send.parent is not None and send.parent.span_id == span.context.span_id
     assert leaks(exporter.get_finished_spans(), MONEY) == []
+
+
+# -- the MCP desk -----------------------------------------------------------------------------
+
+HAND = 777  # a refund made by hand, from the dashboard
+
+
+class Desk:
+    """An MCP server with the refund tools over a desk whose gate is traced, and the MCP
+    SDK's own server spans (`tools/call issue_refund`, on by default in the SDK, sent to the
+    global tracer provider) sent to the test's provider instead."""
+
+    def __init__(self, provider: TracerProvider, monkeypatch: pytest.MonkeyPatch) -> None:
+        # The SDK's spans go to the tracer its `_otel` module took from the global provider;
+        # the global one can be set once per process, so the test points that tracer here.
+        monkeypatch.setattr(mcp_otel, "_tracer", provider.get_tracer("mcp-python-sdk"))
+        self.payments = InProcessPayments()
+        self.store = MemoryStore()
+        self.desk = RefundDesk(
+            self.payments,
+            self.store,
+            timing=Timing(claim_ttl_s=6, stripe_timeout_s=1),
+            approvers=APPROVERS,
+        )
+        traced(self.desk.gate, tracer_provider=provider, tool_name=TOOL)
+        self.server = MCPServer("refunds", log_level="WARNING")
+        add_refund_tools(self.server, self.desk)
+
+    def payment(self, cap: int) -> str:
+        """A new $100 payment, approved for refunds up to `cap`."""
+        pi = self.payments.create_payment(10_000).id
+        grant_approval(self.store, pi, cap, hours=1, by="ana", approver=APPROVER)
+        return pi
+
+
+async def mcp_read(client: Client, pi: str) -> str:
+    """The refunds fingerprint `get_payment` shows the model."""
+    seen = await client.call_tool("get_payment", {"payment_intent": pi})
+    assert isinstance(seen.structured_content, dict), seen
+    return str(seen.structured_content["refunds_fingerprint"])
+
+
+async def mcp_refund(
+    client: Client, pi: str, amount: int, request_id: str, seen: str | None = None
+) -> dict[str, Any]:
+    """Refund `amount` under `request_id`, passing the fingerprint read (`seen`, else a
+    read right now: the SDK's in-memory client keeps no session); the structured answer."""
+    args = {
+        "payment_intent": pi,
+        "amount": amount,
+        "request_id": request_id,
+        "refunds_fingerprint": seen if seen is not None else await mcp_read(client, pi),
+    }
+    result = await client.call_tool(TOOL, args)
+    assert isinstance(result.structured_content, dict), result
+    return result.structured_content
+
+
+def mcp_parent(span: ReadableSpan, exporter: InMemorySpanExporter) -> ReadableSpan:
+    """The MCP SDK's `tools/call issue_refund` span the call's span sits under."""
+    [parent] = [
+        s
+        for s in named(exporter, f"tools/call {TOOL}")
+        if span.parent is not None and s.context.span_id == span.parent.span_id
+    ]
+    return parent
+
+
+async def test_the_mcp_desks_calls_are_spans_under_the_mcp_servers_tools_call_spans(
+    memory: tuple[TracerProvider, InMemorySpanExporter], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the official `mcp` client: a refund sent, one refused (a hand refund after
+    its read), one Stripe refuses (larger than what is left): one span each, its call id
+    the desk's action id of the model's request_id, a child of the MCP SDK's own
+    `tools/call issue_refund` span for that request; `failed` is the only ERROR, and no
+    amount is in any span, the SDK's included."""
+    provider, exporter = memory
+    desk = Desk(provider, monkeypatch)
+    pi = desk.payment(BIG_CAP)
+
+    async with Client(desk.server) as client:
+        sent = await mcp_refund(client, pi, SENT, "req-sent-0001")
+        stale = await mcp_read(client, pi)
+        desk.payments.create_refund(pi, HAND)
+        refused = await mcp_refund(client, pi, SENT, "req-stale-0002", stale)
+        failed = await mcp_refund(client, pi, BIG, "req-large-0003")
+
+    assert [sent["status"], refused["status"], failed["status"]] == ["sent", "refused", "failed"]
+    spans = calls(exporter, TOOL)
+    assert len(spans) == 3
+    requests = set()
+    asked = [("req-sent-0001", "sent"), ("req-stale-0002", "refused"), ("req-large-0003", "failed")]
+    for span, (rid, outcome) in zip(spans, asked, strict=True):
+        action_id = action_id_for(pi, rid)
+        assert_call_span(
+            span, call_id=action_id, action_id=action_id, framework=None, outcome=outcome
+        )
+        server = mcp_parent(span, exporter)
+        assert attributes(server)["gen_ai.tool.name"] == TOOL
+        requests.add(attributes(server)["jsonrpc.request.id"])
+    assert len(requests) == 3, "each call under its own MCP request"
+    assert [s.status.status_code for s in spans] == [
+        StatusCode.UNSET,
+        StatusCode.UNSET,
+        StatusCode.ERROR,
+    ]
+    assert attributes(spans[2])["error.type"] == "invalid_request_error"
+    assert leaks(exporter.get_finished_spans(), [*MONEY, HAND, BIG, BIG_CAP]) == []
+
+
+async def test_two_mcp_tool_calls_at_once_are_two_spans_each_under_its_request(
+    memory: tuple[TracerProvider, InMemorySpanExporter], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two `issue_refund` calls sent at once (the SDK runs each in a worker thread; the
+    desk takes them one at a time at the gate): two spans, each with its own action, only
+    its own steps, under its own MCP request's span."""
+    provider, exporter = memory
+    desk = Desk(provider, monkeypatch)
+    payments = [desk.payment(CAP), desk.payment(CAP)]
+    answers: dict[str, dict[str, Any]] = {}
+
+    async with Client(desk.server) as client:
+
+        async def refund(pi: str) -> None:
+            answers[pi] = await mcp_refund(client, pi, SENT, f"req-{pi}")
+
+        async with anyio.create_task_group() as tg:
+            for pi in payments:
+                tg.start_soon(refund, pi)
+
+    assert [answers[pi]["status"] for pi in payments] == ["sent", "sent"]
+    spans = calls(exporter, TOOL)
+    by_action = {attributes(s)["interlock.action_id"]: s for s in spans}
+    assert set(by_action) == {action_id_for(pi, f"req-{pi}") for pi in payments}
+    for action_id, span in by_action.items():
+        assert gen_ai(span)["gen_ai.tool.call.id"] == action_id
+        assert event_action_ids(span) == {action_id}
+    parents = {attributes(mcp_parent(s, exporter))["jsonrpc.request.id"] for s in spans}
+    assert len(parents) == 2
