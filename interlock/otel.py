@@ -13,7 +13,8 @@ What a traced gate produces:
   `gen_ai.operation.name=execute_tool`, `gen_ai.tool.name`, `gen_ai.tool.type=function`,
   `gen_ai.tool.call.id` (the framework's tool call id when the action id is a guard's, else
   the action id). What the conventions lack is under `interlock.*`: `action_id`,
-  `framework`, `kind`, `target`, `currency`, `recovery` (a recovery, not a new decision),
+  `framework` (`langchain`, `pydantic-ai`, `openai-agents`, `temporal`, or `mcp` for the
+  MCP desk), `kind`, `target`, `currency`, `recovery` (a recovery, not a new decision),
   `attempt` and `epoch` (the claim's), `outcome` (`sent`, `adopted`, `refused`, `failed`,
   `pending`, or `unknown`: a send nobody can tell landed, which is not an error),
   `external_id`, `code`, `grant.digest`, `grant.signer` (the approval's key id),
@@ -77,6 +78,8 @@ from opentelemetry.trace import (
 from interlock._core.events import Event, GateEvent
 from interlock._core.gate import Gate, Outcome
 from interlock._core.journal import Intent
+from interlock._integrations.mcp_desk import SOURCE as _MCP_SOURCE
+from interlock._integrations.mcp_desk import SOURCE_KEY as _MCP_SOURCE_KEY
 
 __all__ = ["action_span_context", "traced"]
 
@@ -253,15 +256,15 @@ class _Tracing:
             "interlock.action_id": action_id,
             "interlock.recovery": recovery,
         }
-        framework = _framework(action_id)
-        if framework is not None:
-            attributes["interlock.framework"] = framework
         if intent is None:
             # A recovery names only the action: what it decided is in the journal.
             state = self.gate.store.action(action_id)
             intent = None if state is None else state.intent
         if intent is not None:
             attributes.update(self.intent_attributes(intent))
+        framework = _framework(action_id, intent)
+        if framework is not None:
+            attributes["interlock.framework"] = framework
         action = action_span_context(action_id)
         links = [Link(action, {"interlock.link": "action"})]
         parent = None
@@ -485,10 +488,15 @@ class _Tracing:
         send.end()
 
 
-def _framework(action_id: str) -> str | None:
-    """The framework guard whose action id this is (`action_id_for`), or None."""
+def _framework(action_id: str, intent: Intent | None) -> str | None:
+    """The framework guard whose action id this is (`action_id_for`), `mcp` for the MCP
+    desk's (its ids are hashes: its intents say where they came from), or None."""
     head = action_id.split(":", 1)[0].split("!", 1)[0]
-    return head if head in _HEADS else None
+    if head in _HEADS:
+        return head
+    if intent is not None and intent.metadata.get(_MCP_SOURCE_KEY) == _MCP_SOURCE:
+        return _MCP_SOURCE
+    return None
 
 
 def _tool_call_id(action_id: str) -> str:

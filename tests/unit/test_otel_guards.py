@@ -541,7 +541,7 @@ async def test_the_mcp_desks_calls_are_spans_under_the_mcp_servers_tools_call_sp
     for span, (rid, outcome) in zip(spans, asked, strict=True):
         action_id = action_id_for(pi, rid)
         assert_call_span(
-            span, call_id=action_id, action_id=action_id, framework=None, outcome=outcome
+            span, call_id=action_id, action_id=action_id, framework="mcp", outcome=outcome
         )
         server = mcp_parent(span, exporter)
         assert attributes(server)["gen_ai.tool.name"] == TOOL
@@ -582,6 +582,7 @@ async def test_two_mcp_tool_calls_at_once_are_two_spans_each_under_its_request(
     assert set(by_action) == {action_id_for(pi, f"req-{pi}") for pi in payments}
     for action_id, span in by_action.items():
         assert gen_ai(span)["gen_ai.tool.call.id"] == action_id
+        assert attributes(span)["interlock.framework"] == "mcp"
         assert event_action_ids(span) == {action_id}
     parents = {attributes(mcp_parent(s, exporter))["jsonrpc.request.id"] for s in spans}
     assert len(parents) == 2
