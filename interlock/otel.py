@@ -11,16 +11,17 @@ What a traced gate produces:
 - **`execute_tool {tool_name}`** per guarded call (`submit`, `recover_action`,
   `reapprove`), named and tagged as the GenAI semantic conventions name a tool call:
   `gen_ai.operation.name=execute_tool`, `gen_ai.tool.name`, `gen_ai.tool.type=function`,
-  `gen_ai.tool.call.id` (the framework's tool call id when the action id is a guard's, else
-  the action id). What the conventions lack is under `interlock.*`: `action_id`,
-  `framework` (`langchain`, `pydantic-ai`, `openai-agents`, `temporal`, or `mcp` for the
-  MCP desk), `kind`, `target`, `currency`, `recovery` (a recovery, not a new decision),
-  `attempt` and `epoch` (the claim's), `outcome` (`sent`, `adopted`, `refused`, `failed`,
-  `pending`, or `unknown`: a send nobody can tell landed, which is not an error),
-  `external_id`, `code`, `grant.digest`, `grant.signer` (the approval's key id),
-  `grant.by`, `receipt.hash`, `receipt.seq` and `receipt.log_index` (when the receipt
-  entered the receipt log during the call). A `failed` outcome or an exception sets the
-  status to ERROR with `error.type`; `refused` and `unknown` leave it unset.
+  `gen_ai.tool.call.id` (the framework's tool call id when the action id is a guard's or a
+  re-approval of one, else the action id). What the conventions lack is under
+  `interlock.*`: `action_id`, `framework` (`langchain`, `pydantic-ai`, `openai-agents`,
+  `temporal`, or `mcp` for the MCP desk), `kind`, `target`, `currency`, `recovery` (a
+  recovery, not a new decision), `attempt` and `epoch` (the claim's), `outcome` (`sent`,
+  `adopted`, `refused`, `failed`, `pending`, or `unknown`: a send nobody can tell landed,
+  which is not an error), `external_id`, `code`, `grant.digest`, `grant.signer` (the
+  approval's key id), `grant.by`, `receipt.hash`, `receipt.seq` and `receipt.log_index`
+  (when the receipt entered the receipt log during the call). A `failed` outcome or an
+  exception sets the status to ERROR with `error.type`; `refused` and `unknown` leave it
+  unset.
 - **Span events** for the steps: `interlock.journal`, `interlock.claim`,
   `interlock.claim_wait`, `interlock.turn_wait`, `interlock.lookup`,
   `interlock.currency_check`, `interlock.world_check`, `interlock.approval_signature_check`,
@@ -80,6 +81,7 @@ from interlock._core.gate import Gate, Outcome
 from interlock._core.journal import Intent
 from interlock._integrations.mcp_desk import SOURCE as _MCP_SOURCE
 from interlock._integrations.mcp_desk import SOURCE_KEY as _MCP_SOURCE_KEY
+from interlock._integrations.tool_calls import reapproved_from
 
 __all__ = ["action_span_context", "traced"]
 
@@ -501,8 +503,9 @@ def _framework(action_id: str, intent: Intent | None) -> str | None:
 
 def _tool_call_id(action_id: str) -> str:
     """The framework's tool call id inside a guard's action id (`<framework>:<scope>:<id>`,
-    percent-encoded); the action id itself for any other (a plain submit's, a hashed one)."""
-    parts = action_id.split(":")
+    percent-encoded, or a re-approval of it: the same tool call); the action id itself for
+    any other (a plain submit's, a hashed one)."""
+    parts = reapproved_from(action_id).split(":")
     if len(parts) == 3 and parts[0] in _FRAMEWORKS and parts[2]:
         return unquote(parts[2])
     return action_id

@@ -32,7 +32,7 @@ from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_messag
 from agents.tool_context import ToolContext
 from mcp.client import Client
 from mcp.server.mcpserver import MCPServer
-from pydantic_ai import Agent
+from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -57,6 +57,7 @@ from interlock import (
 )
 from interlock import openai_agents as oa
 from interlock import pydantic_ai as pa
+from interlock._integrations.tool_calls import reapproval_id
 from interlock.mcp import RefundDesk, action_id_for, add_refund_tools, grant_approval
 from interlock.otel import traced
 from interlock.testing import InProcessPayments, NoLookup
@@ -145,10 +146,11 @@ class Turns:
         return ModelResponse(parts=[TextPart(json.dumps(told))])
 
 
-def pydantic_agent(
-    gate: Gate, payments: InProcessPayments, pi: str, lease: str, turns: Turns
-) -> Agent[None, str]:
-    """A Pydantic AI agent whose `issue_refund` (its toolset wrapped) goes through `gate`."""
+def pydantic_toolset(
+    gate: Gate, payments: InProcessPayments, pi: str, lease: str, **asks: bool
+) -> pa.InterlockToolset:
+    """The agent's tools, `issue_refund` guarded through `gate` (`asks`: `approval`,
+    `reapproval`)."""
     tools: FunctionToolset[None] = FunctionToolset()
 
     @tools.tool_plain
@@ -159,13 +161,20 @@ def pydantic_agent(
     def issue_refund(seen: str, amount: int) -> str:
         raise AssertionError("the guard sends; the tool's body never runs")
 
-    guarded = pa.InterlockToolset(
+    return pa.InterlockToolset(
         tools,
         gate=gate,
         tool=TOOL,
         intent=lambda a: pa.ToolIntent("refund", pi, a["amount"], lease, a["seen"]),
+        **asks,
     )
-    return Agent(FunctionModel(turns), toolsets=[guarded])
+
+
+def pydantic_agent(
+    gate: Gate, payments: InProcessPayments, pi: str, lease: str, turns: Turns
+) -> Agent[None, str]:
+    """A Pydantic AI agent whose `issue_refund` (its toolset wrapped) goes through `gate`."""
+    return Agent(FunctionModel(turns), toolsets=[pydantic_toolset(gate, payments, pi, lease)])
 
 
 def pydantic_calls(messages: list[ModelMessage]) -> list[ToolCallPart]:
@@ -313,6 +322,49 @@ async def test_pydantic_ai_an_unknown_send_is_not_a_failure_and_a_failure_has_it
         assert span.status.status_code is StatusCode.ERROR
         assert a["error.type"] == a["interlock.code"] == "invalid_request_error"
     assert leaks(exporter.get_finished_spans(), [*MONEY, BIG, BIG_CAP]) == []
+
+
+async def test_pydantic_ai_a_reapproved_call_keeps_the_models_tool_call_id(
+    memory: tuple[TracerProvider, InMemorySpanExporter],
+) -> None:
+    """A deferred call approved, refused (its approval revoked meanwhile), approved again
+    under a new approval: the re-approval runs as a new action (`<action id>+again`), yet
+    it is the same tool call, so its span carries the model's `tool_call_id`, not the
+    action id's tail."""
+    provider, exporter = memory
+    world = GateWorld()
+    lease = world.grant(CAP)
+    gate = traced(world.gate(gone_owner()), tracer_provider=provider, tool_name=TOOL)
+    toolset = pydantic_toolset(
+        gate, world.payments, world.pi, lease.id, approval=True, reapproval=True
+    )
+    agent: Agent[None, str | DeferredToolRequests] = Agent(
+        FunctionModel(Turns([SENT])), toolsets=[toolset], output_type=[str, DeferredToolRequests]
+    )
+
+    async def resume(asked: Any, metadata: dict[str, Any] | None = None) -> Any:
+        [call] = asked.output.approvals
+        results = DeferredToolResults(
+            approvals={call.tool_call_id: True},
+            metadata={call.tool_call_id: metadata} if metadata is not None else {},
+        )
+        return await agent.run(message_history=asked.all_messages(), deferred_tool_results=results)
+
+    asked = await agent.run("refund $12.34")
+    world.store.revoke_lease(lease.id, "support")
+    again = await resume(asked)
+    [call] = again.output.approvals
+    refused_id = again.output.metadata[call.tool_call_id]["action_id"]
+    fresh = world.grant(CAP)
+    done = await resume(again, pa.Reapproval(refused_id, fresh.id, "carol").to_dict())
+
+    [told] = json.loads(str(done.output))
+    assert told.startswith("done"), told
+    by_action = {attributes(s)["interlock.action_id"]: s for s in calls(exporter, TOOL)}
+    reapproved = by_action[reapproval_id(refused_id)]
+    assert attributes(reapproved)["interlock.outcome"] == "sent"
+    assert gen_ai(reapproved)["gen_ai.tool.call.id"] == call.tool_call_id
+    assert gen_ai(by_action[refused_id])["gen_ai.tool.call.id"] == call.tool_call_id
 
 
 # -- OpenAI Agents SDK ------------------------------------------------------------------------
