@@ -33,6 +33,7 @@ from agents.tool_context import ToolContext
 from mcp.client import Client
 from mcp.server.mcpserver import MCPServer
 from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults
+from pydantic_ai.capabilities.instrumentation import Instrumentation
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -42,6 +43,7 @@ from pydantic_ai.messages import (
     ToolReturnPart,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.instrumented import InstrumentationSettings
 from pydantic_ai.toolsets import FunctionToolset
 
 from interlock import (
@@ -64,6 +66,7 @@ from interlock.testing import InProcessPayments, NoLookup
 from tests.helpers.approvals import APPROVER, APPROVERS
 from tests.helpers.gate_rig import GateWorld, gone_owner
 from tests.helpers.otel_spans import (
+    SCOPE,
     attributes,
     calls,
     event_action_ids,
@@ -220,6 +223,40 @@ async def test_pydantic_ai_each_guarded_call_is_a_span_with_the_models_tool_call
     assert leaks(exporter.get_finished_spans(), MONEY) == []
 
 
+async def test_pydantic_ai_instrumented_the_guards_span_is_inside_pydantic_ais_tool_span(
+    memory: tuple[TracerProvider, InMemorySpanExporter],
+) -> None:
+    """With Pydantic AI's own instrumentation on the same provider (`include_content=False`:
+    by default it records the call's arguments and answer, amount included), the guard's
+    span is the child of Pydantic AI's `execute_tool issue_refund` span, with the same
+    `gen_ai.tool.call.id`, in the agent run's trace; no span holds an amount."""
+    provider, exporter = memory
+    world = GateWorld()
+    lease = world.grant(CAP)
+    gate = traced(world.gate(gone_owner()), tracer_provider=provider, tool_name=TOOL)
+    settings = InstrumentationSettings(tracer_provider=provider, include_content=False)
+    agent = Agent(
+        FunctionModel(Turns([SENT])),
+        toolsets=[pydantic_toolset(gate, world.payments, world.pi, lease.id)],
+        capabilities=[Instrumentation(settings=settings)],
+    )
+
+    result = await agent.run("refund $12.34")
+
+    [call] = pydantic_calls(result.all_messages())
+    [ours] = calls(exporter, TOOL)
+    [theirs] = [s for s in named(exporter, f"execute_tool {TOOL}") if s is not ours]
+    [run] = named(exporter, "invoke_agent agent")
+    assert theirs.instrumentation_scope is not None
+    assert theirs.instrumentation_scope.name != SCOPE
+    assert ours.parent is not None and ours.parent.span_id == theirs.context.span_id
+    assert ours.context.trace_id == run.context.trace_id
+    assert gen_ai(ours)["gen_ai.tool.call.id"] == call.tool_call_id
+    assert attributes(theirs)["gen_ai.tool.call.id"] == call.tool_call_id
+    assert attributes(ours)["interlock.outcome"] == "sent"
+    assert leaks(exporter.get_finished_spans(), MONEY) == []
+
+
 class Twins:
     """A $100 payment, an approval that covers two refunds of SENT, and one traced gate
     (real clock) whose first read of each action waits until both calls have read or been
@@ -369,7 +406,7 @@ async def test_pydantic_ai_a_reapproved_call_keeps_the_models_tool_call_id(
 
 # -- OpenAI Agents SDK ------------------------------------------------------------------------
 
-SCOPE = "case-1"  # the app's name for the conversation
+CASE = "case-1"  # the app's name for the conversation (the Agents SDK guard's scope)
 
 
 def tool_outputs(call: ModelCall) -> dict[str, str]:
@@ -398,7 +435,7 @@ async def run_agents_sdk(
     @oa_agents.function_tool(failure_error_function=oa.failure_words)
     async def issue_refund(ctx: ToolContext[Any], seen: str, amount: int) -> str:
         """Refund `amount` cents, given the fingerprint get_payment showed."""
-        intent = Intent(oa.tool_action_id(ctx, SCOPE), "refund", pi, amount, lease, seen)
+        intent = Intent(oa.tool_action_id(ctx, CASE), "refund", pi, amount, lease, seen)
         return await guard.send(intent)
 
     def ask(turn: dict[str, int]) -> ModelStep:
@@ -448,7 +485,7 @@ async def test_openai_agents_each_guarded_call_is_a_span_with_the_function_call_
         assert_call_span(
             span,
             call_id=call_id,
-            action_id=oa.action_id_for(SCOPE, call_id),
+            action_id=oa.action_id_for(CASE, call_id),
             framework="openai-agents",
             outcome=outcome,
         )
@@ -467,7 +504,7 @@ async def test_openai_agents_two_function_calls_of_one_turn_run_at_once_are_two_
 
     await run_agents_sdk(twins.gate, twins.payments, twins.pi, twins.lease, turn)
 
-    assert_twins(calls(exporter, TOOL), {c: oa.action_id_for(SCOPE, c) for c in turn})
+    assert_twins(calls(exporter, TOOL), {c: oa.action_id_for(CASE, c) for c in turn})
     assert leaks(exporter.get_finished_spans(), [*MONEY, TWIN_CAP]) == []
 
 
