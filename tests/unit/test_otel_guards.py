@@ -61,7 +61,7 @@ from interlock import openai_agents as oa
 from interlock import pydantic_ai as pa
 from interlock._integrations.tool_calls import reapproval_id
 from interlock.mcp import RefundDesk, action_id_for, add_refund_tools, grant_approval
-from interlock.otel import traced
+from interlock.otel import action_span_context, traced
 from interlock.testing import InProcessPayments, NoLookup
 from tests.helpers.approvals import APPROVER, APPROVERS
 from tests.helpers.gate_rig import GateWorld, gone_owner
@@ -117,6 +117,14 @@ def assert_call_span(
     assert a["interlock.outcome"] == outcome
     assert steps(span)[0] == "interlock.journal"
     assert event_action_ids(span) == {action_id}
+
+
+def assert_in_actions_trace(span: ReadableSpan) -> None:
+    """A call made under no span of the caller's (the framework traces nothing in
+    OpenTelemetry) is the child of its action's own span context, in the action's trace."""
+    action = action_span_context(str(attributes(span)["interlock.action_id"]))
+    assert span.context.trace_id == action.trace_id
+    assert span.parent is not None and span.parent.span_id == action.span_id
 
 
 # -- Pydantic AI ----------------------------------------------------------------------------
@@ -219,6 +227,7 @@ async def test_pydantic_ai_each_guarded_call_is_a_span_with_the_models_tool_call
             outcome=outcome,
         )
         assert span.status.status_code is StatusCode.UNSET
+        assert_in_actions_trace(span)
     assert "interlock.sending" in steps(sent) and "interlock.sending" not in steps(refused)
     assert leaks(exporter.get_finished_spans(), MONEY) == []
 
@@ -490,6 +499,7 @@ async def test_openai_agents_each_guarded_call_is_a_span_with_the_function_call_
             outcome=outcome,
         )
         assert span.status.status_code is StatusCode.UNSET
+        assert_in_actions_trace(span)
     assert leaks(exporter.get_finished_spans(), MONEY) == []
 
 
