@@ -8,10 +8,14 @@ one action's journal records, its receipt and its inclusion proof once logged.
 
 `resolve ACTION STORE --by NAME` settles an action whose outcome is unknown, or one left
 pending after a send: `--stripe` looks its send up, and a refund found is adopted through
-the gate's own recovery (the receipt's owner is `operator:NAME`); with `--refused --reason
+the gate's own recovery (the receipt's owner is `operator:NAME`, and it records their name
+and any `--reason`, as a refusal's does); with `--refused --reason
 TEXT` the person named marks it refused (code `refused_by_person`, their name and reason
 in its receipt). Nothing is ever sent: a lookup that finds nothing changes nothing.
-`revoke LEASE STORE --by NAME` revokes an approval: every later check refuses under it.
+`revoke LEASE STORE --by NAME [--reason TEXT]` revokes an approval: every later check
+refuses under it, and a receipt of its own (who revoked which approval, when, why; owner
+`operator:NAME`) is written in the same commit, which `verify` holds the approval's row to
+and `show` points at from each action under it.
 
 Every command refuses a live Stripe key in `STRIPE_SECRET_KEY` (`sk_live_`, `rk_live_`),
 prints what it will change and asks before it writes (`--yes` answers for a script; with
@@ -30,7 +34,7 @@ import os
 import sys
 from collections.abc import Mapping
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from interlock._core.approvals import UNSIGNED_APPROVALS, Approvers
 from interlock._core.claims import Owner
@@ -55,6 +59,7 @@ from interlock._core.journal import (
     Settlement,
     Store,
 )
+from interlock._core.leases import Lease
 from interlock._core.log import LogKeeper, inclusion
 from interlock._core.merkle import leaf_hash
 from interlock._core.payments import Transfers, is_test_key
@@ -178,12 +183,13 @@ def add_parsers(sub: Any) -> None:
         help="mark it refused: a person checked and no refund was made (with --reason)",
     )
     r.add_argument("--by", metavar="NAME", required=True, help="who resolves it (in the receipt)")
-    r.add_argument("--reason", metavar="TEXT", help="why (required with --refused)")
+    r.add_argument("--reason", metavar="TEXT", help="why, in the receipt (required with --refused)")
     writes(r)
     v = sub.add_parser("revoke", help="revoke an approval: every later check refuses under it")
     v.add_argument("lease", help="the approval's (lease's) id")
     store_args(v)
-    v.add_argument("--by", metavar="NAME", required=True, help="who revokes it")
+    v.add_argument("--by", metavar="NAME", required=True, help="who revokes it (in the receipt)")
+    v.add_argument("--reason", metavar="TEXT", help="why, in the receipt")
     writes(v)
 
 
@@ -576,6 +582,8 @@ def _show(location: str, args: argparse.Namespace) -> int:
         history = store.history(args.action)
         receipt = state.receipt
         proof = None if receipt is None else proof_data(store, args.action, receipt)
+        lease = store.lease(state.intent.lease_id)
+        revocation = None if lease is None else _revocation(store, lease)
     finally:
         store.close()
     intent, s = state.intent, state.settlement
@@ -595,6 +603,7 @@ def _show(location: str, args: argparse.Namespace) -> int:
         if receipt is None
         else {"seq": receipt.seq, "hash": receipt.hash, "body": receipt.body_text},
         "proof": proof,
+        "approval": _approval_data(lease, revocation),
     }
     amount = f"{intent.amount} {intent.currency or ''}".rstrip()
     head = (
@@ -603,7 +612,18 @@ def _show(location: str, args: argparse.Namespace) -> int:
     )
     if s is not None and s.external_id:
         head += f" ({shown(s.external_id)})"
-    lines = [head, "history:"]
+    lines = [head]
+    if lease is not None and lease.revoked:
+        lines.append(
+            f"approval {shown(lease.id)} revoked by {shown(lease.revoked_by or '?')} at "
+            f"{_when(lease.revoked_at)}: "
+            + (
+                "no receipt (revoked through the library, or by an older version)"
+                if revocation is None
+                else f"receipt {revocation.seq} (hash {revocation.hash})"
+            )
+        )
+    lines.append("history:")
     for r in history:
         text = json.dumps(dict(r.data), sort_keys=True)
         lines.append(f"  {r.seq:>6} {_when(r.at)} {r.record:<8} {shown(text)}")
@@ -626,6 +646,22 @@ def _show(location: str, args: argparse.Namespace) -> int:
         )
     _emit(args, data, lines)
     return 0
+
+
+def _approval_data(lease: Lease | None, revocation: Receipt | None) -> dict[str, Any] | None:
+    """The action's approval as `show --json` gives it: whether and by whom it was
+    revoked, with the revocation's receipt."""
+    if lease is None:
+        return None
+    return {
+        "lease_id": lease.id,
+        "revoked": lease.revoked,
+        "revoked_by": lease.revoked_by,
+        "revoked_at": _when(lease.revoked_at),
+        "revocation_receipt": None
+        if revocation is None
+        else {"seq": revocation.seq, "hash": revocation.hash, "body": revocation.body_text},
+    }
 
 
 # -- resolve ------------------------------------------------------------------------------
@@ -777,16 +813,62 @@ def _resolve_with(location: str, args: argparse.Namespace, payments: Any) -> int
     plan = [
         f"{what}: {_lookup_words(own, None)}.",
         f"resolve will settle it {verdict} through the gate's recovery, with {receipt} "
-        f"whose owner is operator:{shown(args.by)}. Nothing is sent.",
+        f"whose owner is operator:{shown(args.by)}"
+        + (f" and which records why ({shown(args.reason)})" if args.reason else "")
+        + ". Nothing is sent.",
     ]
     _confirm(args, plan)
     return _adopt(location, args, effect, key)
 
 
+class Vouched:
+    """A store whose receipts also name the person who settles through it: `resolve`'s
+    adoption goes through the gate's own recovery, and this adds the operator's name and
+    reason to the receipt it seals (as `resolve --refused` records them), so that the
+    signed receipt says who adopted the send and why, not only the machine's reasons."""
+
+    def __init__(self, store: Store, by: str, reason: str | None, command: str) -> None:
+        self.store = store
+        self.operator = {"by": by, "reason": reason, "command": command}
+
+    def settle(
+        self,
+        action_id: str,
+        epoch: int,
+        owner: Owner,
+        settlement: Settlement,
+        checks: list[Check],
+        extra: Mapping[str, Any],
+        key: SigningKey | None,
+    ) -> Receipt | None:
+        """The store's commit 3, with the person's check and the `operator` field added."""
+        person = Check(
+            "person",
+            "a person's decision to settle an action by what a lookup found",
+            {"by": self.operator["by"], "reason": self.operator["reason"]},
+            True,
+        )
+        return self.store.settle(
+            action_id,
+            epoch,
+            owner,
+            settlement,
+            [*checks, person],
+            {**extra, "operator": dict(self.operator)},
+            key,
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        store = self.__dict__.get("store")
+        if store is None:
+            raise AttributeError(name)
+        return getattr(store, name)
+
+
 def _adopt(location: str, args: argparse.Namespace, effect: Any, key: SigningKey | None) -> int:
     store = _open(location, read_only=False)
     gate = Gate(
-        store,
+        cast(Store, Vouched(store, args.by, args.reason, "resolve --stripe")),
         LookupOnly(effect),
         owner=Owner.current(f"operator:{args.by}"),
         signing_key=key,
@@ -902,46 +984,91 @@ def _refuse(
 # -- revoke -------------------------------------------------------------------------------
 
 
+def _revocation(store: Store, lease: Lease) -> Receipt | None:
+    """The receipt a revocation of `lease` wrote (None: revoked without one)."""
+    seq = lease.revocation_receipt
+    return None if seq is None else store.receipt(seq)
+
+
 def _revoke(location: str, args: argparse.Namespace) -> int:
     store = _open(location, read_only=True)
     try:
         lease = store.lease(args.lease)
+        earlier = None if lease is None else _revocation(store, lease)
     finally:
         store.close()
     if lease is None:
         raise _Refused(f"approval {shown(args.lease)} is not in the store; check the id")
     lid = shown(lease.id)
     if lease.revoked:
-        data = {"lease_id": lease.id, "revoked_at": _when(lease.revoked_at), "changed": False}
+        data = {
+            "lease_id": lease.id,
+            "revoked_at": _when(lease.revoked_at),
+            "revoked_by": lease.revoked_by,
+            "receipt": None if earlier is None else earlier.hash,
+            "changed": False,
+        }
         lines = [
             f"approval {lid} was already revoked by {shown(lease.revoked_by or '?')} at "
-            f"{_when(lease.revoked_at)}; nothing was changed"
+            f"{_when(lease.revoked_at)}"
+            + ("" if earlier is None else f" (receipt {earlier.seq}, hash {earlier.hash})")
+            + "; nothing was changed"
         ]
-        _emit(args, {**data, "revoked_by": lease.revoked_by}, lines)
+        _emit(args, data, lines)
         return 0
+    key = _signing_key()
+    receipt_words = (
+        f"a receipt signed with key {key.key_id}"
+        if key
+        else "an UNSIGNED receipt (set INTERLOCK_SIGNING_KEY to the gate's key to sign it)"
+    )
     reserved = ", ".join(f"{shown(a)} ({n})" for a, n in sorted(lease.reservations.items()))
+    why = f" ({shown(args.reason)})" if args.reason else ""
     plan = [
         f"approval {lid}: {shown(lease.kind)} on {shown(lease.target)}, cap {lease.cap}, "
         f"spent {lease.spent}, expires {_when(lease.expires_at)}, granted by "
         f"{shown(lease.granted_by)}" + (f"; reserved by {reserved}" if reserved else ""),
-        f"revoke will record it revoked by {shown(args.by)}: every later check refuses under "
-        "it (an action already sending is not stopped: its answer or lookup settles it).",
+        f"revoke will record it revoked by {shown(args.by)}{why}, with {receipt_words} whose "
+        f"owner is operator:{shown(args.by)}: every later check refuses under it (an action "
+        "already sending is not stopped: its answer or lookup settles it).",
     ]
     _confirm(args, plan)
+    operator = {"by": args.by, "reason": args.reason, "command": "revoke"}
+    owner = Owner.current(f"operator:{args.by}")
     store = _open(location, read_only=False)
     try:
         try:
-            revoked = store.revoke_lease(args.lease, args.by)
+            revoked = store.revoke_lease(
+                args.lease,
+                args.by,
+                owner=owner,
+                reason=args.reason,
+                extra={"operator": operator},
+                key=key,
+            )
         except LeaseError as e:
             raise _Refused(str(e)) from e
+        receipt = _revocation(store, revoked)
+        if receipt is None or receipt.body.get("owner") != owner.to_dict():
+            # Revoked by someone else between the read and the write: theirs stands.
+            raise _Refused(
+                f"approval {lid} was revoked by {shown(revoked.revoked_by or '?')} meanwhile; "
+                "nothing was changed"
+            )
+        LogKeeper(store, key).catch_up()
     finally:
         store.close()
     data = {
         "lease_id": revoked.id,
         "revoked_at": _when(revoked.revoked_at),
         "revoked_by": revoked.revoked_by,
+        "reason": args.reason,
+        "receipt": receipt.hash,
         "changed": True,
     }
-    lines = [f"approval {lid}: revoked by {shown(args.by)} at {data['revoked_at']}"]
+    lines = [
+        f"approval {lid}: revoked by {shown(args.by)} at {data['revoked_at']}, receipt "
+        f"{receipt.seq} (hash {receipt.hash})"
+    ]
     _emit(args, data, lines)
     return 0

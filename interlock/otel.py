@@ -11,15 +11,17 @@ What a traced gate produces:
 - **`execute_tool {tool_name}`** per guarded call (`submit`, `recover_action`,
   `reapprove`), named and tagged as the GenAI semantic conventions name a tool call:
   `gen_ai.operation.name=execute_tool`, `gen_ai.tool.name`, `gen_ai.tool.type=function`,
-  `gen_ai.tool.call.id` (the framework's tool call id when the action id is a guard's, else
-  the action id). What the conventions lack is under `interlock.*`: `action_id`,
-  `framework`, `kind`, `target`, `currency`, `recovery` (a recovery, not a new decision),
-  `attempt` and `epoch` (the claim's), `outcome` (`sent`, `adopted`, `refused`, `failed`,
-  `pending`, or `unknown`: a send nobody can tell landed, which is not an error),
-  `external_id`, `code`, `grant.digest`, `grant.signer` (the approval's key id),
-  `grant.by`, `receipt.hash`, `receipt.seq` and `receipt.log_index` (when the receipt
-  entered the receipt log during the call). A `failed` outcome or an exception sets the
-  status to ERROR with `error.type`; `refused` and `unknown` leave it unset.
+  `gen_ai.tool.call.id` (the framework's tool call id when the action id is a guard's or a
+  re-approval of one, else the action id). What the conventions lack is under
+  `interlock.*`: `action_id`, `framework` (`langchain`, `pydantic-ai`, `openai-agents`,
+  `temporal`, or `mcp` for the MCP desk), `kind`, `target`, `currency`, `recovery` (a
+  recovery, not a new decision), `attempt` and `epoch` (the claim's), `outcome` (`sent`,
+  `adopted`, `refused`, `failed`, `pending`, or `unknown`: a send nobody can tell landed,
+  which is not an error), `external_id`, `code`, `grant.digest`, `grant.signer` (the
+  approval's key id), `grant.by`, `receipt.hash`, `receipt.seq` and `receipt.log_index`
+  (when the receipt entered the receipt log during the call). A `failed` outcome or an
+  exception sets the status to ERROR with `error.type`; `refused` and `unknown` leave it
+  unset.
 - **Span events** for the steps: `interlock.journal`, `interlock.claim`,
   `interlock.claim_wait`, `interlock.turn_wait`, `interlock.lookup`,
   `interlock.currency_check`, `interlock.world_check`, `interlock.approval_signature_check`,
@@ -45,7 +47,8 @@ What a traced gate produces:
 No amount of money and no text that may hold one (reasons, the provider's messages), no
 idempotency key, no secret is in any attribute unless `sensitive=True`: then
 `interlock.amount`, `interlock.reason`, `interlock.problem`, `interlock.error` and
-`interlock.idempotency_key` are added where known. Events from the receipt log's timer
+`interlock.idempotency_key` are added where known, and an exception's event carries its
+message and stack trace (by default its type alone). Events from the receipt log's timer
 thread (no call is running) are not traced.
 """
 
@@ -76,6 +79,9 @@ from opentelemetry.trace import (
 from interlock._core.events import Event, GateEvent
 from interlock._core.gate import Gate, Outcome
 from interlock._core.journal import Intent
+from interlock._integrations.mcp_desk import SOURCE as _MCP_SOURCE
+from interlock._integrations.mcp_desk import SOURCE_KEY as _MCP_SOURCE_KEY
+from interlock._integrations.tool_calls import reapproved_from
 
 __all__ = ["action_span_context", "traced"]
 
@@ -252,15 +258,15 @@ class _Tracing:
             "interlock.action_id": action_id,
             "interlock.recovery": recovery,
         }
-        framework = _framework(action_id)
-        if framework is not None:
-            attributes["interlock.framework"] = framework
         if intent is None:
             # A recovery names only the action: what it decided is in the journal.
             state = self.gate.store.action(action_id)
             intent = None if state is None else state.intent
         if intent is not None:
             attributes.update(self.intent_attributes(intent))
+        framework = _framework(action_id, intent)
+        if framework is not None:
+            attributes["interlock.framework"] = framework
         action = action_span_context(action_id)
         links = [Link(action, {"interlock.link": "action"})]
         parent = None
@@ -289,7 +295,7 @@ class _Tracing:
         except BaseException as e:
             error = type(e).__qualname__
             self.end_send(call, StatusCode.ERROR, error)
-            span.record_exception(e)
+            self.record_exception(span, e)
             span.set_attribute("error.type", error)
             span.set_status(Status(StatusCode.ERROR, error))
             raise
@@ -297,6 +303,19 @@ class _Tracing:
             self.current.reset(token)
             self.end_send(call, StatusCode.ERROR, "interrupted")
             span.end()
+
+    def record_exception(self, span: Span, error: BaseException) -> None:
+        """The exception as the span's `exception` event: its type only, unless `sensitive`.
+
+        Its message and stack trace may hold the provider's words (a 401's masked key), an
+        amount or a reason, as `exception.message` and in the trace's last line."""
+        if self.sensitive:
+            span.record_exception(error)
+            return
+        kind = type(error)
+        module = kind.__module__
+        name = kind.__qualname__ if module in ("builtins", "") else f"{module}.{kind.__qualname__}"
+        span.add_event("exception", {"exception.type": name})
 
     def intent_attributes(self, intent: Intent) -> dict[str, Any]:
         """What the span says of the decision: never its amount unless `sensitive`."""
@@ -471,16 +490,22 @@ class _Tracing:
         send.end()
 
 
-def _framework(action_id: str) -> str | None:
-    """The framework guard whose action id this is (`action_id_for`), or None."""
+def _framework(action_id: str, intent: Intent | None) -> str | None:
+    """The framework guard whose action id this is (`action_id_for`), `mcp` for the MCP
+    desk's (its ids are hashes: its intents say where they came from), or None."""
     head = action_id.split(":", 1)[0].split("!", 1)[0]
-    return head if head in _HEADS else None
+    if head in _HEADS:
+        return head
+    if intent is not None and intent.metadata.get(_MCP_SOURCE_KEY) == _MCP_SOURCE:
+        return _MCP_SOURCE
+    return None
 
 
 def _tool_call_id(action_id: str) -> str:
     """The framework's tool call id inside a guard's action id (`<framework>:<scope>:<id>`,
-    percent-encoded); the action id itself for any other (a plain submit's, a hashed one)."""
-    parts = action_id.split(":")
+    percent-encoded, or a re-approval of it: the same tool call); the action id itself for
+    any other (a plain submit's, a hashed one)."""
+    parts = reapproved_from(action_id).split(":")
     if len(parts) == 3 and parts[0] in _FRAMEWORKS and parts[2]:
         return unquote(parts[2])
     return action_id

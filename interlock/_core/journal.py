@@ -57,6 +57,15 @@ CONFLICT_PREFIX = "conflict: "
 # --refused`): the one refusal an unknown action may take, since only a person who checked
 # the provider can say that nothing was made; its receipt names them and their reason.
 CODE_REFUSED_BY_PERSON = "refused_by_person"
+# A revocation's receipt (`python -m interlock revoke`): its body's `record`. Its action
+# column names the approval in words with a space, which no action id has, so no action
+# ever claims it; `verify()` checks it against the approval's row instead.
+REVOCATION = "revocation"
+
+
+def revocation_label(lease_id: str) -> str:
+    """What a revocation's receipt holds where an action's receipt holds its action id."""
+    return f"{REVOCATION} of {lease_id}"
 
 
 def _check_id(name: str, value: object) -> None:
@@ -495,8 +504,23 @@ class Store(Protocol):
         """Store a new lease."""
         ...
 
-    def revoke_lease(self, lease_id: str, by: str) -> Lease:
-        """Revoke a lease; later checks refuse under it."""
+    def revoke_lease(
+        self,
+        lease_id: str,
+        by: str,
+        *,
+        owner: Owner | None = None,
+        reason: str | None = None,
+        extra: Mapping[str, Any] | None = None,
+        key: SigningKey | None = None,
+    ) -> Lease:
+        """Revoke a lease; later checks refuse under it. With `owner` (who writes it), a
+        receipt of the revocation (signed with `key`; `reason` and `extra` in its body) is
+        written in the same commit, and the lease names it (`revocation_receipt`)."""
+        ...
+
+    def receipt(self, seq: int) -> Receipt | None:
+        """The receipt with id `seq` (None: there is none)."""
         ...
 
     def lease(self, lease_id: str) -> Lease | None:
@@ -1072,8 +1096,19 @@ class RuleStore:
             tx.put_lease(lease, new=True)
             return lease
 
-    def revoke_lease(self, lease_id: str, by: str) -> Lease:
-        """Revoke a lease; later checks refuse under it."""
+    def revoke_lease(
+        self,
+        lease_id: str,
+        by: str,
+        *,
+        owner: Owner | None = None,
+        reason: str | None = None,
+        extra: Mapping[str, Any] | None = None,
+        key: SigningKey | None = None,
+    ) -> Lease:
+        """Revoke a lease; later checks refuse under it. With `owner`, its receipt too, in
+        the same commit (see `Store.revoke_lease`); a lease already revoked is returned as
+        it is, with no second receipt."""
         with self._write() as tx:
             lease = tx.get_lease(lease_id)
             if lease is None:
@@ -1087,9 +1122,31 @@ class RuleStore:
                 )
             if lease.revoked:
                 return lease
-            lease = replace(lease, revoked_at=tx.now, revoked_by=by)
+            now = tx.now
+            lease = replace(lease, revoked_at=now, revoked_by=by)
+            if owner is not None:
+                fields = {
+                    **dict(extra or {}),
+                    "record": REVOCATION,
+                    "action_id": revocation_label(lease_id),
+                    "lease_id": lease_id,
+                    # What was revoked, exactly: the digest a send's commit 2 compares.
+                    "approval_digest": lease.digest(),
+                    "revoked_by": by,
+                    "reason": reason,
+                    "owner": owner.to_dict(),
+                    "at": now,
+                }
+                receipt = seal(tx.receipt_id(), fields, key)
+                tx.add_receipt(receipt)
+                lease = replace(lease, revocation_receipt=receipt.seq)
             tx.put_lease(lease, new=False)
             return lease
+
+    def receipt(self, seq: int) -> Receipt | None:
+        """The receipt with id `seq` (None: there is none)."""
+        with self._read() as tx:
+            return tx.get_receipt(seq)
 
     def lease(self, lease_id: str) -> Lease | None:
         """One lease, with its spend and reservations."""

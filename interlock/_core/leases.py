@@ -79,6 +79,9 @@ class Lease:
     # The approver's key id and Ed25519 signature over `signed_bytes()`; None when unsigned.
     key_id: str | None = None
     signature: str | None = None
+    # The id of the receipt its revocation wrote (`python -m interlock revoke`); None when
+    # not revoked, or revoked without one (through the library, or by an older version).
+    revocation_receipt: int | None = None
     # Set only by `from_dict` for a stored lease that fails these checks: what is wrong.
     damaged: str | None = field(default=None, compare=False)
     # The stored data of a damaged lease, written back as it was (nothing is lost).
@@ -134,6 +137,9 @@ class Lease:
             value = getattr(self, name)
             if value is not None and _id_problem(value) is not None:
                 return f"{name} {_id_problem(value)}"
+        receipt = self.revocation_receipt
+        if receipt is not None and (isinstance(receipt, bool) or not isinstance(receipt, int)):
+            return f"revocation_receipt must be a receipt's id, got {receipt!r}"
         if (self.key_id is None) != (self.signature is None):
             return "key_id and signature go together: both set (signed) or neither (unsigned)"
         return None
@@ -208,10 +214,11 @@ class Lease:
         return None
 
     def to_dict(self) -> dict[str, Any]:
-        """The lease as JSON-ready data (a damaged one as it was stored)."""
+        """The lease as JSON-ready data (a damaged one as it was stored; the revocation's
+        receipt only when it has one, so a lease without one is stored as before)."""
         if self.raw is not None:
             return dict(self.raw)
-        return {
+        data = {
             "id": self.id,
             "kind": self.kind,
             "target": self.target,
@@ -228,6 +235,9 @@ class Lease:
             "key_id": self.key_id,
             "signature": self.signature,
         }
+        if self.revocation_receipt is not None:
+            data["revocation_receipt"] = self.revocation_receipt
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Lease:
@@ -279,6 +289,7 @@ class Lease:
             exact=data.get("exact", False),
             key_id=data.get("key_id"),
             signature=data.get("signature"),
+            revocation_receipt=data.get("revocation_receipt"),
         )
 
     def with_reservation(self, action_id: str, amount: int | None) -> Lease:

@@ -28,6 +28,7 @@ from interlock._core.effects import ListsSends, Sent, StripeRefund, StripeTransf
 from interlock._core.errors import UNREADABLE, ConfigError, PaymentsError, StoreError
 from interlock._core.journal import (
     BATCH,
+    REVOCATION,
     ActionRow,
     ActionState,
     JournalRecord,
@@ -180,7 +181,11 @@ def verify(
     head and receipt they hold, so a receipt removed or rewritten after it was anchored
     is named even when the store's own heads were rebuilt. The store as a whole: every
     settled action has its receipt and the receipt records that outcome (a deleted tail
-    shows here). Given `payments`, Stripe:
+    shows here). A revocation's receipt (`python -m interlock revoke` writes one) is held
+    to its approval's row: revoked, by the same person, at the same time, naming that
+    receipt; an approval naming a revocation receipt the store lacks is a problem too
+    (approvals revoked without one, through the library or before, are as before). Given
+    `payments`, Stripe:
     every `sent`/`adopted` receipt names a refund that exists with that amount and
     metadata, every refund naming one of the actions is recorded by its receipt, and no
     refund on those payments names an action the store lacks. With `account_wide`, it
@@ -281,7 +286,8 @@ def _store_problems(store: Store, chain: ReceiptCheck) -> list[str]:
     settled = store.settled()
     row = next(settled, None)
     for r in store.receipts():
-        f = _Facts.of(r.seq, chain.feed(r))
+        body = chain.feed(r)
+        f = _Facts.of(r.seq, body)
         claimed = False
         # A number that cannot be read counts as none, wherever the store sorted it.
         while row is not None and (row.receipt_seq is None or row.receipt_seq <= r.seq):
@@ -298,7 +304,14 @@ def _store_problems(store: Store, chain: ReceiptCheck) -> list[str]:
                         f"receipt records {f.outcome}"
                     )
             row = next(settled, None)
-        if not claimed:
+        if claimed:
+            continue
+        if body is not None and body.get("record") == REVOCATION:
+            # No action claims a revocation's receipt: the approval it revoked does.
+            problem = _revocation_problem(store, r.seq, r.action_id, body)
+            if problem is not None:
+                problems.append(problem)
+        else:
             problems.append(_unclaimed(store, r.seq, r.action_id))
     while row is not None:
         if row.receipt_seq is None or row.settlement is None:
@@ -346,9 +359,67 @@ def _record_problems(store: Store) -> list[str]:
                 problem = found.pop(aid, None)
                 if problem is not None:
                     problems.append(problem)
+        # Revocations with a receipt are few: their ids are kept to look each one up.
+        receipted: list[tuple[str, int]] = []
         for lease in store.leases():
             totals.lease(lease)
+            if lease.revocation_receipt is not None:
+                receipted.append((lease.id, lease.revocation_receipt))
         problems.extend(totals.problems())
+    problems.extend(_revocation_gone(store, receipted))
+    return problems
+
+
+def _revocation_problem(store: Store, seq: int, label: str, body: Mapping[str, Any]) -> str | None:
+    """A revocation's receipt against the approval's row: revoked, by the same person, at
+    the same time, and naming this receipt. A revocation undone by a store writer (the
+    approval usable again) or rewritten shows here."""
+    where = f"receipt {seq} ({label})"
+    lease_id = body.get("lease_id")
+    said = f"records approval {lease_id} revoked by {body.get('revoked_by')} at {body.get('at')}"
+    lease = store.lease(lease_id) if isinstance(lease_id, str) else None
+    if lease is None:
+        return f"{where}: {said}, which is not in the store (its row was deleted or lost)"
+    if lease.damaged is not None:
+        return None  # reported with the approvals
+    if not lease.revoked:
+        return (
+            f"{where}: {said}, but the store holds it not revoked: its revocation was "
+            "undone by a store writer, and checks pass under it again"
+        )
+    if (lease.revoked_by, lease.revoked_at) != (body.get("revoked_by"), body.get("at")):
+        return (
+            f"{where}: {said}, but the store records it revoked by {lease.revoked_by} at "
+            f"{lease.revoked_at} (edited)"
+        )
+    # None: revoked again by an older version, which does not keep the receipt's id.
+    if lease.revocation_receipt not in (None, seq):
+        return (
+            f"{where}: {said}, but the approval names receipt {lease.revocation_receipt} as "
+            "its revocation's (a second receipt, inserted by a store writer)"
+        )
+    return None
+
+
+def _revocation_gone(store: Store, receipted: list[tuple[str, int]]) -> list[str]:
+    """Each approval whose revocation's receipt is not in the store (deleted)."""
+    problems: list[str] = []
+    for lease_id, seq in receipted:
+        receipt = store.receipt(seq)
+        try:
+            body = None if receipt is None else load_json(receipt.body_text)
+        except (ValueError, TypeError):
+            body = None
+        if not isinstance(body, dict) or body.get("record") != REVOCATION:
+            problems.append(
+                f"approval {lease_id}: revoked, but its revocation's receipt {seq} is gone "
+                "(deleted, or another receipt is in its place)"
+            )
+        elif body.get("lease_id") != lease_id:
+            problems.append(
+                f"approval {lease_id}: names receipt {seq} as its revocation's, which "
+                f"revokes approval {body.get('lease_id')} (edited)"
+            )
     return problems
 
 

@@ -94,6 +94,15 @@ def reapproval_id(action_id: str) -> str:
     return _hashed(action_id + _AGAIN, action_id.split(":", 1)[0].split("!", 1)[0])
 
 
+def reapproved_from(action_id: str) -> str:
+    """The action id of the tool call a re-approval's action id (`reapproval_id`, once or
+    more) was derived from; any other action id as it is. A hashed chain (past 200
+    characters) is returned as it is: its call's id is no longer in it."""
+    while action_id.endswith(_AGAIN):
+        action_id = action_id[: -len(_AGAIN)]
+    return action_id
+
+
 @dataclass(frozen=True)
 class Reapproval:
     """A person's approval of a refused action: the new approval (lease) it is sent under."""

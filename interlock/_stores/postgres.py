@@ -929,12 +929,13 @@ class PostgresStore(SqlStore):
                 return lease
             return super().grant_lease(lease)
 
-    def revoke_lease(self, lease_id: str, by: str) -> Lease:
-        """Revoke (see `Store.revoke_lease`), once more on a new connection if lost."""
+    def revoke_lease(self, lease_id: str, by: str, **receipt: Any) -> Lease:
+        """Revoke (see `Store.revoke_lease`), once more on a new connection if lost: a lost
+        COMMIT that was kept is found revoked, naming its receipt, and is not written twice."""
         try:
-            return super().revoke_lease(lease_id, by)
+            return super().revoke_lease(lease_id, by, **receipt)
         except _ConnectionLost:
-            return super().revoke_lease(lease_id, by)
+            return super().revoke_lease(lease_id, by, **receipt)
 
     def integrity_problems(self) -> list[str]:
         """The server keeps its own pages sound (and reports damage on every read): none."""

@@ -4,8 +4,10 @@ A gate over the loopback Stripe emulator gets a 500 on two creates and its worke
 the unknown mark (a gone owner: its claim is still `sending`): one refund was made, one
 was not. `pending`, `resolve` (adopting the first through the gate's recovery, a person
 refusing the second), `show` and `revoke` then run as `python -m interlock` processes with
-a test key, and `verify` with Stripe holds afterwards. The rest of the commands' rules are
-tested in process (tests/unit/test_operator_cli.py).
+a test key, and `verify` with Stripe holds afterwards. Two transfers whose creates got a
+500 (one made, one not) are resolved by `main` in this process, over the real SDK to the
+emulator: one adopted, one refused. The rest of the commands' rules are tested in process
+(tests/unit/test_operator_cli.py).
 """
 
 from __future__ import annotations
@@ -16,26 +18,32 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
 
 from interlock import (
+    ACTION_METADATA_KEY,
     UNSIGNED_APPROVALS,
     Gate,
     Intent,
     Lease,
+    PaymentsUnsettledError,
     Store,
     StripePayments,
     StripeRefund,
+    StripeTransfer,
     Timing,
     make_stripe_client,
     new_action_id,
     refunds_fingerprint,
+    transfers_fingerprint,
     verify,
 )
 from interlock import Event as GateEvent
+from interlock import __main__ as cli
+from interlock._core.payments import Transfer
 from interlock._stores.postgres import PostgresStore
 from interlock.testing import StripeEmulator
 from tests.helpers.gate_rig import gone_owner
@@ -127,8 +135,9 @@ def test_pending_resolve_show_revoke_as_processes(
     assert items[lost.action_id]["evidence"][-1]["own"] is None
 
     adopted = _cli(
-        emulator, "resolve", made.action_id, location, "--stripe", "--by", "alice", "--yes"
-    )
+        emulator, "resolve", made.action_id, location, "--stripe", "--by", "alice",
+        "--reason", "Stripe shows it", "--yes",
+    )  # fmt: skip
     assert adopted.returncode == 0, adopted.stderr
     assert f"adopted {refund.id}" in adopted.stdout
     refused = _cli(
@@ -142,18 +151,141 @@ def test_pending_resolve_show_revoke_as_processes(
     assert shown.returncode == 0, shown.stderr
     data = json.loads(shown.stdout)
     assert data["state"] == "adopted" and data["history"][-1]["record"] == "outcome"
-    assert json.loads(data["receipt"]["body"])["owner"]["worker_id"] == "operator:alice"
+    body = json.loads(data["receipt"]["body"])
+    assert body["owner"]["worker_id"] == "operator:alice"
+    assert body["operator"] == {
+        "by": "alice",
+        "reason": "Stripe shows it",
+        "command": "resolve --stripe",
+    }
     # Both receipts are in the log: the proof is against a head of two.
     assert data["proof"]["tree_size"] == 2 and len(data["proof"]["inclusion_proof"]) == 1
 
-    revoked = _cli(emulator, "revoke", made.lease_id, location, "--by", "carol", "--yes")
+    revoked = _cli(
+        emulator, "revoke", made.lease_id, location, "--by", "carol", "--reason", "done",
+        "--yes",
+    )  # fmt: skip
     assert revoked.returncode == 0, revoked.stderr
     lease = store.lease(made.lease_id)
     assert lease is not None and lease.revoked_by == "carol"
+    assert lease.revocation_receipt is not None
+    receipt = store.receipt(lease.revocation_receipt)
+    assert receipt is not None and receipt.body["reason"] == "done"
+    assert f"receipt {receipt.seq} (hash {receipt.hash})" in revoked.stdout
 
     assert store.pending() == []
     result = verify(store, payments, approvers=UNSIGNED_APPROVALS)
     assert result.ok, result.problems
     for done in (pending, adopted, refused, shown, revoked):
         assert TEST_KEY not in done.stdout + done.stderr
+    payments.close()
+
+
+class _Answers500:
+    """The SDK's client, whose transfer creates answer HTTP 500: after the transfer is made
+    (`made`) or before. Everything else is the client's own."""
+
+    def __init__(self, payments: StripePayments, *, made: bool) -> None:
+        self.payments = payments
+        self.made = made
+
+    def list_transfers(self, destination: str) -> list[Transfer]:
+        return self.payments.list_transfers(destination)
+
+    def create_transfer(
+        self,
+        destination: str,
+        amount: int,
+        *,
+        currency: str = "usd",
+        idempotency_key: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> Transfer:
+        if self.made:
+            self.payments.create_transfer(
+                destination,
+                amount,
+                currency=currency,
+                idempotency_key=idempotency_key,
+                metadata=metadata,
+            )
+        raise PaymentsUnsettledError("create transfer", "Internal Server Error", 500)
+
+
+def _unknown_transfer(store: Store, payments: StripePayments, *, made: bool) -> Intent:
+    """A transfer whose create got a 500 (made or not), its worker dead after."""
+    account = f"acct_{uuid.uuid4().hex[:16]}"
+    now = store.now()
+    lease = store.grant_lease(
+        Lease(
+            f"lease_{uuid.uuid4().hex[:8]}", "transfer", account, 5_000, now + 3600, "support",
+            now, currency="usd",
+        )
+    )  # fmt: skip
+    intent = Intent(
+        new_action_id(), "transfer", account, 2_000, lease.id, transfers_fingerprint([]),
+        currency="usd",
+    )  # fmt: skip
+    gate = Gate(
+        store,
+        StripeTransfer(_Answers500(payments, made=made)),
+        timing=Timing.from_env({}),
+        owner=gone_owner(),
+        clock=_an_hour_ago,
+        approvers=UNSIGNED_APPROVALS,
+        on_event=_die_at_unknown,
+    )
+    with pytest.raises(_Killed):
+        gate.submit(intent)
+    return intent
+
+
+def test_resolve_transfers_on_postgres(
+    backend: tuple[Store, str],
+    emulator: StripeEmulator,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An unknown transfer that was made is adopted (looked up at its account over the real
+    SDK, never created again); one that was not is refused by a person; verify, reading
+    the transfers, holds."""
+    store, location = backend
+    for name in [k for k in os.environ if k.startswith(("INTERLOCK_", "STRIPE_"))]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("STRIPE_SECRET_KEY", TEST_KEY)
+    monkeypatch.setenv("INTERLOCK_STRIPE_BASE", emulator.url)
+    payments = StripePayments(
+        make_stripe_client(TEST_KEY, timeout_s=Timing().stripe_timeout_s, base_url=emulator.url)
+    )
+    made = _unknown_transfer(store, payments, made=True)
+    lost = _unknown_transfer(store, payments, made=False)
+    [transfer] = [
+        t
+        for t in payments.list_transfers(made.target)
+        if t.metadata.get(ACTION_METADATA_KEY) == made.action_id
+    ]
+    creates = emulator.model.requests.count(("POST", "transfers"))
+
+    code = cli.main(["resolve", made.action_id, location, "--stripe", "--by", "alice", "--yes"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert f"adopted {transfer.id}" in out
+    code = cli.main(
+        ["resolve", lost.action_id, location, "--stripe", "--refused", "--by", "bob",
+         "--reason", "no transfer at Stripe", "--yes"]
+    )  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "refused by bob" in out
+
+    assert emulator.model.requests.count(("POST", "transfers")) == creates == 1
+    adopted, refused = store.action(made.action_id), store.action(lost.action_id)
+    assert adopted is not None and adopted.settlement is not None
+    assert (adopted.settlement.status, adopted.settlement.external_id) == ("adopted", transfer.id)
+    assert refused is not None and refused.settlement is not None
+    assert refused.settlement.status == "refused"
+    assert store.pending() == []
+    result = verify(store, payments, approvers=UNSIGNED_APPROVALS)
+    assert result.ok, result.problems
+    assert TEST_KEY not in out + err
     payments.close()

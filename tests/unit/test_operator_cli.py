@@ -11,36 +11,79 @@ from __future__ import annotations
 
 import io
 import json
+import sqlite3
 import time
+import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from interlock import (
+    ACTION_METADATA_KEY,
+    Gate,
     Intent,
+    KeyList,
+    Lease,
     Owner,
+    PaymentsUnsettledError,
     SigningKey,
     SQLiteStore,
+    StripeTransfer,
     _operator,
+    new_action_id,
+    transfers_fingerprint,
     verify,
 )
+from interlock import Event as GateEventSeen
 from interlock import __main__ as cli
 from interlock._core.errors import ActionError
 from interlock._core.journal import CODE_REFUSED_BY_PERSON, Settlement
+from interlock._core.payments import Transfer
 from interlock.testing import InProcessPayments
-from tests.helpers.gate_rig import AMOUNT, TIMING, GateWorld, gone_owner
+from tests.helpers.approvals import APPROVER, APPROVERS
+from tests.helpers.gate_rig import AMOUNT, TIMING, Crash, GateWorld, gone_owner
 
 TEST_KEY = "sk_test_operator"
 
 
 class Payments(InProcessPayments):
-    """The in-process Stripe, closable as the CLI's client is."""
+    """The in-process Stripe, closable as the CLI's client is; with `transfer_500` set, a
+    transfer's create answers HTTP 500 (after making it, or before)."""
 
     closed = False
+    transfer_500: str | None = None
 
     def close(self) -> None:
         self.closed = True
+
+    def create_transfer(
+        self,
+        destination: str,
+        amount: int,
+        *,
+        currency: str = "usd",
+        idempotency_key: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> Transfer:
+        if self.transfer_500 is None:
+            return super().create_transfer(
+                destination,
+                amount,
+                currency=currency,
+                idempotency_key=idempotency_key,
+                metadata=metadata,
+            )
+        if self.transfer_500 == "made":
+            super().create_transfer(
+                destination,
+                amount,
+                currency=currency,
+                idempotency_key=idempotency_key,
+                metadata=metadata,
+            )
+        raise PaymentsUnsettledError("create transfer", "Internal Server Error", 500)
 
 
 class World(GateWorld):
@@ -64,6 +107,46 @@ class World(GateWorld):
 
     def posts(self) -> int:
         return self.model.requests.count(("POST", "refunds"))
+
+    def crash_transfer(self, *, made: bool) -> Intent:
+        """A transfer to a connected account whose create answered HTTP 500 (the transfer
+        made, or not), its worker dead at the unknown mark."""
+        account = f"acct_{uuid.uuid4().hex[:16]}"
+        lease = self.store.grant_lease(
+            APPROVER.sign(
+                Lease(
+                    f"lease_{uuid.uuid4().hex[:10]}", "transfer", account, 10_000,
+                    self.clock() + 3600, "support", self.clock(), currency="usd",
+                )
+            )
+        )  # fmt: skip
+        intent = Intent(
+            new_action_id(), "transfer", account, AMOUNT, lease.id,
+            transfers_fingerprint([]), currency="usd",
+        )  # fmt: skip
+
+        def die_at_unknown(event: GateEventSeen) -> None:
+            if event.kind == "unknown":
+                raise Crash(event.kind)
+
+        gate = Gate(
+            self.store, StripeTransfer(self.payments), timing=TIMING, owner=gone_owner(),
+            on_event=die_at_unknown, clock=self.clock, sleep=self.clock.sleep,
+            monotonic=self.clock.monotonic, approvers=APPROVERS,
+        )  # fmt: skip
+        self.payments.transfer_500 = "made" if made else "nothing"
+        with pytest.raises(Crash):
+            gate.submit(intent)
+        self.payments.transfer_500 = None
+        return intent
+
+    def transfers(self, intent: Intent) -> list[Transfer]:
+        """The transfers to the intent's account that name it."""
+        return [
+            t
+            for t in self.payments.list_transfers(intent.target)
+            if t.metadata.get(ACTION_METADATA_KEY) == intent.action_id
+        ]
 
 
 @pytest.fixture
@@ -171,28 +254,92 @@ def test_resolve_adopts_the_refund_the_lookup_finds_and_sends_nothing(
 ) -> None:
     """The refund of an unknown action (a 500 after it was made), or of one whose worker
     died after Stripe's answer, was made: resolve says so, then adopts it through the
-    gate's recovery (no create call), its receipt naming the operator; verify holds."""
+    gate's recovery (no create call), its receipt naming the operator and their reason as
+    a refusal's does; verify holds."""
     intent = world.crash(at, fault=fault)
     [refund] = world.agent_refunds(intent.action_id)
     posts = world.posts()
+    why = "ticket 812: the customer saw it"
 
     code, out, err = run(
-        capsys, "resolve", intent.action_id, str(world.path), "--stripe", "--by", "alice", "--yes"
-    )
+        capsys, "resolve", intent.action_id, str(world.path), "--stripe", "--by", "alice",
+        "--reason", why, "--yes",
+    )  # fmt: skip
 
     assert code == 0, err
     assert f"its own {refund.id}" in out and "settle it adopted" in out
+    assert f"records why ({why})" in out
     assert f"adopted {refund.id}" in out and "operator:alice" in out
     assert world.posts() == posts
     state = world.store.action(intent.action_id)
     assert state is not None and state.settlement is not None and state.receipt is not None
     assert (state.settlement.status, state.settlement.external_id) == ("adopted", refund.id)
-    assert state.receipt.body["owner"]["worker_id"] == "operator:alice"
+    body = state.receipt.body
+    assert body["owner"]["worker_id"] == "operator:alice"
+    assert body["operator"] == {"by": "alice", "reason": why, "command": "resolve --stripe"}
+    assert body["checks"][-1]["observed"] == {"by": "alice", "reason": why}
     assert verify(world.store, world.payments).ok
     code, _, err = run(
         capsys, "resolve", intent.action_id, str(world.path), "--stripe", "--by", "a", "--yes"
     )
     assert code == 1 and "is already settled: adopted" in err
+
+
+def test_resolve_adopts_the_transfer_the_lookup_finds(
+    world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A transfer whose create answered 500 after it was made: resolve looks it up at the
+    account (the transfer effect, in the intent's currency), adopts it with no create
+    call, its receipt naming the operator; verify, reading transfers too, holds."""
+    intent = world.crash_transfer(made=True)
+    [transfer] = world.transfers(intent)
+    state = world.store.action(intent.action_id)
+    assert state is not None and state.unknown is not None
+    creates = world.model.requests.count(("POST", "transfers"))
+    assert creates == 1
+
+    code, out, err = run(
+        capsys, "resolve", intent.action_id, str(world.path), "--stripe", "--by", "alice",
+        "--reason", "the account shows it", "--yes", "--json",
+    )  # fmt: skip
+
+    assert code == 0, err
+    assert f"its own {transfer.id}" in err and "settle it adopted" in err
+    assert json.loads(out)["external_id"] == transfer.id
+    assert world.model.requests.count(("POST", "transfers")) == creates
+    state = world.store.action(intent.action_id)
+    assert state is not None and state.settlement is not None and state.receipt is not None
+    assert (state.settlement.status, state.settlement.external_id) == ("adopted", transfer.id)
+    assert state.receipt.body["kind"] == "transfer"
+    assert state.receipt.body["operator"]["by"] == "alice"
+    lease = world.store.lease(intent.lease_id)
+    assert lease is not None and lease.spent == AMOUNT
+    assert verify(world.store, world.payments).ok
+
+
+def test_resolve_refuses_a_transfer_the_lookup_does_not_find(
+    world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A transfer whose create answered 500 before anything was made: `--stripe` alone
+    changes nothing; `--refused` marks it refused by the person, after the lookup at the
+    account found nothing, and its approval's reservation is released."""
+    intent = world.crash_transfer(made=False)
+    assert world.transfers(intent) == []
+    base = ["resolve", intent.action_id, str(world.path), "--stripe", "--by", "bob", "--yes"]
+    code, _, err = run(capsys, *base)
+    assert code == 1 and "no send naming it at Stripe" in err
+
+    code, out, err = run(capsys, *base, "--refused", "--reason", "no transfer at Stripe")
+
+    assert code == 0, err
+    assert "lookup: no send naming it at Stripe" in out and "mark it refused by bob" in out
+    state = world.store.action(intent.action_id)
+    assert state is not None and state.settlement is not None and state.receipt is not None
+    assert (state.settlement.status, state.settlement.code) == ("refused", CODE_REFUSED_BY_PERSON)
+    assert state.receipt.body["checks"][-1]["observed"] == "none"
+    lease = world.store.lease(intent.lease_id)
+    assert lease is not None and dict(lease.reservations) == {} and lease.spent == 0
+    assert world.transfers(intent) == [] and verify(world.store, world.payments).ok
 
 
 def test_resolve_finding_nothing_changes_nothing(
@@ -327,6 +474,119 @@ def test_revoke_says_what_it_revokes_then_revokes(
     assert code == 0 and "already revoked by carol" in out
     code, _, err = run(capsys, "revoke", "lease_none", str(world.path), "--by", "d", "--yes")
     assert code == 1 and "approval lease_none is not in the store" in err
+
+
+def _signing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[SigningKey, KeyList]:
+    """The gate's key in INTERLOCK_SIGNING_KEY, as an operator runs the commands, and the
+    key list that checks it."""
+    key = SigningKey.generate()
+    key.save(tmp_path / "signing-key.pem")
+    monkeypatch.setenv("INTERLOCK_SIGNING_KEY", str(tmp_path / "signing-key.pem"))
+    trusted = KeyList()
+    trusted.add(key.public)
+    return key, trusted
+
+
+def _store_writer(path: Path, sql: str, *args: object) -> None:
+    """One write straight into the store's file, as a store writer (not a gate) makes it."""
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute(sql, args)
+    conn.close()
+
+
+def _edit_lease(path: Path, lease_id: str, **changes: object) -> None:
+    conn = sqlite3.connect(path)
+    (text,) = conn.execute("SELECT lease FROM leases WHERE lease_id=?", (lease_id,)).fetchone()
+    conn.close()
+    data = {**json.loads(text), **changes}
+    _store_writer(path, "UPDATE leases SET lease=? WHERE lease_id=?", json.dumps(data), lease_id)
+
+
+def test_revoke_writes_a_signed_receipt_that_verify_holds_the_approval_to(
+    world: World, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    """Revoke writes a receipt of its own, signed with the gate's key and in the receipt
+    log: who revoked which approval, when and why. Verify checks it against the approval's
+    row: a revocation undone or rewritten by a store writer, or its receipt deleted, is
+    named."""
+    key, trusted = _signing(tmp_path, monkeypatch)
+    lid, why = world.lease.id, "the agent refunds a customer twice"
+
+    code, out, err = run(
+        capsys, "revoke", lid, str(world.path), "--by", "carol", "--reason", why, "--yes", "--json"
+    )
+
+    assert code == 0, err
+    assert f"signed with key {key.key_id}" in err and f"({why})" in err
+    lease = world.store.lease(lid)
+    assert lease is not None and lease.revocation_receipt is not None
+    receipt = world.store.receipt(lease.revocation_receipt)
+    assert receipt is not None and json.loads(out)["receipt"] == receipt.hash
+    body = receipt.body
+    assert (body["record"], body["lease_id"], body["revoked_by"], body["reason"]) == (
+        "revocation", lid, "carol", why,
+    )  # fmt: skip
+    assert body["at"] == lease.revoked_at and body["key_id"] == key.key_id
+    assert body["owner"]["worker_id"] == "operator:carol"
+    assert body["operator"] == {"by": "carol", "reason": why, "command": "revoke"}
+    checked = verify(world.store, keys=trusted)
+    assert checked.ok, checked.problems
+    assert (checked.chain_length, checked.log_size, checked.formats) == (1, 1, {"ed25519": 1})
+    stranger = KeyList()
+    stranger.add(SigningKey.generate().public)
+    assert not verify(world.store, keys=stranger).ok
+
+    _edit_lease(world.path, lid, revoked_at=None, revoked_by=None)
+    [undone] = verify(world.store, keys=trusted).problems
+    assert f"receipt {receipt.seq} (revocation of {lid}): records approval {lid}" in undone
+    assert "its revocation was undone" in undone
+    _edit_lease(world.path, lid, revoked_at=lease.revoked_at, revoked_by="mallory")
+    [rewritten] = verify(world.store, keys=trusted).problems
+    assert "the store records it revoked by mallory" in rewritten
+    _edit_lease(world.path, lid, revoked_by="carol")
+    assert verify(world.store, keys=trusted).ok
+    _store_writer(world.path, "DELETE FROM receipts WHERE seq=?", receipt.seq)
+    gone = verify(world.store, keys=trusted).problems
+    assert (
+        f"approval {lid}: revoked, but its revocation's receipt {receipt.seq} is gone" in (gone[-1])
+    )
+
+
+def test_show_points_at_the_revocation_of_its_approval(
+    world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An action whose approval `revoke` revoked shows who revoked it, when, and the
+    revocation's receipt; one revoked through the library (as every older store has it)
+    says it has none, and the store verifies as before."""
+    intent = world.decide(AMOUNT, world.lease.id)
+    world.gate(Owner.current("w")).submit(intent)
+    other = world.grant(10_000)
+    older = world.decide(AMOUNT, other.id)
+    world.gate(Owner.current("w")).submit(older)
+    world.store.revoke_lease(other.id, "support")
+    code, _, err = run(capsys, "revoke", world.lease.id, str(world.path), "--by", "carol", "--yes")
+    assert code == 0, err
+    lease = world.store.lease(world.lease.id)
+    assert lease is not None and lease.revocation_receipt is not None
+    receipt = world.store.receipt(lease.revocation_receipt)
+    assert receipt is not None
+
+    code, out, err = run(capsys, "show", intent.action_id, str(world.path))
+
+    assert code == 0, err
+    assert f"approval {world.lease.id} revoked by carol at " in out
+    assert f"receipt {receipt.seq} (hash {receipt.hash})" in out
+    code, out, _ = run(capsys, "show", intent.action_id, str(world.path), "--json")
+    approval = json.loads(out)["approval"]
+    assert (
+        approval["revoked_by"] == "carol" and approval["revocation_receipt"]["seq"] == receipt.seq
+    )
+    code, out, _ = run(capsys, "show", older.action_id, str(world.path))
+    assert code == 0 and f"approval {other.id} revoked by support at " in out
+    assert "no receipt (revoked through the library" in out
+    assert verify(world.store, world.payments).ok
 
 
 @pytest.mark.parametrize(

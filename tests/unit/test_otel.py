@@ -6,47 +6,47 @@ crash is the rig's simulated one (its event sink raises), the restart a new gate
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
 from interlock import Gate, Owner, PaymentsAuthError
 from interlock._integrations.tool_calls import action_id_for
 from interlock.otel import action_span_context, traced
+from tests.helpers import otel_spans
 from tests.helpers.gate_rig import Crash, GateWorld, gone_owner
+from tests.helpers.otel_spans import memory_provider, named
 
 # An amount no id, count or hash of a run spells as a whole word.
 AMOUNT = 1234
 
 
 @pytest.fixture
-def exporter() -> Iterator[InMemorySpanExporter]:
-    """Every span a test's provider ends, kept in memory."""
-    found = InMemorySpanExporter()
-    yield found
-    found.shutdown()
+def memory() -> Iterator[tuple[TracerProvider, InMemorySpanExporter]]:
+    """A tracer provider exporting each span as it ends, and every span it ended."""
+    provider, exporter = memory_provider()
+    yield provider, exporter
+    exporter.shutdown()
 
 
 @pytest.fixture
-def provider(exporter: InMemorySpanExporter) -> TracerProvider:
+def exporter(memory: tuple[TracerProvider, InMemorySpanExporter]) -> InMemorySpanExporter:
+    """Every span a test's provider ends, kept in memory."""
+    return memory[1]
+
+
+@pytest.fixture
+def provider(memory: tuple[TracerProvider, InMemorySpanExporter]) -> TracerProvider:
     """A tracer provider exporting each span as it ends."""
-    tp = TracerProvider()
-    tp.add_span_processor(SimpleSpanProcessor(exporter))
-    return tp
+    return memory[0]
 
 
 def traced_gate(world: GateWorld, provider: TracerProvider, **kw: Any) -> Gate:
     return traced(world.gate(gone_owner(), log_every=1), tracer_provider=provider, **kw)
-
-
-def named(exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]:
-    return [s for s in exporter.get_finished_spans() if s.name == name]
 
 
 def test_a_guarded_refund_is_one_execute_tool_span_with_its_steps_and_a_send_span(
@@ -128,31 +128,6 @@ def _no_lookup(effect: Any) -> Any:
     return NoLookup(effect)
 
 
-def _values(spans: list[ReadableSpan]) -> list[tuple[str, object]]:
-    """Every attribute of every span, its events and links."""
-    found: list[tuple[str, object]] = []
-    for s in spans:
-        found += list((s.attributes or {}).items())
-        for e in s.events:
-            found += list((e.attributes or {}).items())
-        for link in s.links:
-            found += list((link.attributes or {}).items())
-    return found
-
-
-def _leaks(spans: list[ReadableSpan]) -> list[tuple[str, object]]:
-    """Attributes naming an amount, holding AMOUNT, a key or text that may hold one."""
-    pattern = re.compile(rf"\b{AMOUNT}\b|\b12\.34\b|sk_test_|PRIVATE KEY")
-    return [
-        (k, v)
-        for k, v in _values(spans)
-        if "amount" in k
-        or "idempotency_key" in k
-        or v == AMOUNT
-        or (isinstance(v, str) and pattern.search(v))
-    ]
-
-
 @pytest.mark.parametrize("sensitive", [False, True])
 def test_no_amount_or_key_reaches_an_attribute_unless_the_user_opts_in(
     exporter: InMemorySpanExporter, provider: TracerProvider, sensitive: bool
@@ -169,7 +144,7 @@ def test_no_amount_or_key_reaches_an_attribute_unless_the_user_opts_in(
     # And a sent one, whose send carries its idempotency key.
     assert gate.submit(world.decide(AMOUNT, world.grant(5000).id)).status == "sent"
 
-    leaks = _leaks(list(exporter.get_finished_spans()))
+    leaks = otel_spans.leaks(exporter.get_finished_spans(), [AMOUNT])
     if sensitive:
         keys = {k for k, _ in leaks}
         assert {"interlock.amount", "interlock.reason", "interlock.idempotency_key"} <= keys

@@ -38,6 +38,7 @@ from interlock import (
     Owner,
     PostgresStore,
     Settlement,
+    SigningKey,
     SQLiteStore,
     Store,
     StripeRefund,
@@ -688,6 +689,31 @@ def test_leases_grant_revoke_and_refuse_a_second_grant(backend: Backend) -> None
     assert store.mark_sending(intent.action_id, epoch, TTL).status == "lease_refused"
     with pytest.raises(LeaseError, match="no such lease"):
         store.revoke_lease("lease_missing", "support")
+
+
+def test_a_revocation_with_an_owner_writes_its_receipt_in_its_commit(backend: Backend) -> None:
+    """Given who writes it, a revocation writes its signed receipt with it, which the lease
+    names and which reads back by id; revoking again writes no second one."""
+    clock = Clock()
+    store = backend.make(clock)
+    lease = _lease(store, clock())
+    key = SigningKey.generate()
+    owner = Owner.current("operator:carol")
+
+    revoked = store.revoke_lease(lease.id, "carol", owner=owner, reason="done", key=key)
+
+    assert revoked.revocation_receipt is not None and store.lease(lease.id) == revoked
+    receipt = store.receipt(revoked.revocation_receipt)
+    assert receipt is not None and receipt.signature is not None
+    assert receipt.action_id == f"revocation of {lease.id}"
+    body = receipt.body
+    assert (body["record"], body["lease_id"], body["revoked_by"], body["reason"]) == (
+        "revocation", lease.id, "carol", "done",
+    )  # fmt: skip
+    assert body["at"] == revoked.revoked_at == clock()
+    assert body["approval_digest"] == lease.digest() and body["owner"] == owner.to_dict()
+    assert store.revoke_lease(lease.id, "dave", owner=owner, key=key) == revoked
+    assert [r.seq for r in store.receipts()] == [receipt.seq]
 
 
 def test_scans_list_oldest_first_and_filter_by_kind_and_metadata(backend: Backend) -> None:
