@@ -1,6 +1,18 @@
 """The gate: the send path that first attempts and recoveries share.
 
-Three durable commits per action:
+**A first attempt: two durable commits.** A look at the store that writes nothing (the
+action is new, its target's turn keeps nobody off, and the approval as stored), then the
+one read of the target and the checks below, then one commit that journals the intent,
+takes the claim (epoch 1) and the target's turn, reserves the lease and marks `sending`,
+all or none, and only while the turn is as the look saw it and the lease the one checked;
+then the call and the outcome (commit 3 below). A crash before that commit leaves
+nothing: nothing was journaled or sent, and the agent decides again. A refusal is
+journaled and settled from the same read (commit 1, then commit 3). Anything else (the
+action journaled already, the turn another action's, a read that settles nothing, a
+send found naming the action, the turn taken since the look) writes nothing and takes
+the three-commit path from its start.
+
+**Every other attempt (a recovery, a wait for the turn): three durable commits.**
 
 1. `begin`: the intent and the claim together (every take of a claim gets a new epoch).
    Then one read of the target serves the lookup (our own earlier send: adopt it, send

@@ -1,7 +1,9 @@
 """The journal: intents, claims, `sending`, outcomes, leases and receipts in one store.
 
-`Store` is the protocol the gate uses; its three writing calls on the send path are the
-three durable commits (`begin`, `mark_sending`, `settle`). The rules live once, in
+`Store` is the protocol the gate uses. A first attempt makes two durable commits:
+`begin_sending` (the intent, its claim, the target's turn, the lease reservation and
+`sending` at once, after a `first_look` that writes nothing) and `settle`; every other
+path makes three (`begin`, `mark_sending`, `settle`). The rules live once, in
 `RuleStore`, over a small row-level transaction (`Tx`); the backends (`_stores/sqlite.py`,
 `_stores/memory.py`) only store rows and read their clock inside the transaction, after
 the write lock is taken, so that waiting for the lock never eats a claim's margin.
@@ -19,6 +21,12 @@ sibling actions (the same decision made twice in one turn of a model, run concur
 never both sit between their world read and their settlement: the second reads the world
 after the first landed, as it would have run after it. On a backend that locks rows the
 turn is locked after the action's own row, and the holder's row is read without a lock.
+
+A first attempt reads the world before it holds the turn, so its one commit is fenced on
+the turn as `first_look` saw it before that read (its action and epoch): every take of a
+claim writes the turn with a new epoch, so an unchanged turn means no action took it in
+between, and a turn that kept nobody off then keeps nobody off now. Otherwise nothing is
+written and the gate takes the three-commit path, reading again under the turn.
 """
 
 from __future__ import annotations

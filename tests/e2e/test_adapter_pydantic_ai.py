@@ -17,12 +17,12 @@ import pytest
 pytest.importorskip("pydantic_ai", reason="the pydantic-ai extra is not installed")
 
 from interlock.testing import StripeEmulator
-from tests.e2e.adapter_proof import CASES, prove
+from tests.e2e.adapter_proof import BEFORE_COMMIT, CASES, prove
 
 pytestmark = pytest.mark.e2e
 
 
-@pytest.mark.parametrize("scenario", sorted(CASES))
+@pytest.mark.parametrize("scenario", sorted({**CASES, **BEFORE_COMMIT}))
 def test_resume_after_sigkill_matches_the_truth_table(
     scenario: str, emulator: StripeEmulator, tmp_path: Path
 ) -> None:
