@@ -217,10 +217,13 @@ def test_sibling_processes_refund_once_when_the_sender_is_killed_mid_send(
     spawn: list[Child],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Two sibling decisions submitted at once by two processes: one reads the payment, the
-    other is told to wait its turn (without the turn both read, and both would send). The
-    reader is SIGKILLed while its create is held at Stripe, already made; a recovery adopts
-    that refund, and the sibling then reads again and is refused: one refund, verify clean."""
+    """Two sibling decisions submitted at once by two processes: both read the payment
+    before either commits (a first attempt reads first). One commits and sends; its create
+    is held at Stripe, already made, and it is SIGKILLed. The other's one commit then finds
+    the payment's turn taken since its look (without that fence both would send): nothing
+    of it is written, it is journaled behind the first and waits its turn. A recovery
+    adopts the first's refund; the sibling reads again and is refused: one refund, verify
+    clean."""
     assert any_backend.location is not None
     payments = _payments(emulator)
     store, payment, intents = _siblings(any_backend, payments, 2)
@@ -250,13 +253,16 @@ def test_sibling_processes_refund_once_when_the_sender_is_killed_mid_send(
 
     said = [child.line() for child in children]
 
-    assert sorted(said) == ["busy", "read"], said
-    reader, waiter = (children[0], children[1]) if said[0] == "read" else children[::-1]
-    first, second = (intents[0], intents[1]) if said[0] == "read" else intents[::-1]
+    assert said == ["read", "read"], said
+    reader, waiter = children
+    first, second = intents
     reader.send("continue")
     assert held.committed.wait(30), "the reader's create never reached the emulator"
     reader.proc.kill()
     assert reader.finish() == -9
+    waiter.send("continue")
+    assert waiter.line() == "busy"
+    assert [h.record for h in store.history(second.action_id)] == ["intent"]
     recovery = Gate(
         store,
         StripeRefund(payments),
@@ -266,8 +272,6 @@ def test_sibling_processes_refund_once_when_the_sender_is_killed_mid_send(
     )
     adopted = recovery.recover_action(first.action_id)
     assert adopted.status == "adopted"
-    assert waiter.line() == "read"
-    waiter.send("continue")
     report = json.loads(waiter.line())
     assert waiter.finish() == 0
 

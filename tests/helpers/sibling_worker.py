@@ -6,9 +6,9 @@ It opens the store (a SQLite path or a PostgreSQL URL), builds a gate over the r
 `stripe` SDK pointed at the emulator (key from `STRIPE_SECRET_KEY`, Timing(8, 3), the
 approvers' public keys from `INTERLOCK_APPROVERS`), prints
 `ready` and waits for `go` on stdin. Then it submits the intent and says where it got to,
-one line each: `busy` when the gate journaled it behind another action on the payment,
-`read` right after its first read of the payment (then it waits for `continue`, so the
-test decides when a reader may go on), and last its outcome as one JSON line.
+one line each: `read` right after its first read of the payment (then it waits for
+`continue`, so the test decides when a reader may go on), `busy` when the gate journaled
+it behind another action on the payment, and last its outcome as one JSON line.
 """
 
 from __future__ import annotations

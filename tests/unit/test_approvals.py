@@ -124,7 +124,8 @@ def test_a_revocation_needs_no_signature(world: GateWorld) -> None:
 
 def test_a_lease_swapped_between_the_check_and_commit_2_is_refused(world: GateWorld) -> None:
     """A writer who swaps the lease row after the gate verified it (a bigger cap, the old
-    signature) is refused at commit 2, which sends only under the lease that was checked."""
+    signature) is refused at the commit that marks `sending` (a first attempt's one
+    commit), which sends only under the lease that was checked."""
     lease = world.grant(AMOUNT)
     intent = world.decide(AMOUNT, lease.id)
     swapped: list[bool] = []

@@ -697,6 +697,79 @@ def test_unsettled_sends_past_max_sends_are_left_to_recovery_which_finishes(worl
 # -- cost of the send path ------------------------------------------------------------------
 
 
+# -- a first attempt's one commit: what it is fenced on --------------------------------------
+
+
+def test_a_sibling_that_takes_the_turn_after_the_look_makes_the_first_read_again(
+    world: World,
+) -> None:
+    """Two identical decisions (two tool calls of one turn): the second runs whole while the
+    first sits between its checks and its one commit. The first's commit finds the turn
+    taken since its look, writes nothing, and takes the three-commit path: it reads again,
+    after the sibling's refund, and is refused. Without the fence both would send."""
+    world.lease = world.grant(2 * AMOUNT)
+    first, second = world.decide(), world.decide()
+    done: list[Outcome] = []
+
+    def sibling(data: Mapping[str, Any]) -> None:
+        if data.get("name") == "approval" and not done:
+            done.append(world.gate(Owner.current("sibling")).submit(second))
+
+    outcome = world.gate(Owner.current("first"), hooks={"check": sibling}).submit(first)
+
+    [refund] = world.refunds()
+    assert (done[0].status, done[0].external_id) == ("sent", refund.id)
+    assert (outcome.status, outcome.reason) == ("refused", REASON_WORLD_CHANGED)
+    assert [e.data["name"] for e in world.of("first", "check")].count("lookup") == 2
+    assert [e.data["claim"] for e in world.of("first", "journaled")] == ["taken"]
+    assert world.model.requests.count(("POST", "refunds")) == 1
+    assert verify(world.store, world.payments).ok
+
+
+def test_one_decision_submitted_twice_at_once_is_sent_once(world: World) -> None:
+    """The same action id submitted again while the first submit sits before its one commit
+    (a retry, a framework running a call twice): the first's commit finds the action
+    journaled, writes nothing and reports the refund the action has: one refund."""
+    intent = world.decide()
+    again: list[Outcome] = []
+
+    def retry(data: Mapping[str, Any]) -> None:
+        if data.get("name") == "approval" and not again:
+            again.append(world.gate(Owner.current("retry")).submit(intent))
+
+    outcome = world.gate(Owner.current("first"), hooks={"check": retry}).submit(intent)
+
+    [refund] = world.refunds()
+    assert (again[0].status, again[0].external_id) == ("sent", refund.id)
+    assert (outcome.status, outcome.external_id) == ("sent", refund.id)
+    assert world.model.requests.count(("POST", "refunds")) == 1
+    assert [h.record for h in world.store.history(intent.action_id)].count("intent") == 1
+    assert verify(world.store, world.payments).ok
+
+
+def test_an_approval_revoked_between_the_check_and_the_one_commit_is_refused(
+    world: World,
+) -> None:
+    """Revoked after the gate checked it, before the first attempt's one commit: the commit
+    checks the stored lease again and refuses; nothing is sent, and the receipt's approval
+    check says why."""
+    intent = world.decide()
+
+    def revoke(data: Mapping[str, Any]) -> None:
+        if data.get("name") == "approval":
+            world.store.revoke_lease(world.lease.id, "support")
+
+    outcome = world.gate(Owner.current("first"), hooks={"check": revoke}).submit(intent)
+
+    assert (outcome.status, outcome.reason) == ("refused", "approval revoked by support")
+    assert world.refunds() == [] and ("POST", "refunds") not in world.model.requests
+    assert outcome.receipt is not None
+    [approval] = [c for c in outcome.receipt.checks if c["name"] == "approval"]
+    assert (approval["passed"], approval["observed"]) == (False, "approval revoked by support")
+    lease = world.store.lease(world.lease.id)
+    assert lease is not None and dict(lease.reservations) == {}
+
+
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
 def test_first_attempt_costs_two_commits_one_list_and_one_create(kind: str, tmp_path: Path) -> None:
     """A first attempt makes exactly 2 durable commits and 2 Stripe calls: a list and a create."""

@@ -546,6 +546,95 @@ def test_commit_2_is_fenced_on_the_turn(backend: Backend) -> None:
     assert state is not None and state.claim is not None and not state.claim.sending
 
 
+def test_begin_sending_journals_claims_and_marks_sending_in_one_commit(backend: Backend) -> None:
+    """A first attempt's one commit: the intent, its claim (epoch 1, `sending`), the turn
+    and the reservation together, after a look that writes nothing and reads the lease."""
+    clock = Clock()
+    store = backend.make(clock)
+    lease = _lease(store, clock())
+    intent = _intent(lease)
+    owner = remote_owner()
+    before = store.commits
+
+    look = store.first_look(intent, GRACE)
+    assert (look.free, look.turn, look.lease) == (True, None, lease)
+    assert store.commits == before and store.history(intent.action_id) == []
+    first = store.begin_sending(intent, owner, TTL, look.turn, approval=lease.digest())
+
+    assert first.status == "ok" and first.left_s == TTL and store.commits == before + 1
+    state = store.action(intent.action_id)
+    assert state is not None and state.intent == intent and state.claim is not None
+    assert (state.claim.owner, state.claim.epoch, state.claim.sending) == (owner, 1, True)
+    assert state.claim.expires_at == clock() + TTL and first.state == state
+    assert [h.record for h in store.history(intent.action_id)] == ["intent", "claim", "sending"]
+    after = store.lease(lease.id)
+    assert after is not None and dict(after.reservations) == {intent.action_id: AMOUNT}
+    # It holds the target's turn: a sibling's look is not free, and its begin is busy.
+    sibling = _intent(lease)
+    assert store.first_look(sibling, GRACE).free is False
+    assert store.begin(sibling, remote_owner(), TTL, GRACE).status == "busy"
+    assert store.settle(intent.action_id, 1, owner, _sent(), CHECKS, {}, None) is not None
+
+
+def test_begin_sending_writes_nothing_unless_the_turn_is_as_it_was_looked_at(
+    backend: Backend,
+) -> None:
+    """The one commit is fenced on the turn the look saw, on the action being new and on
+    the lease checked: each refusal writes nothing (no intent, claim or reservation)."""
+    clock = Clock()
+    store = backend.make(clock)
+    lease = _lease(store, clock(), cap=3 * AMOUNT)
+    a, b = _intent(lease), _intent(lease)
+    look = store.first_look(b, GRACE)
+    # A sibling takes the turn and settles after b's look: the turn is free again, but
+    # b's read may have come before that sibling's send.
+    epoch = store.begin(a, remote_owner(), TTL, GRACE).epoch
+    store.mark_sending(a.action_id, epoch, TTL)
+    store.settle(a.action_id, epoch, remote_owner(), _sent(), CHECKS, {}, None)
+    assert store.first_look(b, GRACE).free is True
+
+    moved = store.begin_sending(b, remote_owner(), TTL, look.turn, approval=lease.digest())
+
+    assert moved.status == "turn_moved" and store.action(b.action_id) is None
+    # The turn as seen now: b commits.
+    seen = store.first_look(b, GRACE).turn
+    assert seen == (a.action_id, epoch)
+    # The action journaled since (the same decision submitted twice at once).
+    store.begin(b, remote_owner(), TTL, GRACE)
+    again = store.begin_sending(b, remote_owner(), TTL, seen, approval=lease.digest())
+    assert again.status == "journaled"
+    assert [h.record for h in store.history(b.action_id)] == ["intent", "claim"]
+    # Under a lease that changed since its check, or is revoked: refused, nothing written.
+    c = _intent(lease)
+    stale_digest = lease.digest()
+    store.revoke_lease(lease.id, "support")
+    now_seen = store.first_look(c, GRACE).turn
+    refused = store.begin_sending(c, remote_owner(), TTL, now_seen, approval=stale_digest)
+    assert refused.status == "lease_refused" and refused.reason is not None
+    assert "revoked" in refused.reason and store.action(c.action_id) is None
+    after = store.lease(lease.id)
+    assert after is not None and c.action_id not in after.reservations
+
+
+def test_a_first_look_is_not_free_while_a_live_claim_holds_the_turn(backend: Backend) -> None:
+    """A live claim on the target keeps the look off the two-commit path, a `sending` one
+    until its expiry plus the grace; a holder on this host that is gone before `sending`
+    keeps nobody off."""
+    clock = Clock()
+    store = backend.make(clock)
+    a, b, epoch = _siblings(store, clock, remote_owner())
+    assert store.first_look(b, GRACE).free is False
+    store.mark_sending(a.action_id, epoch, TTL)
+    clock.now += TTL + GRACE - 0.5
+    assert store.first_look(b, GRACE).free is False
+    clock.now += 0.5
+    assert store.first_look(b, GRACE) == store.first_look(b, GRACE)
+    assert store.first_look(b, GRACE).free is True
+    c, d, _ = _siblings(store, clock, gone_owner())
+    assert store.first_look(d, GRACE).free is True
+    assert store.first_look(c, GRACE).free is False, "its own action is journaled"
+
+
 @pytest.mark.parametrize("n", [2, 8])
 def test_sibling_submits_on_threads_refund_once(backend: Backend, n: int) -> None:
     """`n` identical decisions (one fingerprint, a lease whose cap covers them all) submitted
@@ -784,13 +873,15 @@ def test_histories_and_leases_stream_every_row_across_batches(
 
 
 def test_every_write_is_one_commit(backend: Backend) -> None:
-    """`commits` counts the durable commits: three for begin, mark_sending and settle."""
+    """`commits` counts the durable commits: three for begin, mark_sending and settle; a
+    first look counts none."""
     clock = Clock()
     store = backend.make(clock)
     intent = _intent(_lease(store, clock()))
     owner = remote_owner()
     before = store.commits
 
+    store.first_look(intent, GRACE)
     epoch = store.begin(intent, owner, TTL, GRACE).epoch
     store.mark_sending(intent.action_id, epoch, TTL)
     store.settle(intent.action_id, epoch, owner, _sent(), CHECKS, {}, None)
