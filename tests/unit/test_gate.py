@@ -1338,6 +1338,28 @@ def test_two_gates_of_one_identity_are_fenced_by_epoch(world: World) -> None:
     assert len(world.agent_refunds(intent.action_id)) == 1
 
 
+@pytest.mark.parametrize(
+    "timing", [Timing(), Timing(15, 10), Timing(6, 1)], ids=["library", "stage", "tests"]
+)
+def test_no_send_a_claim_allowed_can_land_after_it_stops_blocking(timing: Timing) -> None:
+    """The check behind the wait on stage (docs/design.md, *Claims*): a send may start at any
+    instant from its `sending` mark to the last one with the send window left on the claim,
+    and land up to the in-flight window after it. Every such landing comes while the claim
+    still blocks (its expiry plus the grace, as `Claim.blocks` says). A take at the mark
+    plus the in-flight window alone, 5 s sooner on stage, would come before a landing: a
+    worker delayed a moment between its mark and its call (then killed) still lands later.
+    So a dead owner's `sending` claim is waited out to its expiry plus the grace."""
+    mark = 1_000.0
+    claim = Claim(gone_owner(), mark, mark + timing.renewal_s, sending=True, epoch=1)
+    last_start = claim.expires_at - timing.send_window_s
+    starts = [mark + (last_start - mark) * k / 100 for k in range(101)]
+
+    latest_landing = max(start + timing.in_flight_s for start in starts)
+    assert all(claim.blocks(start + timing.in_flight_s, grace_s=timing.grace_s) for start in starts)
+    assert not claim.blocks(claim.expires_at + timing.grace_s, grace_s=timing.grace_s)
+    assert latest_landing > mark + timing.in_flight_s
+
+
 def test_a_sending_claim_is_waited_out_to_its_expiry_plus_the_grace(world: World) -> None:
     """Nobody takes a `sending` claim until expiry + grace (a clock step, an overrun)."""
     intent = world.decide()
