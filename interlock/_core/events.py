@@ -62,7 +62,7 @@ class GateEvent(str, Enum):
     SENDING = (
         "sending",
         ("expires_at", "epoch"),
-        "`sending` is durable, with the reservation and the renewed claim",
+        "`sending` is durable, with the reservation and a claim that covers the call",
     )
     BEFORE_SEND = (
         "before-send",

@@ -98,7 +98,7 @@ def gate_event_text(event: Event, *, answerer: str = STRIPE) -> str | None:
         if name == "approval":
             return "approval: ok" if d.get("passed") else f"approval: {d.get('problem')}"
     if kind is GateEvent.SENDING:
-        return "journaled `sending`; claim renewed"
+        return "journaled `sending`; the claim covers the call"
     if kind is GateEvent.BEFORE_SEND:
         return send_text(answerer, int(d.get("amount", 0)), d.get("currency"), short)
     if kind is GateEvent.AFTER_ANSWER:
