@@ -21,6 +21,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 # Keys a benchmark's child never needs: none of them reaches a measured command.
@@ -97,3 +98,22 @@ def run_interlock(workdir: Path, *argv: str) -> ChildFigures:
         peak_bytes=int(measured["peak_kb"]) * 1024,
         stdout=done.stdout,
     )
+
+
+def count_log_commits(store: Any) -> list[int]:
+    """A counter (its one item) of the commits `store.integrate` makes from now on (stays
+    0 on a library without the receipt log)."""
+    counted = [0]
+    real = getattr(store, "integrate", None)
+    if real is None:
+        return counted
+
+    def integrate(key: Any) -> Any:
+        before = store.commits
+        try:
+            return real(key)
+        finally:
+            counted[0] += store.commits - before
+
+    store.integrate = integrate  # type: ignore[method-assign]
+    return counted

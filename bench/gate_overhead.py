@@ -9,7 +9,9 @@ commit of a tiny INSERT in another file, so both see the same disk at the same m
 It prints one figure a line:
 
 - `durable commits per first attempt`: from `store.commits` (target 2: the intent, claim
-  and `sending` together before the send, the outcome after it);
+  and `sending` together before the send, the outcome after it), the receipt log's apart;
+- `receipt-log commits per action`: the log's catch-ups (one commit per 100 settles, or
+  per 5 s idle), averaged over the actions;
 - `statements per action`: SQL statements per first attempt, BEGIN and COMMIT included,
   counted with sqlite3's trace callback on the store's connection (outside the timed runs);
 - `stripe calls per first attempt` and `per recovery`, counted from the model's requests
@@ -59,7 +61,7 @@ BENCH = Path(__file__).resolve().parent
 if str(BENCH) not in sys.path:  # imported by the other benchmarks, or run from anywhere
     sys.path.insert(0, str(BENCH))
 
-from common import with_load  # noqa: E402
+from common import count_log_commits, with_load  # noqa: E402
 
 AMOUNT = 2000
 WARMUP = 20
@@ -187,6 +189,7 @@ class Repeat:
     """One repeat's counts and medians."""
 
     commits: int
+    log_commits: float
     statements: int
     calls: tuple[int, int]
     recovery_before: tuple[int, int]
@@ -234,9 +237,11 @@ def repeat(actions: int, workdir: Path) -> Repeat:
         signing_key=None,
         approvers=UNSIGNED_APPROVALS,
     )
+    logged = count_log_commits(store)
     try:
         statements = _statements(store, gate, payments)
         commits: list[int] = []
+        log_commits: list[int] = []
         calls: list[tuple[int, int]] = []
         bookkeeping_s: list[float] = []
         commit_s: list[float] = []
@@ -244,6 +249,7 @@ def repeat(actions: int, workdir: Path) -> Repeat:
             intent = decision(payments, store)
             one_commit = baseline.timed()
             c0, r0, p0 = store.commits, len(payments.model.requests), payments.spent_s
+            l0 = logged[0]
             start = time.perf_counter()
             outcome = gate.submit(intent)
             elapsed = time.perf_counter() - start
@@ -253,7 +259,9 @@ def repeat(actions: int, workdir: Path) -> Repeat:
                 continue
             commit_s.append(one_commit)
             bookkeeping_s.append(elapsed - (payments.spent_s - p0))
-            commits.append(store.commits - c0)
+            # The receipt log's batched commits (one per catch-up) are counted apart.
+            log_commits.append(logged[0] - l0)
+            commits.append(store.commits - c0 - log_commits[-1])
             calls.append(_calls(payments.model.requests[r0:]))
 
         recoveries: dict[bool, list[tuple[int, int]]] = {False: [], True: []}
@@ -270,6 +278,7 @@ def repeat(actions: int, workdir: Path) -> Repeat:
         baseline.conn.close()
     return Repeat(
         commits=max(commits),
+        log_commits=sum(log_commits) / len(log_commits),
         statements=statements,
         calls=_worst(calls),
         recovery_before=_worst(recoveries[False]),
@@ -301,6 +310,8 @@ def report(repeats: list[Repeat], actions: int) -> list[str]:
         f"gate overhead: {len(repeats)} repeats of {actions} actions, in-memory payments, "
         "SQLite WAL synchronous=FULL",
         f"durable commits per first attempt: {commits} (target 2)",
+        "receipt-log commits per action: "
+        + f"{statistics.mean(r.log_commits for r in repeats):.2f} (one per catch-up of the log)",
         f"statements per action: {statements} (BEGIN and COMMIT included)",
         f"stripe calls per first attempt: {lists} list, {creates} create",
         f"per recovery: {before[0]} list, {before[1]} create (died before the call); "

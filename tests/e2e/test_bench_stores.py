@@ -68,5 +68,5 @@ def test_bench_reports_both_stores_side_by_side(pg_dsn: str, tmp_path: Path) -> 
         ceiling,
     )
     text = table.read_text()
-    assert "| postgresql | 3.00 |" in text and "| sqlite | 3.00 |" in text
+    assert "| postgresql | 2.00 |" in text and "| sqlite | 2.00 |" in text
     assert "| 2 |" in text
