@@ -4,7 +4,9 @@ Give it a way to build a fresh world, and the world a way to build your `Effect`
 (`new_effect()`); it runs each cell in-process (the crash is simulated by stopping the
 worker at a crash point's gate event, as a SIGKILL would: `CRASH_POINTS`, each
 `CrashPoint` on a first send's path; the restart is a new `Gate` with a new
-owner and a new effect, as a new process builds them; a fake clock makes every wait
+owner and a new effect, as a new process builds them, which recovers the action, or
+submits the decision again when the first worker died before anything was journaled (a
+first attempt's checks come before its one commit); a fake clock makes every wait
 instant) and reports, per cell, whether the world ended as wanted (**right**), whether the
 outcome the gate reported agrees with it (**truthful**), and how many sends reached the
 provider.
