@@ -458,6 +458,10 @@ class Gate:
     def submit(self, intent: Intent) -> Outcome:
         """Journal a new decision and run the send path; returns its outcome.
 
+        A new action id is read and checked first, then journaled with its claim and
+        `sending` in one commit right before the call (two durable commits in all; see the
+        module docstring): a crash before that commit leaves nothing to recover.
+
         While another action on the same target is between its read and its outcome, the
         decision is journaled and waits its turn (then reads the target again), or is left
         pending, naming that action, when the wait would outlast that action's claim.
