@@ -76,7 +76,7 @@ def join_emulator_handlers(before: set[threading.Thread], timeout_s: float = 10.
 
 @pytest.fixture(scope="module")
 def shared_emulator() -> Iterator[StripeEmulator]:
-    """One emulator per test module: stopping one costs serve_forever's 0.5 s poll."""
+    """One emulator per test module, its threads and socket made once."""
     with StripeEmulator() as emu:
         yield emu
 
