@@ -24,9 +24,9 @@ os.environ.pop("NO_COLOR", None)
 TEST_KEY = "sk_test_interlockTestsOnly0000"
 
 
-@pytest.fixture(autouse=True)
-def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Every test gets its own INTERLOCK_HOME and sees no keys or switches from outside."""
+def isolate_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """An INTERLOCK_HOME under `tmp_path` and no keys or switches from outside: what every
+    test gets, and what a module fixture that runs processes applies for its own span."""
     for name in (
         "STRIPE_SECRET_KEY",
         "ANTHROPIC_API_KEY",
@@ -41,6 +41,12 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("INTERLOCK_HOME", str(tmp_path / "interlock-home"))
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Every test gets its own INTERLOCK_HOME and sees no keys or switches from outside."""
+    isolate_env(monkeypatch, tmp_path)
 
 
 @pytest.fixture
@@ -70,7 +76,7 @@ def join_emulator_handlers(before: set[threading.Thread], timeout_s: float = 10.
 
 @pytest.fixture(scope="module")
 def shared_emulator() -> Iterator[StripeEmulator]:
-    """One emulator per test module: stopping one costs serve_forever's 0.5 s poll."""
+    """One emulator per test module, its threads and socket made once."""
     with StripeEmulator() as emu:
         yield emu
 

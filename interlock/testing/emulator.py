@@ -79,6 +79,9 @@ READ_TIMEOUT_S = 10.0
 # Far more than the demo's columns and a sweep send at once; far fewer than a thread each
 # for every connection a stuck or hostile client opens.
 MAX_WORKERS = 64
+# How often the serving loop looks for `stop()`: socketserver's default, 0.5 s, was waited
+# out by every stop (each test's emulator, each demo run's), for nothing.
+STOP_POLL_S = 0.02
 _KEY_PART = re.compile(r"\[([^\]]*)\]")
 
 
@@ -692,7 +695,10 @@ class StripeEmulator:
     def start(self) -> StripeEmulator:
         """Serve in a background thread."""
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name="stripe-emulator", daemon=True
+            target=self._server.serve_forever,
+            args=(STOP_POLL_S,),
+            name="stripe-emulator",
+            daemon=True,
         )
         self._thread.start()
         return self

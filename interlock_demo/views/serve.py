@@ -31,8 +31,9 @@ checks keep out what those do not:
 Each tab's app runs in a session (process group) of its own, and dies with its tab: when
 the WebSocket closes the app is asked to quit, and after `QUIT_GRACE_S` it is SIGKILLed
 with everything it started (`kill_tree`); when `serve` stops, every tab's app is killed the
-same way. Left to textual-serve, an app whose browser went away could outlive it,
-re-parented to init.
+same way and every tab's WebSocket is closed ("going away"), so `serve` exits at once
+rather than when the tabs' idle connections fail their heartbeat. Left to textual-serve,
+an app whose browser went away could outlive it, re-parented to init.
 
 The page is textual-serve's own with nothing fetched from the internet (`serve_templates/`
 says why). Its splash stays until the app's first frame: the app starts only when the
@@ -58,7 +59,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp_jinja2
-from aiohttp import web
+from aiohttp import WSCloseCode, web
 from textual_serve.app_service import AppService
 from textual_serve.server import Server, to_int
 
@@ -74,6 +75,8 @@ TEMPLATES = Path(__file__).with_name("serve_templates")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # How long a tab's app has to quit by itself once its tab closed.
 QUIT_GRACE_S = 3.0
+# What a tab's WebSocket says when `serve` stops (its close frame's reason).
+STOPPED_REASON = b"interlock-demo serve stopped"
 # What textual-serve's environment builder sets for the app it starts (its web driver, its
 # size, how it draws): the tab's app takes these from it and nothing else of ours. Its
 # debug settings are left out: this server never turns debug on.
@@ -169,6 +172,7 @@ class LoopbackServer(Server):
         )
         self.hosts, self.origins = allowed(port)
         self.tabs: set[_Tab] = set()
+        self.sockets: set[web.WebSocketResponse] = set()
         self.token = token if token is not None else secrets.token_urlsafe(32)
 
     @property
@@ -202,8 +206,19 @@ class LoopbackServer(Server):
         super().serve(debug)
 
     async def on_shutdown(self, app: web.Application) -> None:
-        """`serve` is stopping: no tab's app outlives it."""
+        """`serve` is stopping: no tab's app outlives it, and each tab's WebSocket is closed.
+
+        A tab's handler waits on its browser's messages, not on its app: left open, aiohttp's
+        shutdown waited for each idle tab until its heartbeat failed (about 22 s).
+        """
         self.kill_tabs()
+        await asyncio.gather(
+            *(
+                ws.close(code=WSCloseCode.GOING_AWAY, message=STOPPED_REASON)
+                for ws in list(self.sockets)
+            ),
+            return_exceptions=True,
+        )
 
     def kill_tabs(self) -> None:
         """SIGKILL every tab's app and what it started."""
@@ -218,6 +233,7 @@ class LoopbackServer(Server):
         tab: _Tab | None = None
         try:
             await websocket.prepare(request)
+            self.sockets.add(websocket)
             tab = _Tab(
                 self.tabs,
                 self.command,
@@ -234,6 +250,7 @@ class LoopbackServer(Server):
         except Exception:
             log.exception("a browser tab's app failed")
         finally:
+            self.sockets.discard(websocket)
             if tab is not None:
                 await tab.stop()
         return websocket

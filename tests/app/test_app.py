@@ -30,7 +30,6 @@ from textual.widgets import Digits, Static
 from textual.widgets._footer import FooterKey
 from textual.widgets._toast import Toast
 
-from interlock_demo import cli
 from interlock_demo import engine as engine_module
 from interlock_demo.core.columns import OPTIONAL, ColumnKind
 from interlock_demo.core.run import Column, ColumnState, Event, Run, RunSnapshot, WorkerInfo
@@ -911,40 +910,6 @@ async def test_at_200x50_every_verdict_is_on_screen_at_once(home: Path) -> None:
                 f"{VERDICTS['hand-refund'][column]}   reported: {REPORTED['hand-refund'][column]}"
             )
             assert verdict in text, column
-
-
-# -- the screenshots command ---------------------------------------------------------------
-
-
-def test_screenshots_command_saves_the_finished_run_of_a_scenario(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """`interlock-demo screenshots --scenario ID` runs offline, saving the idle and result SVGs."""
-    monkeypatch.chdir(tmp_path)  # nothing may land in ./results
-    out = tmp_path / "shots"
-    assert cli.main(["screenshots", "--out", str(out), "--scenario", "hand-refund"]) == 0
-    assert sorted(p.stem for p in out.glob("*.svg")) == [
-        "hand-refund",
-        "hand-refund-100x30",
-        "hand-refund-80x24",
-        "hand-refund-countdown",
-        "idle",
-    ]
-    countdown = (out / "hand-refund-countdown.svg").read_text().replace("&#160;", " ")
-    assert "request could still land" in countdown
-    small = (out / "hand-refund-80x24.svg").read_text().replace("&#160;", " ")
-    assert "retried blindly: $40.00" in small and "(1/3)" in small
-    svg = (out / "hand-refund.svg").read_text().replace("&#160;", " ")
-    assert svg.startswith("<svg")
-    assert "OFFLINE REHEARSAL" in svg
-    assert svg.count("RESULT") == 3  # the checked column is on
-    assert "✗ wrong" in svg and "✓ right" in svg
-    assert "finished · " in svg
-    idle = (out / "idle.svg").read_text().replace("&#160;", " ")
-    assert "ready: press enter to run" in idle
-    if shutil.which("rsvg-convert"):
-        assert (out / "hand-refund.png").read_bytes().startswith(b"\x89PNG")
-    assert not (tmp_path / "results").exists()
 
 
 # -- the keys panel ------------------------------------------------------------------------

@@ -10,6 +10,10 @@ hand or revoke the approval. A third process resumes from the same saved state, 
 framework resumes (after Stripe's answer, as a restarted worker does in the guides:
 `gate.recover()` first, then the same resume), and the test reads what Stripe holds and
 what the model was told.
+
+A row mostly waits (each process's start, the dead worker's claim), so `prove_all` runs
+every row at once, each on its own emulator, store and folder, and keeps what each raised
+for its test to raise.
 """
 
 from __future__ import annotations
@@ -18,10 +22,13 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from interlock import (
     ACTION_METADATA_KEY,
@@ -33,7 +40,7 @@ from interlock import (
     verify,
 )
 from interlock.testing import StripeEmulator
-from tests.conftest import TEST_KEY
+from tests.conftest import TEST_KEY, isolate_env
 from tests.helpers.headless import Lines, reap
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -152,3 +159,39 @@ def prove(framework: str, scenario: str, emulator: StripeEmulator, tmp: Path) ->
     checked = verify(store, payments)
     assert checked.ok, checked.problems
     store.close()
+
+
+def prove_all(
+    framework: str, tmp: Path, scenarios: tuple[str, ...] = tuple(CASES)
+) -> dict[str, BaseException | None]:
+    """`prove` every row of `scenarios` at once, each in a thread with its own emulator and
+    folder under `tmp`; what each row raised (None when it held), by scenario. The
+    processes see what a test's would (`isolate_env`): a module fixture runs before the
+    tests' own isolation."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        isolate_env(monkeypatch, tmp)
+        return _prove_all(framework, tmp, scenarios)
+
+
+def _prove_all(
+    framework: str, tmp: Path, scenarios: tuple[str, ...]
+) -> dict[str, BaseException | None]:
+    outcomes: dict[str, BaseException | None] = {}
+
+    def one(scenario: str) -> None:
+        folder = tmp / scenario
+        folder.mkdir()
+        try:
+            with StripeEmulator() as emulator:
+                prove(framework, scenario, emulator, folder)
+        except BaseException as e:  # raised again by the row's own test
+            outcomes[scenario] = e
+        else:
+            outcomes[scenario] = None
+
+    threads = [threading.Thread(target=one, args=(scenario,)) for scenario in scenarios]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return outcomes

@@ -12,6 +12,7 @@ resume.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import queue
@@ -21,7 +22,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +39,7 @@ from interlock import (
     verify,
 )
 from interlock.testing import StripeEmulator
-from tests.conftest import TEST_KEY
+from tests.conftest import TEST_KEY, isolate_env
 
 pytestmark = pytest.mark.e2e
 
@@ -128,11 +129,8 @@ class Case:
         ]
 
 
-@pytest.fixture
-def agents() -> Iterator[list[Agent]]:
-    """The agent processes a test started; any still running is killed and reaped."""
-    started: list[Agent] = []
-    yield started
+def _reap(started: list[Agent]) -> None:
+    """Kill and reap any agent process still running; close its pipe."""
     for a in started:
         if a.proc.poll() is None:
             a.kill()
@@ -141,8 +139,7 @@ def agents() -> Iterator[list[Agent]]:
         a.proc.stdout.close()
 
 
-@pytest.fixture
-def case(emulator: StripeEmulator, tmp_path: Path) -> Case:
+def _new_case(emulator: StripeEmulator, tmp_path: Path) -> Case:
     payments = StripePayments(make_stripe_client(TEST_KEY, timeout_s=2.0, base_url=emulator.url))
     pi = payments.create_payment(10_000).id
     store_path = tmp_path / "interlock.sqlite3"
@@ -154,19 +151,18 @@ def case(emulator: StripeEmulator, tmp_path: Path) -> Case:
     )
 
 
-@pytest.mark.parametrize(
-    ("crash", "outage", "wanted", "status"),
-    [
-        ("before-send", "hand-refund", [("hand", AMOUNT)], "refused"),
-        ("before-send", "revoked", [], "refused"),
-        ("after-answer", "none", [("agent", AMOUNT)], "adopted"),
-    ],
-)
-def test_a_killed_agent_resumed_from_its_checkpoint_ends_as_the_truth_table_says(
+# (crash, outage, wanted at Stripe, the action's status) of each resumed row.
+RESUMED = [
+    ("before-send", "hand-refund", [("hand", AMOUNT)], "refused"),
+    ("before-send", "revoked", [], "refused"),
+    ("after-answer", "none", [("agent", AMOUNT)], "adopted"),
+]
+RESTARTED = "restarted-as-the-guide-shows"
+
+
+def _resumed(
     case: Case, agents: list[Agent], crash: str, outage: str, wanted: list[Any], status: str
 ) -> None:
-    """Killed inside the guarded tool and resumed by thread id, the agent reaches the same
-    action: it adopts its own refund, or refuses after a hand refund or a revocation."""
     first = case.run(crash, agents)
     at = first.until("crash-point")
     assert at["at"] == crash
@@ -201,12 +197,7 @@ def test_a_killed_agent_resumed_from_its_checkpoint_ends_as_the_truth_table_says
         assert verify(store, case.payments).ok
 
 
-def test_a_killed_agent_restarted_as_the_guide_shows_recovers_first_then_is_told_done(
-    case: Case, agents: list[Agent]
-) -> None:
-    """SIGKILLed after Stripe's answer; the new process starts as `docs/guides/langchain.md`
-    shows: `gate.recover()` adopts the refund (receipted), then `invoke(None, thread)`
-    re-runs the same call, answered from the journal: one refund, verify clean, done."""
+def _restarted(case: Case, agents: list[Agent]) -> None:
     first = case.run("after-answer", agents)
     assert first.until("crash-point")["at"] == "after-answer"
     assert first.kill() == -signal.SIGKILL
@@ -228,3 +219,66 @@ def test_a_killed_agent_restarted_as_the_guide_shows_recovers_first_then_is_told
     with closing(SQLiteStore(case.store_path)) as store:
         checked = verify(store, case.payments)
         assert checked.ok, checked.problems
+
+
+@pytest.fixture(scope="module")
+def rows(tmp_path_factory: pytest.TempPathFactory) -> dict[str, BaseException | None]:
+    """Every row at once, each in a thread with its own emulator, journal and checkpoints:
+    a row mostly waits (the agents' starts, the dead run's in-flight window). What each row
+    raised (None when it held), for its test to raise; the environment is a test's
+    (`isolate_env`: a module fixture runs before the tests' own isolation)."""
+    base = tmp_path_factory.mktemp("langchain")
+    outcomes: dict[str, BaseException | None] = {}
+
+    def one(name: str, body: Callable[[Case, list[Agent]], None]) -> None:
+        folder = base / name
+        folder.mkdir()
+        started: list[Agent] = []
+        try:
+            with StripeEmulator() as emulator:
+                try:
+                    body(_new_case(emulator, folder), started)
+                finally:
+                    _reap(started)
+        except BaseException as e:  # raised again by the row's own test
+            outcomes[name] = e
+        else:
+            outcomes[name] = None
+
+    bodies: dict[str, Callable[[Case, list[Agent]], None]] = {
+        RESTARTED: _restarted,
+        **{
+            f"{crash}+{outage}": functools.partial(
+                _resumed, crash=crash, outage=outage, wanted=wanted, status=status
+            )
+            for crash, outage, wanted, status in RESUMED
+        },
+    }
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        isolate_env(monkeypatch, base)
+        threads = [threading.Thread(target=one, args=item) for item in bodies.items()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    return outcomes
+
+
+@pytest.mark.parametrize(("crash", "outage", "wanted", "status"), RESUMED)
+def test_a_killed_agent_resumed_from_its_checkpoint_ends_as_the_truth_table_says(
+    rows: dict[str, BaseException | None], crash: str, outage: str, wanted: list[Any], status: str
+) -> None:
+    """Killed inside the guarded tool and resumed by thread id, the agent reaches the same
+    action: it adopts its own refund, or refuses after a hand refund or a revocation."""
+    if (raised := rows[f"{crash}+{outage}"]) is not None:
+        raise raised
+
+
+def test_a_killed_agent_restarted_as_the_guide_shows_recovers_first_then_is_told_done(
+    rows: dict[str, BaseException | None],
+) -> None:
+    """SIGKILLed after Stripe's answer; the new process starts as `docs/guides/langchain.md`
+    shows: `gate.recover()` adopts the refund (receipted), then `invoke(None, thread)`
+    re-runs the same call, answered from the journal: one refund, verify clean, done."""
+    if (raised := rows[RESTARTED]) is not None:
+        raise raised

@@ -353,7 +353,7 @@ class FakeMessagesAPI:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _H)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
 
     def __enter__(self) -> FakeMessagesAPI:
         self.thread.start()

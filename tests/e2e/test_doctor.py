@@ -77,7 +77,7 @@ def fake() -> Iterator[tuple[http.server.ThreadingHTTPServer, list[dict[str, str
     seen: list[dict[str, str]] = []
     handler = type("Handler", (_Fake,), {"seen": seen, "status": 200})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
         yield server, seen

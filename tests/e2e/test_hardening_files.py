@@ -11,6 +11,7 @@ keeps the user's umask.
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 import stat
 import subprocess
@@ -127,9 +128,14 @@ def test_temporal_dev_server_files_are_private(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(150)
-def test_screenshots_out_keeps_the_users_umask(tmp_path: Path) -> None:
-    """`screenshots --out DIR` (outside INTERLOCK_HOME) writes with the user's umask (027 here:
-    folders 0750, files 0640), not the demo's private one."""
+def test_screenshots_out_saves_the_finished_run_with_the_users_umask(tmp_path: Path) -> None:
+    """`interlock-demo screenshots --out DIR --scenario ID` runs offline and saves the idle
+    screen, the claim-wait countdown and the finished run (at the smaller projectors' sizes
+    too); outside INTERLOCK_HOME it writes with the user's umask (027 here: folders 0750,
+    files 0640), not the demo's private one, and nothing lands in ./results.
+
+    One run serves both the content checks and the umask's: a screenshots run is one of the
+    suite's slowest steps (a scenario run to its end at three sizes)."""
     out = tmp_path / "shots"
     done = subprocess.run(
         [*SCREENSHOTS, "--out", str(out), "--scenario", "hand-refund"],
@@ -144,12 +150,31 @@ def test_screenshots_out_keeps_the_users_umask(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert stat.S_IMODE(out.stat().st_mode) == 0o750
     svgs = sorted(out.glob("*.svg"))
-    # The finished run, at the smaller projectors' sizes too, its countdown, and idle.
-    names = {p.stem for p in svgs}
-    assert {"hand-refund", "hand-refund-100x30", "hand-refund-80x24", "idle"} <= names
-    assert names <= {"hand-refund", "hand-refund-100x30", "hand-refund-80x24",
-                     "hand-refund-countdown", "idle"}  # fmt: skip
+    assert sorted(p.stem for p in svgs) == [
+        "hand-refund",
+        "hand-refund-100x30",
+        "hand-refund-80x24",
+        "hand-refund-countdown",
+        "idle",
+    ]
     assert {stat.S_IMODE(p.stat().st_mode) for p in svgs} == {0o640}
+    countdown = (out / "hand-refund-countdown.svg").read_text().replace("&#160;", " ")
+    assert "request could still land" in countdown
+    small = (out / "hand-refund-80x24.svg").read_text().replace("&#160;", " ")
+    assert "retried blindly: $40.00" in small and "(1/3)" in small
+    svg = (out / "hand-refund.svg").read_text().replace("&#160;", " ")
+    assert svg.startswith("<svg")
+    assert "OFFLINE REHEARSAL" in svg
+    assert svg.count("RESULT") == 3  # the checked column is on
+    assert "✗ wrong" in svg and "✓ right" in svg
+    assert "finished · " in svg
+    idle = (out / "idle.svg").read_text().replace("&#160;", " ")
+    assert "ready: press enter to run" in idle
+    if shutil.which("rsvg-convert"):
+        png = out / "hand-refund.png"
+        assert png.read_bytes().startswith(b"\x89PNG")
+        assert stat.S_IMODE(png.stat().st_mode) == 0o640
+    assert not (tmp_path / "results").exists()
 
 
 def test_preparing_the_home_never_drops_this_process_sqlite_locks(tmp_path: Path) -> None:

@@ -473,15 +473,18 @@ def test_serve_stopped_by_a_signal_leaves_no_tab_running(
     serving: Served, tmp_path: Path, signame: str
 ) -> None:
     """SIGHUP (the terminal `serve` ran in was closed) stops it as SIGTERM does: exit 0,
-    one line saying so, and no tab's app left. Before, SIGHUP ended `serve` at once and the
-    tab's app, in a session of its own, ran on. The tab here is a plain WebSocket client."""
+    one line saying so, no tab's app left, and the tab's WebSocket closed by `serve` as
+    "going away" (1001). Before, SIGHUP ended `serve` at once and the tab's app, in a
+    session of its own, ran on; and `serve` left the tab's connection open until its
+    heartbeat failed, about 22 s, then exited without closing it (1006). The tab here is a
+    plain WebSocket client."""
     import aiohttp
     import psutil
 
     port, proc = serving.port, serving.proc
     server = psutil.Process(proc.pid)
 
-    async def open_a_tab_then_stop() -> list[psutil.Process]:
+    async def open_a_tab_then_stop() -> tuple[list[psutil.Process], Any]:
         async with (
             aiohttp.ClientSession() as session,
             session.ws_connect(
@@ -492,11 +495,21 @@ def test_serve_stopped_by_a_signal_leaves_no_tab_running(
             apps = server.children(recursive=True)
             proc.send_signal(getattr(signal, signame))
             await asyncio.to_thread(proc.wait, 30)
-            return apps
+            ended = (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR)
+            # What the app drew before it was killed, then how the connection ended. (The
+            # close frame's own code, not ws.close_code: the reply to it finds serve gone.)
+            while (last := await ws.receive()).type not in ended:
+                continue
+            return apps, last
 
-    apps = asyncio.run(open_a_tab_then_stop())
+    apps, last = asyncio.run(open_a_tab_then_stop())
     assert apps, "no app was started for the tab"
     assert proc.returncode == 0
+    assert (last.type, last.data, last.extra) == (
+        aiohttp.WSMsgType.CLOSE,
+        aiohttp.WSCloseCode.GOING_AWAY,
+        "interlock-demo serve stopped",
+    )
     _, alive = psutil.wait_procs(apps, timeout=30)
     assert not alive, f"left running after {signame}: {alive}"
     said = (tmp_path / "serve.log").read_text()
@@ -534,7 +547,7 @@ def _another_origin(html: str) -> Iterator[str]:
             pass
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
         yield f"http://localhost:{server.server_address[1]}/"

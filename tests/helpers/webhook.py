@@ -62,7 +62,7 @@ class WebhookServer(ThreadingHTTPServer):
         self._lock = threading.Lock()
         self._deliveries: list[dict[str, Any]] = []
         self._keys: dict[str, tuple[int, dict[str, Any]]] = {}
-        self._thread = threading.Thread(target=self.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self.serve_forever, args=(0.05,), daemon=True)
         self._thread.start()
 
     @property

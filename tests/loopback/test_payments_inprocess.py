@@ -44,7 +44,7 @@ def _handler_threads() -> set[threading.Thread]:
 
 @pytest.fixture(scope="module")
 def _server() -> Iterator[StripeEmulator]:
-    """One emulator for the module: stopping one costs serve_forever's 0.5 s poll."""
+    """One emulator for the module, its threads and socket made once."""
     with StripeEmulator() as emu:
         yield emu
 

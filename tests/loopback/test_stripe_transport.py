@@ -46,7 +46,7 @@ class CountingEmulator(EmulatorHTTPServer):
 def counting() -> Iterator[CountingEmulator]:
     """A counting emulator serving in a background thread."""
     server = CountingEmulator()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     yield server
     server.stopping.set()
