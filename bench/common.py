@@ -19,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -100,20 +101,40 @@ def run_interlock(workdir: Path, *argv: str) -> ChildFigures:
     )
 
 
-def count_log_commits(store: Any) -> list[int]:
-    """A counter (its one item) of the commits `store.integrate` makes from now on (stays
-    0 on a library without the receipt log)."""
-    counted = [0]
-    real = getattr(store, "integrate", None)
-    if real is None:
-        return counted
+class LogCommits:
+    """The commits `store.integrate` makes from now on, counted apart from a gate's own.
 
-    def integrate(key: Any) -> Any:
-        before = store.commits
-        try:
-            return real(key)
-        finally:
-            counted[0] += store.commits - before
+    The gate's log keeper also integrates from its timer's thread, and the store's commit
+    counter is shared by every thread: while an action is timed (`held()`) the timer's
+    catch-up waits, so the action's commits are its own and the log's (a catch-up the
+    action itself makes, every 100 settles) are counted apart. The timer's catch-ups run
+    between the timed actions. Stays 0 on a library without the receipt log.
+    """
 
-    store.integrate = integrate  # type: ignore[method-assign]
-    return counted
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        # Re-entered by a catch-up the timed action makes itself.
+        self.lock = threading.RLock()
+        self.n = 0
+        real = getattr(store, "integrate", None)
+        if real is None:
+            return
+
+        def integrate(key: Any) -> Any:
+            with self.lock:
+                before = store.commits
+                try:
+                    return real(key)
+                finally:
+                    self.n += store.commits - before
+
+        store.integrate = integrate
+
+    def read(self) -> tuple[int, int]:
+        """The store's commits and the receipt log's among them, read together."""
+        with self.lock:
+            return self.store.commits, self.n
+
+    def held(self) -> threading.RLock:
+        """Held around a timed action: no other thread's catch-up commits meanwhile."""
+        return self.lock

@@ -61,7 +61,7 @@ BENCH = Path(__file__).resolve().parent
 if str(BENCH) not in sys.path:  # imported by the other benchmarks, or run from anywhere
     sys.path.insert(0, str(BENCH))
 
-from common import count_log_commits, with_load  # noqa: E402
+from common import LogCommits, with_load  # noqa: E402
 
 AMOUNT = 2000
 WARMUP = 20
@@ -237,7 +237,7 @@ def repeat(actions: int, workdir: Path) -> Repeat:
         signing_key=None,
         approvers=UNSIGNED_APPROVALS,
     )
-    logged = count_log_commits(store)
+    logged = LogCommits(store)
     try:
         statements = _statements(store, gate, payments)
         commits: list[int] = []
@@ -248,11 +248,12 @@ def repeat(actions: int, workdir: Path) -> Repeat:
         for i in range(WARMUP + actions):
             intent = decision(payments, store)
             one_commit = baseline.timed()
-            c0, r0, p0 = store.commits, len(payments.model.requests), payments.spent_s
-            l0 = logged[0]
-            start = time.perf_counter()
-            outcome = gate.submit(intent)
-            elapsed = time.perf_counter() - start
+            with logged.held():
+                (c0, l0), r0, p0 = logged.read(), len(payments.model.requests), payments.spent_s
+                start = time.perf_counter()
+                outcome = gate.submit(intent)
+                elapsed = time.perf_counter() - start
+                c1, l1 = logged.read()
             if outcome.status != "sent":
                 raise RuntimeError(f"unexpected outcome: {outcome}")
             if i < WARMUP:
@@ -260,8 +261,8 @@ def repeat(actions: int, workdir: Path) -> Repeat:
             commit_s.append(one_commit)
             bookkeeping_s.append(elapsed - (payments.spent_s - p0))
             # The receipt log's batched commits (one per catch-up) are counted apart.
-            log_commits.append(logged[0] - l0)
-            commits.append(store.commits - c0 - log_commits[-1])
+            log_commits.append(l1 - l0)
+            commits.append(c1 - c0 - log_commits[-1])
             calls.append(_calls(payments.model.requests[r0:]))
 
         recoveries: dict[bool, list[tuple[int, int]]] = {False: [], True: []}

@@ -81,7 +81,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from common import count_log_commits, load_average, with_load
+from common import LogCommits, load_average, with_load
 from gate_overhead import TimedPayments
 
 import interlock
@@ -317,22 +317,24 @@ def bookkeeping(
         approvers=UNSIGNED_APPROVALS,
         **keyed,
     )
-    logged = count_log_commits(store)
+    logged = LogCommits(store)
     try:
         statements, trips = _statements(store, gate, payments)
         commits, spent, base, log = [], [], [], []
         for i in range(WARMUP + actions):
             intent = _decision(payments, store)
             one = baseline.timed()
-            c0, p0, l0 = store.commits, payments.spent_s, logged[0]
-            start = time.perf_counter()
-            outcome = gate.submit(intent)
-            elapsed = time.perf_counter() - start
+            with logged.held():
+                (c0, l0), p0 = logged.read(), payments.spent_s
+                start = time.perf_counter()
+                outcome = gate.submit(intent)
+                elapsed = time.perf_counter() - start
+                c1, l1 = logged.read()
             if outcome.status != "sent":
                 raise RuntimeError(f"unexpected outcome: {outcome}")
             if i >= WARMUP:
-                log.append(logged[0] - l0)
-                commits.append(store.commits - c0 - log[-1])
+                log.append(l1 - l0)
+                commits.append(c1 - c0 - log[-1])
                 spent.append(elapsed - (payments.spent_s - p0))
                 base.append(one)
         return Bookkeeping(
