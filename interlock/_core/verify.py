@@ -244,10 +244,8 @@ def verify(
     problems = _store_problems(store, chain)
     problems.extend(unread)
     problems.extend(log.problems)
-    problems.extend(_record_problems(store))
     trust = approvers if approvers is not None else Approvers.from_env()
-    if trust is not None:
-        problems.extend(_approval_problems(store, trust))
+    problems.extend(_record_problems(store, trust))
     signed = chain.length > 0 and chain.all_signed
     checked = 0
     effects = list(effects)
@@ -322,8 +320,9 @@ def _store_problems(store: Store, chain: ReceiptCheck) -> list[str]:
     return problems
 
 
-def _record_problems(store: Store) -> list[str]:
-    """Each action's history and each approval against what the action's row records.
+def _record_problems(store: Store, approvers: Approvers | None = None) -> list[str]:
+    """Each action's history and each approval against what the action's row records;
+    given `approvers`, then each approval they did not sign and what was sent under it.
 
     A journal row deleted (or lost with a -wal) leaves the action's row, its receipt and
     the chain whole; its history then lacks a record every such row has: the intent, a
@@ -332,8 +331,10 @@ def _record_problems(store: Store) -> list[str]:
     its actions naming nothing; one replaced by a fresh grant has spent less than its
     actions' settled refunds. The actions with their histories, then the leases, stream
     a batch at a time; what each approval's actions spent is summed in lease order in a
-    scratch file (`_LeaseTotals`), so nothing is kept per action or per approval.
+    scratch file (`_LeaseTotals`), so nothing is kept per action or per approval. The
+    approvers' check reads each approval in the same scan, so no approval is read twice.
     """
+    bad: dict[str, str] = {}
     found: dict[str, str] = {}
     with _LeaseTotals() as totals:
         for entry in store.histories():
@@ -363,10 +364,14 @@ def _record_problems(store: Store) -> list[str]:
         receipted: list[tuple[str, int]] = []
         for lease in store.leases():
             totals.lease(lease)
+            unsigned = None if approvers is None else approvers.problem(lease)
+            if unsigned is not None:
+                bad[lease.id] = unsigned
             if lease.revocation_receipt is not None:
                 receipted.append((lease.id, lease.revocation_receipt))
         problems.extend(totals.problems())
     problems.extend(_revocation_gone(store, receipted))
+    problems.extend(_approval_problems(store, bad))
     return problems
 
 
@@ -529,14 +534,10 @@ def _key(lease_id: str) -> bytes:
     return lease_id.encode("utf-8", "surrogatepass")
 
 
-def _approval_problems(store: Store, approvers: Approvers) -> list[str]:
-    """Approvals whose signature does not verify under `approvers`, and the refunds sent or
-    adopted under them (the store's writer, not an approver, authorized those)."""
-    bad: dict[str, str] = {}
-    for lease in store.leases():
-        problem = approvers.problem(lease)
-        if problem is not None:
-            bad[lease.id] = problem
+def _approval_problems(store: Store, bad: Mapping[str, str]) -> list[str]:
+    """The approvals whose signature does not verify (`bad`: each one's problem, by its
+    id), and the refunds sent or adopted under them (the store's writer, not an approver,
+    authorized those)."""
     problems = [bad[lease_id] for lease_id in sorted(bad)]
     if not bad:
         return problems

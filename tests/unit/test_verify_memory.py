@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from interlock import Intent, Lease, Settlement
 from interlock._core.journal import ActionHistory, ActionRow, JournalRecord, SettledAction
 from interlock._core.verify import _record_problems
+from tests.helpers.approvals import APPROVERS
 
 NOW = 1_800_000_000.0
 
@@ -82,4 +83,30 @@ def test_the_totals_still_find_each_approval_that_was_edited_deleted_or_damaged(
         "100 (its row was replaced or edited)",
         "approval lease-zz: damaged in the store (its stored text is not JSON (Expecting property "
         "name enclosed in double quotes: line 1 column 2 (char 1)))",
+    ]
+
+
+def test_the_approvers_check_reads_each_approval_in_the_totals_scan() -> None:
+    """Given approvers, each approval is read once (its JSON parsed and its fields checked
+    once, about 16 us an approval here), not again in a second scan for its signature; an
+    unsigned one is still named, after the totals' problems."""
+
+    class Counted(_Approvals):
+        scans = 0
+
+        def leases(self) -> Iterator[Lease]:
+            self.scans += 1
+            return super().leases()
+
+    store = Counted(3)
+    problems = _record_problems(store, APPROVERS)  # type: ignore[arg-type]
+    assert store.scans == 1
+    assert problems == [
+        f"approval lease-0000000{i} is not signed: only an approver's signed grant authorizes "
+        "a send (a store writer could have written it)"
+        for i in range(3)
+    ] + [
+        f"action act_0000000{i}: sent refund re_0000000{i} under approval lease-0000000{i}, "
+        "which no trusted approver signed"
+        for i in range(3)
     ]
