@@ -189,13 +189,14 @@ def receipt_signing(
 ) -> tuple[SigningKey | None, tuple[Anchor, ...]]:
     """The gate's receipt key, loaded from the file `INTERLOCK_SIGNING_KEY` names (None
     when unset: only the interlock column's worker is given it), and its anchor: the
-    file `anchor_path(INTERLOCK_HOME)`, whose folder the engine made."""
+    file `anchor_path(INTERLOCK_HOME, INTERLOCK_STORE)`, whose folder the engine made."""
     env = os.environ if env is None else env
     path = env.get(ENV_SIGNING_KEY)
     if not path:
         return None, ()
     home = Path(env.get("INTERLOCK_HOME", ".interlock"))
-    return SigningKey.load(path), (FileAnchor(anchor_path(home)),)
+    anchor = anchor_path(home, env.get("INTERLOCK_STORE") or None)
+    return SigningKey.load(path), (FileAnchor(anchor),)
 
 
 def _watch_supervisor() -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 from interlock import FileAnchor, SigningKey, SQLiteStore, VerifyResult, verify
 from interlock_demo.settings.config import DemoConfig
 from interlock_demo.settings.receipt_key import paths_receipt_key, verify_keys
+from workers.protocol.case import anchor_path
 
 REWRITTEN_TO = "refused"
 """What the rewritten receipt says instead of the refund it recorded."""
@@ -87,7 +88,8 @@ def rewrite_and_verify(config: DemoConfig, action_id: str) -> tuple[VerifyResult
     keys = verify_keys(config)
     store = config.open_store()
     try:
-        anchored = verify(store, keys=keys, anchors=[FileAnchor(config.paths.anchor)])
+        anchor = FileAnchor(anchor_path(config.paths.demo, config.store_location))
+        anchored = verify(store, keys=keys, anchors=[anchor])
         alone = verify(store, keys=keys)
     finally:
         store.close()

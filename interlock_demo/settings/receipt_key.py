@@ -34,6 +34,7 @@ from interlock_demo.settings.approver import place_private, write_private
 from interlock_demo.settings.config import DemoConfig
 from interlock_demo.settings.paths import Paths
 from interlock_demo.settings.private import private_dir
+from workers.protocol.case import anchor_path
 
 
 def receipt_key(config: DemoConfig) -> SigningKey:
@@ -84,8 +85,9 @@ def verify_keys(config: DemoConfig) -> KeyList:
 
 
 def receipt_anchors(config: DemoConfig, store: Store) -> tuple[Anchor, ...]:
-    """Where the gate over `store` anchors its receipt log: the file `Paths.anchor` (its
-    folder made 0700 here), or a mock run's store's own anchor in memory."""
+    """Where the gate over `store` anchors its receipt log: the journal's own file in the
+    folder of `Paths.anchor` (`anchor_path`; the folder made 0700 here), or a mock run's
+    store's own anchor in memory."""
     if config.run_mode.in_process:
         with _MEMORY_LOCK:
             anchor = _MEMORY.get(store)
@@ -93,7 +95,7 @@ def receipt_anchors(config: DemoConfig, store: Store) -> tuple[Anchor, ...]:
                 anchor = _MEMORY[store] = MemoryAnchor()
         return (anchor,)
     private_dir(config.paths.anchor.parent)
-    return (FileAnchor(config.paths.anchor),)
+    return (FileAnchor(anchor_path(config.paths.demo, config.store_location)),)
 
 
 class MemoryAnchor:

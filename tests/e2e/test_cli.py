@@ -553,3 +553,21 @@ def test_version_everywhere_in_the_library(capsys: pytest.CaptureFixture[str]) -
     for line in ((), ("verify",), ("stripe-emulator",)):
         assert main([*line, "--version"]) == 0
         assert re.fullmatch(r"interlock \S+\n", capsys.readouterr().out), line
+
+
+def test_a_run_on_another_journal_is_not_checked_against_the_first_ones_anchor(
+    tmp_path: Path,
+) -> None:
+    """A run on the default journal, then one on another (`--store`) from the same home:
+    each journal's receipt log has an anchor file of its own, so the second run's verify
+    holds. With one file for both, the second log read as rewritten after it was anchored
+    (a false alarm on the card, and `interlock-demo results`' PostgreSQL sweep failed)."""
+    base = ["--offline", "--headless", "--json", "--scenario", "after-answer"]
+    runs = [_run(base, tmp_path), _run([*base, "--store", str(tmp_path / "other.db")], tmp_path)]
+
+    for done in runs:
+        assert done.returncode == 0, done.stderr[-3000:]
+        [gated] = [c for c in json.loads(done.stdout)["columns"] if c["name"] == "interlock"]
+        assert gated["verify"]["ok"] is True, gated["verify"]["problems"]
+    anchors = sorted(p.name for p in (tmp_path / "home").rglob("heads*.jsonl"))
+    assert len(anchors) == 2 and "heads.jsonl" in anchors, anchors

@@ -44,6 +44,7 @@ from interlock_demo.settings.receipt_key import (
 )
 from interlock_demo.settings.worker import worker_env
 from workers.process import receipt_signing
+from workers.protocol.case import anchor_path
 
 RUN_DEADLINE_S = 30.0
 
@@ -194,3 +195,21 @@ def test_a_presenters_old_receipt_key_breaks_nothing_in_a_mock_run(
     assert col.verify is not None and col.verify["ok"], col.verify
     facts = {k: col.verify[k] for k in ("signed", "log_place", "receipt_anchored", "unlogged")}
     assert facts == {"signed": True, "log_place": 1, "receipt_anchored": True, "unlogged": 0}
+
+
+def test_each_journal_has_its_own_anchor_file_named_without_its_password(tmp_path: Path) -> None:
+    """The default journal keeps `heads.jsonl` (named or not); another journal's file is
+    named by a digest of its location without the password: one per database and schema,
+    the same after a password change, and never the password itself."""
+    home = tmp_path / "home"
+    default = anchor_path(home)
+    url = "postgresql://alice:s3cret-pw@db.example/interlock?schema=a"
+
+    assert default == home / "anchor" / "heads.jsonl"
+    assert anchor_path(home, str(home / "interlock.sqlite3")) == default
+    on_pg = anchor_path(home, url)
+    assert on_pg.parent == default.parent and on_pg != default
+    assert "s3cret" not in on_pg.name
+    assert anchor_path(home, url.replace("s3cret-pw", "rotated")) == on_pg
+    assert anchor_path(home, url.replace("schema=a", "schema=b")) != on_pg
+    assert anchor_path(home, str(tmp_path / "other.db")) not in (default, on_pg)

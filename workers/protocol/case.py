@@ -7,10 +7,13 @@ these here.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from interlock import PostgresStore, is_postgres_url
 
 # `INTERLOCK_AGENT` of a worker started to act on a saved decision: no model, no key.
 AGENT_NONE = "none"
@@ -62,11 +65,27 @@ class Case:
         return {"case": self.case_id, "column": self.column}
 
 
-def anchor_path(home: Path) -> Path:
-    """The file under `home` where the interlock column's gate anchors its receipt log's
-    tree heads: a folder of its own, apart from the journal's, so a writer of the journal
-    (or of its folder's files) does not rewrite it with the journal."""
-    return home / "anchor" / "heads.jsonl"
+def anchor_path(home: Path, store: str | None = None) -> Path:
+    """The file under `home` where the interlock column's gate anchors the receipt log of
+    the journal at `store` (None: the default, `home/interlock.sqlite3`): a folder of its
+    own, apart from the journal's, so a writer of the journal (or of its folder's files)
+    does not rewrite it with the journal.
+
+    One file per journal: heads anchored from one journal's log, checked against another
+    journal's (a run with `--store postgresql://...` after runs on the default file, or on
+    a new database), would read as a log rewritten after it was anchored. The default
+    journal keeps `heads.jsonl`; another one's file is named by a digest of its location
+    (a URL without its password; a path made absolute)."""
+    folder = home / "anchor"
+    if store is None:
+        return folder / "heads.jsonl"
+    if is_postgres_url(store) or "://" in store:
+        where = PostgresStore.describe(store)
+    else:
+        where = str(Path(store).resolve())
+        if where == str((home / "interlock.sqlite3").resolve()):
+            return folder / "heads.jsonl"
+    return folder / f"heads-{hashlib.sha256(where.encode()).hexdigest()[:16]}.jsonl"
 
 
 def decision_path(home: Path, case: Case) -> Path:
