@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PARALLEL = "6"
 
 
-def _env(tmp_path: Path) -> dict[str, str]:
+def _sweep(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {
         k: v
         for k, v in os.environ.items()
@@ -48,78 +47,15 @@ def _env(tmp_path: Path) -> dict[str, str]:
             "INTERLOCK_STRIPE_TIMEOUT": "1",
         }
     )
-    return env
-
-
-def _command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "interlock_demo.cli", "sweep", *args]
-
-
-def _sweep(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        _command(*args),
+        [sys.executable, "-m", "interlock_demo.cli", "sweep", *args],
         cwd=ROOT,
-        env=_env(tmp_path),
+        env=env,
         capture_output=True,
         text=True,
         timeout=600,
         check=False,
     )
-
-
-class _Started:
-    """A sweep started in the background, its output in files, its home its own."""
-
-    def __init__(self, base: Path, *args: str) -> None:
-        base.mkdir(parents=True)
-        self.args = args
-        self.out, self.err = base / "stdout", base / "stderr"
-        with self.out.open("wb") as out, self.err.open("wb") as err:
-            self.proc = subprocess.Popen(
-                _command(*args),
-                cwd=ROOT,
-                env=_env(base),
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-            )
-        self.result: subprocess.CompletedProcess[str] | None = None
-
-    def finish(self) -> subprocess.CompletedProcess[str]:
-        """Wait for its exit (once); its exit code and output as `subprocess.run` gives them."""
-        if self.result is None:
-            try:
-                code = self.proc.wait(600)
-            finally:
-                self.stop()
-            self.result = subprocess.CompletedProcess(
-                self.proc.args, code, self.out.read_text(), self.err.read_text()
-            )
-        return self.result
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-
-@pytest.fixture(scope="module")
-def offline_sweeps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, _Started]]:
-    """Both offline sweeps, started together: a cell mostly waits (claims, held calls, the
-    restart), so the fault sweep's 63 cells run in the crash-point sweep's waits. Run one
-    after the other they took 40 s + 21 s; side by side, about the longer one's time."""
-    base = tmp_path_factory.mktemp("sweeps")
-    started = {
-        "crash": _Started(base / "crash", "--offline", "--json", "--parallel", PARALLEL),
-        "fault": _Started(
-            base / "fault", "--offline", "--faults", "--json", "--parallel", PARALLEL
-        ),
-    }
-    try:
-        yield started
-    finally:
-        for sweep in started.values():
-            sweep.stop()
 
 
 def _by_key(
@@ -265,11 +201,9 @@ def _why(result: subprocess.CompletedProcess[str]) -> str:
 
 @pytest.mark.e2e
 @pytest.mark.timeout(600)
-def test_offline_sweep_interlock_right_and_truthful_everywhere(
-    offline_sweeps: dict[str, _Started],
-) -> None:
+def test_offline_sweep_interlock_right_and_truthful_everywhere(tmp_path: Path) -> None:
     """Every cell is a real offline run; interlock is right and truthful in all of them."""
-    result = offline_sweeps["crash"].finish()
+    result = _sweep(tmp_path, "--offline", "--json", "--parallel", PARALLEL)
     assert result.returncode == 0, _why(result)
     doc = json.loads(result.stdout)
     everything = doc["cells"]
@@ -320,13 +254,11 @@ def test_mock_sweep_prints_a_table(tmp_path: Path) -> None:
 
 @pytest.mark.e2e
 @pytest.mark.timeout(600)
-def test_offline_fault_sweep_interlock_right_and_truthful_everywhere(
-    offline_sweeps: dict[str, _Started],
-) -> None:
+def test_offline_fault_sweep_interlock_right_and_truthful_everywhere(tmp_path: Path) -> None:
     """Every fault x outage x column is a real offline run at short timings; interlock is
     right and truthful in each, its lease within its cap and verify() clean, and the
     others' failures show as they are."""
-    result = offline_sweeps["fault"].finish()
+    result = _sweep(tmp_path, "--offline", "--faults", "--json", "--parallel", PARALLEL)
     assert result.returncode == 0, _why(result)
     cells = json.loads(result.stdout)["cells"]
     assert len(cells) == len(SWEEP_FAULTS) * len(SWEEP_OUTAGES) * 3
