@@ -433,15 +433,17 @@ def play(story: Story) -> Played:
     foreign_at("during-outage")
     step_at("during-outage")
     reapprove_at("during-outage")
-    if state is None:
-        # The agent decides again after the restart: the same decision is submitted.
-        first = world.gate(Owner.current("again")).submit(intent)
+    # The agent decides again after the restart when nothing was journaled: the same
+    # decision is submitted (its report is a restarted worker's, not the first's).
+    again = None if state is not None else world.gate(Owner.current("again")).submit(intent)
 
     played = Played(
         world, intent, lease, first, claim_at_crash, world.clock(), world.store.pending()
     )
     requests = len(world.model.requests)
     played.recovered = run_recoverers(world, story.nests)
+    if again is not None:
+        played.recovered.insert(0, ("again", [again]))
     played.recovery_requests = world.model.requests[requests:]
     if world.store.pending():
         # A recoverer paused inside another (a nest) can still send after the other took
@@ -545,6 +547,8 @@ def assert_honest(played: Played, story: Story) -> None:
     )
 )
 @example(Story(CrashPoint.AFTER_JOURNAL, "gone", "expire", "during-outage", None, ()))
+# Killed before its one commit, a hand refund meanwhile: the decision made again is refused.
+@example(Story(CrashPoint.AFTER_CHECK, "gone", "hand-refund", "during-outage", None, ()))
 @example(
     Story(
         CrashPoint.AFTER_UNSETTLED_ANSWER, "gone", None, "during-outage", "drop:twice", ("sending",)
