@@ -662,6 +662,17 @@ class ActionRow:
         )
 
 
+def keeps_off(holder: ActionRow | None, now: float, grace_s: float) -> bool:
+    """Whether the action holding a target's turn keeps every other action off it at `now`:
+    unsettled, with a claim that still blocks (`Claim.blocks`)."""
+    return (
+        holder is not None
+        and holder.settlement is None
+        and holder.claim is not None
+        and holder.claim.blocks(now, grace_s=grace_s)
+    )
+
+
 class Tx(Protocol):
     """A backend's transaction: rows in, rows out, and the clock read inside it."""
 
@@ -785,9 +796,7 @@ class RuleStore:
         if turn is None or turn.action_id == row.intent.action_id:
             return None
         holder = tx.peek_action(turn.action_id)
-        if holder is None or holder.settlement is not None or holder.claim is None:
-            return None
-        return holder if holder.claim.blocks(now, grace_s=grace_s) else None
+        return holder if keeps_off(holder, now, grace_s) else None
 
     def now(self) -> float:
         """The store's clock."""

@@ -65,6 +65,7 @@ from interlock._core.journal import (
     Settlement,
     Turn,
     Tx,
+    keeps_off,
 )
 from interlock._core.leases import Lease
 from interlock._core.log import StoredHead
@@ -778,13 +779,7 @@ class PostgresStore(SqlStore):
         seen = (turn.action_id, turn.epoch)
         holder = None if turn_rows[0][2] is None else action_row(turn_rows[0][2:])
         now = self._clock() if self._clock is not None else float(clock[0][0])
-        blocks = (
-            holder is not None
-            and holder.settlement is None
-            and holder.claim is not None
-            and holder.claim.blocks(now, grace_s=grace_s)
-        )
-        return FirstLook(not blocks, seen, lease)
+        return FirstLook(not keeps_off(holder, now, grace_s), seen, lease)
 
     def begin_sending(
         self,
